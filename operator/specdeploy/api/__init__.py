@@ -1,0 +1,1 @@
+"""The SpeculativeDeployment API (specdeploy.io/v1alpha1): pydantic models, the single source."""

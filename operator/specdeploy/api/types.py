@@ -1,0 +1,343 @@
+"""SpeculativeDeployment (specdeploy.io/v1alpha1): the API types.
+
+These pydantic models are the single source of the API: the CRD in crds/ is generated from
+them (``specdeploy crd``), the reference docs are generated from them, and the operator,
+webhook and CLI parse objects with them. JSON is camelCase; every field has a description.
+CEL rules for checks local to one object ride along as ``x-kubernetes-validations``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
+from pydantic.alias_generators import to_camel
+
+from .. import API_GROUP, API_VERSION, KIND
+from ..core import engines, gpus
+from ..core.checker import MAX_BLOCK_SIZE, WINDOW_OFF, Options, model_reference_problem
+
+EngineName = Literal[engines.ENGINE_NAMES]  # type: ignore[valid-type]
+GpuType = Literal[gpus.PROFILE_KEYS]  # type: ignore[valid-type]
+
+# RE2-compatible (Kubernetes evaluates OpenAPI patterns with Go regexp): no look-arounds.
+MODEL_PATTERN = r"^/?[A-Za-z0-9_.][A-Za-z0-9_./-]*$"
+REVISION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$"
+NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+IMAGE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$"
+VERSION_PATTERN = r"^v?[0-9]+\.[0-9]+(\.[0-9]+)?([.+-]?[A-Za-z0-9.]+)?$"
+QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?([EPTGMK]i?|[mk])?$"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+class ConfigMapKeyRef(_Model):
+    """A key of a ConfigMap in the SpeculativeDeployment's namespace."""
+
+    name: str = Field(description="Name of the ConfigMap.", pattern=NAME_PATTERN, max_length=253)
+    key: str = Field(default="config.json", description="Key holding the config.json document.",
+                     pattern=r"^[-._a-zA-Z0-9]+$", max_length=253)
+
+
+class SecretKeyRef(_Model):
+    """A key of a Secret in the SpeculativeDeployment's namespace."""
+
+    name: str = Field(description="Name of the Secret.", pattern=NAME_PATTERN, max_length=253)
+    key: str = Field(default="token", description="Key holding the value.", pattern=r"^[-._a-zA-Z0-9]+$", max_length=253)
+
+
+class ConfigSource(_Model):
+    """Where the model's config.json comes from when not from the model source itself."""
+
+    config_map_key_ref: Optional[ConfigMapKeyRef] = Field(
+        default=None, description="Read config.json from this ConfigMap key instead of the model source."
+    )
+
+
+class PvcSource(_Model):
+    """A PersistentVolumeClaim holding model files; `model` is then a path inside it."""
+
+    claim_name: str = Field(description="Name of the PersistentVolumeClaim.", pattern=NAME_PATTERN, max_length=253)
+
+
+class ModelSource(_Model):
+    """A model: a hub repository id, or a path inside a PersistentVolumeClaim."""
+
+    model: str = Field(
+        description="Hub repository id (e.g. `Qwen/Qwen3.6-27B`) or, with `pvc`, a path inside the claim. "
+        "Never starts with '-'; no '.' or '..' segments.",
+        pattern=MODEL_PATTERN,
+        max_length=512,
+        json_schema_extra={"x-kubernetes-validations": [
+            {"rule": "!self.matches('(^|/)[.][.]?(/|$)')", "message": "model may not contain '.' or '..' path segments"}
+        ]},
+    )
+    revision: Optional[str] = Field(
+        default=None, description="Hub revision (branch, tag or commit) to pin; the resolved commit is recorded in status.",
+        pattern=REVISION_PATTERN,
+    )
+    config_from: Optional[ConfigSource] = Field(
+        default=None, description="Where to read config.json from; default: the model source itself."
+    )
+    pvc: Optional[PvcSource] = Field(default=None, description="Serve the model from this claim instead of the hub.")
+    token_secret_ref: Optional[SecretKeyRef] = Field(
+        default=None, description="Hub access token for gated or private repositories (Secret key)."
+    )
+
+    @field_validator("model")
+    @classmethod
+    def _safe_model(cls, v: str) -> str:
+        problem = model_reference_problem(v)
+        if problem:
+            raise ValueError(problem)
+        return v
+
+
+class TargetSource(ModelSource):
+    """The target model being served."""
+
+    trust_remote_code: bool = Field(
+        default=False, description="Allow the engine to run the model repository's own Python code (auto_map)."
+    )
+
+
+class Engine(_Model):
+    """The inference engine and its version; flags are derived from the version's capabilities."""
+
+    name: EngineName = Field(description="Inference engine.")
+    version: str = Field(description="Engine release, e.g. `0.5.23` (SGLang) or `0.33.0` (vLLM).", pattern=VERSION_PATTERN)
+    image: Optional[str] = Field(
+        default=None, description="Container image; default: the specdeploy runtime image for this engine version.",
+        pattern=IMAGE_PATTERN, max_length=512,
+    )
+    extra_args: list[Annotated[str, Field(max_length=4096)]] = Field(
+        default_factory=list, max_length=128,
+        description="Additional engine arguments, appended as separate exec-form arguments (no shell). "
+        "May not set any flag the operator owns (model, parallelism, speculative-*, metrics, host/port, config files).",
+    )
+
+
+class DDTree(_Model):
+    """DDTree tree drafting (method `ddtree`)."""
+
+    budget: Optional[int] = Field(default=None, ge=1, le=1024, description="Maximum tree nodes; default block size - 1.")
+    topk: Optional[int] = Field(default=None, ge=1, le=64, description="Candidates per depth; default: the engine's.")
+
+
+class Speculation(_Model):
+    """Speculative decoding settings; unset fields are derived from the drafter config."""
+
+    model_config = ConfigDict(**_Model.model_config, json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "!has(self.ddtree) || self.method == 'ddtree'",
+         "message": "ddtree settings apply only to method ddtree", "fieldPath": ".ddtree"},
+        {"rule": "!has(self.blockSize) || !has(self.draftWindow) || type(self.draftWindow) == string "
+                 "|| int(self.draftWindow) >= self.blockSize",
+         "message": "draftWindow must be >= blockSize", "fieldPath": ".draftWindow"},
+    ]})
+
+    method: Literal["dflash", "ddtree"] = Field(default="dflash", description="Speculative decoding method.")
+    block_size: Optional[int] = Field(
+        default=None, ge=2, le=MAX_BLOCK_SIZE,
+        description="Draft block size (tokens per draft step, bonus token included); default: the drafter's block_size.",
+    )
+    draft_window: Optional[Union[StrictInt, Literal["off"]]] = Field(
+        default=None,
+        description="Compact draft KV cache window in tokens, or `off`. Default: the drafter's sliding window when it "
+        "has sliding layers (rendered as SGLang's draft window flag), else none.",
+        json_schema_extra={"x-kubernetes-int-or-string": True, "x-kubernetes-validations": [
+            {"rule": "type(self) == string ? self == 'off' : int(self) >= 1",
+             "message": "draftWindow must be a positive integer or 'off'"}
+        ]},
+    )
+    draft_attention_backend: Optional[Literal["flashinfer", "fa3", "fa4", "triton", "trtllm_mha"]] = Field(
+        default=None, description="Draft model attention backend (SGLang); default: the GPU profile's."
+    )
+    ddtree: Optional[DDTree] = Field(default=None, description="DDTree settings; only with method `ddtree`.")
+
+
+class Gpu(_Model):
+    """GPUs of one replica."""
+
+    type: GpuType = Field(description="GPU profile: selects nodes by `nvidia.com/gpu.product`.")
+    count: int = Field(default=1, ge=1, le=64, description="GPUs per replica (the tensor-parallel size).")
+
+
+class Toleration(_Model):
+    """An extra pod toleration (the GPU taint is always tolerated)."""
+
+    key: Optional[str] = Field(default=None, description="Taint key.", max_length=316)
+    operator: Literal["Exists", "Equal"] = Field(default="Equal", description="Match operator.")
+    value: Optional[str] = Field(default=None, description="Taint value.", max_length=63)
+    effect: Optional[Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]] = Field(default=None, description="Taint effect.")
+
+
+class Pod(_Model):
+    """Pod-level settings of the engine workload."""
+
+    shm_size: str = Field(default="16Gi", pattern=QUANTITY_PATTERN, description="Size of the /dev/shm memory volume.")
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="Extra node labels to select on (the GPU product label is always set)."
+    )
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=32, description="Extra tolerations.")
+    priority_class_name: Optional[str] = Field(default=None, pattern=NAME_PATTERN, description="Pod priority class.")
+    service_account_name: Optional[str] = Field(default=None, pattern=NAME_PATTERN, description="Engine pods' service account.")
+    cpu: Optional[str] = Field(default=None, pattern=QUANTITY_PATTERN, description="CPU request and limit of the engine container.")
+    memory: Optional[str] = Field(default=None, pattern=QUANTITY_PATTERN, description="Memory request and limit of the engine container.")
+
+
+class Monitoring(_Model):
+    """Acceptance monitoring thresholds."""
+
+    min_acceptance_length: float = Field(
+        default=1.5, ge=1.0, le=64.0,
+        description="Acceptance length (tokens per step, bonus included) below which speculation counts as collapsed.",
+    )
+
+
+class SpeculativeDeploymentSpec(_Model):
+    """Desired state: a target model served with a DFlash drafter on a GPU pool."""
+
+    model_config = ConfigDict(**_Model.model_config, json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "self.gpu.count % self.nodes == 0",
+         "message": "gpu.count (GPUs per replica) must be a multiple of nodes", "fieldPath": ".gpu.count"},
+        {"rule": "self.gpu.count / self.nodes <= 8",
+         "message": "at most 8 GPUs per node: raise nodes or lower gpu.count", "fieldPath": ".gpu.count"},
+    ]})
+
+    engine: Engine = Field(description="Inference engine.")
+    target: TargetSource = Field(description="The model being served.")
+    drafter: ModelSource = Field(description="The DFlash drafter.")
+    speculation: Speculation = Field(default_factory=Speculation, description="Speculative decoding settings.")
+    gpu: Gpu = Field(description="GPUs per replica.")
+    nodes: int = Field(default=1, ge=1, le=16, description="Nodes per replica; more than 1 renders a LeaderWorkerSet.")
+    replicas: int = Field(default=1, ge=0, le=1000, description="Number of replicas.")
+    pod: Pod = Field(default_factory=Pod, description="Pod-level settings.")
+    monitoring: Monitoring = Field(default_factory=Monitoring, description="Acceptance monitoring.")
+
+    def options(self) -> Options:
+        """The checker's view of this spec."""
+        s = self.speculation
+        return Options(
+            engine=self.engine.name,
+            engine_version=self.engine.version,
+            method=s.method,
+            gpu=self.gpu.type,
+            gpu_count=self.gpu.count,
+            nodes=self.nodes,
+            block_size=s.block_size,
+            draft_window=s.draft_window,
+            draft_attention_backend=s.draft_attention_backend,
+            extra_args=tuple(self.engine.extra_args),
+            ddtree_budget=s.ddtree.budget if s.ddtree else None,
+            ddtree_topk=s.ddtree.topk if s.ddtree else None,
+            ddtree_set=s.ddtree is not None,
+            trust_remote_code=self.target.trust_remote_code,
+            target_model=self.target.model,
+            drafter_model=self.drafter.model,
+        )
+
+
+class Condition(_Model):
+    """A metav1.Condition."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    type: str = Field(description="Condition type, CamelCase.", max_length=316)
+    status: Literal["True", "False", "Unknown"] = Field(description="Status of the condition.")
+    reason: str = Field(description="CamelCase reason.", max_length=1024)
+    message: str = Field(default="", description="Human-readable details.", max_length=32768)
+    last_transition_time: str = Field(description="When the status last changed (RFC 3339).")
+    observed_generation: Optional[int] = Field(default=None, ge=0, description="The .metadata.generation this condition was set for.")
+
+
+class Resolved(_Model):
+    """What the operator resolved and derived for the current generation."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    target_config_digest: Optional[str] = Field(default=None, description="sha256 of the target config.json checked.")
+    drafter_config_digest: Optional[str] = Field(default=None, description="sha256 of the drafter config.json checked.")
+    target_revision: Optional[str] = Field(default=None, description="Resolved commit of the target.")
+    drafter_revision: Optional[str] = Field(default=None, description="Resolved commit of the drafter.")
+    block_size: Optional[int] = Field(default=None, description="Draft block size in use.")
+    num_speculative_tokens: Optional[int] = Field(default=None, description="Draft tokens per step (block size - 1).")
+    draft_window: Optional[int] = Field(default=None, description="Compact draft cache window in use, if any.")
+    profile: Optional[str] = Field(default=None, description="GPU profile key.")
+    gpu_product: Optional[str] = Field(default=None, description="`nvidia.com/gpu.product` selected on.")
+    image: Optional[str] = Field(default=None, description="Engine image in use.")
+    config_hash: Optional[str] = Field(default=None, description="Hash of the rendered engine config (rolls pods on change).")
+
+
+class Acceptance(_Model):
+    """Speculative acceptance measured from the engines' metrics."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    length: Optional[float] = Field(default=None, description="Mean acceptance length (tokens per step, bonus included).")
+    rate: Optional[float] = Field(default=None, description="Accepted / drafted tokens.")
+    per_position: list[float] = Field(default_factory=list, description="Acceptance rate per draft position.")
+    window: Optional[str] = Field(default=None, description="Window the figures cover, e.g. `5m`.")
+    sampled_at: Optional[str] = Field(default=None, description="When the figures were computed (RFC 3339).")
+    pods_reporting: Optional[int] = Field(default=None, ge=0, description="Engine pods whose metrics were used.")
+
+
+class SpeculativeDeploymentStatus(_Model):
+    """Observed state."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    conditions: list[Condition] = Field(
+        default_factory=list, description="DrafterCompatible, Progressing, Ready, Degraded, SpeculationHealthy.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    observed_generation: Optional[int] = Field(default=None, description="Last generation the operator acted on.")
+    replicas: Optional[int] = Field(default=None, description="Replicas of the engine workload.")
+    ready_replicas: Optional[int] = Field(default=None, description="Ready replicas of the engine workload.")
+    selector: Optional[str] = Field(default=None, description="Label selector of the engine pods (scale subresource).")
+    resolved: Optional[Resolved] = Field(default=None, description="Resolved configs and derived settings.")
+    acceptance: Optional[Acceptance] = Field(default=None, description="Measured speculative acceptance.")
+
+
+class ObjectMeta(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    name: str = Field(description="Object name.")
+    namespace: Optional[str] = Field(default=None, description="Object namespace.")
+    uid: Optional[str] = Field(default=None, description="Object UID.")
+    generation: Optional[int] = Field(default=None, description="Spec generation.")
+    labels: dict[str, str] = Field(default_factory=dict, description="Labels.")
+    annotations: dict[str, str] = Field(default_factory=dict, description="Annotations.")
+
+
+class SpeculativeDeployment(BaseModel):
+    """A target model served with a DFlash drafter: the operator's custom resource."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    api_version: Literal[f"{API_GROUP}/{API_VERSION}"] = Field(alias="apiVersion", description="API version.")
+    kind: Literal[KIND] = Field(description="Kind.")
+    metadata: ObjectMeta = Field(description="Standard object metadata.")
+    spec: SpeculativeDeploymentSpec = Field(description="Desired state.")
+    status: Optional[SpeculativeDeploymentStatus] = Field(default=None, description="Observed state.")
+
+
+def parse(obj: Any) -> SpeculativeDeployment:
+    """Parse a SpeculativeDeployment object (dict); raises pydantic.ValidationError."""
+    return SpeculativeDeployment.model_validate(obj)
+
+
+def validation_messages(exc: Any) -> list[tuple[str, str]]:
+    """(field path, message) pairs from a pydantic ValidationError, in camelCase field paths."""
+    out = []
+    for e in exc.errors():
+        loc = [p for p in e.get("loc", ()) if not (isinstance(p, str) and p.startswith(("function-", "literal[", "int")))]
+        path = ""
+        for p in loc:
+            path += f"[{p}]" if isinstance(p, int) else (f".{p}" if path else str(p))
+        msg = e.get("msg", "invalid")
+        if e.get("type") == "extra_forbidden":
+            msg = "unknown field; check the spelling against the API reference (docs/reference/api.md)"
+        out.append((path or "(object)", msg))
+    return out

@@ -1,0 +1,267 @@
+"""The ``specdeploy`` command (operator side).
+
+Subcommands import what they need when they run: ``specdeploy --help`` imports nothing
+beyond argparse. Exit codes: 0 success; 1 the check found errors; 2 unusable input
+(missing file, bad JSON/YAML, invalid object), always a one-line message, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Sequence
+
+PROG = "specdeploy"
+
+
+class UsageError(Exception):
+    """Unusable input: reported in one line, exit 2."""
+
+
+def _load_json_config(path: str, what: str) -> Any:
+    import json
+    import os
+
+    p = os.path.join(path, "config.json") if os.path.isdir(path) else path
+    try:
+        with open(p, encoding="utf-8") as fh:
+            return json.load(fh)
+    except FileNotFoundError:
+        hint = " (a directory must hold config.json)" if os.path.isdir(path) else ""
+        raise UsageError(f"{what} config not found: {p}{hint}") from None
+    except IsADirectoryError:
+        raise UsageError(f"{what} config is a directory without config.json: {p}") from None
+    except json.JSONDecodeError as e:
+        raise UsageError(f"{what} config {p} is not valid JSON: line {e.lineno} column {e.colno}: {e.msg}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{what} config {p} is not UTF-8 text") from None
+    except OSError as e:
+        raise UsageError(f"cannot read {what} config {p}: {e.strerror}") from None
+
+
+def _load_cr(path: str) -> Any:
+    import yaml
+
+    from .api.types import SpeculativeDeployment, validation_messages
+
+    try:
+        with (sys.stdin if path == "-" else open(path, encoding="utf-8")) as fh:
+            docs = [d for d in yaml.safe_load_all(fh) if d is not None]
+    except FileNotFoundError:
+        raise UsageError(f"file not found: {path}") from None
+    except yaml.YAMLError as e:
+        raise UsageError(f"{path} is not valid YAML: {str(e).splitlines()[0]}") from None
+    except OSError as e:
+        raise UsageError(f"cannot read {path}: {e.strerror}") from None
+    crs = [d for d in docs if isinstance(d, dict) and d.get("kind") == "SpeculativeDeployment"]
+    if len(crs) != 1:
+        raise UsageError(f"{path} must hold exactly one SpeculativeDeployment, found {len(crs)}")
+    import pydantic
+
+    try:
+        return SpeculativeDeployment.model_validate(crs[0])
+    except pydantic.ValidationError as e:
+        msgs = "; ".join(f"{p}: {m}" for p, m in validation_messages(e))
+        raise UsageError(f"{path}: invalid SpeculativeDeployment: {msgs}") from None
+
+
+def _print_findings(findings, out) -> None:
+    for f in findings:
+        print(f"{f.severity.value:<8}{f.code}  [{f.source.value}] {f.path}", file=out)
+        print(f"        {f.message}", file=out)
+
+
+# ----------------------------------------------------------------- check
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    import json
+
+    from .core.checker import Options, analyze
+    from .core.engines import get_engine
+    from .core.findings import report
+
+    drafter = _load_json_config(args.drafter, "drafter")
+    target = _load_json_config(args.target, "target")
+    version = args.engine_version
+    if args.engine and not version:
+        version = get_engine(args.engine).newest_verified
+    opts = Options(engine=args.engine, engine_version=version, gpu=args.gpu, gpu_count=args.gpu_count,
+                   nodes=args.nodes, method=args.method)
+    a = analyze(drafter, target, opts)
+    if args.output == "json":
+        doc = report(a.findings)
+        if a.derived is not None:
+            doc["derived"] = a.derived.to_dict()
+        print(json.dumps(doc, indent=2))
+    else:
+        ctx = f"{args.engine} {version}" if args.engine else "no engine given"
+        if args.gpu:
+            ctx += f", {args.gpu_count} x {args.gpu}"
+        n_err = sum(1 for f in a.findings if f.severity.value == "error")
+        n_warn = sum(1 for f in a.findings if f.severity.value == "warning")
+        print(f"{'OK' if a.ok else 'INCOMPATIBLE'}: {args.drafter} vs {args.target} ({ctx}): "
+              f"{n_err} error(s), {n_warn} warning(s)")
+        _print_findings(a.findings, sys.stdout)
+        if a.derived is not None and a.ok:
+            d = a.derived
+            print(f"derived: block size {d.block_size}, {d.num_speculative_tokens} draft tokens per step, "
+                  f"draft window {d.draft_window if d.draft_window is not None else 'none'}, "
+                  f"layers {','.join('S' if x == 'sliding_attention' else 'F' for x in d.layer_types)}, "
+                  f"target layer ids {list(d.target_layer_ids)}")
+    return 0 if a.ok else 1
+
+
+# ----------------------------------------------------------------- render
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    import json
+
+    import yaml
+
+    from .core.render import RenderError, render
+
+    cr = _load_cr(args.filename)
+    drafter = _load_json_config(args.drafter_config, "drafter")
+    target = _load_json_config(args.target_config, "target")
+    try:
+        r = render(cr, target, drafter, pod_monitor=args.pod_monitor)
+    except RenderError as e:
+        print(f"{PROG} render: {cr.metadata.name}: the drafter/target check failed; nothing rendered", file=sys.stderr)
+        _print_findings(e.findings, sys.stderr)
+        return 1
+    warnings = [f for f in r.analysis.findings if f.severity.value == "warning"]
+    if warnings:
+        _print_findings(warnings, sys.stderr)
+    if args.output == "json":
+        print(json.dumps({"apiVersion": "v1", "kind": "List", "items": r.objects}, indent=2))
+    else:
+        print(yaml.safe_dump_all(r.objects, sort_keys=False, width=1000), end="")
+    return 0
+
+
+def cmd_crd(args: argparse.Namespace) -> int:
+    from .api.crd import render_crd_yaml
+
+    sys.stdout.write(render_crd_yaml())
+    return 0
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from . import generate
+
+    changed = generate.write_all(args.root, check=args.check)
+    if args.check and changed:
+        print(f"{PROG} generate: out of date: {', '.join(changed)}; run `specdeploy generate`", file=sys.stderr)
+        return 1
+    for p in changed:
+        print(f"wrote {p}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from . import demo
+
+    return demo.run(args.examples)
+
+
+def cmd_flag_commands(args: argparse.Namespace) -> int:
+    import json
+
+    from . import demo
+
+    print(json.dumps(demo.flag_commands(args.examples), indent=2))
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from . import bench
+
+    return bench.run(args.what, args.repeat)
+
+
+# ----------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    # The tables are standard-library only: cheap to import for choices.
+    from .core.engines import ENGINE_NAMES
+    from .core.gpus import PROFILE_KEYS
+
+    p = argparse.ArgumentParser(prog=PROG, description="Speculative-decoding deployments with DFlash drafters on SGLang and vLLM.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    c = sub.add_parser("check", help="check a drafter config.json against its target's",
+                       description="Check a DFlash drafter config.json against the target's. Exit 0: no errors; "
+                       "1: errors found; 2: unusable input.")
+    c.add_argument("--drafter", required=True, metavar="D", help="drafter config.json, or a directory holding one")
+    c.add_argument("--target", required=True, metavar="T", help="target config.json, or a directory holding one")
+    c.add_argument("--engine", choices=ENGINE_NAMES, help="also check engine support")
+    c.add_argument("--engine-version", metavar="V", help="engine release (default: the newest verified)")
+    c.add_argument("--gpu", choices=PROFILE_KEYS, help="GPU profile")
+    c.add_argument("--gpu-count", type=_positive_int, default=1, metavar="N", help="GPUs per replica (tensor parallel)")
+    c.add_argument("--nodes", type=_positive_int, default=1, metavar="N", help="nodes per replica")
+    c.add_argument("--method", choices=["dflash", "ddtree"], default="dflash", help="speculative method")
+    c.add_argument("--output", "-o", choices=["text", "json"], default="text")
+    c.set_defaults(func=cmd_check)
+
+    r = sub.add_parser("render", help="print the objects the operator would create for a SpeculativeDeployment")
+    r.add_argument("-f", "--filename", required=True, help="SpeculativeDeployment YAML ('-' for stdin)")
+    r.add_argument("--drafter-config", required=True, metavar="D", help="drafter config.json or directory")
+    r.add_argument("--target-config", required=True, metavar="T", help="target config.json or directory")
+    r.add_argument("--output", "-o", choices=["yaml", "json"], default="yaml")
+    r.add_argument("--pod-monitor", action="store_true", help="include the PodMonitor (prometheus-operator)")
+    r.set_defaults(func=cmd_render)
+
+    k = sub.add_parser("crd", help="print the CustomResourceDefinition")
+    k.set_defaults(func=cmd_crd)
+
+    g = sub.add_parser("generate", help="regenerate generated files (CRD, API reference, flag snapshots index)")
+    g.add_argument("--root", default=".", help="repository root")
+    g.add_argument("--check", action="store_true", help="only report files that are out of date (exit 1)")
+    g.set_defaults(func=cmd_generate)
+
+    d = sub.add_parser("demo", help="the main job: check and render every example")
+    d.add_argument("--examples", default="examples", help="examples directory")
+    d.set_defaults(func=cmd_demo)
+
+    dev = sub.add_parser("dev", help="developer tools")
+    dsub = dev.add_subparsers(dest="dev_command", metavar="TOOL")
+    fc = dsub.add_parser("flag-commands", help="JSON of every example's rendered engine argv (for the flag-drift check)")
+    fc.add_argument("--examples", default="examples")
+    fc.set_defaults(func=cmd_flag_commands)
+    b = dsub.add_parser("bench", help="print benchmark figures")
+    b.add_argument("what", choices=["core"], help="what to measure")
+    b.add_argument("--repeat", type=_positive_int, default=200)
+    b.set_defaults(func=cmd_bench)
+    return p
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{v} must be >= 1")
+    return v
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return args.func(args)
+    except UsageError as e:
+        print(f"{PROG} {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

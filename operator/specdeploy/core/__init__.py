@@ -1,0 +1,1 @@
+"""The pure core: no kopf, no kubernetes client, no aiohttp, no torch."""

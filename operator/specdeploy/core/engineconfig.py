@@ -1,0 +1,70 @@
+"""The engine config document: what the operator hands the pod, one typed document.
+
+Rendered by the operator into the engine ConfigMap (key ``engine-config.json``); parsed by
+the pod runtime (preflight re-checks it against the mounted config.json files, launch execs
+it). Everything the engine process gets is in here, already split into exec-form argv.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+ENGINE_CONFIG_KEY = "engine-config.json"
+CHECK_REPORT_KEY = "check-report.json"
+ENGINE_CONFIG_MOUNT = "/etc/specdeploy"
+
+
+class _Doc(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+class ModelRef(_Doc):
+    model: str = Field(description="What the engine is given: hub repo id or a path in the pod.")
+    revision: Optional[str] = Field(default=None, description="Pinned revision, if any.")
+    config_digest: Optional[str] = Field(default=None, description="sha256 of the config.json the check saw.")
+
+
+class SpeculationPlan(_Doc):
+    method: Literal["dflash", "ddtree"] = Field(description="Speculative method.")
+    block_size: int = Field(description="Draft block size.")
+    num_speculative_tokens: int = Field(description="Draft tokens per step (block size - 1).")
+    draft_window: Optional[int] = Field(default=None, description="Compact draft cache window rendered, if any.")
+    drafter_window: Optional[int] = Field(default=None, description="The drafter's trained sliding window, if any.")
+    layer_types: list[str] = Field(description="Drafter layer attention kinds as the engines resolve them.")
+    target_layer_ids: list[int] = Field(description="0-based target layer outputs the drafter reads.")
+
+
+class EngineConfig(_Doc):
+    api_version: Literal["specdeploy.io/v1alpha1"] = Field(default="specdeploy.io/v1alpha1", description="Document version.")
+    kind: Literal["EngineConfig"] = Field(default="EngineConfig", description="Document kind.")
+    engine: Literal["sglang", "vllm"] = Field(description="Engine.")
+    engine_version: str = Field(description="Engine release the flags were derived for.")
+    command: list[str] = Field(description="Exec-form entrypoint.")
+    args: list[str] = Field(description="Exec-form arguments (leader / single node).")
+    worker_args: Optional[list[str]] = Field(default=None, description="Arguments for non-leader nodes (multi-node).")
+    env: dict[str, str] = Field(default_factory=dict, description="Environment the engine needs.")
+    port: int = Field(description="HTTP port (API, health and metrics).")
+    health_path: str = Field(description="Health endpoint.")
+    metrics_path: str = Field(description="Prometheus metrics endpoint.")
+    target: ModelRef = Field(description="Target model.")
+    drafter: ModelRef = Field(description="Drafter model.")
+    speculation: SpeculationPlan = Field(description="Derived speculation settings.")
+    gpu_profile: str = Field(description="GPU profile key.")
+    tensor_parallel_size: int = Field(description="Tensor-parallel size (GPUs per replica).")
+    nodes: int = Field(description="Nodes per replica.")
+
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump(by_alias=True, exclude_none=True), sort_keys=True, indent=2) + "\n"
+
+    def digest(self) -> str:
+        return hashlib.sha256(self.to_json().encode()).hexdigest()
+
+
+def config_digest(doc: object) -> str:
+    """Digest of a config.json document, independent of key order and whitespace."""
+    return "sha256:" + hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()

@@ -1,0 +1,372 @@
+"""Parse model config.json files into normalised views that remember where each value came from.
+
+Targets come plain (``Qwen3ForCausalLM``) or wrapped: multimodal and wrapper models nest the
+language model under ``text_config`` (Qwen3.5/3.6, Kimi K2.5/K2.6), ``language_config``,
+``llm_config`` or ``thinker_config.text_config``.
+
+Drafters come in every shape real files use (dflash-engines.md s2):
+- ``DFlashDraftModel`` / ``DFlash2DraftModel`` / vendor aliases (any architecture naming DFlash);
+- DFlash fields inside ``dflash_config`` (which wins over the top level, as z-lab's
+  ``_draft_value`` and SGLang's ``parse_dflash_draft_config`` do) or only at the top level;
+- ``dflash_config.use_swa`` + ``swa_window_size`` instead of ``layer_types``;
+- the speculators format: ``speculators_model_type: dflash``, ``aux_hidden_state_layer_ids``
+  (= target_layer_ids + 1), geometry in ``transformer_layer_config``, ``draft_vocab_size``,
+  ``target_hidden_size``.
+
+Parsing never raises: a value of the wrong type becomes an ``InvalidFieldType`` finding and
+is treated as absent. Unknown fields are ignored.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Generic, Iterable, TypeVar
+
+from .findings import Finding, Severity, Source
+
+T = TypeVar("T")
+
+SLIDING = "sliding_attention"
+FULL = "full_attention"
+DRAFTER_LAYER_TYPES = (SLIDING, FULL)
+
+
+@dataclass(frozen=True)
+class Val(Generic[T]):
+    """A value read from a config file and the JSONPath it was read from."""
+
+    value: T
+    path: str
+
+
+def jpath(base: str, key: str | int) -> str:
+    if isinstance(key, int):
+        return f"{base}[{key}]"
+    if key.isidentifier():
+        return f"{base}.{key}"
+    return f"{base}[{key!r}]"
+
+
+class _Reader:
+    """Typed reads from a JSON document; type problems become findings, never exceptions."""
+
+    def __init__(self, source: Source):
+        self.source = source
+        self.findings: list[Finding] = []
+
+    def _bad(self, path: str, want: str, got: Any) -> None:
+        shown = repr(got)
+        if len(shown) > 60:
+            shown = shown[:57] + "..."
+        self.findings.append(
+            Finding(
+                Severity.ERROR,
+                "InvalidFieldType",
+                self.source,
+                path,
+                f"expected {want}, found {shown}; fix the value in the {self.source.value} config.json",
+            )
+        )
+
+    def raw(self, obj: Any, key: str, base: str) -> Val[Any] | None:
+        if isinstance(obj, dict) and key in obj and obj[key] is not None:
+            return Val(obj[key], jpath(base, key))
+        return None
+
+    def first(self, candidates: Iterable[tuple[Any, str, str]]) -> Val[Any] | None:
+        """First present (non-null) value among (obj, key, base) candidates."""
+        for obj, key, base in candidates:
+            v = self.raw(obj, key, base)
+            if v is not None:
+                return v
+        return None
+
+    def as_int(self, v: Val[Any] | None, *, minimum: int | None = None) -> Val[int] | None:
+        if v is None:
+            return None
+        x = v.value
+        if isinstance(x, bool):
+            self._bad(v.path, "an integer", x)
+            return None
+        if isinstance(x, float) and math.isfinite(x) and x.is_integer():
+            x = int(x)
+        if not isinstance(x, int):
+            self._bad(v.path, "an integer", x)
+            return None
+        if minimum is not None and x < minimum:
+            self._bad(v.path, f"an integer >= {minimum}", x)
+            return None
+        return Val(x, v.path)
+
+    def as_bool(self, v: Val[Any] | None) -> Val[bool] | None:
+        if v is None:
+            return None
+        if not isinstance(v.value, bool):
+            self._bad(v.path, "true or false", v.value)
+            return None
+        return v
+
+    def as_str(self, v: Val[Any] | None) -> Val[str] | None:
+        if v is None:
+            return None
+        if not isinstance(v.value, str):
+            self._bad(v.path, "a string", v.value)
+            return None
+        return v
+
+    def as_dict(self, v: Val[Any] | None) -> Val[dict] | None:
+        if v is None:
+            return None
+        if not isinstance(v.value, dict):
+            self._bad(v.path, "an object", v.value)
+            return None
+        return v
+
+    def as_int_list(self, v: Val[Any] | None) -> Val[list[Val[int]]] | None:
+        if v is None:
+            return None
+        if not isinstance(v.value, list):
+            self._bad(v.path, "a list of integers", v.value)
+            return None
+        items: list[Val[int]] = []
+        ok = True
+        for i, x in enumerate(v.value):
+            iv = self.as_int(Val(x, jpath(v.path, i)))
+            if iv is None:
+                ok = False
+            else:
+                items.append(iv)
+        return Val(items, v.path) if ok else None
+
+    def as_str_list(self, v: Val[Any] | None) -> Val[list[Val[str]]] | None:
+        if v is None:
+            return None
+        if not isinstance(v.value, list):
+            self._bad(v.path, "a list of strings", v.value)
+            return None
+        items: list[Val[str]] = []
+        ok = True
+        for i, x in enumerate(v.value):
+            if isinstance(x, str):
+                items.append(Val(x, jpath(v.path, i)))
+            else:
+                self._bad(jpath(v.path, i), "a string", x)
+                ok = False
+        return Val(items, v.path) if ok else None
+
+
+def _not_object(source: Source, doc: Any) -> Finding:
+    return Finding(
+        Severity.ERROR,
+        "ConfigNotAnObject",
+        source,
+        "$",
+        f"the {source.value} config.json must be a JSON object, found {type(doc).__name__}; "
+        f"point the {source.value} at the model's config.json",
+    )
+
+
+# --------------------------------------------------------------------------- target
+
+TEXT_CONFIG_KEYS = (("text_config",), ("language_config",), ("llm_config",), ("thinker_config", "text_config"))
+
+
+@dataclass
+class TargetConfig:
+    root: str  # JSONPath of the language-model config ("$" or "$.text_config", ...)
+    architectures: list[str]
+    model_type: str | None
+    num_hidden_layers: Val[int] | None
+    hidden_size: Val[int] | None
+    vocab_size: Val[int] | None
+    num_attention_heads: Val[int] | None
+    num_key_value_heads: Val[int] | None
+    head_dim: Val[int] | None
+    intermediate_size: Val[int] | None
+    layer_types: list[str]
+    tie_word_embeddings: bool
+    dtype: str | None
+    quantization: dict | None
+    has_auto_map: bool
+    # Everything else the weight estimate reads (MoE, MLA, linear attention), untyped.
+    text: dict = field(default_factory=dict)
+    wrapper: dict = field(default_factory=dict)
+
+
+def parse_target(doc: Any) -> tuple[TargetConfig | None, list[Finding]]:
+    r = _Reader(Source.TARGET)
+    if not isinstance(doc, dict):
+        return None, [_not_object(Source.TARGET, doc)]
+    text, root = doc, "$"
+    for chain in TEXT_CONFIG_KEYS:
+        obj, path = doc, "$"
+        for key in chain:
+            obj = obj.get(key) if isinstance(obj, dict) else None
+            path = jpath(path, key)
+        if isinstance(obj, dict) and obj:
+            text, root = obj, path
+            break
+
+    def pick(*keys: str) -> Val[Any] | None:
+        # the language-model config first, then the wrapper (some wrappers keep vocab_size outside)
+        cands = [(text, k, root) for k in keys]
+        if text is not doc:
+            cands += [(doc, k, "$") for k in keys]
+        return r.first(cands)
+
+    archs = r.as_str_list(r.raw(doc, "architectures", "$"))
+    raw_types = text.get("layer_types")
+    layer_types = [t for t in raw_types if isinstance(t, str)] if isinstance(raw_types, list) else []
+    dtype = r.as_str(pick("torch_dtype", "dtype"))
+    quant = r.as_dict(pick("quantization_config", "compression_config"))
+    tie = r.as_bool(pick("tie_word_embeddings"))
+    cfg = TargetConfig(
+        root=root,
+        architectures=[a.value for a in archs.value] if archs else [],
+        model_type=(r.as_str(r.raw(doc, "model_type", "$")) or Val(None, "")).value,
+        num_hidden_layers=r.as_int(pick("num_hidden_layers", "num_layers", "n_layer", "n_layers"), minimum=1),
+        hidden_size=r.as_int(pick("hidden_size", "d_model", "n_embd"), minimum=1),
+        vocab_size=r.as_int(pick("vocab_size", "padded_vocab_size"), minimum=1),
+        num_attention_heads=r.as_int(pick("num_attention_heads", "n_head", "num_heads"), minimum=1),
+        num_key_value_heads=r.as_int(pick("num_key_value_heads", "num_kv_heads", "multi_query_group_num"), minimum=1),
+        head_dim=r.as_int(pick("head_dim"), minimum=1),
+        intermediate_size=r.as_int(pick("intermediate_size", "ffn_hidden_size"), minimum=1),
+        layer_types=layer_types,
+        tie_word_embeddings=bool(tie.value) if tie else False,
+        dtype=dtype.value if dtype else None,
+        quantization=quant.value if quant else None,
+        has_auto_map=isinstance(doc.get("auto_map"), dict) or isinstance(text.get("auto_map"), dict),
+        text=text,
+        wrapper=doc,
+    )
+    return cfg, r.findings
+
+
+# --------------------------------------------------------------------------- drafter
+
+
+@dataclass
+class DrafterConfig:
+    architectures: list[str]
+    variant: str  # "dflash" | "dflash2"
+    format: str  # "dflash" (z-lab/SpecForge layout) | "speculators"
+    is_dflash: bool
+    target_layer_ids: Val[list[Val[int]]] | None
+    target_layer_ids_offset: int  # 1 when read from aux_hidden_state_layer_ids (= id + 1)
+    block_size: Val[int] | None
+    block_size_other: Val[int] | None  # the losing value when both places set a different one
+    mask_token_id: Val[int] | None
+    num_target_layers: Val[int] | None
+    hidden_size: Val[int] | None
+    target_hidden_size: Val[int] | None
+    num_hidden_layers: Val[int] | None
+    num_attention_heads: Val[int] | None
+    num_key_value_heads: Val[int] | None
+    head_dim: Val[int] | None
+    intermediate_size: Val[int] | None
+    vocab_size: Val[int] | None
+    hidden_act: Val[str] | None
+    layer_types: Val[list[Val[str]]] | None
+    sliding_window: Val[int] | None
+    use_swa: Val[bool] | None
+    swa_window_size: Val[int] | None
+    causal: Val[bool] | None
+    # HF Qwen3Config fields DFlash readers do not consult (kept to warn about ambiguity).
+    use_sliding_window: Val[bool] | None
+    max_window_layers: Val[int] | None
+    dtype: str | None
+    dflash_config_path: str  # where DFlash fields live or should live
+
+    def resolved_layer_types(self) -> list[str] | None:
+        """Per-layer attention kind as the engines resolve it, or None when unknown.
+
+        ``layer_types`` wins; else ``use_swa`` makes every layer sliding (vLLM
+        ``_resolve_layer_attention``); else every layer is full attention.
+        """
+        n = self.num_hidden_layers.value if self.num_hidden_layers else None
+        if self.layer_types is not None:
+            return [v.value for v in self.layer_types.value]
+        if n is None:
+            return None
+        if self.use_swa is not None and self.use_swa.value:
+            return [SLIDING] * n
+        return [FULL] * n
+
+    def window(self) -> Val[int] | None:
+        """The drafter's sliding window: ``swa_window_size`` with use_swa, else ``sliding_window``."""
+        if self.use_swa is not None and self.use_swa.value and self.swa_window_size is not None:
+            return self.swa_window_size
+        return self.sliding_window or self.swa_window_size
+
+
+def parse_drafter(doc: Any) -> tuple[DrafterConfig | None, list[Finding]]:
+    r = _Reader(Source.DRAFTER)
+    if not isinstance(doc, dict):
+        return None, [_not_object(Source.DRAFTER, doc)]
+    dcv = r.as_dict(r.raw(doc, "dflash_config", "$"))
+    dc = dcv.value if dcv else {}
+    dc_path = "$.dflash_config"
+    tlv = r.as_dict(r.raw(doc, "transformer_layer_config", "$"))
+    tl = tlv.value if tlv else {}
+    tl_path = "$.transformer_layer_config"
+    spec_type = r.as_str(r.raw(doc, "speculators_model_type", "$"))
+    speculators = spec_type is not None and spec_type.value.lower() == "dflash"
+    archs_v = r.as_str_list(r.raw(doc, "architectures", "$"))
+    archs = [a.value for a in archs_v.value] if archs_v else []
+    if not archs and tl:
+        tl_archs = r.as_str_list(r.raw(tl, "architectures", tl_path))
+        archs = [a.value for a in tl_archs.value] if tl_archs else []
+
+    def dflash_field(key: str) -> Val[Any] | None:
+        return r.first([(dc, key, dc_path), (doc, key, "$")])
+
+    def geometry(*keys: str) -> Val[Any] | None:
+        return r.first([(doc, k, "$") for k in keys] + [(tl, k, tl_path) for k in keys])
+
+    offset = 0
+    ids = r.as_int_list(dflash_field("target_layer_ids"))
+    if ids is None and dflash_field("target_layer_ids") is None:
+        aux = r.as_int_list(r.first([(doc, "aux_hidden_state_layer_ids", "$"), (dc, "aux_hidden_state_layer_ids", dc_path)]))
+        if aux is not None:
+            ids, offset = aux, 1
+
+    block_in_dc = r.as_int(r.raw(dc, "block_size", dc_path))
+    block_top = r.as_int(r.raw(doc, "block_size", "$"))
+    block = block_in_dc or block_top
+    other = block_top if (block_in_dc and block_top and block_in_dc.value != block_top.value) else None
+
+    lt = r.as_str_list(geometry("layer_types"))
+    dtype = r.as_str(geometry("torch_dtype", "dtype"))
+    is_dflash = speculators or bool(dc) or any("dflash" in a.lower() for a in archs)
+    cfg = DrafterConfig(
+        architectures=archs,
+        variant="dflash2" if any("dflash2" in a.lower() for a in archs) else "dflash",
+        format="speculators" if speculators else "dflash",
+        is_dflash=is_dflash,
+        target_layer_ids=ids,
+        target_layer_ids_offset=offset,
+        block_size=block,
+        block_size_other=other,
+        mask_token_id=r.as_int(dflash_field("mask_token_id")),
+        num_target_layers=r.as_int(dflash_field("num_target_layers"), minimum=1),
+        hidden_size=r.as_int(geometry("hidden_size"), minimum=1),
+        target_hidden_size=r.as_int(dflash_field("target_hidden_size"), minimum=1),
+        num_hidden_layers=r.as_int(geometry("num_hidden_layers"), minimum=1),
+        num_attention_heads=r.as_int(geometry("num_attention_heads"), minimum=1),
+        num_key_value_heads=r.as_int(geometry("num_key_value_heads"), minimum=1),
+        head_dim=r.as_int(geometry("head_dim"), minimum=1),
+        intermediate_size=r.as_int(geometry("intermediate_size"), minimum=1),
+        vocab_size=r.as_int(r.first([(doc, "vocab_size", "$"), (doc, "draft_vocab_size", "$"), (tl, "vocab_size", tl_path)]), minimum=1),
+        hidden_act=r.as_str(geometry("hidden_act")),
+        layer_types=lt,
+        sliding_window=r.as_int(geometry("sliding_window")),
+        use_swa=r.as_bool(dflash_field("use_swa")),
+        swa_window_size=r.as_int(dflash_field("swa_window_size")),
+        causal=r.as_bool(r.first([(dc, "causal", dc_path), (dc, "is_causal", dc_path), (doc, "is_causal", "$")])),
+        use_sliding_window=r.as_bool(geometry("use_sliding_window")),
+        max_window_layers=r.as_int(geometry("max_window_layers")),
+        dtype=dtype.value if dtype else None,
+        dflash_config_path=dc_path if (dc or not speculators) else "$",
+    )
+    return cfg, r.findings

@@ -1,0 +1,166 @@
+"""Estimate a model's weight bytes from its config.json (no weights needed).
+
+Good to a few percent for the architectures in this field (dense, MoE, MLA, hybrid
+linear attention) and honest about quantisation: the quantisation config decides the
+bytes per weight of each linear layer, evaluated against representative module names so
+that ``ignore`` / ``modules_to_not_convert`` lists (attention kept in bf16, say) count.
+Used for a fit check against GPU memory, not for allocation.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from .modelconfig import DrafterConfig, TargetConfig
+
+_DTYPE_BYTES = {"bfloat16": 2.0, "float16": 2.0, "half": 2.0, "float32": 2.0, "float": 2.0,
+                "float8_e4m3fn": 1.0, "fp8": 1.0}
+
+
+def _num(d: dict, *keys: str, default: float = 0) -> float:
+    for k in keys:
+        v = d.get(k)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0:
+            return float(v)
+    return float(default)
+
+
+@dataclass(frozen=True)
+class _Quant:
+    bytes_per_weight: float
+    ignore: tuple[str, ...]
+
+    def bytes_for(self, module: str, dtype_bytes: float) -> float:
+        for pat in self.ignore:
+            if pat.startswith("re:"):
+                try:
+                    if re.match(pat[3:], module):
+                        return dtype_bytes
+                except re.error:
+                    continue
+            elif pat and pat in module:
+                return dtype_bytes
+        return self.bytes_per_weight
+
+
+def _quant(q: dict | None) -> _Quant | None:
+    if not q:
+        return None
+    method = str(q.get("quant_method") or q.get("quant_algo") or "").lower()
+    ignore = q.get("ignore") or q.get("modules_to_not_convert") or q.get("exclude_modules") or []
+    ignore = tuple(x for x in ignore if isinstance(x, str)) if isinstance(ignore, list) else ()
+    bits = None
+    group = None
+    groups = q.get("config_groups")
+    if isinstance(groups, dict):
+        for g in groups.values():
+            w = g.get("weights") if isinstance(g, dict) else None
+            if isinstance(w, dict) and isinstance(w.get("num_bits"), int):
+                bits = w["num_bits"]
+                group = w.get("group_size") if isinstance(w.get("group_size"), int) else None
+                break
+    if bits is None:
+        for k in ("bits", "w_bit", "num_bits", "weight_bits"):
+            if isinstance(q.get(k), int) and not isinstance(q.get(k), bool):
+                bits = q[k]
+                break
+        if isinstance(q.get("group_size"), int) and q["group_size"] > 0:
+            group = q["group_size"]
+    if bits is None:
+        if "fp8" in method:
+            bits = 8
+        elif "nvfp4" in method or "mxfp4" in method or "fp4" in method:
+            bits, group = 4, group or 16
+        elif q.get("load_in_4bit"):
+            bits = 4
+        elif q.get("load_in_8bit"):
+            bits = 8
+    if bits is None:
+        return None
+    b = bits / 8.0
+    if group:
+        b += 2.0 / group  # one 16-bit scale per group
+    return _Quant(b, ignore)
+
+
+def _linear_bytes(params: float, module: str, quant: _Quant | None, dtype_bytes: float) -> float:
+    return params * (quant.bytes_for(module, dtype_bytes) if quant else dtype_bytes)
+
+
+def estimate_target_bytes(t: TargetConfig) -> float | None:
+    """Weight bytes of the target, or None when the config lacks the geometry to tell."""
+    if not (t.hidden_size and t.num_hidden_layers and t.vocab_size):
+        return None
+    c: dict[str, Any] = t.text
+    H = t.hidden_size.value
+    L = t.num_hidden_layers.value
+    V = t.vocab_size.value
+    dt = _DTYPE_BYTES.get((t.dtype or "bfloat16").lower(), 2.0)
+    quant = _quant(t.quantization)
+    nh = t.num_attention_heads.value if t.num_attention_heads else max(1, H // 128)
+    nkv = t.num_key_value_heads.value if t.num_key_value_heads else nh
+    hd = t.head_dim.value if t.head_dim else H // nh
+    inter = t.intermediate_size.value if t.intermediate_size else 4 * H
+
+    total = V * H * dt  # embeddings
+    if not t.tie_word_embeddings:
+        total += _linear_bytes(V * H, "lm_head", quant, dt)
+
+    experts = _num(c, "n_routed_experts", "num_experts", "num_local_experts", "moe_num_experts")
+    moe_inter = _num(c, "moe_intermediate_size", default=inter)
+    shared = _num(c, "n_shared_experts")
+    shared_inter = _num(c, "shared_expert_intermediate_size")
+    first_dense = int(_num(c, "first_k_dense_replace"))
+    freq = max(1, int(_num(c, "moe_layer_freq", "decoder_sparse_step", default=1)))
+    mlp_only = {x for x in c.get("mlp_only_layers", []) if isinstance(x, int)} if isinstance(c.get("mlp_only_layers"), list) else set()
+    mla_rank = _num(c, "kv_lora_rank")
+    gate_mult = 2 if c.get("attn_output_gate") else 1
+
+    for i in range(L):
+        kind = t.layer_types[i] if i < len(t.layer_types) else "full_attention"
+        prefix = f"model.layers.{i}"
+        if kind == "linear_attention":
+            kh, kd = _num(c, "linear_num_key_heads", default=nkv), _num(c, "linear_key_head_dim", default=hd)
+            vh, vd = _num(c, "linear_num_value_heads", default=nh), _num(c, "linear_value_head_dim", default=hd)
+            key_dim, val_dim = kh * kd, vh * vd
+            p = H * (2 * key_dim + 2 * val_dim) + H * 2 * vh + val_dim * H
+            total += _linear_bytes(p, f"{prefix}.linear_attn.in_proj_qkvz", quant, dt)
+        elif mla_rank:
+            q_rank = _num(c, "q_lora_rank")
+            nope, rope, vdim = _num(c, "qk_nope_head_dim"), _num(c, "qk_rope_head_dim"), _num(c, "v_head_dim", default=hd)
+            q = (H * q_rank + q_rank * nh * (nope + rope)) if q_rank else H * nh * (nope + rope)
+            kv = H * (mla_rank + rope) + mla_rank * nh * (nope + vdim)
+            p = q + kv + nh * vdim * H
+            total += _linear_bytes(p, f"{prefix}.self_attn.kv_a_proj_with_mqa", quant, dt)
+        else:
+            p = H * nh * hd * gate_mult + 2 * H * nkv * hd + nh * hd * H
+            total += _linear_bytes(p, f"{prefix}.self_attn.q_proj", quant, dt)
+        is_moe = experts > 0 and i >= first_dense and i % freq == 0 and i not in mlp_only
+        if is_moe:
+            total += _linear_bytes(experts * 3 * H * moe_inter, f"{prefix}.mlp.experts.0.gate_proj", quant, dt)
+            total += H * experts * dt  # router
+            if shared:
+                total += _linear_bytes(shared * 3 * H * moe_inter, f"{prefix}.mlp.shared_experts.gate_proj", quant, dt)
+            if shared_inter:
+                total += _linear_bytes(3 * H * shared_inter, f"{prefix}.mlp.shared_expert.gate_proj", quant, dt)
+        else:
+            total += _linear_bytes(3 * H * inter, f"{prefix}.mlp.gate_proj", quant, dt)
+    return total
+
+
+def estimate_drafter_bytes(d: DrafterConfig) -> float | None:
+    """Drafter weight bytes: its layers plus the context-feature fusion (fc); no embeddings or head."""
+    if not (d.hidden_size and d.num_hidden_layers):
+        return None
+    H = d.hidden_size.value
+    L = d.num_hidden_layers.value
+    nh = d.num_attention_heads.value if d.num_attention_heads else max(1, H // 128)
+    nkv = d.num_key_value_heads.value if d.num_key_value_heads else nh
+    hd = d.head_dim.value if d.head_dim else H // nh
+    inter = d.intermediate_size.value if d.intermediate_size else 3 * H
+    dt = _DTYPE_BYTES.get((d.dtype or "bfloat16").lower(), 2.0)
+    n_ids = len(d.target_layer_ids.value) if d.target_layer_ids else L
+    per_layer = H * nh * hd + 2 * H * nkv * hd + nh * hd * H + 3 * H * inter
+    return (L * per_layer + n_ids * H * H) * dt
