@@ -64,6 +64,16 @@ def _plain(value: Any) -> Any:
     return f"<{type(value).__name__}>"
 
 
+def _choices(choices: Any) -> list | None:
+    if choices is None:
+        return None
+    values = [_plain(c) for c in choices]
+    if isinstance(choices, (set, frozenset)):
+        # Set iteration order changes between runs (hash randomization).
+        values.sort(key=lambda v: (v is None, str(v)))
+    return values
+
+
 def _nargs(action: argparse.Action) -> Any:
     n = action.nargs
     if n is None:
@@ -109,9 +119,7 @@ def snapshot_options(
             "takes_value": _takes_value(action),
             "nargs": _nargs(action),
             "type": _type_name(action),
-            "choices": None
-            if action.choices is None
-            else [_plain(c) for c in action.choices],
+            "choices": _choices(action.choices),
             "hidden": bool(hidden),
             "deprecated": bool(reasons),
         }
@@ -254,3 +262,23 @@ def check_deprecated_or_hidden(rec: dict, argv: list[str], options: dict[str, di
 def truncate(text: str, limit: int = 600) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def env_literals(package_dir: str, prefix: str) -> list[str]:
+    """Names like PREFIX_FOO that appear as string literals in the package source.
+
+    Engines read some variables with os.environ/getenv outside their env
+    registry; a checker must not call those unknown.
+    """
+    pattern = re.compile(r"[\"'](" + re.escape(prefix) + r"[A-Z0-9_]+)[\"']")
+    found: set[str] = set()
+    for root, _dirs, files in os.walk(package_dir):
+        for name in files:
+            if not name.endswith(".py"):
+                continue
+            try:
+                with open(os.path.join(root, name), encoding="utf-8", errors="replace") as fh:
+                    found.update(pattern.findall(fh.read()))
+            except OSError:
+                continue
+    return sorted(n for n in found if not n.endswith("_"))

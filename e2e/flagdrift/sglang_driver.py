@@ -130,7 +130,14 @@ def make_snapshot(parser, version: str) -> dict:
             ),
             "attention_backends": choices_of("--attention-backend"),
         },
-        "env": {"known": env_names},
+        "env": {
+            "known": env_names,
+            "mentioned_in_source": [
+                n for n in ix.env_literals(os.path.dirname(os.path.dirname(
+                    sys.modules["sglang.srt.environ"].__file__)), "SGLANG_")
+                if n not in env_names
+            ],
+        },
     }
 
 
@@ -184,6 +191,17 @@ def check_command(parser, cmd: dict, options: dict, report: ix.Report) -> None:
         )
 
         algo = (getattr(server_args, "speculative_algorithm", None) or "").upper()
+        if algo:
+            try:
+                from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+                SpeculativeAlgorithm.from_string(algo)
+                rec["passed"].append("SpeculativeAlgorithm.from_string")
+            except ImportError:
+                pass
+            except Exception as exc:
+                ix.Report.fail(rec, "SpeculativeAlgorithm.from_string", ix.truncate(exc),
+                               "--speculative-algorithm")
         if algo == "DFLASH":
             check_dflash(rec, argv)
         _ = ns

@@ -103,13 +103,17 @@ def make_snapshot(parser, version: str) -> dict:
         },
         "env": {
             "known": env_names,
+            "mentioned_in_source": [
+                n for n in ix.env_literals(os.path.dirname(envs.__file__), "VLLM_")
+                if n not in envs.environment_variables
+            ],
             "of_interest": [n for n in env_names if n.startswith(prefixes)],
             "has_VLLM_USE_V2_MODEL_RUNNER": "VLLM_USE_V2_MODEL_RUNNER" in env_names,
         },
     }
 
 
-def check_env(rec: dict, env: dict[str, str]) -> None:
+def check_env(rec: dict, env: dict[str, str], mentioned: set[str]) -> None:
     import vllm.envs as envs
 
     for name, value in sorted(env.items()):
@@ -117,7 +121,9 @@ def check_env(rec: dict, env: dict[str, str]) -> None:
             continue
         getter = envs.environment_variables.get(name)
         if getter is None:
-            ix.Report.fail(rec, "env", f"{name} is not an environment variable vLLM knows", name)
+            if name not in mentioned:
+                ix.Report.fail(rec, "env", f"{name} is not an environment variable vLLM knows",
+                               name)
             continue
         old = os.environ.get(name)
         os.environ[name] = value
@@ -179,15 +185,17 @@ def check_speculative(rec: dict, engine_args) -> None:
     )
 
 
-def check_command(parser, cmd: dict, options: dict, report: ix.Report) -> None:
+def check_command(parser, cmd: dict, snapshot: dict, report: ix.Report) -> None:
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.entrypoints.common.cli_args import validate_parsed_serve_args
 
+    options = snapshot["options"]
+    snapshot_env = snapshot["env"]
     rec = report.start(cmd.get("name", "?"))
     argv = [str(a) for a in cmd.get("argv", [])]
     env = {str(k): str(v) for k, v in (cmd.get("env") or {}).items()}
 
-    check_env(rec, env)
+    check_env(rec, env, set(snapshot_env.get("mentioned_in_source", ())))
     ix.check_deprecated_or_hidden(rec, argv, options)
 
     saved = {k: os.environ.get(k) for k in env}
@@ -253,7 +261,7 @@ def main() -> int:
     report = ix.Report("vllm", opts.version, opts.snapshot_out)
     if opts.commands:
         for cmd in ix.load_commands(opts.commands, "vllm", opts.version):
-            check_command(parser, cmd, snapshot["options"], report)
+            check_command(parser, cmd, snapshot, report)
     return report.emit()
 
 

@@ -217,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     k = sub.add_parser("crd", help="print the CustomResourceDefinition")
     k.set_defaults(func=cmd_crd)
 
-    g = sub.add_parser("generate", help="regenerate generated files (CRD, API reference, flag snapshots index)")
+    g = sub.add_parser("generate", help="regenerate generated files (CRD, reference docs)")
     g.add_argument("--root", default=".", help="repository root")
     g.add_argument("--check", action="store_true", help="only report files that are out of date (exit 1)")
     g.set_defaults(func=cmd_generate)

@@ -1,0 +1,132 @@
+"""Every finding code the checker can emit: why it exists, the incident behind it, the fix.
+
+The one source for docs/concepts/drafter-compatibility.md (generated) and for the test that
+every code the checker emits is documented here and nothing here is dead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+
+
+@dataclass(frozen=True)
+class CheckDoc:
+    code: str
+    severity: str  # error | warning | info
+    area: str  # drafter | pair | engine | gpu | spec
+    why: str
+    incident: str
+    fix: str
+
+
+_C = CheckDoc
+CATALOG = MappingProxyType({c.code: c for c in (
+    # ---- config documents
+    _C("ConfigNotAnObject", "error", "drafter", "A config.json must be a JSON object.", "-", "Point the source at the model's config.json."),
+    _C("InvalidFieldType", "error", "drafter", "A field has the wrong JSON type (e.g. \"36\" for 36); it is treated as absent.",
+       "Hand-edited configs; engines crash later with unrelated errors.", "Fix the value's type in the config.json."),
+    _C("TargetFieldMissing", "error", "pair", "The target config lacks num_hidden_layers, hidden_size or vocab_size, so nothing can be checked.",
+       "Pointing at a wrapper's vision or tokenizer config.", "Point spec.target at the language model's config.json."),
+    _C("DrafterFieldMissing", "error", "drafter", "The drafter config lacks hidden_size or num_hidden_layers.", "-",
+       "Point spec.drafter at the drafter's config.json."),
+    _C("NotADFlashDrafter", "error", "drafter", "The drafter names no DFlash architecture and has no dflash_config.",
+       "An EAGLE-3 head or the target itself given as drafter.", "Use a DFlash drafter (DFlashDraftModel, DFlash2DraftModel, speculators dflash)."),
+    # ---- drafter vs target (dflash-engines.md s2)
+    _C("TargetLayerIdsMissing", "error", "drafter", "Without target_layer_ids engines guess evenly spaced layers, which is wrong for most released drafters.",
+       "z-lab/dflash #156: the fallback guess silently collapses acceptance.", "Copy the drafter's training target_layer_ids into dflash_config."),
+    _C("TargetLayerIdsEmpty", "error", "drafter", "An empty id list gives the fusion layer no input.", "-", "List the 0-based target layers the drafter was trained on."),
+    _C("TargetLayerOutOfRange", "error", "pair", "Ids are 0-based target layer outputs and must lie in [0, target layers). "
+       "Speculators' aux_hidden_state_layer_ids store id + 1.",
+       "sglang #37475: an off-by-one list loads cleanly and acceptance collapses to ~1 token per step.",
+       "Use the ids from the drafter's training config; convert speculators ids by subtracting 1."),
+    _C("TargetLayerIsLast", "warning", "pair", "The last target layer is legal but unusual.", "sglang #32204 crashed on the last layer.",
+       "Keep it only if the drafter was trained on it."),
+    _C("TargetLayerIdDuplicate", "warning", "drafter", "A repeated id is almost always a typo.", "-", "Check the drafter's training config."),
+    _C("NumTargetLayersMismatch", "error", "pair", "num_target_layers records the layer count of the target the drafter was trained for.",
+       "Drafter for Qwen3-8B (36 layers) paired with Qwen3-4B.", "Pair the drafter with the target it was trained for."),
+    _C("HiddenSizeMismatch", "error", "pair", "The fusion layer fc = Linear(len(ids) x H, H) takes the target's hidden states: "
+       "the drafter's hidden_size (or target_hidden_size) must equal the target's.",
+       "vllm #48113: a cryptic matmul error at the first decode; SGLang 'feature dim mismatch'.", "Use the drafter trained for this target."),
+    _C("MaskTokenMissing", "error", "drafter", "The drafter embeds its mask token with the target's embedding table.", "-",
+       "Set dflash_config.mask_token_id to the id the drafter was trained with."),
+    _C("MaskTokenOutOfRange", "error", "pair", "mask_token_id must index the target vocabulary.", "Drafter from another model family.",
+       "Use the target tokenizer's mask id; pair the drafter with its own target."),
+    _C("VocabSizeDiffers", "warning", "pair", "Real pairs differ by embedding padding, so this is only a warning.", "vllm #10913 (padded vocabularies).",
+       "Confirm the drafter was trained for this tokenizer."),
+    _C("HiddenActUnsupported", "error", "drafter", "The engines' DFlash model implements SiLU MLPs only.", "SGLang dflash model.",
+       "Use a DFlash drafter with hidden_act silu."),
+    _C("BlockSizeDefaulted", "warning", "drafter", "No block_size in the drafter config: the DFlash default 16 is assumed.",
+       "Drafters trained with block 8 served with 16 waste draft compute.", "Set spec.speculation.blockSize to the trained block size."),
+    _C("BlockSizeInvalid", "error", "drafter", "A block holds the bonus token plus at least one draft token.", "-", "Use a block size between 2 and 64."),
+    _C("BlockSizeConflict", "warning", "drafter", "block_size differs between dflash_config and the top level; engines use dflash_config's.",
+       "Hand-merged configs.", "Make both values agree."),
+    _C("LayerTypesLengthMismatch", "error", "drafter", "layer_types needs exactly one entry per drafter layer.", "vLLM fork validation.",
+       "Give one entry per layer."),
+    _C("LayerTypeUnknown", "error", "drafter", "Drafter layers are sliding_attention or full_attention.", "-", "Fix the layer type."),
+    _C("SlidingConfigConflict", "warning", "drafter", "use_swa is set but layer_types has no sliding layer; engines follow layer_types.", "-",
+       "Make use_swa and layer_types agree."),
+    _C("SlidingWindowAmbiguous", "warning", "drafter", "use_sliding_window/max_window_layers are Qwen3Config fields the DFlash readers do not consult: "
+       "without layer_types every layer runs as full attention.",
+       "z-lab/dflash #126, ik_llama.cpp #2021: SWA layers run as full attention lose up to 17 pp acceptance.", "Add an explicit layer_types list."),
+    _C("SlidingWindowMissing", "error", "drafter", "A sliding layer needs a positive window.", "SGLang raises at start-up.",
+       "Set sliding_window (or dflash_config.swa_window_size) to the trained window."),
+    _C("DraftWindowBelowBlockSize", "error", "drafter", "The draft window must hold a whole draft block.", "SGLang _handle_dflash; ModelOpt.",
+       "Use a window >= the block size."),
+    # ---- spec-level and derived
+    _C("BlockSizeAboveTrained", "error", "spec", "The drafter cannot draft more positions than it was trained for.", "-",
+       "Set blockSize <= the drafter's block_size or leave it unset."),
+    _C("BlockSizeBelowTrained", "warning", "spec", "Fewer draft tokens per step lower the speed-up ceiling.", "-", "Leave blockSize unset unless measured."),
+    _C("DraftWindowInvalid", "error", "spec", "draftWindow is a positive integer or 'off'.", "-", "Fix spec.speculation.draftWindow."),
+    _C("DraftWindowOff", "warning", "spec", "The drafter's sliding layers were trained with a window; turning the compact cache off is allowed but visible.",
+       "Failure class 2: SGLang's draft window never set although config.json has sliding_window.", "Remove the override."),
+    _C("DraftWindowBelowTrained", "warning", "spec", "A compact cache equals full cache plus sliding mask only when it keeps >= window - 1 tokens.",
+       "dflash-engines.md s1 (compact cache exactness).", "Leave draftWindow unset to derive the trained window."),
+    _C("CompactCacheOnFullAttention", "warning", "spec", "On full-attention drafters a compact cache hides context the layers were trained to see.",
+       "-", "Leave draftWindow unset for exact drafting."),
+    _C("DraftWindowIgnoredByEngine", "warning", "spec", "vLLM reads the window from config.json and has no draft-window flag.", "-", "Remove the override."),
+    _C("DraftWindowDerived", "info", "spec", "The SGLang draft window flag is rendered from the drafter's sliding window: SGLang never infers it.",
+       "Failure class 2 (draft_window_size=None, compact_cache=False in the log).", "-"),
+    _C("DraftWindowSet", "info", "spec", "The SGLang draft window flag is rendered from spec.speculation.draftWindow.", "-", "-"),
+    _C("V2ModelRunnerEnabled", "info", "drafter", "vLLM serves drafters mixing sliding and full layers only on the V2 model runner.",
+       "vLLM raises NotImplementedError without VLLM_USE_V2_MODEL_RUNNER=1.", "-"),
+    _C("SlidingWindowUnsupportedByEngine", "error", "engine", "This vLLM release runs DFlash sliding layers as full attention.",
+       "vLLM #40898 closed unmerged; SWA landed through #46104 and the V2 runner.", "Use vLLM >= 0.30.0."),
+    _C("MixedLayersUnsupported", "error", "engine", "This engine release cannot serve mixed sliding/full drafters.", "-", "Upgrade the engine."),
+    _C("DraftAttentionBackendNeedsCausal", "error", "engine", "trtllm_mha serves only drafters whose layers are all sliding or causal.",
+       "SGLang speculative_hook.", "Use fa4, flashinfer or triton."),
+    _C("TensorParallelHeadsIndivisible", "error", "pair", "Tensor parallelism splits attention heads: gpu.count must divide the drafter's heads and KV heads "
+       "and the target's heads (target KV heads may be replicated).", "SGLang asserts at start-up.", "Use a gpu.count that divides the head counts."),
+    _C("WeightsExceedGpuMemory", "error", "gpu", "The estimated weights (target + drafter, quantisation-aware) exceed 95% of the replica's GPU memory.",
+       "Pods that OOM while loading after a long image pull.", "Raise gpu.count or use a larger GPU."),
+    _C("LowKvCacheHeadroom", "warning", "gpu", "Weights take over 80% of GPU memory: little room for KV cache and CUDA graphs.", "-",
+       "Raise gpu.count for concurrency."),
+    _C("RemoteCodeNotTrusted", "warning", "spec", "The target ships custom code (auto_map); the engine may need trustRemoteCode to load it or its tokenizer.",
+       "Kimi K2.x tokenizers are repository code.", "Set spec.target.trustRemoteCode: true if you trust that code."),
+    # ---- object-level (admission fast path)
+    _C("UnknownEngine", "error", "engine", "Only engines in the capability table are supported.", "-", "Use sglang or vllm."),
+    _C("EngineVersionInvalid", "error", "engine", "engine.version must be a release number.", "-", "Use e.g. 0.5.23 or 0.33.0."),
+    _C("EngineVersionUnsupported", "error", "engine", "The release predates DFlash support.", "-", "Use a release in the capability table."),
+    _C("EngineVersionUnverified", "warning", "engine", "The release's flags were not checked with its own parser (flag-drift snapshot).",
+       "Failure class 6: flags renamed between releases; pods crash-loop.", "Prefer a verified release, or run e2e/flagdrift/run.sh for it."),
+    _C("MethodUnknown", "error", "spec", "Methods are dflash and ddtree.", "-", "Fix spec.speculation.method."),
+    _C("MethodUnsupported", "error", "engine", "The engine release lacks the method (DDTree is unreleased: sglang PR #29907).", "-",
+       "Use method dflash."),
+    _C("DDTreeFieldsWithoutDDTree", "error", "spec", "ddtree settings only apply to method ddtree.", "-", "Remove them or set method: ddtree."),
+    _C("DDTreeValueInvalid", "error", "spec", "DDTree budget and topk are positive.", "-", "Fix the value."),
+    _C("UnknownGpuType", "error", "gpu", "GPU types come from the profile table.", "-", "Use rtx-pro-6000, b300, b200, h200 or h100."),
+    _C("GpuCountInvalid", "error", "gpu", "A replica needs at least one GPU.", "-", "Set gpu.count >= 1."),
+    _C("NodesInvalid", "error", "spec", "A replica spans at least one node.", "-", "Set nodes >= 1."),
+    _C("GpuCountNotDivisibleByNodes", "error", "gpu", "GPUs per replica split evenly over its nodes.", "-", "Use a multiple of nodes."),
+    _C("TooManyGpusPerNode", "error", "gpu", "A node of this profile has 8 GPUs.", "Pods Pending forever.", "Raise nodes or lower gpu.count."),
+    _C("GpuKernelGap", "warning", "gpu", "Some engine kernels are missing on this GPU architecture.", "sglang #12178, #24633 (SM120).",
+       "Expect a smaller speed-up; see docs/reference/gpus.md."),
+    _C("AttentionBackendUnavailable", "error", "gpu", "The chosen attention backend has no kernels on this GPU.", "sglang #12178, #24633.",
+       "Leave draftAttentionBackend unset to use the profile's."),
+    _C("ExtraArgInvalid", "error", "spec", "Arguments are exec-form strings: no NUL or line breaks.", "-", "Remove them."),
+    _C("ExtraArgSetsOwnedFlag", "error", "spec", "Flags derived from the spec and configs (model, parallelism, speculative-*, metrics, host/port, "
+       "config files) cannot be overridden, also not by underscore spellings or abbreviations.",
+       "Hand-typed flags that disagree with the drafter config: failure classes 2, 3 and 6.", "Use the spec field instead."),
+    _C("ModelReferenceInvalid", "error", "spec", "Model references are hub ids or paths inside the model volume: never flags, never '..'.",
+       "Flag injection through a model string.", "Use 'org/name' or a path inside the volume."),
+)})
