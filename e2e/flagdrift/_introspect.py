@@ -28,6 +28,22 @@ DEFAULT_RECORDED = re.compile(
 
 _HOME = os.path.expanduser("~")
 
+# Help text that declares the option itself deprecated: "Deprecated. Use ...",
+# "(Deprecated, use ...)", "This flag is deprecated", "--x is deprecated" (x one
+# of the action's own option strings). Not "Replaces the deprecated --old" in
+# the help of the replacement, nor "the fallback to ... is deprecated".
+_HELP_DEPRECATED = re.compile(
+    r"^\W*deprecated\b|\b(this|the) (flag|option|argument) is deprecated|\bdeprecated alias\b",
+    re.IGNORECASE,
+)
+
+
+def _help_says_deprecated(help_text: str, option_strings: Iterable[str]) -> bool:
+    if _HELP_DEPRECATED.search(help_text):
+        return True
+    low = help_text.lower()
+    return any(f"{o.lower()} is deprecated" in low for o in option_strings)
+
 
 class CapturedParseError(Exception):
     """Raised instead of argparse's print-and-exit."""
@@ -112,7 +128,10 @@ def snapshot_options(
             reasons.append("declared")
         if "deprecated" in type(action).__name__.lower():
             reasons.append("action")
-        if help_text and help_text != argparse.SUPPRESS and "deprecated" in help_text.lower():
+        all_strings = set(action.option_strings) | {opt}
+        if help_text and help_text != argparse.SUPPRESS and _help_says_deprecated(
+            help_text, all_strings
+        ):
             reasons.append("help")
         entry: dict[str, Any] = {
             "dest": action.dest,
@@ -177,11 +196,17 @@ def _is_number(tok: str) -> bool:
 
 
 def first_flag_in(message: str, argv: list[str]) -> str | None:
-    """Best effort: which of argv's flags does an error message name."""
-    for flag in flag_tokens(argv):
-        if flag in message:
-            return flag
-    m = re.search(r"(--?[A-Za-z0-9][A-Za-z0-9_.-]*)", message)
+    """Best effort: the flag of argv that an error message names first."""
+    best = None
+    for flag in set(flag_tokens(argv)):
+        for m in re.finditer(re.escape(flag) + r"(?![A-Za-z0-9_-])", message):
+            key = (m.start(), -len(flag))
+            if best is None or key < best[0]:
+                best = (key, flag)
+            break
+    if best is not None:
+        return best[1]
+    m = re.search(r"(--?[A-Za-z][A-Za-z0-9_.-]*)", message)
     return m.group(1) if m else None
 
 
@@ -216,7 +241,8 @@ class Report:
             status = "FAIL" if c["problems"] else "ok"
             print(f"[{self.engine} {self.version}] {status}: {c['name']}", file=sys.stderr)
             for p in c["problems"]:
-                flag = f" flag {p['flag']}:" if p.get("flag") else ""
+                kind = "variable" if p["step"] == "env" else "flag"
+                flag = f" {kind} {p['flag']}:" if p.get("flag") else ""
                 print(f"    - {p['step']}:{flag} {p['message']}", file=sys.stderr)
             for s in c["skipped"]:
                 print(f"    (skipped {s['step']}: {s['why']})", file=sys.stderr)

@@ -71,6 +71,19 @@ def flatten_literal(tp) -> list[str]:
     return out
 
 
+def rejected_spec_keys(cls) -> list[str]:
+    """Fields SpeculativeConfig._verify_args refuses in --speculative-config."""
+    import inspect
+    import re
+
+    try:
+        src = inspect.getsource(cls)
+    except (OSError, TypeError):
+        return []
+    pat = r"'(\w+)' is not a valid argument in the\s*\"?\s*\"?\s*speculative_config"
+    return sorted(set(re.findall(pat, src)))
+
+
 def build_parser():
     from vllm.entrypoints.common.cli_args import make_arg_parser
     from vllm.utils.argparse_utils import FlexibleArgumentParser
@@ -100,6 +113,7 @@ def make_snapshot(parser, version: str) -> dict:
             "methods": sorted(set(flatten_literal(SpeculativeMethod))),
             "fields": sorted(f.name for f in dataclasses.fields(SpeculativeConfig)),
             "key_normalization": "dash-to-underscore",
+            "rejected_keys": rejected_spec_keys(SpeculativeConfig),
         },
         "env": {
             "known": env_names,

@@ -260,6 +260,9 @@ class _Checker:
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             self.add(f"flag {name}: unknown speculative-config key {key!r}{hint}")
             return
+        if key in (spec.get("rejected_keys") or ()):
+            self.add(f"flag {name}: speculative-config key {key!r} is rejected by this version")
+            return
         if key == "method":
             methods = spec.get("methods") or []
             if methods and value is not None and str(value) not in methods:

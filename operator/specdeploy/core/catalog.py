@@ -26,6 +26,8 @@ CATALOG = MappingProxyType({c.code: c for c in (
     _C("ConfigNotAnObject", "error", "drafter", "A config.json must be a JSON object.", "-", "Point the source at the model's config.json."),
     _C("InvalidFieldType", "error", "drafter", "A field has the wrong JSON type (e.g. \"36\" for 36); it is treated as absent.",
        "Hand-edited configs; engines crash later with unrelated errors.", "Fix the value's type in the config.json."),
+    _C("TargetFieldDefaulted", "info", "pair", "A field the released config omits is taken from transformers' default for that model type.",
+       "Gemma 3's config.json has no vocab_size.", "-"),
     _C("TargetFieldMissing", "error", "pair", "The target config lacks num_hidden_layers, hidden_size or vocab_size, so nothing can be checked.",
        "Pointing at a wrapper's vision or tokenizer config.", "Point spec.target at the language model's config.json."),
     _C("DrafterFieldMissing", "error", "drafter", "The drafter config lacks hidden_size or num_hidden_layers.", "-",
@@ -64,8 +66,9 @@ CATALOG = MappingProxyType({c.code: c for c in (
     _C("LayerTypesLengthMismatch", "error", "drafter", "layer_types needs exactly one entry per drafter layer.", "vLLM fork validation.",
        "Give one entry per layer."),
     _C("LayerTypeUnknown", "error", "drafter", "Drafter layers are sliding_attention or full_attention.", "-", "Fix the layer type."),
-    _C("SlidingConfigConflict", "warning", "drafter", "use_swa is set but layer_types has no sliding layer; engines follow layer_types.", "-",
-       "Make use_swa and layer_types agree."),
+    _C("SlidingConfigConflict", "warning", "drafter", "use_swa is set but layer_types lists no sliding layer: vLLM's "
+       "_resolve_layer_attention then makes every layer sliding (the checker does the same).",
+       "HF Qwen3Config synthesises an all-full layer_types for use_swa drafters.", "List the sliding layers in layer_types."),
     _C("SlidingWindowAmbiguous", "warning", "drafter", "use_sliding_window/max_window_layers are Qwen3Config fields the DFlash readers do not consult: "
        "without layer_types every layer runs as full attention.",
        "z-lab/dflash #126, ik_llama.cpp #2021: SWA layers run as full attention lose up to 17 pp acceptance.", "Add an explicit layer_types list."),

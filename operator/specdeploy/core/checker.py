@@ -37,7 +37,7 @@ def model_reference_problem(ref: str) -> str | None:
     if ref.startswith("-"):
         return "it starts with '-' and would be read as an engine flag; set a hub repo id or a path"
     body = ref[1:] if ref.startswith("/") else ref
-    if not _MODEL_REF.match(body):
+    if not _MODEL_REF.fullmatch(body):
         return (
             "it may only hold letters, digits, '.', '_', '-' and '/'-separated segments; "
             "set a hub repo id such as 'Qwen/Qwen3.6-27B' or a path inside the model volume"
@@ -356,8 +356,8 @@ def _check_drafter(d: DrafterConfig, t: TargetConfig | None, out: _Out) -> None:
                         f"layer type {item.value!r} is not one of {', '.join(DRAFTER_LAYER_TYPES)}")
         if d.use_swa is not None and d.use_swa.value and SLIDING not in [x.value for x in d.layer_types.value]:
             out.warn("SlidingConfigConflict", D, d.use_swa.path,
-                     "use_swa is true but layer_types has no sliding_attention layer; engines follow layer_types. "
-                     "Make the two agree")
+                     "use_swa is true but layer_types lists no sliding_attention layer: vLLM then runs every layer "
+                     "as sliding attention. List the sliding layers in layer_types so every reader agrees")
     elif d.use_swa is None and d.use_sliding_window is not None and d.use_sliding_window.value:
         out.warn("SlidingWindowAmbiguous", D, d.use_sliding_window.path,
                  "use_sliding_window/max_window_layers are Qwen3Config fields the engines' DFlash readers do not consult: "

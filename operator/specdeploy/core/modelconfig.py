@@ -169,6 +169,12 @@ def _not_object(source: Source, doc: Any) -> Finding:
 
 # --------------------------------------------------------------------------- target
 
+# Fields some released configs omit because transformers' config class has a default
+# (Gemma 3's config.json has no vocab_size). (model_type of the language config) -> defaults.
+TARGET_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma3_text": {"vocab_size": 262208, "tie_word_embeddings": True},  # transformers Gemma3TextConfig
+}
+
 TEXT_CONFIG_KEYS = (("text_config",), ("language_config",), ("llm_config",), ("thinker_config", "text_config"))
 
 
@@ -220,14 +226,28 @@ def parse_target(doc: Any) -> tuple[TargetConfig | None, list[Finding]]:
     layer_types = [t for t in raw_types if isinstance(t, str)] if isinstance(raw_types, list) else []
     dtype = r.as_str(pick("torch_dtype", "dtype"))
     quant = r.as_dict(pick("quantization_config", "compression_config"))
-    tie = r.as_bool(pick("tie_word_embeddings"))
+    tie = r.as_bool(pick("tie_word_embeddings", "tie_embedding"))
+    text_type = text.get("model_type") if isinstance(text.get("model_type"), str) else None
+    defaults = TARGET_DEFAULTS.get(text_type or "", {})
+    defaulted: list[Finding] = []
+
+    def or_default(v: Val[Any] | None, key: str) -> Val[Any] | None:
+        if v is None and key in defaults:
+            path = jpath(root, key)
+            defaulted.append(Finding(Severity.INFO, "TargetFieldDefaulted", Source.TARGET, path,
+                                     f"{key} is absent; using the {text_type} default {defaults[key]} as transformers does"))
+            return Val(defaults[key], path)
+        return v
+
+    if tie is None and "tie_word_embeddings" in defaults:
+        tie = Val(defaults["tie_word_embeddings"], jpath(root, "tie_word_embeddings"))
     cfg = TargetConfig(
         root=root,
         architectures=[a.value for a in archs.value] if archs else [],
         model_type=(r.as_str(r.raw(doc, "model_type", "$")) or Val(None, "")).value,
         num_hidden_layers=r.as_int(pick("num_hidden_layers", "num_layers", "n_layer", "n_layers"), minimum=1),
         hidden_size=r.as_int(pick("hidden_size", "d_model", "n_embd"), minimum=1),
-        vocab_size=r.as_int(pick("vocab_size", "padded_vocab_size"), minimum=1),
+        vocab_size=or_default(r.as_int(pick("vocab_size", "padded_vocab_size"), minimum=1), "vocab_size"),
         num_attention_heads=r.as_int(pick("num_attention_heads", "n_head", "num_heads"), minimum=1),
         num_key_value_heads=r.as_int(pick("num_key_value_heads", "num_kv_heads", "multi_query_group_num"), minimum=1),
         head_dim=r.as_int(pick("head_dim"), minimum=1),
@@ -240,7 +260,7 @@ def parse_target(doc: Any) -> tuple[TargetConfig | None, list[Finding]]:
         text=text,
         wrapper=doc,
     )
-    return cfg, r.findings
+    return cfg, r.findings + defaulted
 
 
 # --------------------------------------------------------------------------- drafter
@@ -281,16 +301,19 @@ class DrafterConfig:
     def resolved_layer_types(self) -> list[str] | None:
         """Per-layer attention kind as the engines resolve it, or None when unknown.
 
-        ``layer_types`` wins; else ``use_swa`` makes every layer sliding (vLLM
-        ``_resolve_layer_attention``); else every layer is full attention.
+        vLLM ``qwen3_dflash.py::_resolve_layer_attention``: ``use_swa`` with no sliding entry in
+        ``layer_types`` (absent, or the all-full list HF's Qwen3Config synthesises) makes every
+        layer sliding; otherwise ``layer_types`` decides; no layer_types and no use_swa: all full.
         """
         n = self.num_hidden_layers.value if self.num_hidden_layers else None
-        if self.layer_types is not None:
-            return [v.value for v in self.layer_types.value]
+        listed = [v.value for v in self.layer_types.value] if self.layer_types is not None else None
+        if self.use_swa is not None and self.use_swa.value and (listed is None or SLIDING not in listed):
+            count = len(listed) if listed is not None else n
+            return None if count is None else [SLIDING] * count
+        if listed is not None:
+            return listed
         if n is None:
             return None
-        if self.use_swa is not None and self.use_swa.value:
-            return [SLIDING] * n
         return [FULL] * n
 
     def window(self) -> Val[int] | None:
@@ -334,6 +357,13 @@ def parse_drafter(doc: Any) -> tuple[DrafterConfig | None, list[Finding]]:
     block_in_dc = r.as_int(r.raw(dc, "block_size", dc_path))
     block_top = r.as_int(r.raw(doc, "block_size", "$"))
     block = block_in_dc or block_top
+    if block is None and speculators:
+        # Speculators exports carry the draft length as proposal speculative_tokens (= block - 1).
+        methods = (doc.get("speculators_config") or {}).get("proposal_methods") if isinstance(doc.get("speculators_config"), dict) else None
+        if isinstance(methods, list) and methods and isinstance(methods[0], dict):
+            toks = r.as_int(r.raw(methods[0], "speculative_tokens", "$.speculators_config.proposal_methods[0]"), minimum=1)
+            if toks is not None:
+                block = Val(toks.value + 1, toks.path)
     other = block_top if (block_in_dc and block_top and block_in_dc.value != block_top.value) else None
 
     lt = r.as_str_list(geometry("layer_types"))
@@ -357,7 +387,8 @@ def parse_drafter(doc: Any) -> tuple[DrafterConfig | None, list[Finding]]:
         num_key_value_heads=r.as_int(geometry("num_key_value_heads"), minimum=1),
         head_dim=r.as_int(geometry("head_dim"), minimum=1),
         intermediate_size=r.as_int(geometry("intermediate_size"), minimum=1),
-        vocab_size=r.as_int(r.first([(doc, "vocab_size", "$"), (doc, "draft_vocab_size", "$"), (tl, "vocab_size", tl_path)]), minimum=1),
+        # The embedding vocabulary: a speculators draft_vocab_size is the reduced draft head, by design.
+        vocab_size=r.as_int(r.first([(doc, "vocab_size", "$"), (tl, "vocab_size", tl_path), (doc, "draft_vocab_size", "$")]), minimum=1),
         hidden_act=r.as_str(geometry("hidden_act")),
         layer_types=lt,
         sliding_window=r.as_int(geometry("sliding_window")),

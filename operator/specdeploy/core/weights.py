@@ -71,8 +71,10 @@ def _quant(q: dict | None) -> _Quant | None:
     if bits is None:
         if "fp8" in method:
             bits = 8
-        elif "nvfp4" in method or "mxfp4" in method or "fp4" in method:
-            bits, group = 4, group or 16
+        elif "mxfp4" in method:
+            return _Quant(0.5 + 1.0 / 32, ignore)  # fp4 in 32-element blocks, one 8-bit scale each
+        elif "nvfp4" in method or "fp4" in method:
+            return _Quant(0.5 + 1.0 / 16, ignore)  # fp4 in 16-element blocks, one fp8 scale each
         elif q.get("load_in_4bit"):
             bits = 4
         elif q.get("load_in_8bit"):
@@ -103,13 +105,22 @@ def estimate_target_bytes(t: TargetConfig) -> float | None:
     nkv = t.num_key_value_heads.value if t.num_key_value_heads else nh
     hd = t.head_dim.value if t.head_dim else H // nh
     inter = t.intermediate_size.value if t.intermediate_size else 4 * H
+    if c.get("block_auto_adjust_ff_dim"):  # LFM2: the SwiGLU width is derived from block_ff_dim
+        inter = int(2 * _num(c, "block_ff_dim", default=inter) / 3)
+        mult = _num(c, "block_ffn_dim_multiplier")
+        if mult:
+            inter = int(mult * inter)
+        step = int(_num(c, "block_multiple_of", default=1)) or 1
+        inter = step * -(-inter // step)
+    # LongCat-Flash: each layer has two attention and two dense MLP blocks beside its MoE.
+    twin = any("longcat" in a.lower() for a in t.architectures)
 
     total = V * H * dt  # embeddings
     if not t.tie_word_embeddings:
         total += _linear_bytes(V * H, "lm_head", quant, dt)
 
     experts = _num(c, "n_routed_experts", "num_experts", "num_local_experts", "moe_num_experts")
-    moe_inter = _num(c, "moe_intermediate_size", default=inter)
+    moe_inter = _num(c, "moe_intermediate_size", "expert_ffn_hidden_size", default=inter)
     shared = _num(c, "n_shared_experts")
     shared_inter = _num(c, "shared_expert_intermediate_size")
     first_dense = int(_num(c, "first_k_dense_replace"))
@@ -121,7 +132,10 @@ def estimate_target_bytes(t: TargetConfig) -> float | None:
     for i in range(L):
         kind = t.layer_types[i] if i < len(t.layer_types) else "full_attention"
         prefix = f"model.layers.{i}"
-        if kind == "linear_attention":
+        blocks = 2 if twin else 1
+        if kind == "conv":  # LFM2 short-conv block: in_proj (3H) and out_proj (H)
+            total += _linear_bytes(4 * H * H, f"{prefix}.conv.in_proj", quant, dt)
+        elif kind == "linear_attention":
             kh, kd = _num(c, "linear_num_key_heads", default=nkv), _num(c, "linear_key_head_dim", default=hd)
             vh, vd = _num(c, "linear_num_value_heads", default=nh), _num(c, "linear_value_head_dim", default=hd)
             key_dim, val_dim = kh * kd, vh * vd
@@ -133,11 +147,13 @@ def estimate_target_bytes(t: TargetConfig) -> float | None:
             q = (H * q_rank + q_rank * nh * (nope + rope)) if q_rank else H * nh * (nope + rope)
             kv = H * (mla_rank + rope) + mla_rank * nh * (nope + vdim)
             p = q + kv + nh * vdim * H
-            total += _linear_bytes(p, f"{prefix}.self_attn.kv_a_proj_with_mqa", quant, dt)
+            total += blocks * _linear_bytes(p, f"{prefix}.self_attn.kv_a_proj_with_mqa", quant, dt)
         else:
             p = H * nh * hd * gate_mult + 2 * H * nkv * hd + nh * hd * H
-            total += _linear_bytes(p, f"{prefix}.self_attn.q_proj", quant, dt)
+            total += blocks * _linear_bytes(p, f"{prefix}.self_attn.q_proj", quant, dt)
         is_moe = experts > 0 and i >= first_dense and i % freq == 0 and i not in mlp_only
+        if twin:
+            total += 2 * _linear_bytes(3 * H * inter, f"{prefix}.mlps.0.gate_proj", quant, dt)
         if is_moe:
             total += _linear_bytes(experts * 3 * H * moe_inter, f"{prefix}.mlp.experts.0.gate_proj", quant, dt)
             total += H * experts * dt  # router
@@ -145,7 +161,7 @@ def estimate_target_bytes(t: TargetConfig) -> float | None:
                 total += _linear_bytes(shared * 3 * H * moe_inter, f"{prefix}.mlp.shared_experts.gate_proj", quant, dt)
             if shared_inter:
                 total += _linear_bytes(3 * H * shared_inter, f"{prefix}.mlp.shared_expert.gate_proj", quant, dt)
-        else:
+        elif not twin:
             total += _linear_bytes(3 * H * inter, f"{prefix}.mlp.gate_proj", quant, dt)
     return total
 
