@@ -17,9 +17,11 @@ import yaml
 
 from .api.types import SpeculativeDeployment
 from .core import engines as eng
-from .core.render import RenderError, render
+from .core.render import RenderError, expand_kubelet_vars, render
 
 CR_FILE = "speculativedeployment.yaml"
+# What LeaderWorkerSet injects into every pod of a group (values as on a cluster).
+LWS_SAMPLE_ENV = {"LWS_LEADER_ADDRESS": "demo-0.demo.default", "LWS_GROUP_SIZE": "2", "LWS_WORKER_INDEX": "0"}
 
 
 @dataclass
@@ -100,8 +102,12 @@ def flag_commands(root: str = "examples") -> list[dict]:
                     continue
                 ec = r.engine_config
                 name = f"{ex.name}/{info.name}-{version}/nodes-{nodes}"
-                out.append({"name": name, "engine": info.name, "version": version, "argv": ec.args, "env": ec.env})
-                if ec.worker_args:
-                    out.append({"name": name + "/worker", "engine": info.name, "version": version,
-                                "argv": ec.worker_args, "env": ec.env})
+                # Parse what the engine process will see: kubelet has expanded the variables
+                # LeaderWorkerSet injects.
+                for suffix, argv, rank in (("", ec.args, "0"), ("/worker", ec.worker_args, "1")):
+                    if argv is None:
+                        continue
+                    lws = {**LWS_SAMPLE_ENV, "LWS_WORKER_INDEX": rank}
+                    out.append({"name": name + suffix, "engine": info.name, "version": version,
+                                "argv": [expand_kubelet_vars(a, lws) for a in argv], "env": ec.env})
     return out

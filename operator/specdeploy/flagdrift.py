@@ -217,6 +217,13 @@ class _Checker:
         return list(argv[i:]), len(argv)
 
     def check_values(self, name, opt, subkey, entry, values) -> None:
+        kind = entry.get("type")
+        if subkey is None and kind in ("int", "float"):
+            for v in values:
+                try:
+                    int(v) if kind == "int" else float(v)
+                except ValueError:
+                    self.add(f"flag {name}: {v!r} is not a valid {kind}")
         choices = entry.get("choices")
         if choices is not None and subkey is None:
             allowed = {str(c) for c in choices}

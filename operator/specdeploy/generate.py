@@ -106,13 +106,16 @@ def render_engines_md() -> str:
         out.append(f"- default image: `{eng.RUNTIME_IMAGE_REPO}:{info.name}-<version>`")
         owned = sorted(info.all_owned_flags())
         out.append(f"- owned flags: every `{'`, `'.join(info.owned_prefixes)}*` flag, and " + ", ".join(f"`{f}`" for f in owned))
-        out.append("\n| versions | methods | verified | sliding layers | mixed-layer env | flags | sources |\n|---|---|---|---|---|---|---|")
+        out.append("\n| versions | methods | verified releases | sliding layers | mixed-layer env | drafter architectures | flags | sources |\n|---|---|---|---|---|---|---|---|")
         for row in info.releases:
             rng = f">= {row.since}" + (f", < {row.until}" if row.until else "")
             flags = "<br>".join(f"{k}: `{v}`" for k, v in row.flags.items())
             env = "unsupported" if row.mixed_layers_env is None else (", ".join(f"`{k}={v}`" for k, v in row.mixed_layers_env.items()) or "none needed")
-            out.append(f"| {rng} | {', '.join(sorted(row.methods))} | {'yes' if row.verified else 'no'} | "
-                       f"{'yes' if row.sliding_window_layers else 'no'} | {env} | {flags} | {_cell('; '.join(row.sources))} |")
+            verified = [v for v in info.verified_versions() if row is info.release_for(v)]
+            archs = ", ".join(sorted(row.drafter_architectures)) if row.drafter_architectures else "not recorded"
+            sliding = ("yes" if row.sliding_window_layers else "no") + (" (reads use_swa)" if row.reads_use_swa else "")
+            out.append(f"| {rng} | {', '.join(sorted(row.methods))} | {', '.join(verified) or 'none'} | "
+                       f"{sliding} | {env} | {archs} | {flags} | {_cell('; '.join(row.sources))} |")
     out.append(f"\nDDTree: not in any release ({eng.DDTREE_SOURCE}); known flags: "
                + ", ".join(f"`{v}`" for v in eng.DDTREE_SGLANG_FLAGS.values()) + ".")
     return "\n".join(out) + "\n"

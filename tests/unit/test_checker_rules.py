@@ -259,6 +259,10 @@ CASES = [
     Case("dflash_config-bad-mask-wins-over-good-top", "kimi-k2.6", {("dflash_config", "mask_token_id"): 999999},
          expect=((E, "MaskTokenOutOfRange", "drafter", "$.dflash_config.mask_token_id"),)),
     Case("use-swa", "qwen3.6-27b", use_swa_drafter, ok=True),
+    Case("use-swa-vllm", "qwen3.6-27b", use_swa_drafter, opts=VLLM, ok=True),
+    # SGLang 0.5.23 reads layer_types + sliding_window only: a use_swa-only drafter would run full attention.
+    Case("use-swa-sglang", "qwen3.6-27b", use_swa_drafter, opts=SGLANG,
+         expect=((E, "SlidingLayersIgnoredByEngine", "drafter", "$.dflash_config.use_swa"),)),
     Case("use-swa-no-window", "qwen3.6-27b", lambda d: use_swa_drafter(d, None),
          expect=((E, "SlidingWindowMissing", "drafter", "$.dflash_config.swa_window_size"),)),
     Case("use-swa-window-below-block", "qwen3.6-27b", lambda d: use_swa_drafter(d, 8),
@@ -290,8 +294,16 @@ CASES = [
     Case("speculators-window-missing", "qwen3.6-27b",
          lambda d: edit(speculators_drafter(d), {("transformer_layer_config", "sliding_window"): DEL}),
          expect=((E, "SlidingWindowMissing", "drafter", "$.sliding_window"),)),
-    Case("speculators-draft-vocab-differs", "qwen3.6-27b",
-         lambda d: edit(speculators_drafter(d), {("draft_vocab_size",): 32000}),
+    # draft_vocab_size is the reduced draft head (by design); the embedding vocab is compared.
+    Case("speculators-reduced-draft-vocab", "qwen3.6-27b",
+         lambda d: edit(speculators_drafter(d), {("draft_vocab_size",): 32000}), ok=True,
+         absent=("VocabSizeDiffers",)),
+    Case("speculators-embedding-vocab-differs", "qwen3.6-27b",
+         lambda d: edit(speculators_drafter(d), {("transformer_layer_config", "vocab_size"): 151936}),
+         expect=((W, "VocabSizeDiffers", "drafter", "$.transformer_layer_config.vocab_size"),), ok=True),
+    Case("speculators-only-draft-vocab", "qwen3.6-27b",
+         lambda d: edit(speculators_drafter(d), {("transformer_layer_config", "vocab_size"): DEL,
+                                                 ("draft_vocab_size",): 151936}),
          expect=((W, "VocabSizeDiffers", "drafter", "$.draft_vocab_size"),), ok=True),
     Case("dflash2-architecture", "qwen3.6-27b",
          {("architectures",): ["DFlash2DraftModel"], ("conv_kernel_size",): 4, ("conv_group_size",): 2,
@@ -517,7 +529,7 @@ def test_top_level_block_used_when_dflash_config_has_none():
 
 def test_use_swa_derives_all_sliding_and_window():
     d, t = pair("qwen3.6-27b")
-    a = analyze(use_swa_drafter(d, 4096), t, Options(**SGLANG))
+    a = analyze(use_swa_drafter(d, 4096), t, Options())
     assert a.ok
     assert a.derived.layer_types == (SLIDING,) * 5
     assert a.derived.has_sliding and not a.derived.mixed_layers

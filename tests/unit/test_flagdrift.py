@@ -238,3 +238,9 @@ def test_module_is_stdlib_only():
         elif isinstance(node, ast.ImportFrom) and node.level == 0:
             mods.add(node.module.split(".")[0])
     assert mods <= set(sys.stdlib_module_names) | {"__future__"}, mods
+
+
+def test_vllm_speculative_tensor_parallel_size_is_rejected():
+    p = one(check_argv(*VLLM, vllm_with_spec(tensor_parallel_size=2), {}), "'tensor_parallel_size'")
+    assert "rejected" in p
+    assert check_argv(*VLLM, vllm_with_spec(draft_tensor_parallel_size=1), {}) == []

@@ -56,8 +56,8 @@ CATALOG = MappingProxyType({c.code: c for c in (
        "Use the target tokenizer's mask id; pair the drafter with its own target."),
     _C("VocabSizeDiffers", "warning", "pair", "Real pairs differ by embedding padding, so this is only a warning.", "vllm #10913 (padded vocabularies).",
        "Confirm the drafter was trained for this tokenizer."),
-    _C("HiddenActUnsupported", "error", "drafter", "The engines' DFlash model implements SiLU MLPs only.", "SGLang dflash model.",
-       "Use a DFlash drafter with hidden_act silu."),
+    _C("HiddenActUnsupported", "error", "drafter", "The engines' DFlash models implement SiLU MLPs (SGLang also swigluoai).",
+       "sglang models/dflash.py:493-509.", "Use a DFlash drafter with a supported hidden_act."),
     _C("BlockSizeDefaulted", "warning", "drafter", "No block_size in the drafter config: the DFlash default 16 is assumed.",
        "Drafters trained with block 8 served with 16 waste draft compute.", "Set spec.speculation.blockSize to the trained block size."),
     _C("BlockSizeInvalid", "error", "drafter", "A block holds the bonus token plus at least one draft token.", "-", "Use a block size between 2 and 64."),
@@ -96,6 +96,16 @@ CATALOG = MappingProxyType({c.code: c for c in (
     _C("SlidingWindowUnsupportedByEngine", "error", "engine", "This vLLM release runs DFlash sliding layers as full attention.",
        "vLLM #40898 closed unmerged; SWA landed through #46104 and the V2 runner.", "Use vLLM >= 0.30.0."),
     _C("MixedLayersUnsupported", "error", "engine", "This engine release cannot serve mixed sliding/full drafters.", "-", "Upgrade the engine."),
+    _C("DrafterArchitectureUnsupported", "error", "engine", "The engine release does not register this drafter architecture.",
+       "SGLang and vLLM serve different DFlash families (e.g. MiniMaxDFlash2DraftModel only on SGLang).",
+       "Use another engine or release; docs/reference/engines.md lists what each serves."),
+    _C("SlidingLayersIgnoredByEngine", "error", "engine", "SGLang reads sliding layers only from layer_types + sliding_window; "
+       "dflash_config.use_swa/swa_window_size are ignored (sglang 0.5.23 dflash_utils.py).",
+       "Failure class 1: sliding layers silently run as full attention, acceptance falls past the window.",
+       "Serve on vLLM, or use a drafter config with layer_types and sliding_window."),
+    _C("AttentionBackendUnsupportedByEngine", "error", "engine", "DFlash's bidirectional layers need a backend with non-causal "
+       "attention; the engine has no such backend under that name.", "vLLM: only FLASH_ATTN and FLASHINFER support non-causal.",
+       "Use a listed backend or leave it unset."),
     _C("DraftAttentionBackendNeedsCausal", "error", "engine", "trtllm_mha serves only drafters whose layers are all sliding or causal.",
        "SGLang speculative_hook.", "Use fa4, flashinfer or triton."),
     _C("TensorParallelHeadsIndivisible", "error", "pair", "Tensor parallelism splits attention heads: gpu.count must divide the drafter's heads and KV heads "

@@ -8,6 +8,7 @@ dflash-engines.md s2 plus the engine and GPU rules, and derives what the rendere
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -158,10 +159,11 @@ def _engine_release(o: Options, out: _Out) -> tuple[eng.EngineInfo | None, eng.E
         out.err("EngineVersionUnsupported", S, "spec.engine.version",
                 f"{info.display_name} {o.engine_version} has no DFlash support; use {info.display_name} >= {info.oldest}")
         return info, None
-    if not row.verified:
+    if not info.is_verified(o.engine_version):
         out.warn("EngineVersionUnverified", S, "spec.engine.version",
                  f"{info.display_name} {o.engine_version} flags were not checked against its own parser "
-                 f"(source: {'; '.join(row.sources)}); prefer a verified version such as {info.newest_verified}")
+                 f"(capability row from: {'; '.join(row.sources)}); prefer a verified version "
+                 f"({', '.join(info.verified_versions()) or 'none recorded'}) or record this one with e2e/flagdrift/run.sh")
     return info, row
 
 
@@ -326,10 +328,6 @@ def _check_drafter(d: DrafterConfig, t: TargetConfig | None, out: _Out) -> None:
                  f"drafter vocab_size {d.vocab_size.value} differs from the target's {t.vocab_size.value}; real pairs differ "
                  "by padding (vllm #10913), but check the drafter was trained for this tokenizer")
 
-    if d.hidden_act is not None and d.hidden_act.value != "silu":
-        out.err("HiddenActUnsupported", D, d.hidden_act.path,
-                f"hidden_act {d.hidden_act.value!r} is not supported by the engines' DFlash model; DFlash drafters use 'silu'")
-
     # block size
     if d.block_size is None:
         out.warn("BlockSizeDefaulted", D, jpath(dc, "block_size"),
@@ -418,6 +416,40 @@ def _derive(d: DrafterConfig, t: TargetConfig | None, o: Options, info, row, pro
     elif drafter_window is not None:
         window = drafter_window
 
+    acts = row.hidden_acts if row is not None else frozenset({"silu", "swigluoai"})
+    if d.hidden_act is not None and d.hidden_act.value not in acts:
+        who = f"{info.display_name} {o.engine_version}" if row is not None else "the engines"
+        out.err("HiddenActUnsupported", D, d.hidden_act.path,
+                f"hidden_act {d.hidden_act.value!r} is not supported by {who}' DFlash model; use a drafter with "
+                f"hidden_act {' or '.join(sorted(acts))}")
+
+    if row is not None and d.format == "dflash":
+        for i, arch in enumerate(d.architectures):
+            if "dflash" in arch.lower() or row.drafter_architectures is not None:
+                if not info.supports_drafter(row, arch):
+                    out.err("DrafterArchitectureUnsupported", D, f"$.architectures[{i}]",
+                            f"{info.display_name} {o.engine_version} does not serve drafter architecture {arch!r}; "
+                            f"it serves {', '.join(sorted(row.drafter_architectures or ()))}. Use another engine or release")
+                break
+
+    if row is not None and has_sliding and not row.reads_use_swa:
+        listed = [x.value for x in d.layer_types.value] if d.layer_types else []
+        if SLIDING not in listed:
+            out.err("SlidingLayersIgnoredByEngine", D, d.use_swa.path if d.use_swa else "$.layer_types",
+                    f"the drafter declares its sliding layers only through dflash_config.use_swa, which "
+                    f"{info.display_name} {o.engine_version} does not read: every layer would run as full attention "
+                    "and acceptance falls past the window. Serve it on vLLM, or use a drafter config with "
+                    "layer_types and sliding_window")
+        elif d.sliding_window is None or d.sliding_window.value <= 0:
+            out.err("SlidingLayersIgnoredByEngine", D, "$.sliding_window",
+                    f"{info.display_name} {o.engine_version} reads the window from sliding_window only "
+                    "(not dflash_config.swa_window_size) and refuses sliding layers without it; add sliding_window")
+
+    if row is not None and o.draft_attention_backend and o.draft_attention_backend not in row.draft_attention_backends:
+        out.err("AttentionBackendUnsupportedByEngine", S, "spec.speculation.draftAttentionBackend",
+                f"{info.display_name} has no draft attention backend {o.draft_attention_backend!r} that serves DFlash's "
+                f"bidirectional layers; use one of {', '.join(sorted(row.draft_attention_backends))} or leave it unset")
+
     env: dict[str, str] = {}
     backend = None
     if info is not None and info.name == "vllm":
@@ -468,8 +500,8 @@ def _derive(d: DrafterConfig, t: TargetConfig | None, o: Options, info, row, pro
                         f"use a gpu.count that divides {kv.value}")
 
     # memory fit
-    tb = estimate_target_bytes(t) if t is not None else None
-    db = estimate_drafter_bytes(d)
+    tb = _estimate(estimate_target_bytes, t) if t is not None else None
+    db = _estimate(estimate_drafter_bytes, d)
     if prof is not None and tb is not None:
         need = tb + (db or 0)
         cap = prof.memory_bytes * o.gpu_count
@@ -509,6 +541,16 @@ def _derive(d: DrafterConfig, t: TargetConfig | None, o: Options, info, row, pro
         target_weight_bytes=tb,
         drafter_weight_bytes=db,
     )
+
+
+def _estimate(fn, cfg) -> float | None:
+    """A weight estimate, or None when the config's numbers defeat it (inf, nan, values past float
+    range in fields read untyped): the fit check is advisory and analyze never raises."""
+    try:
+        v = fn(cfg)
+    except (ArithmeticError, ValueError):
+        return None
+    return float(v) if v is not None and math.isfinite(v) else None
 
 
 def analyze(drafter_doc: Any, target_doc: Any, options: Options | None = None) -> Analysis:

@@ -30,6 +30,11 @@ T = TypeVar("T")
 SLIDING = "sliding_attention"
 FULL = "full_attention"
 DRAFTER_LAYER_TYPES = (SLIDING, FULL)
+# Bounds on integers read from config files. No engine reads a value beyond int64, and
+# larger ones overflow float arithmetic (weight estimate); layer counts also size per-layer
+# lists and loops, so an absurd count must not become a 10**12-element list.
+MAX_INT = 2**63 - 1
+MAX_LAYERS = 10_000
 
 
 @dataclass(frozen=True)
@@ -56,7 +61,10 @@ class _Reader:
         self.findings: list[Finding] = []
 
     def _bad(self, path: str, want: str, got: Any) -> None:
-        shown = repr(got)
+        try:
+            shown = repr(got)
+        except (ValueError, RecursionError):  # ints past sys.get_int_max_str_digits, deep nesting
+            shown = f"a {type(got).__name__}"
         if len(shown) > 60:
             shown = shown[:57] + "..."
         self.findings.append(
@@ -82,7 +90,7 @@ class _Reader:
                 return v
         return None
 
-    def as_int(self, v: Val[Any] | None, *, minimum: int | None = None) -> Val[int] | None:
+    def as_int(self, v: Val[Any] | None, *, minimum: int | None = None, maximum: int = MAX_INT) -> Val[int] | None:
         if v is None:
             return None
         x = v.value
@@ -96,6 +104,9 @@ class _Reader:
             return None
         if minimum is not None and x < minimum:
             self._bad(v.path, f"an integer >= {minimum}", x)
+            return None
+        if not -MAX_INT <= x <= maximum:
+            self._bad(v.path, f"an integer between {-MAX_INT if minimum is None else minimum} and {maximum}", x)
             return None
         return Val(x, v.path)
 
@@ -245,7 +256,7 @@ def parse_target(doc: Any) -> tuple[TargetConfig | None, list[Finding]]:
         root=root,
         architectures=[a.value for a in archs.value] if archs else [],
         model_type=(r.as_str(r.raw(doc, "model_type", "$")) or Val(None, "")).value,
-        num_hidden_layers=r.as_int(pick("num_hidden_layers", "num_layers", "n_layer", "n_layers"), minimum=1),
+        num_hidden_layers=r.as_int(pick("num_hidden_layers", "num_layers", "n_layer", "n_layers"), minimum=1, maximum=MAX_LAYERS),
         hidden_size=r.as_int(pick("hidden_size", "d_model", "n_embd"), minimum=1),
         vocab_size=or_default(r.as_int(pick("vocab_size", "padded_vocab_size"), minimum=1), "vocab_size"),
         num_attention_heads=r.as_int(pick("num_attention_heads", "n_head", "num_heads"), minimum=1),
@@ -382,7 +393,7 @@ def parse_drafter(doc: Any) -> tuple[DrafterConfig | None, list[Finding]]:
         num_target_layers=r.as_int(dflash_field("num_target_layers"), minimum=1),
         hidden_size=r.as_int(geometry("hidden_size"), minimum=1),
         target_hidden_size=r.as_int(dflash_field("target_hidden_size"), minimum=1),
-        num_hidden_layers=r.as_int(geometry("num_hidden_layers"), minimum=1),
+        num_hidden_layers=r.as_int(geometry("num_hidden_layers"), minimum=1, maximum=MAX_LAYERS),
         num_attention_heads=r.as_int(geometry("num_attention_heads"), minimum=1),
         num_key_value_heads=r.as_int(geometry("num_key_value_heads"), minimum=1),
         head_dim=r.as_int(geometry("head_dim"), minimum=1),

@@ -9,6 +9,7 @@ appended last, one argv element each, and may not set an owned flag (the checker
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,6 +84,21 @@ def _meta(cr, name: str, labels: dict, annotations: dict | None = None) -> dict:
     return m
 
 
+_VAR_REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
+
+
+def expand_kubelet_vars(arg: str, env: dict[str, str]) -> str:
+    """What kubelet does to ``$(VAR)`` in command/args: substitute defined variables, keep
+    undefined references as written, ``$$`` escapes a dollar. No shell is involved."""
+
+    def sub(m: re.Match) -> str:
+        if m.group(0) == "$$":
+            return "$"
+        return env.get(m.group(1), m.group(0))
+
+    return _VAR_REF.sub(sub, arg)
+
+
 def _model_in_pod(src, role: str) -> str:
     if src.pvc is not None:
         return f"{MODEL_ROOT}/{role}/{src.model.lstrip('/')}"
@@ -130,7 +146,7 @@ def _vllm_args(spec, d: Derived, row: eng.EngineRelease, target: str, drafter: s
     if spec.drafter.revision and spec.drafter.pvc is None:
         sc["revision"] = spec.drafter.revision
     if spec.speculation.draft_attention_backend:
-        sc["attention_backend"] = spec.speculation.draft_attention_backend.upper()
+        sc["attention_backend"] = row.draft_attention_backends[spec.speculation.draft_attention_backend]
     a += [f["speculative_config"], json.dumps(sc, sort_keys=True, separators=(",", ":"))]
     if not multinode:
         return a + list(spec.engine.extra_args), None
@@ -181,8 +197,10 @@ def _container(spec, ec: EngineConfig, image: str, args: list[str], serve_http: 
     if serve_http:
         c["ports"] = [{"name": "http", "containerPort": ec.port, "protocol": "TCP"}]
         c["startupProbe"] = _probe(ec.health_path, 10, STARTUP_TIMEOUT_SECONDS // 10)
-        c["readinessProbe"] = _probe(ec.health_path, 10, 3)
-        c["livenessProbe"] = _probe(ec.health_path, 30, 5, timeout=10)
+        # SGLang's /health runs a one-token generation: generous timeouts, so a busy
+        # engine is not restarted under load.
+        c["readinessProbe"] = _probe(ec.health_path, 10, 3, timeout=10)
+        c["livenessProbe"] = _probe(ec.health_path, 30, 5, timeout=30)
     return c
 
 
