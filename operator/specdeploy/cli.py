@@ -33,6 +33,8 @@ def _load_json_config(path: str, what: str) -> Any:
         raise UsageError(f"{what} config is a directory without config.json: {p}") from None
     except json.JSONDecodeError as e:
         raise UsageError(f"{what} config {p} is not valid JSON: line {e.lineno} column {e.colno}: {e.msg}") from None
+    except (ValueError, RecursionError) as e:  # integers past the digit limit, absurd nesting
+        raise UsageError(f"{what} config {p} cannot be read as a config.json: {str(e)[:120] or type(e).__name__}") from None
     except UnicodeDecodeError:
         raise UsageError(f"{what} config {p} is not UTF-8 text") from None
     except OSError as e:
@@ -175,6 +177,20 @@ def cmd_flag_commands(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_operator_run(args: argparse.Namespace) -> int:
+    from .controller.main import run
+
+    return run(args.namespace or [], args.all_namespaces, kubeconfig=args.kubeconfig, metrics_port=args.metrics_port,
+               liveness=args.liveness, resync_seconds=args.resync_seconds, verbose=args.verbose)
+
+
+def cmd_apiserver(args: argparse.Namespace) -> int:
+    from .dev import apiserver
+
+    argv = ["--kubeconfig", args.kubeconfig] + (["--port", str(args.port)] if args.port else [])
+    return apiserver.main(argv) or 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from . import bench
 
@@ -226,11 +242,28 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--examples", default="examples", help="examples directory")
     d.set_defaults(func=cmd_demo)
 
+    op = sub.add_parser("operator", help="the operator")
+    osub = op.add_subparsers(dest="operator_command", metavar="ACTION")
+    orun = osub.add_parser("run", help="run the operator (in-cluster, or against KUBECONFIG)")
+    scope = orun.add_mutually_exclusive_group()
+    scope.add_argument("--namespace", "-n", action="append", metavar="NS", help="watch this namespace (repeatable; default: default)")
+    scope.add_argument("--all-namespaces", "-A", action="store_true", help="watch every namespace")
+    orun.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig file (default: in-cluster, else $KUBECONFIG)")
+    orun.add_argument("--metrics-port", type=int, default=8080, metavar="N", help="port of /metrics (0: off)")
+    orun.add_argument("--liveness", metavar="URL", help="kopf liveness endpoint, e.g. http://0.0.0.0:8081/healthz")
+    orun.add_argument("--resync-seconds", type=float, metavar="S", help="full resync period (default 60)")
+    orun.add_argument("--verbose", "-v", action="store_true")
+    orun.set_defaults(func=cmd_operator_run)
+
     dev = sub.add_parser("dev", help="developer tools")
     dsub = dev.add_subparsers(dest="dev_command", metavar="TOOL")
     fc = dsub.add_parser("flag-commands", help="JSON of every example's rendered engine argv (for the flag-drift check)")
     fc.add_argument("--examples", default="examples")
     fc.set_defaults(func=cmd_flag_commands)
+    a = dsub.add_parser("apiserver", help="run the embedded Kubernetes API server (a stand-in for tests and demos)")
+    a.add_argument("--kubeconfig", required=True, metavar="PATH", help="write a kubeconfig for it here")
+    a.add_argument("--port", type=int, default=0, metavar="N", help="port on 127.0.0.1 (default: any free port)")
+    a.set_defaults(func=cmd_apiserver)
     b = dsub.add_parser("bench", help="print benchmark figures")
     b.add_argument("what", choices=["core"], help="what to measure")
     b.add_argument("--repeat", type=_positive_int, default=200)

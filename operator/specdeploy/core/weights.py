@@ -15,8 +15,25 @@ from typing import Any
 
 from .modelconfig import DrafterConfig, TargetConfig
 
+# Bytes per weight as served: the engines load float32 checkpoints in 16-bit (vLLM and
+# SGLang dtype "auto"), so float32 counts 2 bytes here on purpose.
 _DTYPE_BYTES = {"bfloat16": 2.0, "float16": 2.0, "half": 2.0, "float32": 2.0, "float": 2.0,
                 "float8_e4m3fn": 1.0, "fp8": 1.0}
+# config.json comes from the hub or a user: its `ignore` regexes are untrusted input.
+MAX_IGNORE_PATTERNS = 256
+MAX_PATTERN_LENGTH = 256
+# A quantified group that itself contains a quantifier ("(a+)+", "(.*.*)*") can backtrack
+# exponentially: such patterns are skipped (they count as not matching).
+_NESTED_QUANTIFIER = re.compile(r"\((?:[^()\\]|\\.)*[*+?}](?:[^()\\]|\\.)*\)\s*[*+?{]")
+
+
+def _safe_regex(pattern: str) -> "re.Pattern[str] | None":
+    if len(pattern) > MAX_PATTERN_LENGTH or _NESTED_QUANTIFIER.search(pattern):
+        return None
+    try:
+        return re.compile(pattern)
+    except (re.error, RecursionError, OverflowError):
+        return None
 
 
 def _num(d: dict, *keys: str, default: float = 0) -> float:
@@ -35,11 +52,9 @@ class _Quant:
     def bytes_for(self, module: str, dtype_bytes: float) -> float:
         for pat in self.ignore:
             if pat.startswith("re:"):
-                try:
-                    if re.match(pat[3:], module):
-                        return dtype_bytes
-                except re.error:
-                    continue
+                rx = _safe_regex(pat[3:])
+                if rx is not None and rx.match(module):
+                    return dtype_bytes
             elif pat and pat in module:
                 return dtype_bytes
         return self.bytes_per_weight
@@ -50,7 +65,7 @@ def _quant(q: dict | None) -> _Quant | None:
         return None
     method = str(q.get("quant_method") or q.get("quant_algo") or "").lower()
     ignore = q.get("ignore") or q.get("modules_to_not_convert") or q.get("exclude_modules") or []
-    ignore = tuple(x for x in ignore if isinstance(x, str)) if isinstance(ignore, list) else ()
+    ignore = tuple(x for x in ignore[:MAX_IGNORE_PATTERNS] if isinstance(x, str)) if isinstance(ignore, list) else ()
     bits = None
     group = None
     groups = q.get("config_groups")

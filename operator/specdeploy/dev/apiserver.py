@@ -944,7 +944,8 @@ class Emulator(kmock.KubernetesEmulator):
             self._st.find_kind(g, v, obj.get("kind", ""))
         if info is None:
             raise ApiError(404, f"no resource for {api_version} {obj.get('kind')}")
-        return _clone(self._st.create(info, _meta(obj).get("namespace"), _clone(obj)))
+        namespace = _meta(obj).get("namespace") or ("default" if info.namespaced else None)
+        return _clone(self._st.create(info, namespace, _clone(obj)))
 
     def stats(self) -> JSON:
         st = self._st

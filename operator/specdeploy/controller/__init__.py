@@ -1,0 +1,1 @@
+"""The operator: kopf handlers, API I/O, config resolution, status."""

@@ -1,0 +1,106 @@
+"""kopf handlers: thin glue from watch events into the controller's work queue.
+
+No handler here does any work itself: each one hands the event body to the Controller,
+whose workers run the one reconcile path. No finalizer is ever needed (children are
+owned and garbage-collected through ownerReferences), so none is added.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import kopf
+
+from ..api.crd import API_GROUP, API_VERSION
+from .. import PLURAL
+from . import metrics
+from .kube import Kube, load_api_client
+from .reconciler import Controller, Settings
+from .resolve import Resolver
+
+MANAGED = {"app.kubernetes.io/managed-by": "specdeploy"}
+_controller: Controller | None = None
+
+
+def controller() -> Controller:
+    assert _controller is not None, "operator not started"
+    return _controller
+
+
+@kopf.on.startup()
+async def on_startup(settings: kopf.OperatorSettings, **_) -> None:
+    global _controller
+    settings.posting.enabled = False  # the controller posts its own Events, on transitions only
+    settings.watching.server_timeout = int(os.environ.get("SPECDEPLOY_WATCH_TIMEOUT", "300"))
+    settings.watching.client_timeout = settings.watching.server_timeout + 30
+    settings.networking.request_timeout = 60
+    settings.peering.standalone = True
+    api = load_api_client(os.environ.get("SPECDEPLOY_KUBECONFIG") or None)
+    kube = Kube(api, on_write=metrics.count_write)
+    resolver = Resolver(kube, hub_endpoint=os.environ.get("HF_ENDPOINT") or None)
+    _controller = Controller(kube, resolver, Settings(
+        resync_seconds=float(os.environ.get("SPECDEPLOY_RESYNC_SECONDS", "60")),
+        workers=int(os.environ.get("SPECDEPLOY_WORKERS", "4")),
+    ))
+    _controller.start()
+    port = int(os.environ.get("SPECDEPLOY_METRICS_PORT", "0"))
+    if port:
+        from prometheus_client import start_http_server
+
+        start_http_server(port, addr=os.environ.get("SPECDEPLOY_METRICS_ADDR", "0.0.0.0"), registry=metrics.REGISTRY)
+
+
+@kopf.on.cleanup()
+async def on_cleanup(**_) -> None:
+    if _controller is not None:
+        await _controller.stop()
+
+
+@kopf.on.event(API_GROUP, API_VERSION, PLURAL)
+async def on_speculativedeployment(event, **_) -> None:
+    await controller().observe_cr(event.get("type"), event["object"])
+
+
+@kopf.on.event("configmaps")
+async def on_configmap(event, **_) -> None:
+    await controller().observe_configmap(event.get("type"), event["object"])
+
+
+@kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
+async def on_deployment(event, **_) -> None:
+    await controller().observe_child(event.get("type"), {**event["object"], "kind": "Deployment"})
+
+
+@kopf.on.event("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", labels=MANAGED)
+async def on_leaderworkerset(event, **_) -> None:
+    await controller().observe_child(event.get("type"), {**event["object"], "kind": "LeaderWorkerSet"})
+
+
+@kopf.on.event("v1", "services", labels=MANAGED)
+async def on_service(event, **_) -> None:
+    await controller().observe_child(event.get("type"), {**event["object"], "kind": "Service"})
+
+
+@kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=MANAGED)
+async def on_pdb(event, **_) -> None:
+    await controller().observe_child(event.get("type"), {**event["object"], "kind": "PodDisruptionBudget"})
+
+
+@kopf.on.event("monitoring.coreos.com", "v1", "podmonitors", labels=MANAGED)
+async def on_podmonitor(event, **_) -> None:
+    await controller().observe_child(event.get("type"), {**event["object"], "kind": "PodMonitor"})
+
+
+@kopf.on.event("batch", "v1", "jobs", labels={**MANAGED, "app.kubernetes.io/component": "config-inspector"})
+async def on_inspector_job(event, **_) -> None:
+    # an inspector finishing is a reason to reconcile its owner; it is not a managed child
+    body = event["object"]
+    meta = body.get("metadata") or {}
+    for ref in meta.get("ownerReferences") or []:
+        key = (meta.get("namespace") or "default", ref.get("name"))
+        if ref.get("kind") == "SpeculativeDeployment" and key in controller().bodies:
+            await controller().queue.add(key)
+
+
+logging.getLogger("kopf.objects").setLevel(logging.WARNING)

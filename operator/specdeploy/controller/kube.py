@@ -1,0 +1,149 @@
+"""The only code that talks to the Kubernetes API (besides kopf's own watches and Events).
+
+A thin async wrapper over the official client's ``ApiClient.call_api`` (run in worker
+threads) for the few kinds the operator touches, with every write counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.rest import ApiException
+
+
+@dataclass(frozen=True)
+class Kind:
+    api_version: str
+    kind: str
+    plural: str
+    namespaced: bool = True
+
+    @property
+    def base(self) -> str:
+        return f"/api/{self.api_version}" if "/" not in self.api_version else f"/apis/{self.api_version}"
+
+    def path(self, namespace: str | None, name: str | None = None, sub: str | None = None) -> str:
+        p = self.base
+        if self.namespaced and namespace:
+            p += f"/namespaces/{namespace}"
+        p += f"/{self.plural}"
+        if name:
+            p += f"/{name}"
+        if sub:
+            p += f"/{sub}"
+        return p
+
+
+KINDS: dict[str, Kind] = {k.kind: k for k in (
+    Kind("v1", "ConfigMap", "configmaps"),
+    Kind("v1", "Service", "services"),
+    Kind("v1", "Secret", "secrets"),
+    Kind("v1", "Pod", "pods"),
+    Kind("v1", "Event", "events"),
+    Kind("v1", "Namespace", "namespaces", namespaced=False),
+    Kind("apps/v1", "Deployment", "deployments"),
+    Kind("batch/v1", "Job", "jobs"),
+    Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets"),
+    Kind("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "leaderworkersets"),
+    Kind("monitoring.coreos.com/v1", "PodMonitor", "podmonitors"),
+    Kind("specdeploy.io/v1alpha1", "SpeculativeDeployment", "speculativedeployments"),
+)}
+
+
+class KubeError(Exception):
+    def __init__(self, status: int, reason: str, message: str):
+        self.status, self.reason = status, reason
+        super().__init__(f"{status} {reason}: {message}")
+
+
+def load_api_client(kubeconfig: str | None = None) -> k8s.ApiClient:
+    """In-cluster config when running in a pod, else the kubeconfig (KUBECONFIG or the given file)."""
+    cfg = k8s.Configuration()
+    try:
+        if kubeconfig:
+            raise k8s_config.ConfigException("explicit kubeconfig")
+        k8s_config.load_incluster_config(client_configuration=cfg)
+    except k8s_config.ConfigException:
+        k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+    return k8s.ApiClient(configuration=cfg)
+
+
+class Kube:
+    def __init__(self, api: k8s.ApiClient, on_write: Callable[[str, str], None] | None = None):
+        self.api = api
+        self.on_write = on_write or (lambda verb, kind: None)
+
+    def _call(self, method: str, path: str, body: Any = None, query: list | None = None,
+              content_type: str = "application/json") -> Any:
+        headers = {"Content-Type": content_type, "Accept": "application/json"}
+        try:
+            m, url, hdrs, data, _ = self.api.param_serialize(
+                method, path, query_params=query or [], header_params=headers, body=body, auth_settings=["BearerToken"])
+            resp = self.api.call_api(m, url, header_params=hdrs, body=data, _request_timeout=30)
+            resp.read()
+            status, raw = resp.status, resp.data
+        except ApiException as e:
+            status, raw = e.status or 0, (e.body or b"")
+        if isinstance(raw, bytes):
+            raw = raw.decode("utf-8", "replace")
+        if status >= 400:
+            reason, message = "", ""
+            try:
+                doc = json.loads(raw or "{}")
+                reason, message = doc.get("reason") or "", doc.get("message") or ""
+            except ValueError:
+                message = (raw or "")[:200]
+            raise KubeError(status, reason, message)
+        return json.loads(raw) if raw else None
+
+    async def call(self, method: str, path: str, body: Any = None, query: list | None = None,
+                   content_type: str = "application/json") -> Any:
+        return await asyncio.to_thread(self._call, method, path, body, query, content_type)
+
+    async def get(self, kind: str, namespace: str | None, name: str) -> dict | None:
+        try:
+            return await self.call("GET", KINDS[kind].path(namespace, name))
+        except KubeError as e:
+            if e.status == 404:
+                return None
+            raise
+
+    async def list(self, kind: str, namespace: str | None, label_selector: str | None = None) -> list[dict]:
+        q = [("labelSelector", label_selector)] if label_selector else []
+        doc = await self.call("GET", KINDS[kind].path(namespace), query=q)
+        return list((doc or {}).get("items") or [])
+
+    async def create(self, obj: dict) -> dict:
+        k = KINDS[obj["kind"]]
+        self.on_write("create", obj["kind"])
+        return await self.call("POST", k.path(obj["metadata"].get("namespace")), body=obj)
+
+    async def patch(self, kind: str, namespace: str | None, name: str, patch: dict, sub: str | None = None) -> dict:
+        self.on_write("patch" if not sub else f"patch-{sub}", kind)
+        return await self.call("PATCH", KINDS[kind].path(namespace, name, sub), body=patch,
+                               content_type="application/merge-patch+json")
+
+    async def delete(self, kind: str, namespace: str | None, name: str, propagation: str = "Background") -> None:
+        self.on_write("delete", kind)
+        try:
+            await self.call("DELETE", KINDS[kind].path(namespace, name),
+                            body={"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation})
+        except KubeError as e:
+            if e.status != 404:
+                raise
+
+    async def has_api(self, api_version: str, plural: str) -> bool:
+        """Whether the API server serves this resource (e.g. a CRD is installed)."""
+        base = f"/apis/{api_version}" if "/" in api_version else f"/api/{api_version}"
+        try:
+            doc = await self.call("GET", base)
+        except KubeError as e:
+            if e.status == 404:
+                return False
+            raise
+        return any(r.get("name") == plural for r in (doc or {}).get("resources") or [])

@@ -1,0 +1,30 @@
+"""``specdeploy operator run``: start kopf with the handlers, in-cluster or from KUBECONFIG."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+
+
+def run(namespaces: list[str], all_namespaces: bool, *, kubeconfig: str | None = None, metrics_port: int = 8080,
+        liveness: str | None = None, resync_seconds: float | None = None, verbose: bool = False) -> int:
+    if kubeconfig:
+        os.environ["KUBECONFIG"] = kubeconfig
+        os.environ["SPECDEPLOY_KUBECONFIG"] = kubeconfig
+    os.environ["SPECDEPLOY_METRICS_PORT"] = str(metrics_port)
+    if resync_seconds is not None:
+        os.environ["SPECDEPLOY_RESYNC_SECONDS"] = str(resync_seconds)
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    import kopf
+
+    from . import handlers  # noqa: F401  (registers the handlers)
+
+    kopf.run(
+        clusterwide=all_namespaces,
+        namespaces=[] if all_namespaces else (namespaces or ["default"]),
+        standalone=True,
+        liveness_endpoint=liveness,
+    )
+    return 0

@@ -1,0 +1,412 @@
+"""One reconcile path: parse -> resolve configs -> check -> render -> apply children -> status.
+
+Level-based: every call looks at the whole desired state and closes the gap; an idle
+reconcile (nothing drifted) makes no API writes. Watches feed the caches (the CR bodies,
+the children, referenced ConfigMaps) so that an idle reconcile makes no reads either.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Hashable
+
+import pydantic
+
+from ..api.types import SpeculativeDeployment, validation_messages
+from ..core.findings import Severity, errors as error_findings
+from ..core.render import RenderError, Rendered, render, selector_labels
+from . import metrics, status as st
+from .kube import Kube, KubeError
+from .queue import Backoff, WorkQueue
+from .resolve import ResolutionError, Resolver
+
+log = logging.getLogger("specdeploy.controller")
+
+Key = tuple[str, str]  # (namespace, name)
+MANAGED_KINDS = ("ConfigMap", "Deployment", "LeaderWorkerSet", "Service", "PodDisruptionBudget", "PodMonitor")
+WORKLOAD_KINDS = ("Deployment", "LeaderWorkerSet")
+LWS = ("leaderworkerset.x-k8s.io/v1", "leaderworkersets")
+PODMONITOR = ("monitoring.coreos.com/v1", "podmonitors")
+
+
+def now_rfc3339() -> str:
+    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def is_subset(desired: Any, actual: Any) -> bool:
+    """Every field we set has our value (fields the API server or others add are ignored)."""
+    if isinstance(desired, dict):
+        return isinstance(actual, dict) and all(k in actual and is_subset(v, actual[k]) for k, v in desired.items())
+    if isinstance(desired, list):
+        return isinstance(actual, list) and len(desired) == len(actual) and all(is_subset(d, a) for d, a in zip(desired, actual))
+    if isinstance(desired, (int, float)) and isinstance(actual, str) or isinstance(desired, str) and isinstance(actual, (int, float)):
+        return str(desired) == str(actual)
+    return desired == actual
+
+
+def owned_part(obj: dict) -> dict:
+    """The fields of a desired child that the operator owns and compares."""
+    meta = obj["metadata"]
+    part: dict[str, Any] = {"metadata": {k: meta[k] for k in ("labels", "annotations", "ownerReferences") if k in meta}}
+    for k in ("spec", "data"):
+        if k in obj:
+            part[k] = obj[k]
+    return part
+
+
+@dataclass
+class Settings:
+    resync_seconds: float = 60.0
+    workers: int = 4
+    backoff_min: float = 5.0
+    backoff_max: float = 300.0
+    capability_ttl: float = 60.0
+
+
+@dataclass
+class _State:
+    """What the operator remembers per SpeculativeDeployment between reconciles."""
+
+    last_generation_seen: int = 0
+    resolved: dict[str, Any] = field(default_factory=dict)
+
+
+class Controller:
+    def __init__(self, kube: Kube, resolver: Resolver, settings: Settings | None = None, clock=time.monotonic):
+        self.kube = kube
+        self.resolver = resolver
+        self.settings = settings or Settings()
+        self.clock = clock
+        self.queue = WorkQueue(clock)
+        self.backoff = Backoff(self.settings.backoff_min, self.settings.backoff_max)
+        self.bodies: dict[Key, dict] = {}
+        self.children: dict[tuple[str, str, str], dict] = {}  # (kind, ns, name) -> body
+        self.cm_refs: dict[tuple[str, str], set[Key]] = {}
+        self.state: dict[Key, _State] = {}
+        self._caps: dict[tuple[str, str], tuple[float, bool]] = {}
+        self._tasks: list[asyncio.Task] = []
+
+    # ------------------------------------------------------------- watch feeds
+
+    async def observe_cr(self, event_type: str | None, body: dict) -> None:
+        meta = body.get("metadata") or {}
+        key = (meta.get("namespace") or "default", meta.get("name"))
+        if event_type == "DELETED":
+            self.bodies.pop(key, None)
+            self.state.pop(key, None)
+            for refs in self.cm_refs.values():
+                refs.discard(key)
+            metrics.MANAGED.set(len(self.bodies))
+            return
+        old = self.bodies.get(key)
+        self.bodies[key] = body
+        metrics.MANAGED.set(len(self.bodies))
+        self._index_refs(key, body)
+        gen = meta.get("generation") or 1
+        observed = (body.get("status") or {}).get("observedGeneration")
+        # Our own status writes come back as MODIFIED events: nothing to do for those.
+        if old is not None and event_type == "MODIFIED" and observed == gen and \
+                (old.get("metadata") or {}).get("generation") == gen and old.get("spec") == body.get("spec"):
+            return
+        await self.queue.add(key)
+
+    def _index_refs(self, key: Key, body: dict) -> None:
+        for refs in self.cm_refs.values():
+            refs.discard(key)
+        spec = body.get("spec") or {}
+        for role in ("target", "drafter"):
+            ref = ((spec.get(role) or {}).get("configFrom") or {}).get("configMapKeyRef") or {}
+            if ref.get("name"):
+                self.cm_refs.setdefault((key[0], ref["name"]), set()).add(key)
+
+    async def observe_child(self, event_type: str | None, body: dict) -> None:
+        meta = body.get("metadata") or {}
+        ck = (body.get("kind"), meta.get("namespace") or "default", meta.get("name"))
+        if event_type == "DELETED":
+            self.children.pop(ck, None)
+        else:
+            self.children[ck] = body
+        for ref in meta.get("ownerReferences") or []:
+            if ref.get("kind") == "SpeculativeDeployment" and ref.get("controller"):
+                key = (ck[1], ref.get("name"))
+                if key in self.bodies:
+                    await self.queue.add(key)
+
+    async def observe_configmap(self, event_type: str | None, body: dict) -> None:
+        meta = body.get("metadata") or {}
+        ck = (meta.get("namespace") or "default", meta.get("name"))
+        labels = meta.get("labels") or {}
+        if labels.get("app.kubernetes.io/managed-by") == "specdeploy":
+            await self.observe_child(event_type, {**body, "kind": "ConfigMap"})
+        refs = self.cm_refs.get(ck)
+        if not refs:
+            self.resolver.configmaps.pop(ck, None)
+            return
+        if event_type == "DELETED":
+            self.resolver.configmaps.pop(ck, None)
+        else:
+            self.resolver.configmaps[ck] = body
+        for key in list(refs):
+            await self.queue.add(key)
+
+    # ------------------------------------------------------------- workers
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._worker(i)) for i in range(self.settings.workers)]
+        self._tasks.append(loop.create_task(self._resync()))
+
+    async def stop(self) -> None:
+        await self.queue.close()
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _resync(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.resync_seconds)
+            for key in list(self.bodies):
+                await self.queue.add(key)
+
+    async def _worker(self, i: int) -> None:
+        while True:
+            key = await self.queue.get()
+            if key is None:
+                return
+            metrics.QUEUE_DEPTH.set(len(self.queue))
+            t0 = time.perf_counter()
+            try:
+                delay = await self.reconcile(key)
+                self.backoff.succeeded(key)
+                metrics.RECONCILES.labels(result="ok").inc()
+            except ResolutionError as e:  # raised only for transient resolution waits
+                delay = e.delay or self.backoff.failed(key)
+                metrics.RECONCILES.labels(result="waiting").inc()
+            except Exception as e:  # API errors, conflicts: retry with backoff
+                reason = type(e).__name__ if not isinstance(e, KubeError) else f"Api{e.status}"
+                metrics.ERRORS.labels(reason=reason).inc()
+                metrics.RECONCILES.labels(result="error").inc()
+                delay = self.backoff.failed(key)
+                log.warning("reconcile %s/%s failed (%s); retrying in %.0fs", key[0], key[1], e, delay)
+            finally:
+                metrics.RECONCILE_SECONDS.observe(time.perf_counter() - t0)
+                await self.queue.done(key)
+            if delay:
+                await self.queue.add(key, delay)
+
+    # ------------------------------------------------------------- capabilities
+
+    async def has(self, api: tuple[str, str]) -> bool:
+        hit = self._caps.get(api)
+        if hit and self.clock() - hit[0] < self.settings.capability_ttl:
+            return hit[1]
+        ok = await self.kube.has_api(*api)
+        self._caps[api] = (self.clock(), ok)
+        return ok
+
+    # ------------------------------------------------------------- reconcile
+
+    async def reconcile(self, key: Key) -> float | None:
+        """Close the gap for one SpeculativeDeployment; returns a requeue delay or None."""
+        body = self.bodies.get(key)
+        if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
+            return None
+        ns, name = key
+        meta = body.get("metadata") or {}
+        gen = meta.get("generation") or 1
+        state = self.state.setdefault(key, _State())
+        workload = self._workload(ns, name)
+
+        try:
+            cr = SpeculativeDeployment.model_validate(body)
+        except pydantic.ValidationError as e:
+            msg = "; ".join(f"{p}: {m}" for p, m in validation_messages(e))
+            obs = self._observation(gen, body, workload, None)
+            obs.blocked_reason = ("InvalidSpec", msg)
+            obs.resolution_error = ("InvalidSpec", msg)
+            await self._write_status(key, body, obs, resolved=None)
+            return None
+        cr.metadata.namespace = ns
+
+        # resolve both configs
+        try:
+            target = await self.resolver.resolve(cr, "target")
+            drafter = await self.resolver.resolve(cr, "drafter")
+        except ResolutionError as e:
+            obs = self._observation(gen, body, workload, None)
+            obs.resolution_error = (e.reason, e.message)
+            await self._write_status(key, body, obs, resolved=None)
+            if e.reason == "InspectionPending":
+                raise  # short, fixed wait; not a failure
+            return e.delay or self.backoff.failed(key)
+
+        # check + render (pure)
+        monitoring = await self.has(PODMONITOR)
+        try:
+            rendered = render(cr, target.doc, drafter.doc, pod_monitor=monitoring)
+        except RenderError as e:
+            obs = self._observation(gen, body, workload, e.findings)
+            first = error_findings(e.findings)[0].code if error_findings(e.findings) else "Unknown"
+            if state.last_generation_seen != gen:
+                metrics.CHECK_FAILURES.labels(code=first).inc()
+            state.last_generation_seen = gen
+            await self._write_status(key, body, obs, resolved=self._resolved(target, drafter, None, cr))
+            return None
+        state.last_generation_seen = gen
+
+        desired = rendered.objects
+        kind_needed = desired[1]["kind"]
+        if kind_needed == "LeaderWorkerSet" and not await self.has(LWS):
+            obs = self._observation(gen, body, workload, rendered.analysis.findings)
+            obs.blocked_reason = ("LeaderWorkerSetMissing",
+                                  f"spec.nodes={cr.spec.nodes} needs a LeaderWorkerSet, but the leaderworkerset.x-k8s.io/v1 "
+                                  "API is not installed; install LeaderWorkerSet or set spec.nodes: 1")
+            await self._write_status(key, body, obs, resolved=self._resolved(target, drafter, rendered, cr))
+            return None
+
+        conflicts = await self._apply(ns, name, desired)
+        workload = self._workload(ns, name)
+        obs = self._observation(gen, body, workload, rendered.analysis.findings, rendered)
+        obs.conflicts = conflicts
+        await self._write_status(key, body, obs, resolved=self._resolved(target, drafter, rendered, cr))
+        return None
+
+    def _workload(self, ns: str, name: str) -> dict | None:
+        for kind in WORKLOAD_KINDS:
+            w = self.children.get((kind, ns, name))
+            if w is not None:
+                return w
+        return None
+
+    def _observation(self, gen: int, body: dict, workload: dict | None, findings, rendered: Rendered | None = None) -> st.Observation:
+        spec = body.get("spec") or {}
+        desired = int(spec.get("replicas", 1) if isinstance(spec.get("replicas", 1), int) else 1)
+        obs = st.Observation(generation=gen, findings=findings, desired_replicas=desired)
+        if workload is not None:
+            ws = workload.get("status") or {}
+            obs.workload_exists = True
+            obs.replicas = int(ws.get("replicas") or 0)
+            obs.ready_replicas = int(ws.get("readyReplicas") or 0)
+            obs.updated_replicas = int(ws.get("updatedReplicas") or 0)
+            if rendered is not None:
+                tmpl = self._template(workload)
+                have = ((tmpl.get("metadata") or {}).get("annotations") or {}).get("specdeploy.io/config-hash")
+                wgen = (workload.get("metadata") or {}).get("generation")
+                seen = ws.get("observedGeneration")
+                obs.workload_updated = have == rendered.config_hash and (seen is None or wgen is None or seen >= wgen)
+        return obs
+
+    @staticmethod
+    def _template(workload: dict) -> dict:
+        spec = workload.get("spec") or {}
+        if workload.get("kind") == "LeaderWorkerSet":
+            return (spec.get("leaderWorkerTemplate") or {}).get("leaderTemplate") or {}
+        return spec.get("template") or {}
+
+    @staticmethod
+    def _resolved(target, drafter, rendered: Rendered | None, cr) -> dict:
+        out: dict[str, Any] = {"targetConfigDigest": target.digest, "drafterConfigDigest": drafter.digest,
+                               "profile": cr.spec.gpu.type}
+        if target.commit:
+            out["targetRevision"] = target.commit
+        if drafter.commit:
+            out["drafterRevision"] = drafter.commit
+        if rendered is not None:
+            ec = rendered.engine_config
+            workload = rendered.objects[1]
+            tmpl = workload["spec"]["template"] if workload["kind"] == "Deployment" else \
+                workload["spec"]["leaderWorkerTemplate"]["leaderTemplate"]
+            out.update({"blockSize": ec.speculation.block_size, "numSpeculativeTokens": ec.speculation.num_speculative_tokens,
+                        "configHash": rendered.config_hash, "image": tmpl["spec"]["containers"][0]["image"]})
+            if ec.speculation.draft_window is not None:
+                out["draftWindow"] = ec.speculation.draft_window
+            from ..core.gpus import get_profile
+            out["gpuProduct"] = get_profile(cr.spec.gpu.type).product_label
+        return out
+
+    async def _apply(self, ns: str, name: str, desired: list[dict]) -> list[str]:
+        """Create missing children, patch drifted ones, delete obsolete ones. Returns conflicts."""
+        conflicts: list[str] = []
+        want = {(o["kind"], o["metadata"]["name"]) for o in desired}
+        for obj in desired:
+            kind, cname = obj["kind"], obj["metadata"]["name"]
+            actual = self.children.get((kind, ns, cname))
+            if actual is None:
+                try:
+                    created = await self.kube.create(obj)
+                    self.children[(kind, ns, cname)] = {**created, "kind": kind} if isinstance(created, dict) else obj
+                    continue
+                except KubeError as e:
+                    if e.status != 409:
+                        raise
+                    actual = await self.kube.get(kind, ns, cname)  # created by us a moment ago, or someone else's
+                    if actual is None:
+                        raise
+                    actual = {**actual, "kind": kind}
+                    self.children[(kind, ns, cname)] = actual
+            uid = obj["metadata"].get("ownerReferences", [{}])[0].get("uid")
+            owners = [r.get("uid") for r in (actual.get("metadata") or {}).get("ownerReferences") or [] if r.get("controller")]
+            if uid and owners and uid not in owners:
+                conflicts.append(f"{kind}/{cname}")
+                continue
+            part = owned_part(obj)
+            if not is_subset(part, actual):
+                patched = await self.kube.patch(kind, ns, cname, part)
+                self.children[(kind, ns, cname)] = {**patched, "kind": kind} if isinstance(patched, dict) else actual
+        # obsolete children of this instance (e.g. Deployment after switching to multi-node)
+        for (kind, cns, cname), body in list(self.children.items()):
+            if cns != ns or kind not in MANAGED_KINDS:
+                continue
+            labels = (body.get("metadata") or {}).get("labels") or {}
+            if labels.get("app.kubernetes.io/instance") != name or labels.get("app.kubernetes.io/managed-by") != "specdeploy":
+                continue
+            if labels.get("app.kubernetes.io/component") != "engine":
+                continue
+            if (kind, cname) not in want:
+                await self.kube.delete(kind, ns, cname)
+                self.children.pop((kind, cns, cname), None)
+        return conflicts
+
+    async def _write_status(self, key: Key, body: dict, obs: st.Observation, resolved: dict | None) -> None:
+        ns, name = key
+        current = body.get("status") or {}
+        conds = st.merge_conditions(current.get("conditions"), st.compute_conditions(obs), obs.generation, now_rfc3339())
+        desired: dict[str, Any] = {
+            "conditions": conds,
+            "observedGeneration": obs.generation,
+            "replicas": obs.replicas,
+            "readyReplicas": obs.ready_replicas,
+            "selector": ",".join(f"{k}={v}" for k, v in selector_labels(name).items()),
+        }
+        if resolved is not None:
+            desired["resolved"] = resolved
+        if not st.status_changed(current, desired):
+            return
+        await self.kube.patch("SpeculativeDeployment", ns, name, {"status": desired}, sub="status")
+        body["status"] = {**current, **desired}  # our view until the watch delivers the write
+        for c in st.transitions(current.get("conditions"), conds):
+            ev = st.event_for(c)
+            if ev is not None:
+                await self._event(body, *ev)
+
+    async def _event(self, body: dict, type_: str, reason: str, message: str) -> None:
+        meta = body.get("metadata") or {}
+        ts = now_rfc3339()
+        event = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": f"{meta.get('name')}.", "namespace": meta.get("namespace") or "default"},
+            "involvedObject": {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"), "name": meta.get("name"),
+                               "namespace": meta.get("namespace") or "default", "uid": meta.get("uid")},
+            "reason": reason, "message": message[:1024], "type": type_,
+            "source": {"component": "specdeploy-operator"}, "reportingComponent": "specdeploy-operator",
+            "reportingInstance": "specdeploy-operator",
+            "firstTimestamp": ts, "lastTimestamp": ts, "count": 1,
+        }
+        try:
+            await self.kube.create(event)
+        except KubeError as e:  # an Event is best effort; never fail a reconcile for it
+            log.info("could not post event %s: %s", reason, e)

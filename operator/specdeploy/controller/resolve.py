@@ -1,0 +1,204 @@
+"""Resolve a model's config.json: ConfigMap key, Hugging Face hub, or a PVC inspector Job.
+
+Each source returns a ``Resolved`` (document, digest, where it came from, resolved commit)
+or raises ``ResolutionError`` with a CamelCase reason that becomes the DrafterCompatible
+condition's reason, and whether retrying soon can help.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import gzip
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ..core.engineconfig import config_digest
+from ..core import engines as eng
+from .kube import Kube
+
+INSPECT_PREFIX = "specdeploy.io/inspect"
+HUB_BRANCH_TTL = 900.0  # a branch or tag is re-resolved after this many seconds
+
+
+@dataclass(frozen=True)
+class Resolved:
+    doc: Any
+    digest: str
+    source: str
+    commit: str | None = None
+
+
+class ResolutionError(Exception):
+    def __init__(self, reason: str, message: str, retryable: bool = True, delay: float | None = None):
+        self.reason, self.message, self.retryable, self.delay = reason, message, retryable, delay
+        super().__init__(f"{reason}: {message}")
+
+
+def _parse_json(text: str | bytes, where: str) -> Any:
+    try:
+        return json.loads(text)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ResolutionError("ConfigInvalid", f"{where} is not valid JSON ({e}); put the model's config.json there", retryable=False) from None
+
+
+def decode_inspection(message: str) -> tuple[Any, str]:
+    """Parse the inspector's termination message: {"digest", "gz": base64(gzip(config.json))}."""
+    try:
+        env = json.loads(message)
+        raw = gzip.decompress(base64.b64decode(env["gz"]))
+        doc = json.loads(raw)
+    except (ValueError, KeyError, TypeError, binascii.Error, OSError, EOFError) as e:
+        raise ResolutionError("InspectionInvalid", f"the inspector's result could not be read ({e})") from None
+    return doc, env.get("digest") or config_digest(doc)
+
+
+def inspector_job_name(cr_name: str, role: str) -> str:
+    return f"{cr_name}-inspect-{role}"
+
+
+def build_inspector_job(cr, role: str, src, image: str) -> dict:
+    """The short Job that reads config.json from a PVC and reports it in its termination message."""
+    path = f"/models/{role}/{src.model.lstrip('/')}"
+    inputs = hashlib.sha256(f"{src.pvc.claim_name}|{path}|{image}".encode()).hexdigest()[:16]
+    meta: dict[str, Any] = {
+        "name": inspector_job_name(cr.metadata.name, role),
+        "labels": {"app.kubernetes.io/managed-by": "specdeploy", "app.kubernetes.io/instance": cr.metadata.name,
+                   "app.kubernetes.io/component": "config-inspector"},
+        "annotations": {f"{INSPECT_PREFIX}-inputs": inputs},
+    }
+    if cr.metadata.namespace:
+        meta["namespace"] = cr.metadata.namespace
+    if cr.metadata.uid:
+        meta["ownerReferences"] = [{"apiVersion": "specdeploy.io/v1alpha1", "kind": "SpeculativeDeployment",
+                                    "name": cr.metadata.name, "uid": cr.metadata.uid, "controller": True,
+                                    "blockOwnerDeletion": True}]
+    return {
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": meta,
+        "spec": {
+            "backoffLimit": 2, "activeDeadlineSeconds": 600, "ttlSecondsAfterFinished": 3600,
+            "template": {
+                "metadata": {"labels": dict(meta["labels"])},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
+                    "containers": [{
+                        "name": "inspect", "image": image,
+                        "command": ["specdeploy-runtime", "inspect-config", "--path", path],
+                        "terminationMessagePolicy": "File",
+                        "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
+                        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                            "capabilities": {"drop": ["ALL"]}},
+                        "volumeMounts": [{"name": "model", "mountPath": f"/models/{role}", "readOnly": True}],
+                    }],
+                    "volumes": [{"name": "model", "persistentVolumeClaim": {"claimName": src.pvc.claim_name, "readOnly": True}}],
+                },
+            },
+        },
+    }
+
+
+class Resolver:
+    """Resolves configs for the reconciler; caches hub results by (repo, revision)."""
+
+    def __init__(self, kube: Kube, hub_fetch=None, hub_endpoint: str | None = None, clock=time.monotonic):
+        self.kube = kube
+        self.hub_fetch = hub_fetch
+        self.hub_endpoint = hub_endpoint
+        self.clock = clock
+        self._hub_cache: dict[tuple, tuple[float, Resolved]] = {}
+        self.configmaps: dict[tuple[str, str], dict] = {}  # (ns, name) -> body, fed by the watch
+
+    async def resolve(self, cr, role: str) -> Resolved:
+        src = getattr(cr.spec, role)
+        ns = cr.metadata.namespace or "default"
+        ref = src.config_from.config_map_key_ref if src.config_from else None
+        if ref is not None:
+            return await self._from_configmap(ns, ref.name, ref.key, role)
+        if src.pvc is not None:
+            return await self._from_pvc(cr, role, src)
+        return await self._from_hub(ns, src, role)
+
+    async def _from_configmap(self, ns: str, name: str, key: str, role: str) -> Resolved:
+        body = self.configmaps.get((ns, name))
+        if body is None:
+            body = await self.kube.get("ConfigMap", ns, name)
+            if body is not None:
+                self.configmaps[(ns, name)] = body
+        field = f"spec.{role}.configFrom.configMapKeyRef"
+        if body is None:
+            raise ResolutionError("ConfigMapNotFound", f"ConfigMap {ns}/{name} ({field}) does not exist; create it with the "
+                                  f"{role}'s config.json under key {key!r}")
+        data = body.get("data") or {}
+        if key not in data:
+            raw = (body.get("binaryData") or {}).get(key)
+            if raw is None:
+                raise ResolutionError("ConfigMapKeyNotFound", f"ConfigMap {ns}/{name} has no key {key!r} ({field}.key); "
+                                      f"keys present: {', '.join(sorted(data)) or 'none'}")
+            text: str | bytes = base64.b64decode(raw)
+        else:
+            text = data[key]
+        doc = _parse_json(text, f"ConfigMap {ns}/{name} key {key!r}")
+        return Resolved(doc, config_digest(doc), f"configmap:{ns}/{name}#{key}")
+
+    async def _token(self, ns: str, src) -> str | None:
+        ref = src.token_secret_ref
+        if ref is None:
+            return None
+        secret = await self.kube.get("Secret", ns, ref.name)
+        if secret is None or ref.key not in (secret.get("data") or {}):
+            raise ResolutionError("TokenSecretNotFound", f"Secret {ns}/{ref.name} key {ref.key!r} (tokenSecretRef) is missing")
+        return base64.b64decode(secret["data"][ref.key]).decode().strip()
+
+    async def _from_hub(self, ns: str, src, role: str) -> Resolved:
+        if self.hub_fetch is None:
+            from .hub import fetch_config  # huggingface_hub is imported only when a hub model is used
+
+            self.hub_fetch = fetch_config
+        key = (src.model, src.revision)
+        hit = self._hub_cache.get(key)
+        pinned = bool(src.revision) and len(src.revision) == 40 and all(c in "0123456789abcdef" for c in src.revision)
+        if hit and (pinned or self.clock() - hit[0] < HUB_BRANCH_TTL):
+            return hit[1]
+        token = await self._token(ns, src)
+        from .hub import HubResolutionError
+
+        try:
+            got = await asyncio.to_thread(self.hub_fetch, src.model, src.revision, token=token, endpoint=self.hub_endpoint)
+        except HubResolutionError as e:
+            raise ResolutionError(e.reason, e.message, retryable=e.retryable) from None
+        r = Resolved(got.doc, got.digest, f"hub:{got.repo_id}@{got.commit}", got.commit)
+        self._hub_cache[key] = (self.clock(), r)
+        return r
+
+    async def _from_pvc(self, cr, role: str, src) -> Resolved:
+        ns = cr.metadata.namespace or "default"
+        image = cr.spec.engine.image or eng.get_engine(cr.spec.engine.name).default_image(cr.spec.engine.version)
+        want = build_inspector_job(cr, role, src, image)
+        name = want["metadata"]["name"]
+        job = await self.kube.get("Job", ns, name)
+        inputs = want["metadata"]["annotations"][f"{INSPECT_PREFIX}-inputs"]
+        if job is not None and (job.get("metadata", {}).get("annotations") or {}).get(f"{INSPECT_PREFIX}-inputs") != inputs:
+            await self.kube.delete("Job", ns, name)
+            job = None
+        if job is None:
+            await self.kube.create(want)
+            raise ResolutionError("InspectionPending", f"Job {ns}/{name} is reading config.json from PVC "
+                                  f"{src.pvc.claim_name}", delay=5)
+        st = job.get("status") or {}
+        if not st.get("succeeded") and not st.get("failed"):
+            raise ResolutionError("InspectionPending", f"Job {ns}/{name} has not finished", delay=5)
+        pods = await self.kube.list("Pod", ns, f"job-name={name}")
+        messages = [((c.get("state") or {}).get("terminated") or {}).get("message")
+                    for p in pods for c in ((p.get("status") or {}).get("containerStatuses") or [])]
+        messages = [m for m in messages if m]
+        if st.get("succeeded") and messages:
+            doc, digest = decode_inspection(messages[-1])
+            return Resolved(doc, digest, f"pvc:{ns}/{src.pvc.claim_name}/{src.model.lstrip('/')}")
+        detail = messages[-1] if messages else "no termination message"
+        raise ResolutionError("InspectionFailed", f"Job {ns}/{name} could not read config.json from PVC "
+                              f"{src.pvc.claim_name} path {src.model!r}: {detail[:300]}", retryable=True, delay=60)

@@ -1,0 +1,174 @@
+"""Status and conditions (pure): what the operator observed -> status.conditions and friends.
+
+Conditions follow metav1.Condition: type, status, reason (CamelCase), message,
+lastTransitionTime (kept while the status does not change), observedGeneration.
+The status is written only when ``status_changed`` says it differs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from ..core.findings import Finding, Severity
+
+DRAFTER_COMPATIBLE = "DrafterCompatible"
+PROGRESSING = "Progressing"
+READY = "Ready"
+DEGRADED = "Degraded"
+CONDITION_TYPES = (DRAFTER_COMPATIBLE, PROGRESSING, READY, DEGRADED)
+MAX_MESSAGE = 4000
+
+
+@dataclass
+class Observation:
+    """Everything one reconcile learned; the only input of ``compute_conditions``."""
+
+    generation: int
+    resolution_error: tuple[str, str] | None = None  # (reason, message)
+    findings: list[Finding] | None = None  # None: not checked (configs not resolved)
+    blocked_reason: tuple[str, str] | None = None  # workload kind unavailable etc.
+    workload_exists: bool = False
+    workload_updated: bool = False  # the workload carries this generation's config
+    desired_replicas: int = 0
+    replicas: int = 0
+    ready_replicas: int = 0
+    updated_replicas: int = 0
+    conflicts: list[str] = field(default_factory=list)  # children owned by someone else
+
+
+def _findings_message(findings: Iterable[Finding]) -> str:
+    lines = [f"{f.severity.value} {f.code} at {f.source.value} {f.path}: {f.message}" for f in findings
+             if f.severity is not Severity.INFO]
+    msg = "; ".join(lines)
+    return msg if len(msg) <= MAX_MESSAGE else msg[: MAX_MESSAGE - 3] + "..."
+
+
+def _cond(type_: str, status: bool | None, reason: str, message: str) -> dict[str, Any]:
+    return {"type": type_, "status": {True: "True", False: "False", None: "Unknown"}[status],
+            "reason": reason, "message": message[:MAX_MESSAGE]}
+
+
+def compute_conditions(o: Observation) -> list[dict[str, Any]]:
+    """The four conditions (without times and generation) for an observation."""
+    errors = [f for f in (o.findings or []) if f.severity is Severity.ERROR]
+    warnings = [f for f in (o.findings or []) if f.severity is Severity.WARNING]
+
+    # DrafterCompatible
+    if o.findings is None:
+        if o.resolution_error:
+            compat = _cond(DRAFTER_COMPATIBLE, None, o.resolution_error[0], o.resolution_error[1])
+        else:
+            compat = _cond(DRAFTER_COMPATIBLE, None, "ConfigsPending", "waiting for both config.json files")
+    elif errors:
+        compat = _cond(DRAFTER_COMPATIBLE, False, errors[0].code, _findings_message(o.findings))
+    else:
+        msg = "drafter and target configs passed every check"
+        if warnings:
+            msg += f" with {len(warnings)} warning(s): " + _findings_message(warnings)
+        compat = _cond(DRAFTER_COMPATIBLE, True, "Compatible", msg)
+
+    rolled_out = (o.workload_exists and o.workload_updated and o.updated_replicas >= o.desired_replicas
+                  and o.ready_replicas >= o.desired_replicas)
+    gate_failed = bool(errors) or o.findings is None or o.blocked_reason is not None
+
+    # Progressing
+    if o.blocked_reason:
+        prog = _cond(PROGRESSING, False, o.blocked_reason[0], o.blocked_reason[1])
+    elif errors:
+        prog = _cond(PROGRESSING, False, "BlockedByCheck",
+                     f"no workload is created or updated while the drafter check fails ({errors[0].code})")
+    elif o.findings is None:
+        prog = _cond(PROGRESSING, False, compat["reason"], "configs are not resolved yet: " + compat["message"])
+    elif rolled_out:
+        prog = _cond(PROGRESSING, False, "RolledOut", f"{o.ready_replicas}/{o.desired_replicas} replicas run the current config")
+    else:
+        prog = _cond(PROGRESSING, True, "RollingOut",
+                     f"{o.updated_replicas}/{o.desired_replicas} replicas updated, {o.ready_replicas} ready "
+                     "(loading large checkpoints can take many minutes)")
+
+    # Ready
+    if not o.workload_exists:
+        ready = _cond(READY, False, "NoWorkload" if not gate_failed else "Blocked",
+                      "the engine workload does not exist yet" if not gate_failed else prog["message"])
+    elif o.desired_replicas == 0:
+        ready = _cond(READY, True, "ScaledToZero", "spec.replicas is 0")
+    elif o.ready_replicas >= o.desired_replicas:
+        ready = _cond(READY, True, "AllReplicasReady", f"{o.ready_replicas}/{o.desired_replicas} replicas ready")
+    else:
+        ready = _cond(READY, False, "ReplicasNotReady", f"{o.ready_replicas}/{o.desired_replicas} replicas ready")
+
+    # Degraded: something is wrong while a workload exists, or a child is not ours.
+    if o.conflicts:
+        deg = _cond(DEGRADED, True, "ChildConflict", "objects exist that another controller owns: " + ", ".join(o.conflicts))
+    elif o.workload_exists and gate_failed:
+        deg = _cond(DEGRADED, True, "RunningPreviousConfig",
+                    "the last good workload keeps running; the current spec is not applied: " + prog["message"])
+    elif o.workload_exists and o.workload_updated and 0 < o.ready_replicas < o.desired_replicas:
+        deg = _cond(DEGRADED, True, "ReplicasUnavailable", f"only {o.ready_replicas}/{o.desired_replicas} replicas ready")
+    else:
+        deg = _cond(DEGRADED, False, "AsExpected", "no known problem")
+    return [compat, prog, ready, deg]
+
+
+def merge_conditions(previous: list[dict] | None, new: list[dict], generation: int, now: str) -> list[dict]:
+    """New conditions with lastTransitionTime kept where the status did not change.
+
+    Conditions of other types (e.g. SpeculationHealthy, owned by the acceptance monitor)
+    are kept as they are.
+    """
+    prev = {c.get("type"): c for c in (previous or []) if isinstance(c, dict)}
+    out = []
+    for c in new:
+        old = prev.pop(c["type"], None)
+        t = old.get("lastTransitionTime") if old and old.get("status") == c["status"] and old.get("lastTransitionTime") else now
+        out.append({**c, "lastTransitionTime": t, "observedGeneration": generation})
+    out.extend(v for k, v in prev.items() if k not in CONDITION_TYPES)
+    return out
+
+
+def transitions(previous: list[dict] | None, new: list[dict]) -> list[dict]:
+    """Conditions whose status or reason changed (each worth an Event)."""
+    prev = {c.get("type"): c for c in (previous or []) if isinstance(c, dict)}
+    out = []
+    for c in new:
+        old = prev.get(c["type"])
+        if old is None or old.get("status") != c["status"] or old.get("reason") != c["reason"]:
+            out.append(c)
+    return out
+
+
+def _strip_times(conds: list[dict] | None) -> list[dict]:
+    return sorted(({k: v for k, v in c.items() if k != "lastTransitionTime"} for c in conds or []),
+                  key=lambda c: str(c.get("type")))
+
+
+def status_changed(current: dict | None, desired: dict) -> bool:
+    """Whether writing ``desired`` would change the stored status (times aside)."""
+    current = current or {}
+    for k, v in desired.items():
+        if k == "conditions":
+            if _strip_times(current.get("conditions")) != _strip_times(v):
+                return True
+        elif current.get(k) != v:
+            return True
+    return False
+
+
+def event_for(cond: dict) -> tuple[str, str, str] | None:
+    """(type, reason, message) of the Event a condition transition deserves, if any.
+
+    Events mark what a person wants to see in ``kubectl describe``: the check verdict,
+    resolution problems, degradation and readiness. Progress steps are in the conditions.
+    """
+    t, s, reason = cond["type"], cond["status"], cond["reason"]
+    if t == DRAFTER_COMPATIBLE:
+        if s == "False" or (s == "Unknown" and reason != "ConfigsPending"):
+            return "Warning", reason, cond["message"]
+        if s == "True":
+            return "Normal", reason, cond["message"]
+    if t == DEGRADED and s == "True":
+        return "Warning", reason, cond["message"]
+    if t == READY and s == "True":
+        return "Normal", reason, cond["message"]
+    return None
