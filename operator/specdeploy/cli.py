@@ -163,9 +163,18 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    import os
+
     from . import demo
 
-    return demo.run(args.examples)
+    if args.offline:
+        return demo.run_offline(args.examples)
+    kubeconfig = None
+    if args.cluster:
+        kubeconfig = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+        if not os.path.exists(kubeconfig):
+            raise UsageError(f"--cluster: no kubeconfig at {kubeconfig}; set KUBECONFIG")
+    return demo.run(args.examples, kubeconfig=kubeconfig, namespace=args.namespace)
 
 
 def cmd_flag_commands(args: argparse.Namespace) -> int:
@@ -238,8 +247,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--check", action="store_true", help="only report files that are out of date (exit 1)")
     g.set_defaults(func=cmd_generate)
 
-    d = sub.add_parser("demo", help="the main job: check and render every example")
+    d = sub.add_parser("demo", help="the main job: the operator on the embedded API server with both examples")
     d.add_argument("--examples", default="examples", help="examples directory")
+    mode = d.add_mutually_exclusive_group()
+    mode.add_argument("--cluster", action="store_true", help="use the cluster in KUBECONFIG instead of the embedded API server")
+    mode.add_argument("--offline", action="store_true", help="only check and render the examples, in-process")
+    d.add_argument("--namespace", default="default", help="namespace for the examples")
     d.set_defaults(func=cmd_demo)
 
     op = sub.add_parser("operator", help="the operator")

@@ -1,4 +1,9 @@
-"""The main job (for now): check and render every example, print each engine command line.
+"""The main job: the whole system on the embedded Kubernetes API server (or a real cluster).
+
+``run`` starts the API server, installs the CRD, starts the operator, applies both
+examples, waits for their conditions, shows the gate refusing a broken pair, prints
+``kubectl get specdeploy -o wide`` and each rendered engine command line, then stops
+everything. ``run_offline`` only checks and renders the examples in-process.
 
 Each example directory holds ``speculativedeployment.yaml`` with ``target.config.json`` and
 ``drafter.config.json`` beside it (the files its kustomization turns into ConfigMaps).
@@ -7,6 +12,7 @@ Each example directory holds ``speculativedeployment.yaml`` with ``target.config
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import sys
 from dataclasses import dataclass
@@ -46,7 +52,7 @@ def load_examples(root: str | Path = "examples") -> list[Example]:
     return out
 
 
-def run(root: str) -> int:
+def run_offline(root: str) -> int:
     examples = load_examples(root)
     if not examples:
         print(f"specdeploy demo: no examples under {root}/*/{CR_FILE}", file=sys.stderr)
@@ -111,3 +117,86 @@ def flag_commands(root: str = "examples") -> list[dict]:
                     out.append({"name": name + suffix, "engine": info.name, "version": version,
                                 "argv": [expand_kubelet_vars(a, lws) for a in argv], "env": ec.env})
     return out
+
+
+def _broken_example(examples: list[Example]) -> tuple[str, str]:
+    """A copy-paste mistake: one example's CR reading another example's target config.
+
+    The drafter then does not fit its target (hidden size, layer count, vocabulary), which
+    on a GPU would load and fail at the first decode, or silently draft garbage.
+    """
+    ex, other = examples[-1], examples[0]
+    name = "wrong-target"
+    doc = ex.cr.model_dump(by_alias=True, exclude_none=True)
+    doc["metadata"] = {"name": name}
+    target_ref = other.cr.spec.target.config_from.config_map_key_ref
+    doc["spec"]["target"]["configFrom"] = {"configMapKeyRef": {"name": target_ref.name, "key": target_ref.key}}
+    return name, yaml.safe_dump(doc, sort_keys=False)
+
+
+def run(root: str, kubeconfig: str | None = None, namespace: str = "default") -> int:
+    """The embedded demo (or, with a kubeconfig, the same against a real cluster)."""
+    from .core.engineconfig import ENGINE_CONFIG_KEY, EngineConfig
+    from .dev.harness import Cluster, HarnessError
+
+    examples = load_examples(root)
+    if not examples:
+        print(f"specdeploy demo: no examples under {root}/*/{CR_FILE}", file=sys.stderr)
+        return 2
+    cluster = Cluster(kubeconfig=kubeconfig, namespace=namespace)
+    where = "the embedded API server" if cluster.embedded else f"the cluster in {kubeconfig}"
+    try:
+        print(f"== starting {where}")
+        cluster.start()
+        if cluster.embedded:
+            print(f"   {cluster.url} (kubeconfig {cluster.kubeconfig})")
+        print("== installing the CRD (kubectl apply -f crds/)")
+        cluster.apply_crds()
+        print("== starting the operator (specdeploy operator run)")
+        cluster.start_operator(resync_seconds=30)
+        for ex in examples:
+            print(f"== kubectl apply -k {root}/{ex.name}")
+            out = cluster.kubectl("apply", "-k", str(Path(root) / ex.name), "-n", namespace).stdout
+            print("   " + out.strip().replace("\n", "\n   "))
+        for ex in examples:
+            name = ex.cr.metadata.name
+            c = cluster.wait_condition(name, "DrafterCompatible", "True", timeout=60)
+            print(f"== {name}: DrafterCompatible={c['status']} ({c['reason']})")
+            p = cluster.wait_condition(name, "Progressing", "True", timeout=60)
+            print(f"   Progressing={p['status']} ({p['reason']}): {p['message']}")
+            if cluster.embedded:
+                print("   (the embedded API server runs no pods: playing the Deployment controller, replicas ready)")
+                cluster.mark_workload_ready(name, "deployment", namespace)
+                r = cluster.wait_condition(name, "Ready", "True", timeout=60)
+                print(f"   Ready={r['status']} ({r['reason']}): {r['message']}")
+        bad, manifest = _broken_example(examples)
+        print(f"== the gate: {bad} = {examples[-1].name}'s drafter with {examples[0].name}'s target config (a copy-paste mistake)")
+        cluster.kubectl("apply", "-f", "-", "-n", namespace, input=manifest)
+        c = cluster.wait_condition(bad, "DrafterCompatible", "False", timeout=60)
+        for part in re.split(r"; (?=(?:error|warning) )", c["message"])[:4]:
+            print(f"   DrafterCompatible=False: {part[:240]}")
+        has_workload = cluster.kubectl("get", "deployment", bad, "-n", namespace, check=False).returncode == 0
+        print(f"   Deployment {bad} exists: {has_workload} (no GPU workload for an incompatible pair)")
+        print("== kubectl get specdeploy -o wide")
+        print(cluster.kubectl("get", "specdeploy", "-o", "wide", "-n", namespace).stdout.rstrip())
+        for ex in examples:
+            name = ex.cr.metadata.name
+            cm = cluster.get_json("configmap", f"{name}-engine", "-n", namespace)
+            ec = EngineConfig.model_validate_json(cm["data"][ENGINE_CONFIG_KEY])
+            env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(ec.env.items()))
+            print(f"== {name} engine command (from ConfigMap {name}-engine)")
+            print(f"   {env} {shlex.join(ec.command + ec.args)}")
+        writes = cluster.api_writes()
+        print(f"== operator API writes so far: {writes:.0f}")
+        if not cluster.embedded:
+            for ex in examples:
+                cluster.kubectl("delete", "specdeploy", ex.cr.metadata.name, "-n", namespace, check=False)
+            cluster.kubectl("delete", "specdeploy", bad, "-n", namespace, check=False)
+        print("== demo complete; stopping")
+        return 0
+    except HarnessError as e:
+        print(f"specdeploy demo: {e}", file=sys.stderr)
+        print(cluster.diagnostics(), file=sys.stderr)
+        return 1
+    finally:
+        cluster.stop()

@@ -4,7 +4,7 @@ It is ``kmock.KubernetesEmulator`` (kmock==0.8, by kopf's author) with a shim th
 request path and its object store, because raw kmock 0.8 breaks kubectl and kopf and slows down
 linearly with traffic. One file on purpose: everything that leans on kmock lives here.
 
-What the shim fixes (numbers as in docs/shared test-stack.md, "The stand-in API server needs a shim"):
+What the shim fixes (numbered as in the test-stack reference, "The stand-in API server needs a shim"):
 
 1. POSTing (or applying/patching) a CRD registers its resource for every served version: group,
    version, plural, kind, listKind, singular, shortNames, categories, scope, verbs, the status

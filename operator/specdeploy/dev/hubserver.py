@@ -29,7 +29,8 @@ unknown file                                404     EntryNotFound + X-Repo-Commi
 ==========================================  ======  ==========================================
 
 Content comes from an in-memory registry of :class:`HubRepo`. Every request is counted per
-``"METHOD /path"`` (raw path, as sent) in :attr:`HubServer.requests`, and recorded in :attr:`HubServer.log`, so
+``"METHOD /path"`` (raw path, as sent) in :attr:`HubServer.requests` when it arrives, and recorded with its
+status in :attr:`HubServer.log` when answered, so
 tests can assert caching. Fault knobs (:meth:`HubServer.fail_next`, :meth:`HubServer.hang_next`) make the next
 N matching requests answer an error status or hang past a client timeout.
 
@@ -225,9 +226,10 @@ class HubServer:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         method = request.method
         path = request.raw_path.split("?", 1)[0]
+        with self._lock:  # counted on arrival, so a hung request is visible while it hangs
+            self.requests[f"{method} {path}"] += 1
         response = await self._respond(request, method, path)
         with self._lock:
-            self.requests[f"{method} {path}"] += 1
             self.log.append((method, path, response.status))
         return response
 

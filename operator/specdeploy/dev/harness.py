@@ -1,0 +1,238 @@
+"""A Kubernetes API to run against, with the real operator and real kubectl.
+
+Embedded by default: ``specdeploy dev apiserver`` (the kmock-based stand-in) as a separate
+process. With a kubeconfig given, a real cluster instead (nothing is started there except
+the operator, which runs locally against it). Used by the demo, the e2e suite and the scale
+benchmark. Dev/test infrastructure only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[3]
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class HarnessError(Exception):
+    pass
+
+
+def wait_for(check: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
+    """Poll until check() returns a truthy value; raise HarnessError naming `what` at the deadline."""
+    deadline = time.monotonic() + timeout
+    last_exc: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            got = check()
+            if got:
+                return got
+        except Exception as e:  # noqa: BLE001 - the check may fail until the thing exists
+            last_exc = e
+        time.sleep(interval)
+    raise HarnessError(f"timed out after {timeout:.0f}s waiting for {what}" + (f" (last error: {last_exc})" if last_exc else ""))
+
+
+class Cluster:
+    def __init__(self, workdir: str | os.PathLike | None = None, kubeconfig: str | None = None, namespace: str = "default"):
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="specdeploy-"))
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.embedded = kubeconfig is None
+        self.kubeconfig = str(self.workdir / "kubeconfig") if self.embedded else kubeconfig
+        self.namespace = namespace
+        self.url: str | None = None
+        self._procs: list[tuple[subprocess.Popen, Any]] = []
+        self.operator: subprocess.Popen | None = None
+        self.operator_log = self.workdir / "operator.log"
+        self.operator_metrics_port: int | None = None
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start(self) -> "Cluster":
+        if self.embedded:
+            port = free_port()
+            log = open(self.workdir / "apiserver.log", "w")
+            p = subprocess.Popen([str(BIN / "specdeploy"), "dev", "apiserver", "--kubeconfig", self.kubeconfig,
+                                  "--port", str(port)], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+            self._procs.append((p, log))
+            self.url = f"http://127.0.0.1:{port}"
+            wait_for(lambda: Path(self.kubeconfig).exists() and self._get("/version"), 30, "the embedded API server")
+        if self.namespace != "default":
+            self.kubectl("apply", "-f", "-", input=json.dumps(
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace}}))
+        return self
+
+    def stop(self) -> None:
+        self.stop_operator()
+        for p, log in reversed(self._procs):
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(15)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+            log.close()
+        self._procs.clear()
+
+    def __enter__(self) -> "Cluster":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------ tools
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "KUBECONFIG": self.kubeconfig}
+
+    def kubectl(self, *args: str, check: bool = True, input: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+        argv = ["kubectl", "--kubeconfig", self.kubeconfig, *args]
+        if self.embedded and args and args[0] in ("apply", "replace", "create") and "-f" in args + ("",) \
+                or self.embedded and args and args[0] == "apply":
+            # the embedded API server serves no OpenAPI document to validate against
+            argv = ["kubectl", "--kubeconfig", self.kubeconfig, args[0], "--validate=false", *args[1:]]
+        p = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=timeout, env=self.env())
+        if check and p.returncode != 0:
+            raise HarnessError(f"kubectl {' '.join(args)} failed ({p.returncode}): {p.stderr.strip() or p.stdout.strip()}")
+        return p
+
+    def get_json(self, *args: str) -> Any:
+        return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
+
+    def _get(self, path: str) -> Any:
+        with urllib.request.urlopen(self.url + path, timeout=5) as r:
+            return json.loads(r.read())
+
+    def fault(self, **spec: Any) -> None:
+        """Inject a fault into the embedded API server (see specdeploy.dev.apiserver.Fault)."""
+        if not self.embedded:
+            raise HarnessError("fault injection needs the embedded API server")
+        req = urllib.request.Request(self.url + "/_specdeploy/faults", data=json.dumps(spec).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+        urllib.request.urlopen(req, timeout=5).read()
+
+    def drop_watches(self) -> None:
+        req = urllib.request.Request(self.url + "/_specdeploy/watches/drop", data=b"{}", method="POST",
+                                     headers={"Content-Type": "application/json"})
+        urllib.request.urlopen(req, timeout=5).read()
+
+    def apply_crds(self) -> None:
+        self.kubectl("apply", "-f", str(ROOT / "crds"))
+        if self.embedded:
+            wait_for(lambda: self.kubectl("get", "specdeploy", "-n", self.namespace, check=False).returncode == 0, 30,
+                     "the SpeculativeDeployment API")
+
+    # ------------------------------------------------------------ operator
+
+    def start_operator(self, *, resync_seconds: float = 60, extra_env: dict[str, str] | None = None,
+                       namespaces: list[str] | None = None) -> subprocess.Popen:
+        self.stop_operator()
+        self.operator_metrics_port = free_port()
+        ns_args: list[str] = []
+        for ns in namespaces or [self.namespace]:
+            ns_args += ["--namespace", ns]
+        log = open(self.operator_log, "a")
+        self.operator = subprocess.Popen(
+            [str(BIN / "specdeploy"), "operator", "run", "--kubeconfig", self.kubeconfig, *ns_args,
+             "--metrics-port", str(self.operator_metrics_port), "--resync-seconds", str(resync_seconds)],
+            stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env={**self.env(), **(extra_env or {})})
+        self._operator_logfile = log
+        wait_for(lambda: self.operator_metrics() is not None, 60, "the operator's /metrics endpoint")
+        return self.operator
+
+    def stop_operator(self, kill: bool = False) -> None:
+        if self.operator is not None and self.operator.poll() is None:
+            if kill:
+                self.operator.kill()
+            else:
+                self.operator.send_signal(signal.SIGTERM)
+            try:
+                self.operator.wait(30)
+            except subprocess.TimeoutExpired:
+                self.operator.kill()
+                self.operator.wait()
+        if self.operator is not None:
+            self._operator_logfile.close()
+        self.operator = None
+
+    def operator_metrics(self) -> dict[str, float] | None:
+        """The operator's metric samples ({'name{labels}': value}), or None when it does not answer."""
+        if not self.operator_metrics_port:
+            return None
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.operator_metrics_port}/metrics", timeout=5) as r:
+                text = r.read().decode()
+        except OSError:
+            return None
+        out = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                try:
+                    out[name] = float(value)
+                except ValueError:
+                    pass
+        return out
+
+    def api_writes(self) -> float:
+        m = self.operator_metrics() or {}
+        return sum(v for k, v in m.items() if k.startswith("specdeploy_api_writes_total"))
+
+    # ------------------------------------------------------------ helpers for scenarios
+
+    def condition(self, name: str, ctype: str, namespace: str | None = None) -> dict | None:
+        obj = self.get_json("specdeploy", name, "-n", namespace or self.namespace)
+        for c in (obj.get("status") or {}).get("conditions") or []:
+            if c.get("type") == ctype:
+                return c
+        return None
+
+    def wait_condition(self, name: str, ctype: str, status: str, reason: str | None = None, timeout: float = 60,
+                       namespace: str | None = None) -> dict:
+        def check():
+            c = self.condition(name, ctype, namespace)
+            return c if c and c["status"] == status and (reason is None or c["reason"] == reason) else None
+        return wait_for(check, timeout, f"{name} {ctype}={status}" + (f" ({reason})" if reason else ""))
+
+    def mark_workload_ready(self, name: str, kind: str = "deployment", namespace: str | None = None) -> None:
+        """Play the workload controller: the embedded API server runs no pods."""
+        obj = self.get_json(kind, name, "-n", namespace or self.namespace)
+        replicas = int((obj.get("spec") or {}).get("replicas") or 0)
+        gen = (obj.get("metadata") or {}).get("generation") or 1
+        status = {"observedGeneration": gen, "replicas": replicas, "readyReplicas": replicas,
+                  "updatedReplicas": replicas, "availableReplicas": replicas}
+        self.kubectl("patch", kind, name, "-n", namespace or self.namespace, "--subresource=status", "--type=merge",
+                     "-p", json.dumps({"status": status}))
+
+    def diagnostics(self) -> str:
+        """Operator log tail, events and describe output, for failed tests."""
+        parts = []
+        if self.operator_log.exists():
+            parts.append("== operator log (tail)\n" + "\n".join(self.operator_log.read_text().splitlines()[-80:]))
+        for args in (("get", "events", "-n", self.namespace), ("describe", "specdeploy", "-n", self.namespace),
+                     ("get", "all,cm,pdb", "-n", self.namespace, "-o", "wide")):
+            p = self.kubectl(*args, check=False)
+            parts.append(f"== kubectl {' '.join(args)}\n{p.stdout}{p.stderr}")
+        return "\n".join(parts)
+
+
+def kubectl_available() -> bool:
+    return shutil.which("kubectl") is not None
