@@ -57,7 +57,89 @@ def _bench_core(repeat: int) -> None:
     print(f"`specdeploy check` ({ex.name}) as a process: median {chk:.0f} ms")
 
 
-def run(what: str, repeat: int) -> int:
+def _proc_stats(pid: int) -> tuple[float, int]:
+    """(CPU seconds, peak RSS bytes) of a process, from /proc."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    cpu = (int(fields[11]) + int(fields[12])) / ticks
+    peak = 0
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                peak = int(line.split()[1]) * 1024
+    return cpu, peak
+
+
+def _bench_operator(counts: list[int], resync: float) -> None:
+    import urllib.request
+
+    import yaml
+
+    from .dev.harness import Cluster, wait_for
+
+    root = Path(__file__).resolve().parents[2] / "examples" / "qwen3.6-27b-b300-vllm"
+    cr_doc = yaml.safe_load((root / "speculativedeployment.yaml").read_text())
+    print(f"# specdeploy operator scale benchmark; {os.cpu_count()} CPUs; embedded API server; resync {resync:g}s")
+    for n in counts:
+        with Cluster() as c:
+            c.apply_crds()
+            c.kubectl("apply", "-k", str(root))  # the two config ConfigMaps (and one CR, deleted below)
+            c.kubectl("delete", "specdeploy", cr_doc["metadata"]["name"])
+            c.start_operator(resync_seconds=resync)
+            pid = c.operator.pid
+            cpu0, _ = _proc_stats(pid)
+            base = f"{c.url}/apis/specdeploy.io/v1alpha1/namespaces/default/speculativedeployments"
+            t0 = time.perf_counter()
+            for i in range(n):
+                doc = json.loads(json.dumps(cr_doc))
+                doc["metadata"] = {"name": f"bench-{i:05d}"}
+                req = urllib.request.Request(base, data=json.dumps(doc).encode(), method="POST",
+                                             headers={"Content-Type": "application/json"})
+                urllib.request.urlopen(req, timeout=30).read()
+            t_created = time.perf_counter() - t0
+
+            def converged() -> bool:
+                with urllib.request.urlopen(base, timeout=60) as r:
+                    items = json.loads(r.read())["items"]
+                done = 0
+                for it in items:
+                    st = it.get("status") or {}
+                    conds = {x["type"]: x["status"] for x in st.get("conditions") or []}
+                    if st.get("observedGeneration") == 1 and conds.get("Progressing") == "True" and conds.get("DrafterCompatible") == "True":
+                        done += 1
+                return done == n
+
+            wait_for(converged, 1800, f"{n} SpeculativeDeployments to converge", interval=1.0)
+            t_conv = time.perf_counter() - t0
+            cpu1, _ = _proc_stats(pid)
+            m = c.operator_metrics() or {}
+            reconciles = sum(v for k, v in m.items() if k.startswith("specdeploy_reconcile_total"))
+            writes = c.api_writes()
+            events = sum(v for k, v in m.items() if k.startswith("specdeploy_api_writes_total") and 'kind="Event"' in k)
+            # idle: wait for two full resyncs (every key reconciled twice more), count writes
+            target = reconciles + 2 * n
+
+            def resynced() -> bool:
+                mm = c.operator_metrics() or {}
+                return sum(v for k, v in mm.items() if k.startswith("specdeploy_reconcile_total")) >= target
+
+            wait_for(resynced, 4 * resync + 600, "two idle resyncs", interval=1.0)
+            idle_writes = c.api_writes() - writes
+            cpu2, peak = _proc_stats(pid)
+            m2 = c.operator_metrics() or {}
+            reconciles2 = sum(v for k, v in m2.items() if k.startswith("specdeploy_reconcile_total"))
+            idle_cpu_per = (cpu2 - cpu1) / max(1.0, reconciles2 - reconciles)
+            print(f"{n} CRs: created in {t_created:.1f}s, converged in {t_conv:.1f}s; operator CPU {cpu1 - cpu0:.1f}s "
+                  f"for {reconciles:.0f} reconciles ({(cpu1 - cpu0) / max(1.0, reconciles) * 1000:.1f} ms each); "
+                  f"API writes at creation {writes / n:.2f} per CR ({(writes - events) / n:.2f} without Events); "
+                  f"idle resync: {idle_writes:.0f} writes over {reconciles2 - reconciles:.0f} reconciles, "
+                  f"{idle_cpu_per * 1000:.1f} ms CPU each; operator peak RSS {peak / 2**20:.0f} MiB")
+
+
+def run(what: str, repeat: int, counts: list[int] | None = None, resync: float = 30.0) -> int:
     if what == "core":
         _bench_core(repeat)
+    elif what == "operator":
+        _bench_operator(counts or [200, 1000], resync)
     return 0

@@ -203,7 +203,8 @@ def cmd_apiserver(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from . import bench
 
-    return bench.run(args.what, args.repeat)
+    counts = [int(x) for x in args.crs.split(",")] if args.crs else None
+    return bench.run(args.what, args.repeat, counts, args.resync_seconds)
 
 
 # ----------------------------------------------------------------- parser
@@ -278,8 +279,10 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--port", type=int, default=0, metavar="N", help="port on 127.0.0.1 (default: any free port)")
     a.set_defaults(func=cmd_apiserver)
     b = dsub.add_parser("bench", help="print benchmark figures")
-    b.add_argument("what", choices=["core"], help="what to measure")
+    b.add_argument("what", choices=["core", "operator"], help="core: check+render and CLI start-up; operator: scale")
     b.add_argument("--repeat", type=_positive_int, default=200)
+    b.add_argument("--crs", metavar="N,N", help="operator: CR counts (default 200,1000)")
+    b.add_argument("--resync-seconds", type=float, default=30.0, metavar="S", help="operator: resync period")
     b.set_defaults(func=cmd_bench)
     return p
 
