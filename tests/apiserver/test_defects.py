@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import threading
 
-from conftest import CMS, WIDGET_CRD, WIDGETS, configmap, widget
+from apiserver_helpers import backend  # noqa: F401  (fixtures)
+from apiserver_helpers import CMS, WIDGET_CRD, WIDGETS, configmap, widget
 
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
@@ -13,7 +14,7 @@ CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 # 1. POSTing a CRD registers its resource.
 def test_1_crd_post_registers_resource(backend):
     status, _ = backend.post(CRDS, WIDGET_CRD)
-    assert status == 201
+    assert status in (200, 201)
     status, rl = backend.get("/apis/test.specdeploy.io/v1")
     assert status == 200
     entries = {r["name"]: r for r in rl["resources"]}
@@ -25,7 +26,7 @@ def test_1_crd_post_registers_resource(backend):
     status, groups = backend.get("/apis")
     assert "test.specdeploy.io" in {g["name"] for g in groups["groups"]}
     status, created = backend.post(WIDGETS, widget("w1"))
-    assert status == 201 and created["metadata"]["name"] == "w1"
+    assert status in (200, 201) and created["metadata"]["name"] == "w1"
     status, lst = backend.get(WIDGETS)
     assert [o["metadata"]["name"] for o in lst["items"]] == ["w1"]
 
@@ -46,7 +47,7 @@ def test_3_namespaces_paths(backend):
     assert status == 200 and ns["kind"] == "Namespace" and ns["metadata"]["name"] == "default"
     status, created = backend.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                                           "metadata": {"name": "team-a"}})
-    assert status == 201
+    assert status in (200, 201)
     assert backend.get("/api/v1/namespaces/team-a")[0] == 200
 
 
@@ -63,7 +64,7 @@ def test_4_list_kind_and_resource_version(backend):
 def test_5_object_metadata_and_generate_name(backend):
     body = configmap("a", x="1")  # no metadata.namespace: it comes from the URL
     status, a = backend.post(CMS, body)
-    assert status == 201
+    assert status in (200, 201)
     meta = a["metadata"]
     assert meta["namespace"] == "default" and meta["uid"] and meta["creationTimestamp"].endswith("Z")
     assert meta["resourceVersion"].isdigit() and meta["generation"] == 1
@@ -75,7 +76,7 @@ def test_5_object_metadata_and_generate_name(backend):
             "apiVersion": "v1", "kind": "Event", "metadata": {"generateName": "kopf-event-"},
             "involvedObject": {"kind": "ConfigMap", "name": "a", "namespace": "default"},
             "reason": "Test", "message": "hello", "type": "Normal"})
-        assert status == 201, ev
+        assert status in (200, 201), ev
         assert ev["metadata"]["name"].startswith("kopf-event-") and len(ev["metadata"]["name"]) == len("kopf-event-") + 5
         names.add(ev["metadata"]["name"])
     assert len(names) == 3
@@ -84,7 +85,7 @@ def test_5_object_metadata_and_generate_name(backend):
 def test_5_generation_counts_spec_changes_only(backend):
     backend.post(CRDS, WIDGET_CRD)
     status, w = backend.post(WIDGETS, widget("w1", size=1))
-    assert status == 201 and w["metadata"]["generation"] == 1
+    assert status in (200, 201) and w["metadata"]["generation"] == 1
     status, w = backend.patch(f"{WIDGETS}/w1/status", {"status": {"phase": "Ready"}})
     assert status == 200 and w["metadata"]["generation"] == 1 and w["status"]["phase"] == "Ready"
     status, w = backend.patch(f"{WIDGETS}/w1", {"metadata": {"labels": {"a": "b"}}})
@@ -164,7 +165,7 @@ def test_9_dry_run_has_no_side_effects(backend):
     status, lst = backend.get(CMS)
     rv = lst["metadata"]["resourceVersion"]
     status, obj = backend.post(f"{CMS}?dryRun=All", configmap("ghost", x="1"))
-    assert status == 201 and obj["metadata"]["name"] == "ghost"
+    assert status in (200, 201) and obj["metadata"]["name"] == "ghost"
     assert backend.get(f"{CMS}/ghost")[0] == 404
     backend.post(CMS, configmap("real", x="1"))
     status, obj = backend.patch(f"{CMS}/real?dryRun=All", {"data": {"x": "2"}})
