@@ -42,6 +42,7 @@ async def on_startup(settings: kopf.OperatorSettings, **_) -> None:
     _controller = Controller(kube, resolver, Settings(
         resync_seconds=float(os.environ.get("SPECDEPLOY_RESYNC_SECONDS", "60")),
         workers=int(os.environ.get("SPECDEPLOY_WORKERS", "4")),
+        capability_ttl=float(os.environ.get("SPECDEPLOY_CAPABILITY_TTL", "60")),
     ))
     _controller.start()
     port = int(os.environ.get("SPECDEPLOY_METRICS_PORT", "0"))

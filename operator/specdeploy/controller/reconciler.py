@@ -85,7 +85,8 @@ class Controller:
         self.backoff = Backoff(self.settings.backoff_min, self.settings.backoff_max)
         self.bodies: dict[Key, dict] = {}
         self.children: dict[tuple[str, str, str], dict] = {}  # (kind, ns, name) -> body
-        self.cm_refs: dict[tuple[str, str], set[Key]] = {}
+        self.cm_refs: dict[tuple[str, str], set[Key]] = {}  # ConfigMap -> CRs referencing it
+        self._refs_of: dict[Key, set[tuple[str, str]]] = {}  # CR -> ConfigMaps it references
         self.state: dict[Key, _State] = {}
         self._caps: dict[tuple[str, str], tuple[float, bool]] = {}
         self._tasks: list[asyncio.Task] = []
@@ -98,8 +99,7 @@ class Controller:
         if event_type == "DELETED":
             self.bodies.pop(key, None)
             self.state.pop(key, None)
-            for refs in self.cm_refs.values():
-                refs.discard(key)
+            self._unindex_refs(key)
             metrics.MANAGED.set(len(self.bodies))
             return
         old = self.bodies.get(key)
@@ -114,14 +114,26 @@ class Controller:
             return
         await self.queue.add(key)
 
+    def _unindex_refs(self, key: Key) -> None:
+        for cm in self._refs_of.pop(key, set()):
+            refs = self.cm_refs.get(cm)
+            if refs is not None:
+                refs.discard(key)
+                if not refs:
+                    del self.cm_refs[cm]
+
     def _index_refs(self, key: Key, body: dict) -> None:
-        for refs in self.cm_refs.values():
-            refs.discard(key)
+        self._unindex_refs(key)
         spec = body.get("spec") or {}
+        mine: set[tuple[str, str]] = set()
         for role in ("target", "drafter"):
-            ref = ((spec.get(role) or {}).get("configFrom") or {}).get("configMapKeyRef") or {}
-            if ref.get("name"):
-                self.cm_refs.setdefault((key[0], ref["name"]), set()).add(key)
+            src = spec.get(role) if isinstance(spec.get(role), dict) else {}
+            ref = ((src.get("configFrom") or {}) if isinstance(src.get("configFrom"), dict) else {}).get("configMapKeyRef") or {}
+            if isinstance(ref, dict) and isinstance(ref.get("name"), str):
+                mine.add((key[0], ref["name"]))
+        for cm in mine:
+            self.cm_refs.setdefault(cm, set()).add(key)
+        self._refs_of[key] = mine
 
     async def observe_child(self, event_type: str | None, body: dict) -> None:
         meta = body.get("metadata") or {}
@@ -357,18 +369,20 @@ class Controller:
             if not is_subset(part, actual):
                 patched = await self.kube.patch(kind, ns, cname, part)
                 self.children[(kind, ns, cname)] = {**patched, "kind": kind} if isinstance(patched, dict) else actual
-        # obsolete children of this instance (e.g. Deployment after switching to multi-node)
-        for (kind, cns, cname), body in list(self.children.items()):
-            if cns != ns or kind not in MANAGED_KINDS:
-                continue
-            labels = (body.get("metadata") or {}).get("labels") or {}
-            if labels.get("app.kubernetes.io/instance") != name or labels.get("app.kubernetes.io/managed-by") != "specdeploy":
-                continue
-            if labels.get("app.kubernetes.io/component") != "engine":
-                continue
-            if (kind, cname) not in want:
-                await self.kube.delete(kind, ns, cname)
-                self.children.pop((kind, cns, cname), None)
+        # obsolete children of this instance (e.g. the Deployment after switching to multi-node):
+        # children are named NAME or NAME-engine, so look those up instead of scanning all.
+        for kind in MANAGED_KINDS:
+            for cname in (name, f"{name}-engine"):
+                if (kind, cname) in want:
+                    continue
+                body = self.children.get((kind, ns, cname))
+                if body is None:
+                    continue
+                labels = (body.get("metadata") or {}).get("labels") or {}
+                if labels.get("app.kubernetes.io/instance") == name and labels.get("app.kubernetes.io/managed-by") == "specdeploy" \
+                        and labels.get("app.kubernetes.io/component") == "engine":
+                    await self.kube.delete(kind, ns, cname)
+                    self.children.pop((kind, ns, cname), None)
         return conflicts
 
     async def _write_status(self, key: Key, body: dict, obs: st.Observation, resolved: dict | None) -> None:
