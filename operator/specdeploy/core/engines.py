@@ -133,6 +133,15 @@ _SGLANG_FLAGS_COMMON = {
     "dist_init_addr": "--dist-init-addr",
 }
 
+_VLLM_FLAGS = MappingProxyType({
+    "revision": "--revision",
+    "host": "--host",
+    "port": "--port",
+    "tensor_parallel": "--tensor-parallel-size",
+    "trust_remote_code": "--trust-remote-code",
+    "speculative_config": "--speculative-config",
+})
+
 SGLANG = EngineInfo(
     name="sglang",
     display_name="SGLang",
@@ -217,16 +226,7 @@ VLLM = EngineInfo(
             since="0.20.0",
             until="0.30.0",
             methods=frozenset({"dflash"}),
-            flags=MappingProxyType(
-                {
-                    "revision": "--revision",
-                    "host": "--host",
-                    "port": "--port",
-                    "tensor_parallel": "--tensor-parallel-size",
-                    "trust_remote_code": "--trust-remote-code",
-                    "speculative_config": "--speculative-config",
-                }
-            ),
+            flags=_VLLM_FLAGS,
             # Before the V2 model runner the DFlash proposer has no sliding-window layers.
             mixed_layers_env=None,
             sliding_window_layers=False,
@@ -241,16 +241,7 @@ VLLM = EngineInfo(
             since="0.30.0",
             until=None,
             methods=frozenset({"dflash"}),
-            flags=MappingProxyType(
-                {
-                    "revision": "--revision",
-                    "host": "--host",
-                    "port": "--port",
-                    "tensor_parallel": "--tensor-parallel-size",
-                    "trust_remote_code": "--trust-remote-code",
-                    "speculative_config": "--speculative-config",
-                }
-            ),
+            flags=_VLLM_FLAGS,
             # V2 is the default runner in 0.33 (config/vllm.py:731); rendered explicitly so a
             # changed default or an inherited VLLM_USE_V2_MODEL_RUNNER=0 cannot break the drafter.
             mixed_layers_env=MappingProxyType({"VLLM_USE_V2_MODEL_RUNNER": "1"}),
