@@ -187,10 +187,24 @@ def cmd_flag_commands(args: argparse.Namespace) -> int:
 
 
 def cmd_operator_run(args: argparse.Namespace) -> int:
-    from .controller.main import run
+    import os
 
+    from .controller.main import run
+    from .controller.webhooks import WebhookSettings
+
+    if args.webhook_port and not 0 < args.webhook_port < 65536:
+        raise UsageError(f"--webhook-port {args.webhook_port} is not a port (1-65535, or 0 to disable)")
+    if args.webhook_cert_dir and not os.path.isdir(args.webhook_cert_dir):
+        raise UsageError(f"--webhook-cert-dir {args.webhook_cert_dir}: not a directory")
+    for svc in args.webhook_service or []:
+        if svc.count(".") != 1 or not all(svc.split(".")):
+            raise UsageError(f"--webhook-service {svc!r}: expected NAME.NAMESPACE")
+    webhook = WebhookSettings(
+        port=args.webhook_port, cert_dir=args.webhook_cert_dir, services=args.webhook_service or [],
+        secret=args.webhook_secret, configuration=args.webhook_configuration,
+        namespace=args.operator_namespace or os.environ.get("POD_NAMESPACE") or None)
     return run(args.namespace or [], args.all_namespaces, kubeconfig=args.kubeconfig, metrics_port=args.metrics_port,
-               liveness=args.liveness, resync_seconds=args.resync_seconds, verbose=args.verbose)
+               liveness=args.liveness, resync_seconds=args.resync_seconds, verbose=args.verbose, webhook=webhook)
 
 
 def cmd_apiserver(args: argparse.Namespace) -> int:
@@ -266,6 +280,23 @@ def build_parser() -> argparse.ArgumentParser:
     orun.add_argument("--metrics-port", type=int, default=8080, metavar="N", help="port of /metrics (0: off)")
     orun.add_argument("--liveness", metavar="URL", help="kopf liveness endpoint, e.g. http://0.0.0.0:8081/healthz")
     orun.add_argument("--resync-seconds", type=float, metavar="S", help="full resync period (default 60)")
+    orun.add_argument("--webhook-port", type=int, default=_env_int("SPECDEPLOY_WEBHOOK_PORT", 9443), metavar="N",
+                      help="HTTPS port of the admission webhooks /validate and /mutate (0: off; default 9443, "
+                      "or $SPECDEPLOY_WEBHOOK_PORT)")
+    orun.add_argument("--webhook-cert-dir", metavar="DIR",
+                      help="serve tls.crt/tls.key from DIR (e.g. a cert-manager Secret); caBundle is then left alone. "
+                      "Default: a self-signed certificate kept in --webhook-secret")
+    orun.add_argument("--webhook-service", action="append", metavar="NAME.NAMESPACE",
+                      help="the webhook Service: the self-signed certificate's DNS names (NAME, NAME.NS, NAME.NS.svc, "
+                      "NAME.NS.svc.cluster.local)")
+    orun.add_argument("--webhook-secret", default="specdeploy-webhook-tls", metavar="NAME",
+                      help="Secret in the operator's namespace holding the self-signed CA and certificate")
+    orun.add_argument("--webhook-configuration", metavar="NAME",
+                      help="Validating- and MutatingWebhookConfiguration whose caBundle the operator keeps current "
+                      "(self-signed mode)")
+    orun.add_argument("--operator-namespace", metavar="NS",
+                      help="the operator's namespace (default: $POD_NAMESPACE); without one the self-signed "
+                      "certificate is kept in memory only")
     orun.add_argument("--verbose", "-v", action="store_true")
     orun.set_defaults(func=cmd_operator_run)
 
@@ -284,7 +315,20 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--crs", metavar="N,N", help="operator: CR counts (default 200,1000)")
     b.add_argument("--resync-seconds", type=float, default=30.0, metavar="S", help="operator: resync period")
     b.set_defaults(func=cmd_bench)
+
+    from .acceptance_cli import add_parser as add_acceptance_parser
+
+    add_acceptance_parser(sub)
     return p
+
+
+def _env_int(name: str, default: int) -> int:
+    import os
+
+    try:
+        return int(os.environ.get(name) or default)
+    except ValueError:
+        return default
 
 
 def _positive_int(text: str) -> int:

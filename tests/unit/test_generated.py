@@ -27,7 +27,7 @@ def test_generate_check_detects_drift(tmp_path):
         (tmp_path / rel).mkdir(parents=True)
     (tmp_path / "docs/concepts/drafter-compatibility.md").write_text(
         "x\n<!-- BEGIN GENERATED: checks -->\nold\n<!-- END GENERATED: checks -->\n")
-    assert len(generate.write_all(tmp_path)) == 6
+    assert len(generate.write_all(tmp_path)) == len(generate.targets(tmp_path))
     assert generate.write_all(tmp_path, check=True) == []
     crd = tmp_path / "crds" / CRD_FILE
     crd.write_text(crd.read_text().replace("shortNames", "shortNamez"))

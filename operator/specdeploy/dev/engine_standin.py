@@ -1,0 +1,302 @@
+"""A stand-in inference engine for tests: /metrics in vLLM's or SGLang's real format.
+
+``EngineStandin(engine, mode)`` serves, on loopback:
+- ``GET /metrics``: the engine's Prometheus text exposition (written by prometheus_client,
+  as the engines do: counters with ``_total`` and ``_created`` samples), with the
+  speculative-decoding series in the engines' real names and label sets, plus the series
+  every engine exports anyway (generation tokens, running requests);
+- ``GET /health``: 200 (vLLM and SGLang both answer 200 with an empty body when up).
+
+Modes (``set_mode`` changes it while serving):
+- ``healthy``:   per-position acceptance a^(k+1) with a = 0.75: tau ~ 3.96 for 15 draft tokens;
+- ``collapsed``: a = 0.05: tau ~ 1.05 (a wrong target_layer_ids, stale prefix-cache drafts);
+- ``cliff``:     0.9^(k+1) for the first 4 positions, then 0.01: tau ~ 4.2 but a cliff
+                 after position 3 (SGLang exports no per-position rates: only tau shows);
+- ``none``:      no speculative-decoding series at all (speculation off / metrics missing).
+
+vLLM counters advance in whole steps, never by the clock: each ``/metrics`` request first
+advances ``auto_advance`` steps (default 1), and ``advance(steps)`` advances explicitly.
+One step = ``drafts_per_step`` drafts (default 100) in every data-parallel engine, with
+``round(drafts_per_step * rate_k)`` accepted tokens at position k. ``restart()`` zeroes the
+counters (a counter reset, as after an engine restart). SGLang gauges are the mode's exact
+tau and rate, the same on every tensor-parallel rank.
+
+    python -m specdeploy.dev.engine_standin --engine vllm --mode healthy --port 8000
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from ..core import acceptance as acc
+
+MODES = ("healthy", "collapsed", "cliff", "none")
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def position_rates(mode: str, num_spec_tokens: int) -> list[float]:
+    """Per-position acceptance rates (cumulative, non-increasing) of a mode."""
+    if mode == "healthy":
+        return [0.75 ** (k + 1) for k in range(num_spec_tokens)]
+    if mode == "collapsed":
+        return [0.05 ** (k + 1) for k in range(num_spec_tokens)]
+    if mode == "cliff":
+        return [0.9 ** (k + 1) if k < 4 else 0.01 for k in range(num_spec_tokens)]
+    return []
+
+
+def _strip(name: str) -> str:
+    return name[: -len("_total")] if name.endswith("_total") else name
+
+
+class _Collector:
+    def __init__(self, standin: "EngineStandin"):
+        self.s = standin
+
+    def collect(self) -> Iterator:
+        yield from self.s._families()
+
+
+class EngineStandin:
+    def __init__(self, engine: str = "vllm", mode: str = "healthy", *, model_name: str = "Qwen/Qwen3-8B",
+                 num_spec_tokens: int = 15, drafts_per_step: int = 100, auto_advance: int = 1, dp: int = 1,
+                 tp: int = 1, host: str = "127.0.0.1", port: int = 0):
+        if engine not in acc.ENGINES:
+            raise ValueError(f"engine must be one of {acc.ENGINES}")
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}")
+        self.engine, self.mode, self.model_name = engine, mode, model_name
+        self.num_spec_tokens, self.drafts_per_step, self.auto_advance = num_spec_tokens, drafts_per_step, auto_advance
+        self.dp, self.tp = max(1, dp), max(1, tp)
+        self.host, self._port = host, port
+        self._lock = threading.Lock()
+        self._created = time.time()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self.requests = 0
+        self.restart()
+
+    # ------------------------------------------------------------- state
+    def restart(self) -> None:
+        """Zero every counter (what an engine restart does to its counters)."""
+        with self._lock:
+            self.steps = 0
+            self.drafts = 0
+            self.draft_tokens = 0
+            self.per_pos = [0] * self.num_spec_tokens
+            self.generation_tokens = 0
+            self._created = time.time()
+
+    def set_mode(self, mode: str) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}")
+        with self._lock:
+            self.mode = mode
+
+    def advance(self, steps: int = 1) -> None:
+        """Advance the counters by whole steps (per data-parallel engine)."""
+        with self._lock:
+            self._advance(steps)
+
+    def _advance(self, steps: int) -> None:
+        if steps <= 0:
+            return
+        rates = position_rates(self.mode, self.num_spec_tokens)
+        for _ in range(steps):
+            self.steps += 1
+            accepted = 0
+            if rates:
+                self.drafts += self.drafts_per_step
+                self.draft_tokens += self.drafts_per_step * self.num_spec_tokens
+                for k, r in enumerate(rates):
+                    n = round(self.drafts_per_step * r)
+                    self.per_pos[k] += n
+                    accepted += n
+                self.generation_tokens += self.drafts_per_step + accepted
+            else:
+                self.generation_tokens += self.drafts_per_step
+
+    def expected_length(self) -> float | None:
+        """tau of one step of the current mode (what a two-scrape reading reports)."""
+        rates = position_rates(self.mode, self.num_spec_tokens)
+        if not rates:
+            return None
+        return 1.0 + sum(round(self.drafts_per_step * r) for r in rates) / self.drafts_per_step
+
+    # ------------------------------------------------------------- exposition
+    def _families(self) -> Iterator:
+        if self.engine == "vllm":
+            yield from self._vllm_families()
+        else:
+            yield from self._sglang_families()
+
+    def _vllm_families(self) -> Iterator:
+        labels = ["model_name", "engine"]
+        engines = [str(i) for i in range(self.dp)]
+        created = self._created
+        running = GaugeMetricFamily(acc.VLLM_REQUESTS_RUNNING, "Number of requests in model execution batches.",
+                                    labels=labels)
+        gen = CounterMetricFamily(_strip(acc.VLLM_GENERATION_TOKENS), "Number of generation tokens processed.",
+                                  labels=labels)
+        for e in engines:
+            running.add_metric([self.model_name, e], 4.0)
+            gen.add_metric([self.model_name, e], float(self.generation_tokens), created=created)
+        yield running
+        yield gen
+        if self.mode == "none":
+            return
+        for name, doc, value in ((acc.VLLM_DRAFTS, "Number of spec decoding drafts.", self.drafts),
+                                 (acc.VLLM_DRAFT_TOKENS, "Number of draft tokens.", self.draft_tokens),
+                                 (acc.VLLM_ACCEPTED, "Number of accepted tokens.",
+                                  sum(self.per_pos))):
+            fam = CounterMetricFamily(_strip(name), doc, labels=labels)
+            for e in engines:
+                fam.add_metric([self.model_name, e], float(value), created=created)
+            yield fam
+        pos = CounterMetricFamily(_strip(acc.VLLM_ACCEPTED_PER_POS), "Accepted tokens per draft position.",
+                                  labels=labels + [acc.VLLM_POSITION_LABEL])
+        for e in engines:
+            for k, v in enumerate(self.per_pos):
+                pos.add_metric([self.model_name, e, str(k)], float(v), created=created)
+        yield pos
+
+    def _sglang_families(self) -> Iterator:
+        base = ["model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank"]
+        labels = base + (["dp_rank"] if self.dp > 1 else [])
+
+        def ranks():
+            for d in range(self.dp):
+                for t in range(self.tp):
+                    yield [self.model_name, "unified", str(t), "0", "0"] + ([str(d)] if self.dp > 1 else [])
+
+        running = GaugeMetricFamily(acc.SGLANG_REQUESTS_RUNNING, "The number of running requests.", labels=labels)
+        for lv in ranks():
+            running.add_metric(lv, 4.0)
+        yield running
+        gen = CounterMetricFamily(_strip(acc.SGLANG_GENERATION_TOKENS), "Number of generation tokens processed.",
+                                  labels=["model_name"])
+        gen.add_metric([self.model_name], float(self.generation_tokens), created=self._created)
+        yield gen
+        if self.mode == "none":
+            return
+        tau = self.expected_length() or 1.0
+        rate = (tau - 1.0) / self.num_spec_tokens
+        for name, doc, value in (
+                (acc.SGLANG_ACCEPT_LENGTH, "The average acceptance length of speculative decoding.", tau),
+                (acc.SGLANG_ACCEPT_RATE, "The average acceptance rate of speculative decoding "
+                 "(`accepted tokens / total draft tokens` in batch).", rate)):
+            fam = GaugeMetricFamily(name, doc, labels=labels)
+            for lv in ranks():
+                fam.add_metric(lv, value)
+            yield fam
+
+    def metrics_text(self, advance: bool = False) -> str:
+        """The exposition as /metrics serves it (optionally advancing first, as a request does)."""
+        with self._lock:
+            if advance:
+                self._advance(self.auto_advance)
+            reg = CollectorRegistry(auto_describe=False)
+            reg.register(_Collector(self))
+            return generate_latest(reg).decode("utf-8")
+
+    # ------------------------------------------------------------- server
+    def start(self) -> "EngineStandin":
+        if self._server is not None:
+            return self
+        standin = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:  # noqa: N802
+                path = self.path.split("?", 1)[0]
+                if path == "/metrics":
+                    standin.requests += 1
+                    body = standin.metrics_text(advance=True).encode()
+                    self._send(200, body, CONTENT_TYPE)
+                elif path == "/health":
+                    self._send(200, b"", "text/plain")
+                else:
+                    self._send(404, b"not found\n", "text/plain")
+
+            def _send(self, code: int, body: bytes, ctype: str) -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, fmt: str, *args) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer((self.host, self._port), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="engine-standin", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is None:
+            return
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._server = self._thread = None
+
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            raise RuntimeError("not started")
+        return self._server.server_address[1]
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return self.url + "/metrics"
+
+    def __enter__(self) -> "EngineStandin":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m specdeploy.dev.engine_standin",
+                                description="Serve /metrics and /health like a vLLM or SGLang engine (for tests).")
+    p.add_argument("--engine", choices=acc.ENGINES, default="vllm")
+    p.add_argument("--mode", choices=MODES, default="healthy")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--model-name", default="Qwen/Qwen3-8B")
+    p.add_argument("--num-spec-tokens", type=int, default=15, help="draft tokens per step (B-1)")
+    p.add_argument("--dp", type=int, default=1, help="data-parallel engines/ranks")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (SGLang series per DP rank)")
+    p.add_argument("--auto-advance", type=int, default=1, help="counter steps per /metrics request")
+    a = p.parse_args(argv)
+    s = EngineStandin(a.engine, a.mode, model_name=a.model_name, num_spec_tokens=a.num_spec_tokens, dp=a.dp, tp=a.tp,
+                      auto_advance=a.auto_advance, host=a.host, port=a.port).start()
+    print(f"engine stand-in ({a.engine}, {a.mode}) on {s.url}", flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        s.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,263 @@
+"""Prometheus recording rules and alerts for speculative decoding (one source of truth).
+
+``render_rules_yaml()`` is the plain Prometheus rule file (``groups:``) that
+``specdeploy generate`` writes to ``charts/specdeploy/files/prometheus-rules.yaml``:
+``promtool check/test rules`` read it as it is, and the chart's PrometheusRule template
+embeds its ``groups``. Metric names come from ``specdeploy.core.acceptance``; the cliff
+rule is the one ``acceptance.cliff_position`` implements.
+
+One vocabulary for both engines, per deployment (labels ``namespace, job, model_name``
+plus ``engine_kind="vllm"|"sglang"``):
+
+- ``specdeploy:acceptance_length:rate5m``       tau = 1 + accepted/drafts (bonus included)
+- ``specdeploy:acceptance_rate:rate5m``         accepted / draft tokens
+- ``specdeploy:acceptance_per_position:rate5m`` accepted_at_position/drafts, label position (vLLM)
+- ``specdeploy:acceptance_cliff:rate5m``        present (value: the lowest position rate)
+                                                when the per-position rates have a cliff
+- ``specdeploy:spec_drafts:rate5m`` (and ``_draft_tokens``, ``_accepted_tokens``,
+  ``_accepted_tokens_per_position``): the vLLM counters' rates, summed over DP engines.
+
+vLLM: rates of the counters over 5m, summed over every label but the aggregation labels
+(DP engines, pods), then divided: so pods weigh by their drafts. SGLang: the gauges
+averaged over 5m, averaged over tensor/pipeline/expert ranks within one (pod, dp_rank),
+then averaged with equal weight over DP ranks and pods (gauges carry no draft counts).
+
+Thresholds are recording rules of their own (group ``specdeploy.thresholds``, each
+``vector(<number>)``): the chart renders that group from values, everything else is
+embedded verbatim.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from ..core import acceptance as acc
+
+RULES_FILE = "charts/specdeploy/files/prometheus-rules.yaml"
+RUNBOOK = "docs/how-to/troubleshoot-low-acceptance.md"
+
+# Record names (the vocabulary).
+LENGTH = "specdeploy:acceptance_length:rate5m"
+RATE = "specdeploy:acceptance_rate:rate5m"
+PER_POSITION = "specdeploy:acceptance_per_position:rate5m"
+CLIFF = "specdeploy:acceptance_cliff:rate5m"
+DRAFTS = "specdeploy:spec_drafts:rate5m"
+DRAFT_TOKENS = "specdeploy:spec_draft_tokens:rate5m"
+ACCEPTED = "specdeploy:spec_accepted_tokens:rate5m"
+ACCEPTED_PER_POSITION = "specdeploy:spec_accepted_tokens_per_position:rate5m"
+T_MIN_LENGTH = "specdeploy:threshold:acceptance_min_length"
+T_CLIFF_HIGH = "specdeploy:threshold:cliff_high"
+T_CLIFF_LOW = "specdeploy:threshold:cliff_low"
+
+# Group names.
+G_THRESHOLDS = "specdeploy.thresholds"
+G_VLLM = "specdeploy.acceptance.vllm"
+G_SGLANG = "specdeploy.acceptance.sglang"
+G_CLIFF = "specdeploy.acceptance.cliff"
+G_ALERTS = "specdeploy.alerts"
+
+# Alert names.
+A_COLLAPSED = "SpeculativeAcceptanceCollapsed"
+A_CLIFF = "SpeculativeAcceptanceCliff"
+A_MISSING = "SpeculativeMetricsMissing"
+A_OPERATOR_DOWN = "SpecdeployOperatorDown"
+ALERTS = (A_COLLAPSED, A_CLIFF, A_MISSING, A_OPERATOR_DOWN)
+
+
+@dataclass(frozen=True)
+class RuleParams:
+    min_length: float = acc.DEFAULT_MIN_LENGTH
+    cliff_high: float = acc.CLIFF_HIGH
+    cliff_low: float = acc.CLIFF_LOW
+    window: str = "5m"  # the record names say 5m: change both together
+    collapse_for: str = "10m"
+    cliff_for: str = "10m"
+    missing_for: str = "15m"
+    operator_down_for: str = "5m"
+    aggregation: tuple[str, ...] = ("namespace", "job", "model_name")
+    # Narrows the engine series the "metrics missing" alert looks at, e.g.
+    # 'app_kubernetes_io_managed_by="specdeploy"' once the PodMonitor copies that label.
+    engine_selector: str = ""
+    operator_job_regex: str = ".*specdeploy.*operator.*"
+    runbook_base: str = ""  # prefix of RUNBOOK in runbook_url (e.g. a repository URL ending in /)
+    severity: str = "warning"
+    operator_down_severity: str = "critical"
+    extra_labels: dict[str, str] = field(default_factory=dict)
+
+
+def _sel(selector: str, extra: str = "") -> str:
+    parts = [p for p in (selector, extra) if p]
+    return "{" + ",".join(parts) + "}" if parts else ""
+
+
+def _by(p: RuleParams, *more: str) -> str:
+    return ", ".join(p.aggregation + more)
+
+
+def threshold_group(p: RuleParams) -> dict:
+    return {"name": G_THRESHOLDS, "rules": [
+        {"record": T_MIN_LENGTH, "expr": f"vector({p.min_length:g})"},
+        {"record": T_CLIFF_HIGH, "expr": f"vector({p.cliff_high:g})"},
+        {"record": T_CLIFF_LOW, "expr": f"vector({p.cliff_low:g})"},
+    ]}
+
+
+def vllm_group(p: RuleParams) -> dict:
+    w, by = p.window, _by(p)
+    kind = {"engine_kind": "vllm"}
+    return {"name": G_VLLM, "rules": [
+        {"record": DRAFTS, "expr": f"sum by ({by}) (rate({acc.VLLM_DRAFTS}[{w}]))"},
+        {"record": DRAFT_TOKENS, "expr": f"sum by ({by}) (rate({acc.VLLM_DRAFT_TOKENS}[{w}]))"},
+        {"record": ACCEPTED, "expr": f"sum by ({by}) (rate({acc.VLLM_ACCEPTED}[{w}]))"},
+        {"record": ACCEPTED_PER_POSITION,
+         "expr": f"sum by ({_by(p, acc.VLLM_POSITION_LABEL)}) (rate({acc.VLLM_ACCEPTED_PER_POS}[{w}]))"},
+        {"record": LENGTH, "expr": f"1 + {ACCEPTED} / ({DRAFTS} > 0)", "labels": kind},
+        {"record": RATE, "expr": f"{ACCEPTED} / ({DRAFT_TOKENS} > 0)", "labels": kind},
+        {"record": PER_POSITION,
+         "expr": f"{ACCEPTED_PER_POSITION} / on ({by}) group_left () ({DRAFTS} > 0)", "labels": kind},
+    ]}
+
+
+def sglang_group(p: RuleParams) -> dict:
+    w, by = p.window, _by(p)
+    inner = _by(p, "pod", acc.SGLANG_DP_LABEL)
+    kind = {"engine_kind": "sglang"}
+
+    def mean(metric: str) -> str:
+        # 0 = no speculative step logged yet: left out, as in core/acceptance.py.
+        return f"avg by ({by}) (avg by ({inner}) (avg_over_time({metric}[{w}]) > 0))"
+
+    return {"name": G_SGLANG, "rules": [
+        {"record": LENGTH, "expr": mean(acc.SGLANG_ACCEPT_LENGTH), "labels": kind},
+        {"record": RATE, "expr": mean(acc.SGLANG_ACCEPT_RATE), "labels": kind},
+    ]}
+
+
+def cliff_expr(p: RuleParams) -> str:
+    """acceptance.cliff_position's rule in PromQL: position 0 >= high, some position < low,
+    none in [low, high). Value: the lowest per-position rate."""
+    by = _by(p, "engine_kind")
+    on = _by(p)
+    return (
+        f"(min by ({by}) ({PER_POSITION}) < on () group_left () {T_CLIFF_LOW})\n"
+        f"and on ({on})\n"
+        f"({PER_POSITION}{{{acc.VLLM_POSITION_LABEL}=\"0\"}} >= on () group_left () {T_CLIFF_HIGH})\n"
+        f"unless on ({on})\n"
+        f"(({PER_POSITION} >= on () group_left () {T_CLIFF_LOW}) < on () group_left () {T_CLIFF_HIGH})"
+    )
+
+
+def cliff_group(p: RuleParams) -> dict:
+    return {"name": G_CLIFF, "rules": [{"record": CLIFF, "expr": cliff_expr(p)}]}
+
+
+def missing_expr(p: RuleParams) -> str:
+    """Engine pods that export their ordinary metrics but no speculative-decoding signal:
+    vLLM without the drafts counter, or generating tokens while not drafting; SGLang
+    generating tokens without a non-zero spec_accept_length."""
+    key = "namespace, job, pod"
+    s = p.engine_selector
+    w = p.window
+    return (
+        f"(group by ({key}) ({acc.VLLM_GENERATION_TOKENS}{_sel(s)})\n"
+        f"  unless on ({key}) group by ({key}) ({acc.VLLM_DRAFTS}{_sel(s)}))\n"
+        f"or\n"
+        f"(group by ({key}) (rate({acc.VLLM_GENERATION_TOKENS}{_sel(s)}[{w}]) > 0)\n"
+        f"  unless on ({key}) group by ({key}) (rate({acc.VLLM_DRAFTS}{_sel(s)}[{w}]) > 0))\n"
+        f"or\n"
+        f"(group by ({key}) (rate({acc.SGLANG_GENERATION_TOKENS}{_sel(s)}[{w}]) > 0)\n"
+        f"  unless on ({key}) group by ({key}) ({acc.SGLANG_ACCEPT_LENGTH}{_sel(s)} > 0))"
+    )
+
+
+def _runbook(p: RuleParams, anchor: str) -> str:
+    return f"{p.runbook_base}{RUNBOOK}#{anchor}"
+
+
+def alert_group(p: RuleParams) -> dict:
+    labels = {"severity": p.severity, **p.extra_labels}
+    where = "{{ $labels.namespace }}/{{ $labels.job }}"
+    op_sel = f'up{{job=~"{p.operator_job_regex}"}}'
+    return {"name": G_ALERTS, "rules": [
+        {"alert": A_COLLAPSED,
+         "expr": f"{LENGTH} < on () group_left () {T_MIN_LENGTH}",
+         "for": p.collapse_for, "labels": dict(labels),
+         "annotations": {
+             "summary": f"Speculative decoding acceptance collapsed on {where}",
+             "description": ("Acceptance length (tau, bonus token included) is {{ $value | printf \"%.2f\" }} on "
+                             f"{where} ({{{{ $labels.engine_kind }}}}), below the minimum ({T_MIN_LENGTH}) for "
+                             f"{p.collapse_for}: the drafter's tokens are almost never accepted. Output is "
+                             "still correct, only the speed-up is lost."),
+             "runbook_url": _runbook(p, "acceptance-collapsed")}},
+        {"alert": A_CLIFF,
+         "expr": CLIFF,
+         "for": p.cliff_for, "labels": dict(labels),
+         "annotations": {
+             "summary": f"Speculative acceptance falls off a cliff after some draft position on {where}",
+             "description": (f"Per-position acceptance on {where} drops from at least {T_CLIFF_HIGH} to "
+                             f"below {T_CLIFF_LOW} (lowest {{{{ $value | printf \"%.3f\" }}}}) from one "
+                             "draft position to the next, with no position in between."),
+             "runbook_url": _runbook(p, "acceptance-cliff")}},
+        {"alert": A_MISSING,
+         "expr": missing_expr(p),
+         "for": p.missing_for, "labels": dict(labels),
+         "annotations": {
+             "summary": "Engine pod {{ $labels.namespace }}/{{ $labels.pod }} exports no speculative-decoding metrics",
+             "description": ("{{ $labels.pod }} ({{ $labels.job }}) is up and exports engine metrics but no "
+                             "speculative-decoding acceptance: speculation is off, misconfigured, or its "
+                             "metrics are not enabled (SGLang needs --enable-metrics)."),
+             "runbook_url": _runbook(p, "metrics-missing")}},
+        {"alert": A_OPERATOR_DOWN,
+         "expr": f"{op_sel} == 0 or absent({op_sel})",
+         "for": p.operator_down_for,
+         "labels": {**labels, "severity": p.operator_down_severity},
+         "annotations": {
+             "summary": "The specdeploy operator is down or not scraped",
+             "description": (f"No specdeploy operator target is up (job =~ \"{p.operator_job_regex}\") "
+                             f"for {p.operator_down_for}: SpeculativeDeployments are not reconciled and "
+                             "acceptance is not watched."),
+             "runbook_url": _runbook(p, "operator-down")}},
+    ]}
+
+
+def build_groups(params: RuleParams | None = None) -> list[dict[str, Any]]:
+    p = params or RuleParams()
+    return [threshold_group(p), vllm_group(p), sglang_group(p), cliff_group(p), alert_group(p)]
+
+
+class _Dumper(yaml.SafeDumper):
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def _str(dumper: yaml.SafeDumper, s: str):
+    return dumper.represent_scalar("tag:yaml.org,2002:str", s, style="|" if "\n" in s else None)
+
+
+_Dumper.add_representer(str, _str)
+
+HEADER = ("# Generated by `specdeploy generate` from operator/specdeploy/observability/rules.py. Do not edit.\n"
+          "# Plain Prometheus rule file: `promtool check rules` reads it as it is; the chart's\n"
+          "# PrometheusRule embeds its groups (the thresholds group is rendered from values).\n")
+
+
+def render_rules_yaml(params: RuleParams | None = None) -> str:
+    body = yaml.dump({"groups": build_groups(params)}, Dumper=_Dumper, sort_keys=False, width=1000,
+                     default_flow_style=False)
+    return HEADER + body
+
+
+def write(path: str = RULES_FILE) -> None:
+    from pathlib import Path
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(render_rules_yaml())
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.stdout.write(render_rules_yaml())

@@ -1,0 +1,218 @@
+"""Prometheus rules (observability/rules.py) under the real `promtool check rules` and `promtool test rules`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from obs_helpers import ROOT, expected_alert, run_promtool, write_yaml
+from specdeploy.core import acceptance as acc
+from specdeploy.observability import rules as R
+
+NS, JOB, MODEL = "llm", "llm/qwen3-8b", "Qwen/Qwen3-8B"
+DEPLOY = {"namespace": NS, "job": JOB, "model_name": MODEL}
+MINUTES = 40  # input length; alerts are checked at 25m (rates need 5m, alerts `for` 10-15m)
+CHECK_AT = "25m"
+GROUPS = R.build_groups()
+
+
+def _lab(d: dict) -> str:
+    return "{" + ",".join(f'{k}="{v}"' for k, v in d.items()) + "}"
+
+
+def vllm_series(per_min_drafts: int, per_pos_per_min: list[int], pod: str = "qwen3-8b-0", engines=("0",),
+                spec_decode: bool = True) -> list[dict]:
+    """vLLM counters growing linearly each minute, as one pod with DP engines exports them."""
+    out = []
+    accepted = sum(per_pos_per_min)
+    for e in engines:
+        base = {"namespace": NS, "job": JOB, "pod": pod, "engine": e, "model_name": MODEL}
+        out.append({"series": f"{acc.VLLM_GENERATION_TOKENS}{_lab(base)}",
+                    "values": f"0+{per_min_drafts + accepted}x{MINUTES}"})
+        if not spec_decode:
+            continue
+        out += [
+            {"series": f"{acc.VLLM_DRAFTS}{_lab(base)}", "values": f"0+{per_min_drafts}x{MINUTES}"},
+            {"series": f"{acc.VLLM_DRAFT_TOKENS}{_lab(base)}", "values": f"0+{per_min_drafts * 15}x{MINUTES}"},
+            {"series": f"{acc.VLLM_ACCEPTED}{_lab(base)}", "values": f"0+{accepted}x{MINUTES}"},
+        ]
+        for k, n in enumerate(per_pos_per_min):
+            out.append({"series": f"{acc.VLLM_ACCEPTED_PER_POS}{_lab({**base, 'position': str(k)})}",
+                        "values": f"0+{n}x{MINUTES}"})
+    return out
+
+
+def sglang_series(tau: float | None, tp: int = 2, pod: str = "qwen3-8b-0") -> list[dict]:
+    out = [{"series": f"{acc.SGLANG_GENERATION_TOKENS}{_lab({'namespace': NS, 'job': JOB, 'pod': pod, 'model_name': MODEL})}",
+            "values": f"0+500x{MINUTES}"}]
+    if tau is None:
+        return out
+    for t in range(tp):
+        lab = {"namespace": NS, "job": JOB, "pod": pod, "engine_type": "unified", "model_name": MODEL,
+               "tp_rank": str(t), "pp_rank": "0", "moe_ep_rank": "0"}
+        out += [{"series": f"{acc.SGLANG_ACCEPT_LENGTH}{_lab(lab)}", "values": f"{tau}x{MINUTES}"},
+                {"series": f"{acc.SGLANG_ACCEPT_RATE}{_lab(lab)}", "values": f"{(tau - 1) / 15:.4f}x{MINUTES}"}]
+    return out
+
+
+def operator_up(value: int | None) -> list[dict]:
+    if value is None:
+        return []
+    return [{"series": 'up{job="specdeploy-operator",namespace="specdeploy-system",instance="10.0.0.5:8080"}',
+             "values": f"{value}x{MINUTES}"}]
+
+
+HEALTHY_POS = [75, 56, 42, 32, 24, 18, 13, 10, 8, 6, 4, 3, 2, 2, 1]  # 0.75^(k+1) x 100 drafts: tau 3.96
+COLLAPSED_POS = [5]  # tau 1.05
+CLIFF_POS = [90, 81, 73, 66, 1, 1, 1]  # tau 4.13, a cliff after position 3
+GRADUAL_POS = [50, 25, 12, 6, 3, 1]  # no cliff: it decays through the band
+
+
+def _alerts(name: str, firing: list[dict] | None) -> dict:
+    return {"eval_time": CHECK_AT, "alertname": name, "exp_alerts": firing or []}
+
+
+def _case(name: str, series: list[dict], alerts: list[dict], exprs: list[dict] | None = None) -> dict:
+    return {"name": name, "interval": "1m", "input_series": series, "alert_rule_test": alerts,
+            "promql_expr_test": exprs or []}
+
+
+VLLM_KEY = {**DEPLOY, "engine_kind": "vllm"}
+SGLANG_KEY = {**DEPLOY, "engine_kind": "sglang"}
+
+
+def build_cases() -> list[dict]:
+    return [
+        _case("healthy vLLM: nothing fires", vllm_series(100, HEALTHY_POS, engines=("0", "1")) + operator_up(1),
+              [_alerts(a, None) for a in R.ALERTS],
+              [{"expr": R.LENGTH, "eval_time": "10m", "exp_samples": [{"labels": R.LENGTH + _lab(VLLM_KEY), "value": 3.96}]},
+               {"expr": R.RATE, "eval_time": "10m", "exp_samples": [{"labels": R.RATE + _lab(VLLM_KEY), "value": 2.96 / 15}]},
+               {"expr": f'{R.PER_POSITION}{{position="0"}}', "eval_time": "10m",
+                "exp_samples": [{"labels": R.PER_POSITION + _lab({**VLLM_KEY, 'position': '0'}), "value": 0.75}]},
+               {"expr": R.CLIFF, "eval_time": "10m", "exp_samples": []}]),
+        _case("collapsed vLLM: collapse fires", vllm_series(100, COLLAPSED_POS) + operator_up(1),
+              [_alerts(R.A_COLLAPSED, [expected_alert(GROUPS, R.A_COLLAPSED, VLLM_KEY, 1.05)]),
+               _alerts(R.A_CLIFF, None), _alerts(R.A_MISSING, None), _alerts(R.A_OPERATOR_DOWN, None)],
+              [{"expr": R.LENGTH, "eval_time": "10m", "exp_samples": [{"labels": R.LENGTH + _lab(VLLM_KEY), "value": 1.05}]}]),
+        _case("collapse needs 10m: not yet at 8m", vllm_series(100, COLLAPSED_POS),
+              [{"eval_time": "8m", "alertname": R.A_COLLAPSED, "exp_alerts": []}]),
+        _case("healthy SGLang: nothing fires", sglang_series(3.96) + operator_up(1),
+              [_alerts(a, None) for a in R.ALERTS],
+              [{"expr": R.LENGTH, "eval_time": "10m", "exp_samples": [{"labels": R.LENGTH + _lab(SGLANG_KEY), "value": 3.96}]}]),
+        _case("collapsed SGLang: collapse fires (TP ranks averaged, not summed)", sglang_series(1.05, tp=4) + operator_up(1),
+              [_alerts(R.A_COLLAPSED, [expected_alert(GROUPS, R.A_COLLAPSED, SGLANG_KEY, 1.05)]),
+               _alerts(R.A_MISSING, None), _alerts(R.A_OPERATOR_DOWN, None)],
+              [{"expr": R.LENGTH, "eval_time": "10m", "exp_samples": [{"labels": R.LENGTH + _lab(SGLANG_KEY), "value": 1.05}]}]),
+        _case("cliff vLLM: cliff fires, collapse does not", vllm_series(100, CLIFF_POS) + operator_up(1),
+              [_alerts(R.A_CLIFF, [expected_alert(GROUPS, R.A_CLIFF, VLLM_KEY, 0.01)]),
+               _alerts(R.A_COLLAPSED, None), _alerts(R.A_MISSING, None)],
+              [{"expr": R.CLIFF, "eval_time": "10m", "exp_samples": [{"labels": R.CLIFF + _lab(VLLM_KEY), "value": 0.01}]}]),
+        _case("gradual decay is no cliff", vllm_series(100, GRADUAL_POS),
+              [_alerts(R.A_CLIFF, None), _alerts(R.A_COLLAPSED, None)]),
+        _case("missing metrics: vLLM without spec counters, SGLang without gauges",
+              vllm_series(100, [], pod="plain-vllm-0", spec_decode=False) + sglang_series(None, pod="plain-sglang-0")
+              + vllm_series(100, HEALTHY_POS, pod="qwen3-8b-1") + operator_up(1),
+              [_alerts(R.A_MISSING, [
+                  expected_alert(GROUPS, R.A_MISSING, {"namespace": NS, "job": JOB, "pod": "plain-sglang-0"}),
+                  expected_alert(GROUPS, R.A_MISSING, {"namespace": NS, "job": JOB, "pod": "plain-vllm-0"}),
+              ]), _alerts(R.A_COLLAPSED, None)]),
+        _case("operator down: up == 0", operator_up(0),
+              [_alerts(R.A_OPERATOR_DOWN, [expected_alert(GROUPS, R.A_OPERATOR_DOWN, {
+                  "job": "specdeploy-operator", "namespace": "specdeploy-system", "instance": "10.0.0.5:8080"})])]),
+        _case("operator down: not scraped at all", vllm_series(100, HEALTHY_POS),
+              [_alerts(R.A_OPERATOR_DOWN, [expected_alert(GROUPS, R.A_OPERATOR_DOWN, {})])]),
+    ]
+
+
+@pytest.fixture(scope="module")
+def rules_dir(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("rules")
+    (d / "prometheus-rules.yaml").write_text(R.render_rules_yaml())
+    return d
+
+
+def test_promtool_check_rules(rules_dir):
+    r = run_promtool("check", "rules", "prometheus-rules.yaml", cwd=rules_dir)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "SUCCESS" in r.stdout + r.stderr
+
+
+def test_promtool_test_rules(rules_dir):
+    doc = {"rule_files": ["prometheus-rules.yaml"], "evaluation_interval": "1m", "tests": build_cases()}
+    write_yaml(rules_dir / "tests.yaml", doc)
+    r = run_promtool("test", "rules", "tests.yaml", cwd=rules_dir)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_every_alert_fires_somewhere_and_stays_silent_when_healthy():
+    cases = build_cases()
+    healthy = [c for c in cases if c["name"].startswith("healthy")]
+    for name in R.ALERTS:
+        assert any(t["alertname"] == name and t["exp_alerts"] for c in cases for t in c["alert_rule_test"]), name
+        for c in healthy:
+            assert any(t["alertname"] == name and not t["exp_alerts"] for t in c["alert_rule_test"]), (name, c["name"])
+
+
+def test_generated_file_is_current_when_present():
+    path = ROOT / R.RULES_FILE
+    if path.exists():  # written by `specdeploy generate`; checked there too once wired
+        assert path.read_text() == R.render_rules_yaml(), f"{R.RULES_FILE} is stale: run `specdeploy generate`"
+
+
+def test_rules_use_the_shared_metric_names():
+    text = R.render_rules_yaml()
+    for name in (acc.VLLM_DRAFTS, acc.VLLM_DRAFT_TOKENS, acc.VLLM_ACCEPTED, acc.VLLM_ACCEPTED_PER_POS,
+                 acc.SGLANG_ACCEPT_LENGTH, acc.SGLANG_ACCEPT_RATE):
+        assert name in text
+    doc = yaml.safe_load(text)
+    records = {r.get("record") for g in doc["groups"] for r in g["rules"]}
+    assert {R.LENGTH, R.RATE, R.PER_POSITION, R.CLIFF} <= records
+    alerts = {r.get("alert") for g in doc["groups"] for r in g["rules"]} - {None}
+    assert alerts == set(R.ALERTS)
+    for g in doc["groups"]:
+        for r in g["rules"]:
+            if "alert" in r:
+                assert R.RUNBOOK in r["annotations"]["runbook_url"]
+    thresholds = {r["record"]: r["expr"] for r in doc["groups"][0]["rules"]}
+    assert thresholds[R.T_MIN_LENGTH] == f"vector({acc.DEFAULT_MIN_LENGTH:g})"
+
+
+def test_params_change_thresholds():
+    text = R.render_rules_yaml(R.RuleParams(min_length=2.0, engine_selector='app_kubernetes_io_managed_by="specdeploy"'))
+    assert "vector(2)" in text and 'vllm:generation_tokens_total{app_kubernetes_io_managed_by="specdeploy"}' in text
+
+
+def test_docs_name_every_rule_alert_and_runbook_anchor():
+    ref = (ROOT / "docs" / "reference" / "metrics.md").read_text()
+    howto = (ROOT / R.RUNBOOK).read_text()
+    doc = yaml.safe_load(R.render_rules_yaml())
+    for g in doc["groups"]:
+        for r in g["rules"]:
+            assert (r.get("record") or r.get("alert")) in ref
+            if "alert" in r:
+                anchor = r["annotations"]["runbook_url"].split("#", 1)[1]
+                headings = {line.lstrip("#").strip().lower().replace(" ", "-")
+                            for line in howto.splitlines() if line.startswith("#")}
+                assert anchor in headings, anchor
+    for name in (acc.VLLM_DRAFTS, acc.VLLM_DRAFT_TOKENS, acc.VLLM_ACCEPTED, acc.VLLM_ACCEPTED_PER_POS,
+                 acc.SGLANG_ACCEPT_LENGTH, acc.SGLANG_ACCEPT_RATE):
+        assert f"`{name}`" in ref
+    for section in ("window-flag-not-set", "sliding-window-dropped", "layer-id-offset", "prefix-cache-staleness"):
+        assert f"(#{section})" in howto
+
+
+def test_dashboard_reads_the_vocabulary():
+    import json
+
+    from specdeploy.observability.dashboards import DASHBOARD_FILE, render_dashboard_json
+
+    dash = json.loads(render_dashboard_json())
+    exprs = " ".join(t["expr"] for p in dash["panels"] for t in p["targets"])
+    for record in (R.LENGTH, R.RATE, R.PER_POSITION, R.DRAFTS):
+        assert record in exprs
+    assert len({p["id"] for p in dash["panels"]}) == len(dash["panels"])
+    path = ROOT / DASHBOARD_FILE
+    if path.exists():
+        assert path.read_text() == render_dashboard_json(), f"{DASHBOARD_FILE} is stale: run `specdeploy generate`"
