@@ -38,6 +38,7 @@ def _normalize_version(version: str) -> str:
     return version[1:] if version[:1] in ("v", "V") else version
 
 
+@lru_cache(maxsize=1)
 def available_snapshots() -> list[tuple[str, str]]:
     """(engine, version) pairs that have a snapshot, sorted."""
     out = []
@@ -49,7 +50,7 @@ def available_snapshots() -> list[tuple[str, str]]:
         m = _NAME.match(entry.name)
         if m and entry.is_file():
             out.append((m.group("engine"), m.group("version")))
-    return sorted(out)
+    return sorted(out)  # cached: the package's data files do not change while running
 
 
 @lru_cache(maxsize=None)

@@ -92,8 +92,119 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return report(envelope, 0)
 
 
+def _write_termination(path: str, text: str) -> None:
+    from .preflight import termination_text
+
+    try:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(termination_text(text))
+    except OSError:
+        pass
+
+
+def cmd_preflight(args: argparse.Namespace) -> int:
+    from .preflight import run_preflight
+
+    res = run_preflight(args.target_dir, args.drafter_dir, args.engine_config,
+                        strict_digest=not args.allow_digest_mismatch)
+    text = res.message()
+    _write_termination(args.termination_log, text)
+    if args.output == "json":
+        print(json.dumps(res.to_dict(), indent=2, sort_keys=True))
+    else:
+        print(text, file=sys.stdout if res.ok else sys.stderr)
+    return 0 if res.ok else 1
+
+
+def cmd_launch(args: argparse.Namespace) -> int:
+    import os
+
+    from .launch import build_exec, exec_engine
+
+    ec = _load_engine_config(args.engine_config)
+    try:
+        argv, env = build_exec(ec, args.role, os.environ)
+    except ValueError as e:
+        raise SystemExit(f"{PROG}: error: {e}")
+    if args.dry_run:
+        print(" ".join([*(f"{k}={shlex.quote(v)}" for k, v in sorted(ec.env.items())), shlex.join(argv)]))
+        return 0
+    return exec_engine(argv, env)
+
+
+def _layers(text: str) -> tuple[str, ...]:
+    names = {"sliding": "sliding_attention", "sliding_attention": "sliding_attention", "s": "sliding_attention",
+             "full": "full_attention", "full_attention": "full_attention", "f": "full_attention"}
+    out = []
+    for part in text.split(","):
+        key = part.strip().lower()
+        if key not in names:
+            raise argparse.ArgumentTypeError(f"layer type {part!r}: use sliding or full (comma separated)")
+        out.append(names[key])
+    if not out:
+        raise argparse.ArgumentTypeError("give at least one layer type")
+    return tuple(out)
+
+
+def _positive(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer")
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{v} must be >= 1")
+    return v
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    return tuple(_positive(x.strip()) for x in text.split(",") if x.strip())
+
+
+def _torch_setup(args: argparse.Namespace) -> None:
+    import torch
+
+    if getattr(args, "threads", None):
+        torch.set_num_threads(args.threads)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit(f"{PROG}: error: --device cuda: torch {torch.__version__} sees no CUDA device")
+
+
+def cmd_verify_window(args: argparse.Namespace) -> int:
+    from .verify import VerifyOptions, format_report, run_verify
+
+    _torch_setup(args)
+    if args.block > args.window:
+        raise SystemExit(f"{PROG}: error: --block {args.block} exceeds --window {args.window}")
+    opts = VerifyOptions(context=args.context, window=args.window, block=args.block, layers=args.layers,
+                         keep=args.keep, device=args.device, tolerance=args.tolerance, seed=args.seed,
+                         fault=args.fault, causal=args.causal)
+    report = run_verify(opts)
+    if args.output == "json":
+        print(json.dumps(report, indent=2, sort_keys=True))
+    else:
+        print(format_report(report))
+    return 0 if report["ok"] else 1
+
+
+def cmd_bench_window(args: argparse.Namespace) -> int:
+    from .bench import BenchOptions, format_bench, run_bench
+
+    if args.threads is None and args.device == "cpu":
+        args.threads = 1  # steady figures on a shared machine; raise it on a dedicated host
+    _torch_setup(args)
+    opts = BenchOptions(contexts=args.contexts, window=args.window, keep=args.keep, block=args.block, layers=args.layers,
+                        device=args.device, dtype=args.dtype, repeats=args.repeats, warmup=args.warmup, impl=args.impl,
+                        intermediate_size=args.intermediate_size)
+    report = run_bench(opts)
+    if args.output == "json":
+        print(json.dumps(report, indent=2, sort_keys=True))
+    else:
+        print(format_bench(report))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description="specdeploy pod runtime: inspect and run the rendered engine config.")
+    p = argparse.ArgumentParser(prog=PROG, description="specdeploy pod runtime: check, launch and verify the rendered engine config.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     s = sub.add_parser("show-config", help="validate the rendered engine config and print the engine command line")
     s.add_argument("--engine-config", default=DEFAULT_ENGINE_CONFIG, metavar="FILE")
@@ -103,6 +214,67 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--path", required=True, help="model directory (or config.json) inside the pod")
     i.add_argument("--termination-log", default=TERMINATION_LOG, metavar="FILE")
     i.set_defaults(func=cmd_inspect)
+
+    pf = sub.add_parser("preflight", help="check the rendered engine command against the mounted config.json files",
+                        description="Re-run the drafter/target check on the config.json files mounted in the pod and "
+                                    "check the engine command the operator rendered against them. Exit 1 on any error; "
+                                    "the message also goes to the termination log.")
+    pf.add_argument("--target-dir", required=True, metavar="DIR", help="mounted target model (directory or config.json)")
+    pf.add_argument("--drafter-dir", required=True, metavar="DIR", help="mounted drafter model (directory or config.json)")
+    pf.add_argument("--engine-config", default=DEFAULT_ENGINE_CONFIG, metavar="FILE")
+    pf.add_argument("--termination-log", default=TERMINATION_LOG, metavar="FILE")
+    pf.add_argument("--allow-digest-mismatch", action="store_true",
+                    help="report mounted configs that differ from the checked ones as a warning, not an error")
+    pf.add_argument("--output", "-o", choices=["text", "json"], default="text")
+    pf.set_defaults(func=cmd_preflight)
+
+    la = sub.add_parser("launch", help="exec the engine with the rendered exec-form command (no shell)",
+                        description="Replace this process with the engine: command + args from the engine config, "
+                                    "env = inherited env + the engine env. Signals reach the engine directly and its "
+                                    "exit code is the container's.")
+    la.add_argument("--engine-config", default=DEFAULT_ENGINE_CONFIG, metavar="FILE")
+    la.add_argument("--role", choices=["auto", "leader", "worker"], default="auto",
+                    help="multi-node: worker args on LeaderWorkerSet workers (auto: from LWS_WORKER_INDEX)")
+    la.add_argument("--dry-run", action="store_true", help="print the command instead of running it")
+    la.set_defaults(func=cmd_launch)
+
+    def model_args(a: argparse.ArgumentParser, *, window_help: str) -> None:
+        a.add_argument("--window", type=_positive, default=2048, help=window_help)
+        a.add_argument("--block", type=_positive, default=16, help="draft block size B (default 16)")
+        a.add_argument("--layers", type=_layers, default=("sliding_attention",) * 4 + ("full_attention",),
+                       metavar="KINDS", help="comma-separated layer kinds, e.g. sliding,sliding,sliding,sliding,full (default)")
+        a.add_argument("--keep", type=_positive, default=None, metavar="R", help="tokens the compact cache keeps")
+        a.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+        a.add_argument("--threads", type=_positive, default=None, help="CPU threads for torch (default: torch's)")
+        a.add_argument("--output", "-o", choices=["text", "json"], default="text")
+
+    vw = sub.add_parser("verify-window", help="prove the windowed draft cache is exact on sliding layers",
+                        description="(a) keys older than p - w + 1 get attention weight exactly 0.0 on sliding layers; "
+                                    "(b) a compact cache keeping r >= w - 1 tokens equals the full cache plus mask "
+                                    "(fp32, max |diff| <= tolerance); (c) reports the deviation on full-attention layers. "
+                                    "Exit 0 only when (a) and (b) hold.")
+    vw.add_argument("--context", type=_positive, default=8192, metavar="L", help="context tokens (default 8192)")
+    model_args(vw, window_help="sliding window w (default 2048)")
+    vw.add_argument("--tolerance", type=float, default=1e-5)
+    vw.add_argument("--seed", type=int, default=0)
+    vw.add_argument("--causal", action="store_true", help="full-attention layers are causal (dflash_config.causal)")
+    vw.add_argument("--fault", choices=["none", "no-window", "off-by-one", "narrow", "finite-bias", "short-cache"],
+                    default="none", help="self-test: inject a deliberate bug; the verifier must then fail")
+    vw.set_defaults(func=cmd_verify_window, keep=None)
+
+    bw = sub.add_parser("bench-window", help="draft-step time and KV bytes, compact vs full draft cache",
+                        description="Median draft-step time (KV injection of B tokens + the block forward) and KV bytes "
+                                    "for the full cache and the compact cache, with the memory-bandwidth floor.")
+    bw.add_argument("--contexts", type=_int_list, default=(2048, 8192, 32768), metavar="LIST",
+                    help="context lengths (default 2048,8192,32768)")
+    model_args(bw, window_help="sliding window w; the compact cache keeps w tokens unless --keep (default 2048)")
+    bw.set_defaults(threads=None)  # on CPU: 1 unless --threads (OpenMP threads stall when cores are shared)
+    bw.add_argument("--repeats", type=_positive, default=20, help="timed draft steps per point (median reported)")
+    bw.add_argument("--warmup", type=int, default=3)
+    bw.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
+    bw.add_argument("--impl", choices=["sdpa", "eager"], default="sdpa", help="attention kernel (default: fused SDPA)")
+    bw.add_argument("--intermediate-size", type=int, default=0, help="add a gated MLP of this width to every layer")
+    bw.set_defaults(func=cmd_bench_window)
     return p
 
 

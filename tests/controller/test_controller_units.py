@@ -195,3 +195,37 @@ def test_inspector_job_is_read_only_and_owned():
     assert pod["volumes"][0]["persistentVolumeClaim"] == {"claimName": "models", "readOnly": True}
     assert pod["containers"][0]["command"] == ["specdeploy-runtime", "inspect-config", "--path", "/models/target/qwen/27b"]
     assert pod["containers"][0]["volumeMounts"][0]["readOnly"] is True
+
+
+def test_worker_keeps_backoff_growing_across_failed_resolutions():
+    """A reconcile that returns a retry delay must not reset the key's backoff (regression)."""
+    from specdeploy.controller.reconciler import Controller, Settings
+
+    class Stub(Controller):
+        async def reconcile(self, key):
+            self.calls += 1
+            if self.calls == 4:
+                await self.queue.close()  # the worker exits at its next get()
+            return self.backoff.failed(key)  # what a resolution failure returns
+
+    async def scenario():
+        now = [0.0]
+        c = Stub(kube=None, resolver=None, settings=Settings(workers=1, backoff_min=5, backoff_max=300),
+                 clock=lambda: now[0])
+        c.calls = 0
+        delays = []
+        real_add = c.queue.add
+
+        async def add(key, delay=0.0):
+            if delay:
+                delays.append(delay)
+                now[0] += delay  # jump the clock by the delay instead of waiting for it
+            await real_add(key)
+
+        c.queue.add = add
+        c.bodies[("ns", "x")] = {}
+        await real_add(("ns", "x"))
+        await asyncio.wait_for(c._worker(0), 10)
+        return delays
+
+    assert asyncio.run(scenario()) == [5, 10, 20, 40]

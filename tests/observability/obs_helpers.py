@@ -135,3 +135,117 @@ def acceptance_argv() -> list[str]:
 def run_acceptance(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([*acceptance_argv(), *args], input=stdin, capture_output=True, text=True, cwd=ROOT,
                           env=env(), timeout=120)
+
+
+# ----------------------------------------------------------------- Prometheus and Grafana dashboards
+
+
+def prometheus_exe() -> str:
+    """Path of the prometheus server binary (same Debian package as promtool)."""
+    promtool()
+    exe = shutil.which("prometheus") or "/usr/bin/prometheus"
+    assert os.access(exe, os.X_OK), "prometheus is not installed (run .ci/install-prometheus)"
+    return exe
+
+
+GRAFANA_BUILTINS = {"__rate_interval", "__interval", "__range", "__interval_ms", "__range_s"}
+_VAR = re.compile(r"\$\{([a-zA-Z_][a-zA-Z0-9_]*)(?::[a-z]+)?\}|\$([a-zA-Z_][a-zA-Z0-9_]*)")
+_LABEL_VALUES = re.compile(r"^\s*label_values\((?P<sel>.*),\s*(?P<label>[a-zA-Z_][a-zA-Z0-9_]*)\s*\)\s*$", re.S)
+
+
+def variables_used(text: str) -> set[str]:
+    return {m.group(1) or m.group(2) for m in _VAR.finditer(text)}
+
+
+def grafana_regex(values: list[str]) -> str:
+    """How Grafana's Prometheus data source writes a multi-value (or All) variable inside
+    `=~"..."`: each value regex-escaped, joined as (a|b); one value as it is, escaped."""
+    esc = [re.sub(r"([\\^$.|?*+()\[\]{}])", r"\\\\\1", v) for v in values]
+    return esc[0] if len(esc) == 1 else "(" + "|".join(esc) + ")"
+
+
+def substitute(text: str, values: dict[str, str], rate_interval: str = "1m") -> str:
+    """Expand $var / ${var} as Grafana does before sending the query (builtins included)."""
+    builtins = {"__rate_interval": rate_interval, "__interval": "15s", "__range": "1h", "__interval_ms": "15000",
+                "__range_s": "3600"}
+
+    def rep(m: re.Match) -> str:
+        name = m.group(1) or m.group(2)
+        if name in builtins:
+            return builtins[name]
+        return values[name]
+
+    return _VAR.sub(rep, text)
+
+
+def label_values_query(query: str) -> tuple[str, str]:
+    """label_values(<selector>, <label>) -> (selector, label)."""
+    m = _LABEL_VALUES.match(query)
+    assert m, f"not a label_values() variable query: {query}"
+    return m.group("sel"), m.group("label")
+
+
+def variable_query(var: dict) -> str:
+    q = var["query"]
+    return q["query"] if isinstance(q, dict) else q
+
+
+def panel_exprs(dashboard: dict) -> list[tuple[dict, dict]]:
+    """(panel, target) for every Prometheus target of every panel (rows' panels included)."""
+    from specdeploy.observability.dashboards import panels_of
+
+    return [(p, t) for p in panels_of(dashboard) for t in p.get("targets", [])]
+
+
+OPERATOR_EXPORTER = r"""
+import sys, time
+from prometheus_client import start_http_server
+from specdeploy.controller import metrics as m
+
+m.RECONCILES.labels(result="success").inc(20)
+m.RECONCILES.labels(result="error").inc(2)
+m.ERRORS.labels(reason="DrafterCheckFailed").inc(2)
+m.API_WRITES.labels(verb="patch", kind="Deployment").inc(4)
+m.API_WRITES.labels(verb="create", kind="PodMonitor").inc(1)
+m.CHECK_FAILURES.labels(code="DF001").inc(1)
+m.QUEUE_DEPTH.set(1)
+m.MANAGED.set(3)
+for s in (0.004, 0.02, 0.02, 0.15):
+    m.RECONCILE_SECONDS.observe(s)
+server, _thread = start_http_server(0, addr="127.0.0.1", registry=m.REGISTRY)
+print(server.server_port, flush=True)
+while True:  # an operator at work: every series keeps moving, so every rate() has data
+    m.RECONCILES.labels(result="success").inc()
+    m.RECONCILE_SECONDS.observe(0.02)
+    m.API_WRITES.labels(verb="patch", kind="Deployment").inc()
+    time.sleep(0.25)
+"""
+
+
+def start_operator_exporter(timeout_s: float = 30) -> tuple[subprocess.Popen, int]:
+    """The operator's real metrics registry (controller/metrics.py), populated and served
+    on a free loopback port by a child process (its global counters stay out of this one)."""
+    import select
+
+    proc = subprocess.Popen([sys.executable, "-c", OPERATOR_EXPORTER], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=ROOT, env=env(), start_new_session=True)
+    ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
+    line = proc.stdout.readline().strip() if ready else ""
+    if not line.isdigit():
+        proc.kill()
+        _out, err = proc.communicate(timeout=10)
+        raise AssertionError(f"operator metrics exporter did not start: {line!r} {err[-2000:]}")
+    return proc, int(line)
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+    for f in (proc.stdout, proc.stderr):
+        if f is not None:
+            f.close()

@@ -21,6 +21,7 @@ from .resolve import Resolver
 
 MANAGED = {"app.kubernetes.io/managed-by": "specdeploy"}
 _controller: Controller | None = None
+_webhook = None  # webhooks.WebhookRuntime when --webhook-port is set
 
 
 def controller() -> Controller:
@@ -45,6 +46,7 @@ async def on_startup(settings: kopf.OperatorSettings, **_) -> None:
         capability_ttl=float(os.environ.get("SPECDEPLOY_CAPABILITY_TTL", "60")),
     ))
     _controller.start()
+    await _start_webhook(kube, resolver)
     port = int(os.environ.get("SPECDEPLOY_METRICS_PORT", "0"))
     if port:
         from prometheus_client import start_http_server
@@ -52,8 +54,22 @@ async def on_startup(settings: kopf.OperatorSettings, **_) -> None:
         start_http_server(port, addr=os.environ.get("SPECDEPLOY_METRICS_ADDR", "0.0.0.0"), registry=metrics.REGISTRY)
 
 
+async def _start_webhook(kube: Kube, resolver: Resolver) -> None:
+    """The admission webhook server (admission.py / webhooks.py), when a port is configured."""
+    global _webhook
+    from .webhooks import OperatorConfigs, WebhookRuntime, WebhookSettings, settle_gc
+
+    ws = WebhookSettings.from_env()
+    if ws.port:
+        _webhook = WebhookRuntime(ws, kube, OperatorConfigs(kube, resolver))
+        _webhook.start()
+        settle_gc()
+
+
 @kopf.on.cleanup()
 async def on_cleanup(**_) -> None:
+    if _webhook is not None:
+        await _webhook.stop()
     if _controller is not None:
         await _controller.stop()
 

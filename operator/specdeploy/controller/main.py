@@ -8,13 +8,17 @@ import os
 
 
 def run(namespaces: list[str], all_namespaces: bool, *, kubeconfig: str | None = None, metrics_port: int = 8080,
-        liveness: str | None = None, resync_seconds: float | None = None, verbose: bool = False) -> int:
+        liveness: str | None = None, resync_seconds: float | None = None, verbose: bool = False,
+        webhook=None) -> int:
+    """``webhook``: a ``webhooks.WebhookSettings`` (port 0 or None: no admission webhook server)."""
     if kubeconfig:
         os.environ["KUBECONFIG"] = kubeconfig
         os.environ["SPECDEPLOY_KUBECONFIG"] = kubeconfig
     os.environ["SPECDEPLOY_METRICS_PORT"] = str(metrics_port)
     if resync_seconds is not None:
         os.environ["SPECDEPLOY_RESYNC_SECONDS"] = str(resync_seconds)
+    if webhook is not None:
+        os.environ.update(webhook.to_env())
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import kopf

@@ -193,7 +193,8 @@ class Controller:
             t0 = time.perf_counter()
             try:
                 delay = await self.reconcile(key)
-                self.backoff.succeeded(key)
+                if delay is None:  # a returned delay is a retry (e.g. a resolution failure): keep the backoff growing
+                    self.backoff.succeeded(key)
                 metrics.RECONCILES.labels(result="ok").inc()
             except ResolutionError as e:  # raised only for transient resolution waits
                 delay = e.delay or self.backoff.failed(key)

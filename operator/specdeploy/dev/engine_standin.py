@@ -4,7 +4,9 @@
 - ``GET /metrics``: the engine's Prometheus text exposition (written by prometheus_client,
   as the engines do: counters with ``_total`` and ``_created`` samples), with the
   speculative-decoding series in the engines' real names and label sets, plus the series
-  every engine exports anyway (generation tokens, running requests);
+  every engine exports anyway: generation tokens, running and waiting requests, and the
+  time-to-first-token and inter-token-latency histograms (the engines' own bucket
+  boundaries; SGLang also its ``gen_throughput`` gauge);
 - ``GET /health``: 200 (vLLM and SGLang both answer 200 with an empty body when up).
 
 Modes (``set_mode`` changes it while serving):
@@ -21,6 +23,12 @@ One step = ``drafts_per_step`` drafts (default 100) in every data-parallel engin
 counters (a counter reset, as after an engine restart). SGLang gauges are the mode's exact
 tau and rate, the same on every tensor-parallel rank.
 
+Throughput and latency follow the steps too, deterministically: each step is
+``requests_per_step`` requests (default 4) with time to first token 0.05, 0.1, 0.2, 0.4 s
+(cycled), and one inter-token-latency observation per generated token, of 25 ms / tau
+(speculation makes tokens cheaper; a collapse shows as a slower stream). The request
+gauges are constants: 4 running, 2 waiting (per DP engine / rank).
+
     python -m specdeploy.dev.engine_standin --engine vllm --mode healthy --port 8000
 """
 
@@ -34,12 +42,69 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.samples import Sample
+from prometheus_client.utils import floatToGoString
 
 from ..core import acceptance as acc
 
 MODES = ("healthy", "collapsed", "cliff", "none")
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+# The engines' default histogram buckets (vllm/v1/metrics/buckets.py in vLLM 0.33;
+# TokenizerMetricsCollector in SGLang 0.5.23).
+VLLM_TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                     20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+VLLM_ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+                    40.0, 80.0)
+SGLANG_TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
+SGLANG_ITL_BUCKETS = (0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040, 0.060, 0.080,
+                      0.100, 0.200, 0.400, 0.600, 0.800, 1.000, 2.000, 4.000, 6.000, 8.000)
+TTFT_SECONDS = (0.05, 0.1, 0.2, 0.4)  # cycled over the requests of a step
+BASE_ITL_SECONDS = 0.025  # one target forward pass; divided by tau
+REQUESTS_RUNNING, REQUESTS_WAITING = 4.0, 2.0
+
+VLLM_WAITING = "vllm:num_requests_waiting"
+VLLM_TTFT = "vllm:time_to_first_token_seconds"
+VLLM_ITL = "vllm:inter_token_latency_seconds"
+SGLANG_WAITING = "sglang:num_queue_reqs"
+SGLANG_THROUGHPUT = "sglang:gen_throughput"
+SGLANG_TTFT = "sglang:time_to_first_token_seconds"
+SGLANG_ITL = "sglang:inter_token_latency_seconds"
+
+
+class Histogram:
+    """A cumulative histogram as prometheus_client keeps one (count per bucket, sum)."""
+
+    def __init__(self, bounds: tuple[float, ...]):
+        self.bounds = tuple(float(b) for b in bounds)
+        self.counts = [0] * (len(self.bounds) + 1)  # the last is +Inf only
+        self.sum = 0.0
+
+    def observe(self, value: float, n: int = 1) -> None:
+        if n <= 0:
+            return
+        i = next((k for k, b in enumerate(self.bounds) if value <= b), len(self.bounds))
+        self.counts[i] += n
+        self.sum += value * n
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
+
+    def buckets(self) -> list[tuple[str, float]]:
+        out, acc_ = [], 0
+        for b, c in zip([*self.bounds, float("inf")], self.counts):
+            acc_ += c
+            out.append((floatToGoString(b), float(acc_)))
+        return out
+
+
+def _add_histogram(fam: HistogramMetricFamily, labels: list[str], h: Histogram, created: float) -> None:
+    """Buckets, _count, _sum, and the `_created` sample prometheus_client's Histogram writes."""
+    fam.add_metric(labels, h.buckets(), h.sum)
+    fam.samples.append(Sample(fam.name + "_created", dict(zip(fam._labelnames, labels)), created, None, None))  # noqa: SLF001
 
 
 def position_rates(mode: str, num_spec_tokens: int) -> list[float]:
@@ -68,7 +133,7 @@ class _Collector:
 class EngineStandin:
     def __init__(self, engine: str = "vllm", mode: str = "healthy", *, model_name: str = "Qwen/Qwen3-8B",
                  num_spec_tokens: int = 15, drafts_per_step: int = 100, auto_advance: int = 1, dp: int = 1,
-                 tp: int = 1, host: str = "127.0.0.1", port: int = 0):
+                 tp: int = 1, host: str = "127.0.0.1", port: int = 0, requests_per_step: int = 4):
         if engine not in acc.ENGINES:
             raise ValueError(f"engine must be one of {acc.ENGINES}")
         if mode not in MODES:
@@ -76,6 +141,7 @@ class EngineStandin:
         self.engine, self.mode, self.model_name = engine, mode, model_name
         self.num_spec_tokens, self.drafts_per_step, self.auto_advance = num_spec_tokens, drafts_per_step, auto_advance
         self.dp, self.tp = max(1, dp), max(1, tp)
+        self.requests_per_step = max(0, requests_per_step)
         self.host, self._port = host, port
         self._lock = threading.Lock()
         self._created = time.time()
@@ -93,6 +159,9 @@ class EngineStandin:
             self.draft_tokens = 0
             self.per_pos = [0] * self.num_spec_tokens
             self.generation_tokens = 0
+            vllm = self.engine == "vllm"
+            self.ttft = Histogram(VLLM_TTFT_BUCKETS if vllm else SGLANG_TTFT_BUCKETS)
+            self.itl = Histogram(VLLM_ITL_BUCKETS if vllm else SGLANG_ITL_BUCKETS)
             self._created = time.time()
 
     def set_mode(self, mode: str) -> None:
@@ -120,9 +189,21 @@ class EngineStandin:
                     n = round(self.drafts_per_step * r)
                     self.per_pos[k] += n
                     accepted += n
-                self.generation_tokens += self.drafts_per_step + accepted
+                tokens = self.drafts_per_step + accepted
             else:
-                self.generation_tokens += self.drafts_per_step
+                tokens = self.drafts_per_step
+            self.generation_tokens += tokens
+            for r in range(self.requests_per_step):
+                self.ttft.observe(TTFT_SECONDS[r % len(TTFT_SECONDS)])
+            self.itl.observe(self.inter_token_latency(), tokens)
+
+    def inter_token_latency(self) -> float:
+        """Seconds between output tokens in the current mode: BASE_ITL_SECONDS / tau."""
+        return round(BASE_ITL_SECONDS / (self.expected_length() or 1.0), 6)
+
+    def throughput(self) -> float:
+        """SGLang's gen_throughput gauge (tokens/s): one token per inter-token latency per running request."""
+        return round(REQUESTS_RUNNING / self.inter_token_latency(), 3)
 
     def expected_length(self) -> float | None:
         """tau of one step of the current mode (what a two-scrape reading reports)."""
@@ -146,11 +227,20 @@ class EngineStandin:
                                     labels=labels)
         gen = CounterMetricFamily(_strip(acc.VLLM_GENERATION_TOKENS), "Number of generation tokens processed.",
                                   labels=labels)
+        waiting = GaugeMetricFamily(VLLM_WAITING, "Number of requests waiting to be processed.", labels=labels)
+        ttft = HistogramMetricFamily(VLLM_TTFT, "Histogram of time to first token in seconds.", labels=labels)
+        itl = HistogramMetricFamily(VLLM_ITL, "Histogram of inter-token latency in seconds.", labels=labels)
         for e in engines:
-            running.add_metric([self.model_name, e], 4.0)
+            running.add_metric([self.model_name, e], REQUESTS_RUNNING)
+            waiting.add_metric([self.model_name, e], REQUESTS_WAITING)
             gen.add_metric([self.model_name, e], float(self.generation_tokens), created=created)
+            _add_histogram(ttft, [self.model_name, e], self.ttft, created)
+            _add_histogram(itl, [self.model_name, e], self.itl, created)
         yield running
+        yield waiting
         yield gen
+        yield ttft
+        yield itl
         if self.mode == "none":
             return
         for name, doc, value in ((acc.VLLM_DRAFTS, "Number of spec decoding drafts.", self.drafts),
@@ -178,13 +268,28 @@ class EngineStandin:
                     yield [self.model_name, "unified", str(t), "0", "0"] + ([str(d)] if self.dp > 1 else [])
 
         running = GaugeMetricFamily(acc.SGLANG_REQUESTS_RUNNING, "The number of running requests.", labels=labels)
+        waiting = GaugeMetricFamily(SGLANG_WAITING, "The number of requests in the waiting queue.", labels=labels)
+        throughput = GaugeMetricFamily(SGLANG_THROUGHPUT, "The generation throughput (token/s).", labels=labels)
         for lv in ranks():
-            running.add_metric(lv, 4.0)
+            running.add_metric(lv, REQUESTS_RUNNING)
+            waiting.add_metric(lv, REQUESTS_WAITING)
+            throughput.add_metric(lv, self.throughput())
         yield running
+        yield waiting
+        yield throughput
         gen = CounterMetricFamily(_strip(acc.SGLANG_GENERATION_TOKENS), "Number of generation tokens processed.",
                                   labels=["model_name"])
         gen.add_metric([self.model_name], float(self.generation_tokens), created=self._created)
         yield gen
+        # The tokenizer manager's histograms: labels model_name, engine_type (TTFT adds is_streaming).
+        ttft = HistogramMetricFamily(SGLANG_TTFT, "Histogram of time to first token in seconds.",
+                                     labels=["model_name", "engine_type", "is_streaming"])
+        _add_histogram(ttft, [self.model_name, "unified", "true"], self.ttft, self._created)
+        yield ttft
+        itl = HistogramMetricFamily(SGLANG_ITL, "Histogram of inter-token latency in seconds.",
+                                    labels=["model_name", "engine_type"])
+        _add_histogram(itl, [self.model_name, "unified"], self.itl, self._created)
+        yield itl
         if self.mode == "none":
             return
         tau = self.expected_length() or 1.0
@@ -285,9 +390,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dp", type=int, default=1, help="data-parallel engines/ranks")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (SGLang series per DP rank)")
     p.add_argument("--auto-advance", type=int, default=1, help="counter steps per /metrics request")
+    p.add_argument("--requests-per-step", type=int, default=4, help="time-to-first-token observations per step")
     a = p.parse_args(argv)
     s = EngineStandin(a.engine, a.mode, model_name=a.model_name, num_spec_tokens=a.num_spec_tokens, dp=a.dp, tp=a.tp,
-                      auto_advance=a.auto_advance, host=a.host, port=a.port).start()
+                      auto_advance=a.auto_advance, host=a.host, port=a.port,
+                      requests_per_step=a.requests_per_step).start()
     print(f"engine stand-in ({a.engine}, {a.mode}) on {s.url}", flush=True)
     try:
         threading.Event().wait()

@@ -1,5 +1,5 @@
 """Observability sources: Prometheus rules and the Grafana dashboard, built in Python.
 
 `specdeploy generate` writes them to charts/specdeploy/files/ (prometheus-rules.yaml,
-grafana-dashboard.json); the metric names come from specdeploy.core.acceptance.
+dashboards/*.json); the metric names come from specdeploy.core.acceptance.
 """

@@ -1,39 +1,92 @@
-"""The Grafana dashboard "specdeploy / Speculative decoding", built on the recording rules.
+"""The Grafana dashboards the chart ships (one source of truth: Python dicts, rendered to JSON).
 
-``render_dashboard_json()`` is what ``specdeploy generate`` writes to
-``charts/specdeploy/files/grafana-dashboard.json`` (the chart ships it in a ConfigMap with
-the ``grafana_dashboard`` label). Panels read only the ``specdeploy:*`` vocabulary of
-``rules.py``, so one dashboard serves vLLM and SGLang deployments.
+``DASHBOARDS`` lists them; ``specdeploy generate`` writes each to
+``charts/specdeploy/files/dashboards/<name>.json`` (``dashboard_files()``), and the chart
+ships every file there in a ConfigMap labelled ``grafana_dashboard: "1"`` (what Grafana's
+dashboard sidecar watches for).
+
+- ``speculative-decoding`` (uid ``specdeploy-acceptance``): acceptance length over time per
+  deployment, acceptance rate, the per-position acceptance heatmap and bars, draft vs
+  accepted tokens per second, drafts per second, SGLang's raw gauges by rank, speculation
+  alerts (pending and firing). Reads only the ``specdeploy:*`` vocabulary of ``rules.py``,
+  so one dashboard serves vLLM and SGLang deployments.
+- ``engines`` (uid ``specdeploy-engines``): generation throughput, time to first token and
+  inter-token latency (p50/p95 from the engines' histograms), running and waiting
+  requests, GPU utilisation and framebuffer memory (DCGM exporter series joined to the
+  deployment's pods on ``namespace, pod``).
+- ``operator`` (uid ``specdeploy-operator``): the operator's health: up, managed
+  deployments, work-queue depth, reconciles by result, reconcile latency quantiles,
+  errors by reason, API writes, drafter/target check failures.
+
+Every query filters by the template variables ``$namespace`` and ``$deployment`` (the
+``job`` label: ``<namespace>/<PodMonitor name>`` with a PodMonitor, i.e. the
+SpeculativeDeployment) where the series carry them; ``$datasource`` picks the Prometheus.
+Rates over raw counters use ``$__rate_interval``; the recording rules are already 5m rates.
+Rendering is deterministic (same input, same bytes): ``render_dashboard_json(name)``.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Callable
 
 from ..core import acceptance as acc
 from . import rules as R
 
-DASHBOARD_FILE = "charts/specdeploy/files/grafana-dashboard.json"
+DASHBOARDS_DIR = "charts/specdeploy/files/dashboards"
+DASHBOARD_FILE = f"{DASHBOARDS_DIR}/speculative-decoding.json"  # the acceptance dashboard (kept for callers)
 UID = "specdeploy-acceptance"
-SEL = 'namespace=~"$namespace", job=~"$job"'
+DS = {"type": "prometheus", "uid": "${datasource}"}
+SEL = 'namespace=~"$namespace", job=~"$deployment"'
+RI = "$__rate_interval"
+# The job label of the operator's ServiceMonitor target (the same regex the operator-down alert uses).
+OPERATOR_JOB = R.RuleParams().operator_job_regex
+
+# Engine series (names as vLLM 0.33 / SGLang 0.5 export them; see docs/reference/metrics.md).
+VLLM_WAITING = "vllm:num_requests_waiting"
+VLLM_TTFT = "vllm:time_to_first_token_seconds"
+VLLM_ITL = "vllm:inter_token_latency_seconds"
+SGLANG_WAITING = "sglang:num_queue_reqs"
+SGLANG_THROUGHPUT = "sglang:gen_throughput"
+SGLANG_TTFT = "sglang:time_to_first_token_seconds"
+SGLANG_ITL = "sglang:inter_token_latency_seconds"
+# DCGM exporter (default counters): gauges, labels gpu, UUID, device, modelName, Hostname,
+# pci_bus_id, DCGM_FI_DRIVER_VERSION, plus container/namespace/pod with Kubernetes mapping.
+DCGM_GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
+DCGM_FB_USED = "DCGM_FI_DEV_FB_USED"
+DCGM_FB_FREE = "DCGM_FI_DEV_FB_FREE"
+# The operator's own series (controller/metrics.py; not imported: generate runs without prometheus-client).
+OP_RECONCILES = "specdeploy_reconcile_total"
+OP_RECONCILE_SECONDS = "specdeploy_reconcile_duration_seconds"
+OP_ERRORS = "specdeploy_reconcile_errors_total"
+OP_API_WRITES = "specdeploy_api_writes_total"
+OP_CHECK_FAILURES = "specdeploy_check_failures_total"
+OP_QUEUE_DEPTH = "specdeploy_queue_depth"
+OP_MANAGED = "specdeploy_managed_deployments"
+# Engine pods of a deployment: every engine pod exports one of these (scraped by the PodMonitor).
+ENGINE_UP = f'{{__name__=~"{acc.VLLM_REQUESTS_RUNNING}|{acc.SGLANG_REQUESTS_RUNNING}"}}'
+ENGINE_PODS = (f'group by (namespace, pod, job) ({{__name__=~"{acc.VLLM_REQUESTS_RUNNING}|'
+               f'{acc.SGLANG_REQUESTS_RUNNING}", {SEL}}})')
 
 
-def _target(expr: str, legend: str, ref: str = "A") -> dict:
-    return {"datasource": {"type": "prometheus", "uid": "${datasource}"}, "expr": expr, "legendFormat": legend,
-            "refId": ref}
+def _target(expr: str, legend: str, ref: str = "A", **extra: Any) -> dict:
+    return {"datasource": dict(DS), "expr": expr, "legendFormat": legend, "refId": ref, **extra}
 
 
 def _panel(pid: int, title: str, description: str, targets: list[dict], x: int, y: int, w: int = 12, h: int = 8,
            kind: str = "timeseries", unit: str = "short", thresholds: list[tuple[str, float | None]] | None = None,
-           extra: dict | None = None) -> dict:
+           extra: dict | None = None, minmax: tuple[float | None, float | None] = (None, None)) -> dict:
     steps = [{"color": c, "value": v} for c, v in (thresholds or [("green", None)])]
+    defaults: dict[str, Any] = {"unit": unit, "thresholds": {"mode": "absolute", "steps": steps}}
+    if minmax[0] is not None:
+        defaults["min"] = minmax[0]
+    if minmax[1] is not None:
+        defaults["max"] = minmax[1]
     p: dict[str, Any] = {
         "id": pid, "type": kind, "title": title, "description": description,
-        "datasource": {"type": "prometheus", "uid": "${datasource}"},
+        "datasource": dict(DS),
         "gridPos": {"x": x, "y": y, "w": w, "h": h}, "targets": targets,
-        "fieldConfig": {"defaults": {"unit": unit, "thresholds": {"mode": "absolute", "steps": steps}},
-                        "overrides": []},
+        "fieldConfig": {"defaults": defaults, "overrides": []},
         "options": {},
     }
     if extra:
@@ -41,59 +94,238 @@ def _panel(pid: int, title: str, description: str, targets: list[dict], x: int, 
     return p
 
 
-def build_dashboard() -> dict:
-    lo = acc.DEFAULT_MIN_LENGTH
-    who = "{{namespace}}/{{job}} ({{engine_kind}})"
-    panels = [
-        _panel(1, "Acceptance length (tau)",
-               "1 + accepted/drafts, bonus token included (1 <= tau <= block size). Healthy DFlash: ~4 (chat) to ~6 "
-               f"(math). Below {lo:g} for 10m fires {R.A_COLLAPSED}.",
-               [_target(f"{R.LENGTH}{{{SEL}}}", who), _target(R.T_MIN_LENGTH, "collapse threshold", "B")],
-               0, 0, thresholds=[("red", None), ("orange", lo), ("green", 2.5)]),
-        _panel(2, "Acceptance rate", "Accepted / draft tokens (vLLM counters; SGLang's spec_accept_rate gauge).",
-               [_target(f"{R.RATE}{{{SEL}}}", who)], 12, 0, unit="percentunit"),
-        _panel(3, "Per-position acceptance (vLLM)",
-               "accepted_at_position_k / drafts. Cumulative, so it falls with k. Smooth decay is normal; a drop from "
-               f">= {acc.CLIFF_HIGH:g} straight to < {acc.CLIFF_LOW:g} is a cliff ({R.A_CLIFF}).",
-               [_target(f"{R.PER_POSITION}{{{SEL}}}", "{{namespace}}/{{job}} pos {{position}}")], 0, 8,
-               unit="percentunit"),
-        _panel(4, "Per-position acceptance now (vLLM)", "The latest per-position rates as bars, by position.",
-               [_target(f"avg by (position) ({R.PER_POSITION}{{{SEL}}})", "{{position}}")], 12, 8, kind="barchart",
-               unit="percentunit", extra={"options": {"xField": "position", "orientation": "vertical"}}),
-        _panel(5, "Drafts per second (vLLM)", "Speculative steps per second: zero means no traffic, not a problem.",
-               [_target(f"{R.DRAFTS}{{{SEL}}}", "{{namespace}}/{{job}}")], 0, 16, unit="ops"),
-        _panel(6, "Raw SGLang gauges by rank",
-               "sglang:spec_accept_length per rank. TP ranks of one DP rank agree; a rank that differs points at one "
-               "replica.",
-               [_target(f"{acc.SGLANG_ACCEPT_LENGTH}{{{SEL}}}", "{{pod}} dp{{dp_rank}} tp{{tp_rank}}")], 12, 16),
-        _panel(7, "Speculation alerts", "Firing specdeploy alerts.",
-               [_target('ALERTS{alertstate="firing", alertname=~"Speculative.*|Specdeploy.*"}',
-                        "{{alertname}} {{namespace}}/{{job}}")], 0, 24, w=24, h=6, kind="table"),
-    ]
-    var = {"type": "query", "datasource": {"type": "prometheus", "uid": "${datasource}"}, "refresh": 2,
-           "includeAll": True, "multi": True, "current": {"text": "All", "value": "$__all"}}
+def _row(pid: int, title: str, y: int) -> dict:
+    return {"id": pid, "type": "row", "title": title, "collapsed": False, "panels": [],
+            "gridPos": {"x": 0, "y": y, "w": 24, "h": 1}}
+
+
+def _datasource_var() -> dict:
+    return {"name": "datasource", "type": "datasource", "query": "prometheus", "label": "Data source",
+            "current": {}, "hide": 0, "includeAll": False, "multi": False, "refresh": 1}
+
+
+def _query_var(name: str, label: str, query: str) -> dict:
+    """A multi-value Prometheus query variable; All means every value the query returns."""
+    return {"name": name, "label": label, "type": "query", "datasource": dict(DS), "refresh": 2,
+            "includeAll": True, "multi": True, "current": {"text": "All", "value": "$__all"}, "hide": 0,
+            "sort": 1, "query": {"query": query, "refId": f"{name}-variable"}}
+
+
+def _scope_vars(series: str) -> list[dict]:
+    """datasource, namespace, deployment: read from `series` (a metric name or a selector)."""
+    inner = series[1:-1] if series.startswith("{") else ""
+    ns_sel = f"{{{inner}, namespace=~\"$namespace\"}}" if inner else f'{series}{{namespace=~"$namespace"}}'
+    return [_datasource_var(),
+            _query_var("namespace", "Namespace", f"label_values({series}, namespace)"),
+            _query_var("deployment", "Deployment", f"label_values({ns_sel}, job)")]
+
+
+def _dashboard(uid: str, title: str, description: str, tags: list[str], variables: list[dict],
+               panels: list[dict]) -> dict:
     return {
-        "uid": UID, "title": "specdeploy / Speculative decoding", "tags": ["specdeploy", "speculative-decoding"],
-        "schemaVersion": 39, "version": 1, "editable": True, "refresh": "30s",
+        "uid": uid, "title": title, "description": description, "tags": ["specdeploy", *tags],
+        "schemaVersion": 39, "version": 1, "editable": True, "graphTooltip": 1, "refresh": "30s",
         "time": {"from": "now-6h", "to": "now"}, "timezone": "",
-        "annotations": {"list": []},
-        "templating": {"list": [
-            {"name": "datasource", "type": "datasource", "query": "prometheus", "label": "Data source"},
-            {**var, "name": "namespace", "label": "Namespace", "definition": f"label_values({R.LENGTH}, namespace)",
-             "query": {"query": f"label_values({R.LENGTH}, namespace)", "refId": "ns"}},
-            {**var, "name": "job", "label": "Deployment (job)",
-             "definition": f'label_values({R.LENGTH}{{namespace=~"$namespace"}}, job)',
-             "query": {"query": f'label_values({R.LENGTH}{{namespace=~"$namespace"}}, job)', "refId": "job"}},
-        ]},
+        "annotations": {"list": []},  # Grafana adds its built-in "Annotations & Alerts" itself
+        "links": [{"title": "specdeploy dashboards", "type": "dashboards", "tags": ["specdeploy"], "asDropdown": True,
+                   "includeVars": True, "keepTime": True}],
+        "templating": {"list": variables},
         "panels": panels,
     }
 
 
-def render_dashboard_json() -> str:
-    return json.dumps(build_dashboard(), indent=2, sort_keys=False) + "\n"
+# ----------------------------------------------------------------- speculative decoding
+
+
+def build_acceptance_dashboard() -> dict:
+    lo = acc.DEFAULT_MIN_LENGTH
+    who = "{{namespace}}/{{job}} ({{engine_kind}})"
+    padded = (f'label_replace({R.PER_POSITION}{{{SEL}}}, "position", "0$1", "position", "([0-9])")')
+    panels = [
+        _panel(1, "Acceptance length (tau)",
+               "1 + accepted/drafts, bonus token included (1 <= tau <= block size), per deployment. Healthy DFlash: "
+               f"~4 (chat) to ~6 (math). Below {lo:g} for 10m fires {R.A_COLLAPSED}.",
+               [_target(f"{R.LENGTH}{{{SEL}}}", who), _target(R.T_MIN_LENGTH, "collapse threshold", "B")],
+               0, 0, thresholds=[("red", None), ("orange", lo), ("green", 2.5)]),
+        _panel(2, "Acceptance rate", "Accepted / draft tokens (vLLM counters; SGLang's spec_accept_rate gauge).",
+               [_target(f"{R.RATE}{{{SEL}}}", who)], 12, 0, unit="percentunit", minmax=(0, 1)),
+        _panel(3, "Per-position acceptance heatmap (vLLM)",
+               "accepted_at_position_k / drafts over time, one row per draft position (00 = the first draft token). "
+               "Cumulative, so it darkens with k. Smooth decay is normal; a row going from "
+               f">= {acc.CLIFF_HIGH:g} straight to < {acc.CLIFF_LOW:g} below it is a cliff ({R.A_CLIFF}).",
+               [_target(f"avg by (position) ({padded})", "{{position}}")], 0, 8, kind="heatmap",
+               unit="percentunit",
+               extra={"options": {"calculate": False, "rowsFrame": {"layout": "auto", "value": "acceptance"},
+                                  "yAxis": {"axisPlacement": "left", "axisLabel": "draft position"},
+                                  "color": {"mode": "scheme", "scheme": "RdYlGn", "steps": 64, "min": 0, "max": 1,
+                                            "exponent": 0.5, "fill": "dark-orange", "reverse": False},
+                                  "cellGap": 1, "showValue": "never", "legend": {"show": True}}}),
+        _panel(4, "Per-position acceptance now (vLLM)", "The latest per-position rates as bars, by position.",
+               [_target(f"avg by (position) ({padded})", "{{position}}", format="table", instant=True)], 12, 8,
+               kind="barchart", unit="percentunit", minmax=(0, 1),
+               extra={"options": {"xField": "position", "orientation": "vertical"}}),
+        _panel(5, "Draft vs accepted tokens per second (vLLM)",
+               "Draft tokens proposed and accepted per second (5m rates, summed over the deployment's engines). "
+               "The gap is the drafter's wasted work; accepted/draft is the acceptance rate.",
+               [_target(f"{R.DRAFT_TOKENS}{{{SEL}}}", "{{namespace}}/{{job}} draft"),
+                _target(f"{R.ACCEPTED}{{{SEL}}}", "{{namespace}}/{{job}} accepted", "B")], 0, 16, unit="tps"),
+        _panel(6, "Drafts per second (vLLM)", "Speculative steps per second: zero means no traffic, not a problem.",
+               [_target(f"{R.DRAFTS}{{{SEL}}}", "{{namespace}}/{{job}}")], 12, 16, unit="ops"),
+        _panel(7, "Raw SGLang gauges by rank",
+               "sglang:spec_accept_length per rank. TP ranks of one DP rank agree; a rank that differs points at one "
+               "replica.",
+               [_target(f"{acc.SGLANG_ACCEPT_LENGTH}{{{SEL}}}", "{{pod}} dp{{dp_rank}} tp{{tp_rank}}")], 0, 24),
+        _panel(8, "Speculation alerts", "specdeploy alerts, pending and firing (alertstate column).",
+               [_target('ALERTS{alertname=~"Speculative.*|Specdeploy.*"}',
+                        "{{alertname}} {{alertstate}} {{namespace}}/{{job}}", format="table", instant=True)],
+               12, 24, kind="table"),
+    ]
+    return _dashboard(UID, "specdeploy / Speculative decoding",
+                      "Speculative-decoding acceptance of SpeculativeDeployments (vLLM and SGLang), from the "
+                      "specdeploy recording rules.", ["speculative-decoding"], _scope_vars(R.LENGTH), panels)
+
+
+# ----------------------------------------------------------------- engines and GPUs
+
+
+def _quantiles(metric: str, engine: str, ref: str) -> list[dict]:
+    out = []
+    for i, q in enumerate((0.5, 0.95)):
+        expr = f"histogram_quantile({q:g}, sum by (namespace, job, le) (rate({metric}_bucket{{{SEL}}}[{RI}])))"
+        out.append(_target(expr, f"{{{{job}}}} p{int(q * 100)} ({engine})", chr(ord(ref) + i)))
+    return out
+
+
+def _per_gpu(expr: str) -> str:
+    """A DCGM expression per GPU, joined to the deployment's engine pods (label job from them)."""
+    return (f"avg by (namespace, pod, gpu, modelName) ({expr})\n"
+            f"* on (namespace, pod) group_left (job)\n{ENGINE_PODS}")
+
+
+def build_engines_dashboard() -> dict:
+    dsel = 'namespace=~"$namespace"'
+    gpu_legend = "{{job}} {{pod}} GPU {{gpu}}"
+    gpu_note = (" DCGM exporter series, joined to the deployment's engine pods on namespace and pod: needs the "
+                "exporter's Kubernetes pod mapping (on by default in the GPU operator) and honorLabels on its "
+                "ServiceMonitor so pod/namespace are the workload's. Multi-node deployments show the leader pod.")
+    panels = [
+        _row(100, "Throughput and latency", 0),
+        _panel(1, "Generation throughput",
+               "Output tokens per second per deployment (vLLM: rate of vllm:generation_tokens_total; SGLang: its "
+               "gen_throughput gauge, one per data-parallel rank (tensor-parallel ranks repeat it), summed).",
+               [_target(f"sum by (namespace, job) (rate({acc.VLLM_GENERATION_TOKENS}{{{SEL}}}[{RI}]))",
+                        "{{namespace}}/{{job}} (vLLM)"),
+                _target(f"sum by (namespace, job) (max by (namespace, job, pod, dp_rank) "
+                        f"({SGLANG_THROUGHPUT}{{{SEL}}}))", "{{namespace}}/{{job}} (SGLang)", "B")],
+               0, 1, unit="tps"),
+        _panel(2, "Running and waiting requests",
+               "Requests in the running batch and in the waiting queue, per deployment. A growing queue with a "
+               "full batch means the deployment is saturated.",
+               [_target(f"sum by (namespace, job) ({acc.VLLM_REQUESTS_RUNNING}{{{SEL}}})",
+                        "{{job}} running (vLLM)"),
+                _target(f"sum by (namespace, job) ({VLLM_WAITING}{{{SEL}}})", "{{job}} waiting (vLLM)", "B"),
+                _target(f"sum by (namespace, job) (max by (namespace, job, pod, dp_rank) "
+                        f"({acc.SGLANG_REQUESTS_RUNNING}{{{SEL}}}))", "{{job}} running (SGLang)", "C"),
+                _target(f"sum by (namespace, job) (max by (namespace, job, pod, dp_rank) "
+                        f"({SGLANG_WAITING}{{{SEL}}}))", "{{job}} waiting (SGLang)", "D")],
+               12, 1),
+        _panel(3, "Time to first token",
+               "p50 and p95 of the time from request arrival to the first output token (engine histograms).",
+               _quantiles(VLLM_TTFT, "vLLM", "A") + _quantiles(SGLANG_TTFT, "SGLang", "C"), 0, 9, unit="s"),
+        _panel(4, "Inter-token latency",
+               "p50 and p95 of the time between output tokens. Speculative decoding lowers it by about the "
+               "acceptance length; a collapse shows up here as a jump.",
+               _quantiles(VLLM_ITL, "vLLM", "A") + _quantiles(SGLANG_ITL, "SGLang", "C"), 12, 9, unit="s"),
+        _row(101, "GPUs (DCGM exporter)", 17),
+        _panel(5, "GPU utilisation", "DCGM_FI_DEV_GPU_UTIL per GPU of the deployment's pods." + gpu_note,
+               [_target(_per_gpu(f"{DCGM_GPU_UTIL}{{{dsel}}}"), gpu_legend)], 0, 18, unit="percent",
+               minmax=(0, 100)),
+        _panel(6, "GPU memory used", "Framebuffer used / (used + free) per GPU of the deployment's pods. The "
+               "engines preallocate the KV cache, so this sits near the configured memory fraction." + gpu_note,
+               [_target(_per_gpu(f"{DCGM_FB_USED}{{{dsel}}} / ({DCGM_FB_USED}{{{dsel}}} + "
+                                 f"{DCGM_FB_FREE}{{{dsel}}})"), gpu_legend)],
+               12, 18, unit="percentunit", minmax=(0, 1),
+               thresholds=[("green", None), ("orange", 0.95), ("red", 0.99)]),
+    ]
+    return _dashboard("specdeploy-engines", "specdeploy / Engines and GPUs",
+                      "Throughput, latency, queues and GPUs of SpeculativeDeployments (vLLM and SGLang engines, "
+                      "DCGM exporter).", ["engines", "gpu"], _scope_vars(ENGINE_UP), panels)
+
+
+# ----------------------------------------------------------------- operator
+
+
+def build_operator_dashboard() -> dict:
+    up = f'up{{job=~"{OPERATOR_JOB}"}}'
+    rec, dur, err = OP_RECONCILES, OP_RECONCILE_SECONDS, OP_ERRORS
+    writes, checks, queue, managed = OP_API_WRITES, OP_CHECK_FAILURES, OP_QUEUE_DEPTH, OP_MANAGED
+    stat = {"options": {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+                        "colorMode": "background", "graphMode": "none", "textMode": "value_and_name"}}
+    quantiles = [_target(f"histogram_quantile({q:g}, sum by (le) (rate({dur}_bucket[{RI}])))", f"p{int(q * 100)}",
+                         chr(ord("A") + i)) for i, q in enumerate((0.5, 0.95, 0.99))]
+    panels = [
+        _panel(1, "Operator up", f"up of the operator's scrape targets (job =~ \"{OPERATOR_JOB}\"): 1 = scraped. "
+               f"{R.A_OPERATOR_DOWN} fires after 5m at 0 or absent.",
+               [_target(up, "{{namespace}}/{{pod}}", instant=True)], 0, 0, w=6, h=5, kind="stat",
+               thresholds=[("red", None), ("green", 1)], extra=stat),
+        _panel(2, "Managed SpeculativeDeployments", "SpeculativeDeployments the operator watches.",
+               [_target(f"max({managed})", "managed", instant=True)], 6, 0, w=6, h=5, kind="stat", extra=stat),
+        _panel(3, "Work queue depth", "Keys waiting in the operator's work queue: a queue that keeps growing "
+               "means reconciles are slower than changes.",
+               [_target(f"sum({queue})", "queued")], 12, 0, h=5),
+        _panel(4, "Reconciles per second by result", f"rate of {rec}, by result.",
+               [_target(f"sum by (result) (rate({rec}[{RI}]))", "{{result}}")], 0, 5, unit="ops"),
+        _panel(5, "Reconcile duration", f"p50, p95 and p99 of {dur}.", quantiles, 12, 5, unit="s"),
+        _panel(6, "Reconcile errors by reason", f"rate of {err}, by reason: anything above 0 for long needs a look "
+               "at the SpeculativeDeployment's conditions and the operator log.",
+               [_target(f"sum by (reason) (rate({err}[{RI}]))", "{{reason}}")], 0, 13, w=8, unit="ops",
+               thresholds=[("green", None), ("red", 0.001)]),
+        _panel(7, "API writes per second", f"rate of {writes} by verb and kind: steady writes with no spec "
+               "changes point at a reconcile loop that never converges.",
+               [_target(f"sum by (verb, kind) (rate({writes}[{RI}]))", "{{verb}} {{kind}}")], 8, 13, w=8,
+               unit="ops"),
+        _panel(8, "Drafter/target check failures", f"rate of {checks} by first error code (see the check catalog).",
+               [_target(f"sum by (code) (rate({checks}[{RI}]))", "{{code}}")], 16, 13, w=8, unit="ops"),
+    ]
+    return _dashboard("specdeploy-operator", "specdeploy / Operator",
+                      "Health of the specdeploy operator: scrape status, reconciles, errors, API writes.",
+                      ["operator"], [_datasource_var()], panels)
+
+
+# ----------------------------------------------------------------- rendering
+
+DASHBOARDS: dict[str, Callable[[], dict]] = {
+    "speculative-decoding": build_acceptance_dashboard,
+    "engines": build_engines_dashboard,
+    "operator": build_operator_dashboard,
+}
+
+
+def build_dashboard(name: str = "speculative-decoding") -> dict:
+    return DASHBOARDS[name]()
+
+
+def render_dashboard_json(name: str = "speculative-decoding") -> str:
+    return json.dumps(build_dashboard(name), indent=2, sort_keys=False) + "\n"
+
+
+def dashboard_files() -> dict[str, Callable[[], str]]:
+    """Repository-relative path -> renderer, for `specdeploy generate`."""
+    return {f"{DASHBOARDS_DIR}/{name}.json": (lambda name=name: render_dashboard_json(name)) for name in DASHBOARDS}
+
+
+def panels_of(dashboard: dict) -> list[dict]:
+    """Every panel, those inside collapsed rows included (rows themselves left out)."""
+    out = []
+    for p in dashboard["panels"]:
+        if p["type"] == "row":
+            out.extend(p.get("panels", []))
+        else:
+            out.append(p)
+    return out
 
 
 if __name__ == "__main__":
     import sys
 
-    sys.stdout.write(render_dashboard_json())
+    sys.stdout.write(render_dashboard_json(sys.argv[1] if len(sys.argv) > 1 else "speculative-decoding"))

@@ -1,0 +1,194 @@
+{{/* Chart name. */}}
+{{- define "specdeploy.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Full name: the prefix of every object. Kept to 45 characters so that suffixed names
+("-webhook-tls", "-selfsigned") stay valid DNS labels.
+*/}}
+{{- define "specdeploy.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 45 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 45 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 45 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "specdeploy.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "specdeploy.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "specdeploy.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{- define "specdeploy.labels" -}}
+helm.sh/chart: {{ include "specdeploy.chart" . }}
+{{ include "specdeploy.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: specdeploy
+{{- end }}
+
+{{- define "specdeploy.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "specdeploy.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "specdeploy.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{- define "specdeploy.webhookService" -}}
+{{- printf "%s-webhook" (include "specdeploy.fullname" .) }}
+{{- end }}
+
+{{- define "specdeploy.webhookSecret" -}}
+{{- printf "%s-webhook-tls" (include "specdeploy.fullname" .) }}
+{{- end }}
+
+{{- define "specdeploy.webhookCertificate" -}}
+{{- printf "%s-webhook" (include "specdeploy.fullname" .) }}
+{{- end }}
+
+{{/* True (non-empty) when the operator itself issues the webhook certificate and patches caBundle. */}}
+{{- define "specdeploy.selfManagedCerts" -}}
+{{- if and .Values.webhook.enabled (not .Values.webhook.certManager.enabled) }}true{{- end }}
+{{- end }}
+
+{{/*
+Rules the operator needs in every namespace it watches. One list, used as a ClusterRole
+when watching all namespaces and as a Role in each namespace otherwise. Why each rule
+exists, with the code that needs it (operator/specdeploy/controller/):
+*/}}
+{{- define "specdeploy.workloadRules" -}}
+# The custom resource: kopf lists and watches it (handlers.on_speculativedeployment feeds the
+# controller's cache); the operator never GETs, creates, updates or deletes one.
+- apiGroups: ["specdeploy.io"]
+  resources: ["speculativedeployments"]
+  verbs: ["list", "watch"]
+# Status: Controller._write_status merge-patches the status subresource (conditions, resolved).
+- apiGroups: ["specdeploy.io"]
+  resources: ["speculativedeployments/status"]
+  verbs: ["patch"]
+# Children carry ownerReferences with blockOwnerDeletion=true (core/render.py, the inspector Job);
+# with the OwnerReferencesPermissionEnforcement admission plugin that needs update on the owner's
+# finalizers subresource. The operator adds no finalizer itself.
+- apiGroups: ["specdeploy.io"]
+  resources: ["speculativedeployments/finalizers"]
+  verbs: ["update"]
+# ConfigMaps: watched (handlers.on_configmap: the target/drafter config.json sources and the engine
+# ConfigMap child); get on a cache miss (Resolver._from_configmap, and the admission webhook's
+# OperatorConfigs._configmap) and after a 409 (Controller._apply); create/patch/delete the engine
+# ConfigMap child (Controller._apply).
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# Services: the engine Service child; watched (handlers.on_service), get/create/patch/delete in Controller._apply.
+- apiGroups: [""]
+  resources: ["services"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# Deployments: the single-node engine workload; watched (handlers.on_deployment), get/create/patch/delete
+# in Controller._apply (deleted when the CR switches to multi-node).
+- apiGroups: ["apps"]
+  resources: ["deployments"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# PodDisruptionBudgets: the engine PDB child; watched (handlers.on_pdb), get/create/patch/delete in Controller._apply.
+- apiGroups: ["policy"]
+  resources: ["poddisruptionbudgets"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# LeaderWorkerSets: the multi-node engine workload (spec.nodes > 1); watched (handlers.on_leaderworkerset),
+# get/create/patch/delete in Controller._apply. Harmless when the LWS CRD is not installed.
+- apiGroups: ["leaderworkerset.x-k8s.io"]
+  resources: ["leaderworkersets"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# PodMonitors: the engine's prometheus-operator scrape config, created only when the CRD is served;
+# watched (handlers.on_podmonitor), get/create/patch/delete in Controller._apply.
+- apiGroups: ["monitoring.coreos.com"]
+  resources: ["podmonitors"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# Jobs: the config inspector that reads config.json from a PVC (Resolver._from_pvc: get, create, and
+# delete when its inputs changed); watched so its completion requeues the owner (handlers.on_inspector_job).
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["get", "list", "watch", "create", "delete"]
+# Pods: list the inspector Job's pods (label job-name=...) to read the termination message that
+# carries config.json (Resolver._from_pvc). No get, watch or write.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list"]
+# Events: Controller._event posts core/v1 Events on condition transitions (kopf's own posting is off).
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create"]
+{{- with .Values.hub.tokenSecrets }}
+# Hub tokens: Resolver._token GETs the Secret named by spec.{target,drafter}.tokenSecretRef. Only the
+# names listed in hub.tokenSecrets (resourceNames); no list or watch, so no other Secret is readable.
+- apiGroups: [""]
+  resources: ["secrets"]
+  resourceNames: {{ toJson . }}
+  verbs: ["get"]
+{{- end }}
+{{- end }}
+
+{{/* Cluster-scoped rules, always in a ClusterRole (these resources have no namespace). */}}
+{{- define "specdeploy.clusterRules" -}}
+# CRDs: kopf lists and watches CustomResourceDefinitions (kopf resource_observer) so that watches on
+# LeaderWorkerSets and PodMonitors start when those CRDs are installed after the operator. Read-only.
+- apiGroups: ["apiextensions.k8s.io"]
+  resources: ["customresourcedefinitions"]
+  verbs: ["list", "watch"]
+{{- if include "specdeploy.selfManagedCerts" . }}
+# Webhook configurations: the operator writes its CA into caBundle of the chart's own two
+# configurations (certs.SelfSigned.sync_ca_bundle: get, JSON patch), by name only. Not needed
+# with cert-manager (its cainjector does it).
+- apiGroups: ["admissionregistration.k8s.io"]
+  resources: ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"]
+  resourceNames: [{{ include "specdeploy.fullname" . | quote }}]
+  verbs: ["get", "patch"]
+{{- end }}
+{{- end }}
+
+{{/* Fields shared by the validating and mutating webhook. */}}
+{{- define "specdeploy.webhookCommon" -}}
+admissionReviewVersions: ["v1"]
+sideEffects: None
+failurePolicy: {{ .Values.webhook.failurePolicy }}
+timeoutSeconds: {{ .Values.webhook.timeoutSeconds }}
+{{- if .Values.webhook.namespaceSelector }}
+namespaceSelector:
+  {{- toYaml .Values.webhook.namespaceSelector | nindent 2 }}
+{{- else if .Values.watch.namespaces }}
+# Only the watched namespaces (webhook.namespaceSelector overrides this).
+namespaceSelector:
+  matchExpressions:
+    - key: kubernetes.io/metadata.name
+      operator: In
+      values: {{ toJson .Values.watch.namespaces }}
+{{- end }}
+{{- with .Values.webhook.objectSelector }}
+objectSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+rules:
+  - apiGroups: ["specdeploy.io"]
+    apiVersions: ["v1alpha1"]
+    operations: ["CREATE", "UPDATE"]
+    resources: ["speculativedeployments"]
+    scope: Namespaced
+{{- end }}

@@ -1,0 +1,232 @@
+"""Fixtures and helpers of the end-to-end suite (imported by each e2e test module).
+
+Not a conftest on purpose (a second ``conftest`` module would collide with
+``tests/conftest.py``): each module does ``from e2e_support import cluster, ...``; imported
+fixtures are discovered like ones defined in the module.
+
+Modes:
+
+- embedded (default): every module starts its own API server stand-in
+  (``specdeploy dev apiserver``), installs the CRD and runs the real operator process
+  (``specdeploy operator run``) against it with a short resync; kubectl is the real one.
+- real cluster: with ``SPECDEPLOY_E2E_KUBECONFIG`` set, the same tests run against that
+  cluster (the operator still runs locally, in a fresh namespace per module, deleted at the
+  end). Tests that need the stand-in (fault injection, playing the Deployment or Job
+  controller) are skipped there with a reason.
+
+Every wait has a deadline (``wait_for``); on a failed test the diagnostics of every running
+cluster (operator log tail, events, describe) are printed into the test's report.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import yaml
+
+from specdeploy.dev.harness import ROOT, Cluster, HarnessError, wait_for
+
+__all__ = [
+    "ROOT", "EXAMPLES", "KIMI", "QWEN", "REAL_KUBECONFIG", "EMBEDDED", "RESYNC", "embedded_only",
+    "Cluster", "HarnessError", "wait_for", "cluster", "diagnostics_on_failure", "new_cluster", "start_operator",
+    "stop_cluster",
+    "apply", "configmap", "example_cr", "example_doc", "get", "exists", "events_for", "reconciles", "writes",
+    "wait_reconciles", "fired_faults", "clear_faults", "CHILD_KINDS", "child_names", "engine_container", "config_hash",
+]
+
+EXAMPLES = ROOT / "examples"
+KIMI = EXAMPLES / "kimi-k2.6-rtx-pro-6000-sglang"
+QWEN = EXAMPLES / "qwen3.6-27b-b300-vllm"
+REAL_KUBECONFIG = os.environ.get("SPECDEPLOY_E2E_KUBECONFIG") or None
+EMBEDDED = REAL_KUBECONFIG is None
+RESYNC = 2.0  # seconds: drift repair and idle resyncs are observable quickly
+# Environment of every operator the suite starts. The admission webhook server (default port
+# 9443 on 0.0.0.0) is not part of these scenarios and a fixed port collides between concurrent
+# runs: off unless the caller's environment sets a port.
+OPERATOR_ENV = {"SPECDEPLOY_WEBHOOK_PORT": os.environ.get("SPECDEPLOY_WEBHOOK_PORT", "0")}
+TIMEOUT = 60.0  # default deadline of a wait
+
+embedded_only = pytest.mark.skipif(
+    not EMBEDDED, reason="needs the embedded API server (fault injection, or the test plays a controller "
+                         "that a real cluster runs itself); SPECDEPLOY_E2E_KUBECONFIG is set")
+
+CHILD_KINDS = ("configmap", "deployment", "service", "poddisruptionbudget")
+
+_active: list[Cluster] = []
+
+
+# ----------------------------------------------------------------------------- clusters
+
+
+def new_cluster(tag: str, *, resync: float = RESYNC, extra_env: dict[str, str] | None = None,
+                operator: bool = True) -> Cluster:
+    """A started cluster (embedded or the configured real one) in a fresh namespace, CRD installed,
+    the operator running (unless operator=False)."""
+    ns = f"e2e-{re.sub(r'[^a-z0-9-]', '-', tag.lower())[:40].strip('-')}-{uuid.uuid4().hex[:5]}"
+    c = Cluster(kubeconfig=REAL_KUBECONFIG, namespace=ns)
+    _active.append(c)
+    try:
+        c.start()
+        c.apply_crds()
+        if not c.embedded:
+            c.kubectl("wait", "--for=condition=established", "--timeout=60s",
+                      "crd/speculativedeployments.specdeploy.io", timeout=90)
+        c.e2e_operator_env = {**OPERATOR_ENV, **(extra_env or {})}  # type: ignore[attr-defined]
+        c.e2e_resync = resync  # type: ignore[attr-defined]
+        if operator:
+            start_operator(c)
+    except BaseException:
+        print(c.diagnostics())
+        stop_cluster(c)
+        raise
+    return c
+
+
+def start_operator(c: Cluster) -> None:
+    """(Re)start the operator with the settings new_cluster gave this cluster."""
+    c.start_operator(resync_seconds=c.e2e_resync, extra_env=c.e2e_operator_env)  # type: ignore[attr-defined]
+
+
+def stop_cluster(c: Cluster) -> None:
+    try:
+        c.stop_operator()
+        if not c.embedded:
+            c.kubectl("delete", "namespace", c.namespace, "--wait=false", check=False)
+    finally:
+        c.stop()
+        if c in _active:
+            _active.remove(c)
+
+
+@pytest.fixture(scope="module")
+def cluster(request) -> Iterator[Cluster]:
+    """One cluster per test module: fresh namespace, CRD, operator with a short resync."""
+    c = new_cluster(Path(str(request.node.path)).stem.removeprefix("test_e2e_"))
+    yield c
+    stop_cluster(c)
+
+
+@pytest.fixture(autouse=True)
+def diagnostics_on_failure(request) -> Iterator[None]:
+    """Print every running cluster's diagnostics when the test failed (setup or call)."""
+    before = request.session.testsfailed
+    yield
+    if request.session.testsfailed > before:
+        for c in list(_active):
+            try:
+                print(f"\n======== diagnostics of namespace {c.namespace}\n{c.diagnostics()}")
+            except Exception as e:  # noqa: BLE001 - diagnostics are best effort
+                print(f"(no diagnostics for {c.namespace}: {e})")
+
+
+# ----------------------------------------------------------------------------- objects
+
+
+def apply(c: Cluster, *objs: dict) -> None:
+    """kubectl apply the given objects into the cluster's namespace."""
+    doc = {"apiVersion": "v1", "kind": "List", "items": list(objs)}
+    c.kubectl("apply", "-n", c.namespace, "-f", "-", input=json.dumps(doc))
+
+
+def configmap(name: str, doc: Any, key: str = "config.json") -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
+            "data": {key: doc if isinstance(doc, str) else json.dumps(doc, indent=2)}}
+
+
+def example_doc(example: Path, which: str) -> dict:
+    """An example's target or drafter config.json (a fresh copy)."""
+    return json.loads((example / f"{which}.config.json").read_text())
+
+
+def example_cr(example: Path, name: str | None = None, *, target_cm: str | None = None,
+               drafter_cm: str | None = None) -> dict:
+    """An example's SpeculativeDeployment, optionally renamed and pointed at other ConfigMaps."""
+    cr = yaml.safe_load((example / "speculativedeployment.yaml").read_text())
+    cr = copy.deepcopy(cr)
+    if name:
+        cr["metadata"] = {"name": name}
+    if target_cm:
+        cr["spec"]["target"]["configFrom"] = {"configMapKeyRef": {"name": target_cm}}
+    if drafter_cm:
+        cr["spec"]["drafter"]["configFrom"] = {"configMapKeyRef": {"name": drafter_cm}}
+    return cr
+
+
+def get(c: Cluster, kind: str, name: str) -> dict | None:
+    p = c.kubectl("get", kind, name, "-n", c.namespace, "-o", "json", check=False)
+    if p.returncode != 0:
+        if "NotFound" in p.stderr or "not found" in p.stderr:
+            return None
+        raise HarnessError(f"kubectl get {kind} {name}: {p.stderr.strip()}")
+    return json.loads(p.stdout)
+
+
+def exists(c: Cluster, kind: str, name: str) -> bool:
+    return get(c, kind, name) is not None
+
+
+def child_names(name: str) -> dict[str, str]:
+    return {"configmap": f"{name}-engine", "deployment": name, "service": name, "poddisruptionbudget": name}
+
+
+def events_for(c: Cluster, name: str) -> list[dict]:
+    items = c.get_json("events", "-n", c.namespace).get("items") or []
+    return [e for e in items if (e.get("involvedObject") or {}).get("name") == name
+            and (e.get("involvedObject") or {}).get("kind") == "SpeculativeDeployment"]
+
+
+def engine_container(workload: dict) -> dict:
+    spec = workload["spec"]
+    tmpl = spec["template"] if workload["kind"] == "Deployment" else spec["leaderWorkerTemplate"]["leaderTemplate"]
+    return next(x for x in tmpl["spec"]["containers"] if x["name"] == "engine")
+
+
+def config_hash(workload: dict) -> str | None:
+    spec = workload["spec"]
+    tmpl = spec["template"] if workload["kind"] == "Deployment" else spec["leaderWorkerTemplate"]["leaderTemplate"]
+    return ((tmpl.get("metadata") or {}).get("annotations") or {}).get("specdeploy.io/config-hash")
+
+
+def fired_faults(c: Cluster) -> list[dict]:
+    """The injected faults the embedded API server has fired so far (verb, resource, name, status)."""
+    return list(c._get("/_specdeploy/faults").get("fired") or [])  # noqa: SLF001 - the harness's GET helper
+
+
+def clear_faults(c: Cluster) -> None:
+    """Drop the pending injected faults of the embedded API server."""
+    req = urllib.request.Request(c.url + "/_specdeploy/faults", method="DELETE")
+    urllib.request.urlopen(req, timeout=5).read()
+
+
+# ----------------------------------------------------------------------------- operator metrics
+
+
+def _sum(c: Cluster, prefix: str) -> float:
+    m = c.operator_metrics()
+    if m is None:
+        raise HarnessError("the operator's /metrics endpoint does not answer")
+    return sum(v for k, v in m.items() if k.startswith(prefix))
+
+
+def reconciles(c: Cluster) -> float:
+    """specdeploy_reconcile_total, all results."""
+    return _sum(c, "specdeploy_reconcile_total")
+
+
+def writes(c: Cluster) -> float:
+    """specdeploy_api_writes_total, all verbs and kinds."""
+    return _sum(c, "specdeploy_api_writes_total")
+
+
+def wait_reconciles(c: Cluster, more: float, timeout: float = TIMEOUT) -> float:
+    """Wait until the operator has done `more` reconciles beyond the current count."""
+    target = reconciles(c) + more
+    return wait_for(lambda: reconciles(c) >= target and reconciles(c), timeout, f"{more:.0f} more reconciles")

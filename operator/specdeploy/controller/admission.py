@@ -1,0 +1,568 @@
+"""Admission for SpeculativeDeployment: the pure core of the validating and mutating webhooks.
+
+``review(body, configs_lookup=..., webhook="validate"|"mutate")`` takes an AdmissionReview v1
+request (a dict, or the raw HTTP body as bytes/str) exactly as the API server sends it and
+returns the AdmissionReview response dict. It never raises and never does I/O itself: the only
+outside input is ``configs_lookup(namespace, spec)``, which returns both config.json documents
+when they are already known (a ``Configs`` or a ``(target_doc, drafter_doc)`` pair), or None /
+raises ``ConfigsUnavailable`` when they are not. ``areview`` is the same for an async lookup
+(the webhook server's, which may GET a ConfigMap through the API).
+
+What is checked (docs/concepts/admission.md):
+
+- always: the object parses as a SpeculativeDeployment (pydantic, with field paths) and the
+  checker's object-level rules (``check_options``: engine/method/version, GPU profile and count,
+  ddtree fields, draftWindow vs blockSize, extraArgs owned flags, model references);
+- when both configs are known: the full drafter/target check (``analyze``);
+- otherwise: admitted with a warning that the drafter/target check runs before rollout.
+
+Errors reject (HTTP 200, ``allowed: false``, ``status.code`` 422) with every finding and its path;
+warnings go to ``response.warnings``. Malformed reviews get ``allowed: false`` with code 400.
+The mutating webhook only adds the documented defaults (api/types.py) that are absent from
+``spec``, as a base64 JSONPatch; it never rejects a well-formed review.
+"""
+
+from __future__ import annotations
+
+import base64
+import inspect
+import json
+import logging
+import threading
+import typing
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Generator, Hashable, NamedTuple
+
+import pydantic
+from pydantic import BaseModel
+
+from .. import API_GROUP, API_VERSION, KIND
+from ..api.types import SpeculativeDeployment, SpeculativeDeploymentSpec, validation_messages
+from ..core.checker import Options, analyze, check_options
+from ..core.findings import Finding, Severity, Source, has_errors
+
+log = logging.getLogger("specdeploy.admission")
+
+ADMISSION_API_VERSION = "admission.k8s.io/v1"
+WEBHOOKS = ("validate", "mutate")
+WARNING_MAX = 256  # Kubernetes truncates longer warnings; 120 is the recommended length
+MESSAGE_MAX = 16384
+OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+CONFIGS_UNKNOWN_NOTE = "the drafter/target check runs before rollout (condition DrafterCompatible)"
+
+
+class ConfigsUnavailable(Exception):
+    """Raised by a configs lookup: the configs are not known now (the message says why)."""
+
+
+class Configs(NamedTuple):
+    """Both config.json documents, as a lookup returns them."""
+
+    target: Any
+    drafter: Any
+    cached: bool = False  # from a cache: a rejection is re-checked with fresh=True first
+    sources: tuple[str, str] = ("", "")  # where each came from, for the rejection message
+    key: Hashable | None = None  # identifies both documents' content (e.g. uid+resourceVersion): memoizes the check
+
+
+ConfigsLookup = Callable[..., Any]
+
+
+# ----------------------------------------------------------------- responses
+
+
+def _response(uid: Any, allowed: bool, *, status: dict | None = None, warnings: list[str] | None = None,
+              patch: list | None = None) -> dict:
+    resp: dict[str, Any] = {"uid": uid if isinstance(uid, str) else "", "allowed": allowed}
+    if status is not None:
+        resp["status"] = status
+    if warnings:
+        resp["warnings"] = warnings
+    if patch:
+        resp["patch"] = base64.b64encode(json.dumps(patch, separators=(",", ":")).encode()).decode("ascii")
+        resp["patchType"] = "JSONPatch"
+    return {"apiVersion": ADMISSION_API_VERSION, "kind": "AdmissionReview", "response": resp}
+
+
+def malformed(uid: Any, message: str) -> dict:
+    """The answer to a review we cannot read: refused, HTTP 200, code 400."""
+    msg = f"malformed AdmissionReview: {message}"
+    return _response(uid, False, status={"status": "Failure", "code": 400, "reason": "BadRequest", "message": _clip(msg, MESSAGE_MAX)})
+
+
+def internal_error(uid: Any, exc: BaseException) -> dict:
+    """Last resort (a bug): refused with code 500 in the review, still HTTP 200."""
+    msg = f"internal error in the specdeploy admission webhook ({type(exc).__name__}: {str(exc)[:200]}); please report it"
+    return _response(uid, False, status={"status": "Failure", "code": 500, "reason": "InternalError", "message": msg})
+
+
+def _clean(text: str) -> str:
+    """Printable single-line text (warnings must be printable; user values are quoted in messages)."""
+    return text if text.isprintable() else "".join(ch if ch.isprintable() else " " for ch in text)
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
+
+
+def _where(f: Finding) -> str:
+    return f.path if f.source is Source.SPEC else f"{f.source.value} {f.path}"
+
+
+def warning_text(f: Finding) -> str:
+    return _clip(_clean(f"{_where(f)}: {f.message}"), WARNING_MAX)
+
+
+# ----------------------------------------------------------------- the request
+
+
+@dataclass
+class Request:
+    uid: str
+    webhook: str
+    operation: str
+    namespace: str
+    name: str
+    obj: Any
+    old: Any
+    sub_resource: str
+    dry_run: bool
+    extra: dict = field(default_factory=dict)
+
+
+def _parse_body(body: Any, webhook: str) -> Request | dict:
+    if webhook not in WEBHOOKS:
+        return malformed("", f"unknown webhook {webhook!r}; the paths are /validate and /mutate")
+    if isinstance(body, (bytes, bytearray, memoryview)):
+        try:
+            body = bytes(body).decode("utf-8")
+        except UnicodeDecodeError:
+            return malformed("", "the request body is not UTF-8 text; send an admission.k8s.io/v1 AdmissionReview as JSON")
+    if isinstance(body, str):
+        try:
+            body = json.loads(body)
+        except RecursionError:
+            return malformed("", "the request body nests too deeply to be an AdmissionReview")
+        except ValueError as e:
+            return malformed("", f"the request body is not JSON ({_clip(str(e), 120)}); "
+                                 "send an admission.k8s.io/v1 AdmissionReview")
+    if not isinstance(body, dict):
+        return malformed("", f"the request body is a JSON {type(body).__name__}, not an object; "
+                             "send an admission.k8s.io/v1 AdmissionReview")
+    req = body.get("request")
+    uid = req.get("uid") if isinstance(req, dict) else ""
+    if body.get("apiVersion") != ADMISSION_API_VERSION:
+        return malformed(uid, f"apiVersion is {_short(body.get('apiVersion'))}, expected {ADMISSION_API_VERSION!r} "
+                              "(set admissionReviewVersions: [v1] in the webhook configuration)")
+    if body.get("kind") != "AdmissionReview":
+        return malformed(uid, f"kind is {_short(body.get('kind'))}, expected 'AdmissionReview'")
+    if not isinstance(req, dict):
+        return malformed("", "request is missing or not an object")
+    if not isinstance(uid, str) or not uid:
+        return malformed("", "request.uid is missing or not a non-empty string")
+    op = req.get("operation")
+    if op not in OPERATIONS:
+        return malformed(uid, f"request.operation is {_short(op)}, expected one of {', '.join(OPERATIONS)}")
+    sub = req.get("subResource") or ""
+    if not isinstance(sub, str):
+        return malformed(uid, "request.subResource is not a string")
+    kind = req.get("kind")
+    if not isinstance(kind, dict):
+        return malformed(uid, "request.kind is missing or not an object ({group, version, kind})")
+    resource = req.get("resource") if isinstance(req.get("resource"), dict) else {}
+    if sub:  # status or scale (request.kind is then e.g. autoscaling/v1 Scale): not reviewed
+        if resource and resource.get("resource") not in (None, "speculativedeployments"):
+            return malformed(uid, f"request.resource is {_short(resource)}: this webhook reviews "
+                                  "speculativedeployments only; fix the rules of the webhook configuration")
+    elif kind.get("group") != API_GROUP or kind.get("kind") != KIND or kind.get("version") != API_VERSION:
+        return malformed(uid, f"request.kind is {_short(kind)}: this webhook reviews {API_GROUP}/{API_VERSION} {KIND} "
+                              "only; fix the rules of the webhook configuration")
+    dry = req.get("dryRun", False)
+    if dry is not None and not isinstance(dry, bool):
+        return malformed(uid, "request.dryRun is not a boolean")
+    obj, old = req.get("object"), req.get("oldObject")
+    if op in ("CREATE", "UPDATE") and not sub and not isinstance(obj, dict):
+        return malformed(uid, f"request.object is {'missing' if obj is None else 'a JSON ' + type(obj).__name__}; "
+                              f"a {op} review carries the object")
+    if op == "UPDATE" and not sub and old is not None and not isinstance(old, dict):
+        return malformed(uid, "request.oldObject is not an object")
+    ns = req.get("namespace")
+    name = req.get("name")
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    meta = meta if isinstance(meta, dict) else {}
+    if not isinstance(ns, str) or not ns:
+        ns = meta.get("namespace") if isinstance(meta.get("namespace"), str) else ""
+    if not isinstance(name, str) or not name:
+        name = meta.get("name") if isinstance(meta.get("name"), str) else ""
+        if not name and isinstance(meta.get("generateName"), str):
+            name = meta["generateName"] + "(generated)"
+    return Request(uid=uid, webhook=webhook, operation=op, namespace=ns or "default", name=name, obj=obj, old=old,
+                   sub_resource=sub, dry_run=bool(dry))
+
+
+def _short(v: Any) -> str:
+    return _clip(repr(v), 80)
+
+
+# ----------------------------------------------------------------- validation
+
+
+class _Memo:
+    """A small thread-safe LRU for pure checks (findings are immutable)."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self._d: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable, compute: Callable[[], Any]) -> Any:
+        try:
+            hash(key)
+        except TypeError:
+            return compute()
+        with self._lock:
+            if key in self._d:
+                self._d.move_to_end(key)
+                return self._d[key]
+        value = compute()
+        with self._lock:
+            self._d[key] = value
+            if len(self._d) > self.size:
+                self._d.popitem(last=False)
+        return value
+
+
+_OPTIONS_MEMO = _Memo(2048)  # Options -> check_options findings
+_PAIR_MEMO = _Memo(512)  # (Configs.key, Options) -> analyze findings
+
+
+def _check_options(opts: Options) -> list[Finding]:
+    return list(_OPTIONS_MEMO.get(opts, lambda: tuple(check_options(opts))))
+
+
+def _analyze(configs: "Configs", opts: Options) -> list[Finding]:
+    if configs.key is None:
+        return analyze(configs.drafter, configs.target, opts).findings
+    return list(_PAIR_MEMO.get((configs.key, opts), lambda: tuple(analyze(configs.drafter, configs.target, opts).findings)))
+
+
+def _lenient_options(spec: Any) -> Options | None:
+    """The checker's view of a spec that pydantic refused: every well-typed field, defaults for the rest.
+
+    Used only to give the checker's clearer messages (and its extra rules) alongside pydantic's."""
+    if not isinstance(spec, dict):
+        return None
+
+    def get(d: Any, *keys: str) -> Any:
+        for k in keys:
+            if not isinstance(d, dict):
+                return None
+            d = d.get(k)
+        return d
+
+    def s(v: Any) -> str | None:
+        return v if isinstance(v, str) else None
+
+    def i(v: Any, default: int | None) -> int | None:
+        return v if isinstance(v, int) and not isinstance(v, bool) else default
+
+    dw = get(spec, "speculation", "draftWindow")
+    extra = get(spec, "engine", "extraArgs")
+    method = s(get(spec, "speculation", "method")) or "dflash"
+    ddtree = get(spec, "speculation", "ddtree")
+    return Options(
+        engine=s(get(spec, "engine", "name")),
+        engine_version=s(get(spec, "engine", "version")),
+        method=method,
+        gpu=s(get(spec, "gpu", "type")),
+        gpu_count=i(get(spec, "gpu", "count"), 1),
+        nodes=i(spec.get("nodes"), 1),
+        block_size=i(get(spec, "speculation", "blockSize"), None),
+        draft_window=dw if isinstance(dw, (int, str)) and not isinstance(dw, bool) else None,
+        draft_attention_backend=s(get(spec, "speculation", "draftAttentionBackend")),
+        extra_args=tuple(a for a in extra if isinstance(a, str)) if isinstance(extra, list) and all(isinstance(a, str) for a in extra) else (),
+        ddtree_budget=i(get(ddtree, "budget"), None),
+        ddtree_topk=i(get(ddtree, "topk"), None),
+        ddtree_set=isinstance(ddtree, dict),
+        target_model=s(get(spec, "target", "model")),
+        drafter_model=s(get(spec, "drafter", "model")),
+    )
+
+
+def _parse_cr(req: Request) -> tuple[SpeculativeDeployment | None, list[tuple[str, str, str]]]:
+    """(parsed CR, []) or (None, [(path, message, code)...]) with the checker's words where it has them."""
+    obj = dict(req.obj)
+    meta = obj.get("metadata")
+    if isinstance(meta, dict) and not meta.get("name") and req.name:
+        obj["metadata"] = {**meta, "name": req.name}  # generateName: not named yet at mutation time
+    try:
+        return SpeculativeDeployment.model_validate(obj), []
+    except pydantic.ValidationError as e:
+        pyd = validation_messages(e)
+    except (RecursionError, ValueError, TypeError) as e:  # defensive: absurd inputs
+        return None, [("(object)", f"cannot be read as a {KIND}: {_clip(str(e), 200)}", "InvalidObject")]
+    opts = _lenient_options(obj.get("spec"))
+    checker: dict[str, Finding] = {}
+    if opts is not None:
+        try:
+            for f in check_options(opts):
+                if f.severity is Severity.ERROR:
+                    checker.setdefault(f.path, f)
+        except Exception:  # noqa: BLE001 - the lenient view is a courtesy; pydantic's messages stand
+            log.debug("lenient object-level check failed", exc_info=True)
+    out: list[tuple[str, str, str]] = []
+    used: set[str] = set()
+    for path, msg in pyd:
+        f = next((checker[p] for p in checker if path == p or path.startswith(p + ".") or path.startswith(p + "[")), None)
+        if f is not None:
+            if f.path not in used:
+                out.append((f.path, f.message, f.code))
+                used.add(f.path)
+            continue
+        out.append((path, msg, "InvalidField"))
+    for p, f in checker.items():
+        if p not in used:
+            out.append((p, f.message, f.code))
+    return None, out
+
+
+def _rejection(req: Request, problems: list[tuple[str, str, str]], header_extra: str = "") -> dict:
+    who = f"{KIND} {req.namespace}/{req.name}" if req.name else KIND
+    lines = [f"{who} is invalid ({len(problems)} error{'s' if len(problems) != 1 else ''}){header_extra}:"]
+    for path, msg, code in problems:
+        lines.append(f"- {path}: {msg} [{code}]")
+    message = _clip("\n".join(lines), MESSAGE_MAX)
+    causes = [{"field": p, "message": _clip(m, 1024), "reason": "FieldValueInvalid"} for p, m, _ in problems[:100]]
+    details: dict[str, Any] = {"group": API_GROUP, "kind": KIND, "causes": causes}
+    if req.name:
+        details["name"] = req.name
+    return _response(req.uid, False, status={"status": "Failure", "code": 422, "reason": "Invalid",
+                                             "message": message, "details": details})
+
+
+def _reject_findings(req: Request, findings: list[Finding], sources: tuple[str, str] = ("", "")) -> dict:
+    errs = [f for f in findings if f.severity is Severity.ERROR]
+    extra = ""
+    if any(f.source is not Source.SPEC for f in errs) and any(sources):
+        extra = f" (target config from {sources[0] or '?'}, drafter config from {sources[1] or '?'})"
+    return _rejection(req, [(_where(f), f.message, f.code) for f in errs], extra)
+
+
+def _warnings(findings: list[Finding]) -> list[str]:
+    return [warning_text(f) for f in findings if f.severity is Severity.WARNING]
+
+
+def _as_configs(got: Any) -> Configs | None:
+    """A lookup's answer as Configs; None for "not known" (None, an exception, anything unexpected)."""
+    if isinstance(got, Configs):
+        return got
+    if isinstance(got, (tuple, list)) and len(got) == 2:
+        return Configs(got[0], got[1])
+    if got is not None and not isinstance(got, BaseException):
+        log.warning("configs lookup returned %s; expected (target_doc, drafter_doc) or None", type(got).__name__)
+    return None
+
+
+# A lookup step: the flow yields (namespace, spec, fresh) and is sent back the lookup's result
+# (Configs/pair/None) or the exception it raised. One flow serves the sync and async drivers.
+_Flow = Generator[tuple[str, SpeculativeDeploymentSpec, bool], Any, dict]
+
+
+def _validate_flow(req: Request) -> _Flow:
+    if req.operation in ("DELETE", "CONNECT") or req.sub_resource:
+        return _response(req.uid, True)
+    meta = req.obj.get("metadata")
+    if isinstance(meta, dict) and meta.get("deletionTimestamp"):
+        return _response(req.uid, True)  # finalizer removal and the like must never be blocked
+    ratchet = req.operation == "UPDATE" and isinstance(req.old, dict) and req.old.get("spec") == req.obj.get("spec")
+    cr, problems = _parse_cr(req)
+    if cr is None:
+        if ratchet:  # an object that was invalid before this update: do not block metadata-only updates
+            return _response(req.uid, True, warnings=[_clip(_clean(f"{p}: {m} (spec unchanged by this update)"), WARNING_MAX)
+                                                      for p, m, _ in problems][:20])
+        return _rejection(req, problems)
+    opts = cr.spec.options()
+    findings = _check_options(opts)
+    if ratchet:
+        return _response(req.uid, True, warnings=[warning_text(f) for f in findings if f.severity is not Severity.INFO][:20])
+
+    got = yield (req.namespace, cr.spec, False)
+    unknown = None
+    configs = None
+    if isinstance(got, BaseException):
+        unknown = str(got) if isinstance(got, ConfigsUnavailable) else f"the configs could not be read ({type(got).__name__})"
+    else:
+        configs = _as_configs(got)
+    if configs is not None:
+        full = _analyze(configs, opts)
+        if has_errors(full) and configs.cached:
+            fresh = _as_configs((yield (req.namespace, cr.spec, True)))
+            if fresh is not None:
+                configs = fresh
+                full = _analyze(configs, opts)
+        if has_errors(full):
+            return _reject_findings(req, full, configs.sources)
+        return _response(req.uid, True, warnings=_warnings(full))
+    if any(f.severity is Severity.ERROR for f in findings):
+        return _reject_findings(req, findings)
+    warnings = _warnings(findings)
+    note = "spec.target/spec.drafter: config.json not known at admission"
+    note += f" ({unknown})" if unknown else ""
+    warnings.append(_clip(_clean(f"{note}; {CONFIGS_UNKNOWN_NOTE}"), WARNING_MAX))
+    return _response(req.uid, True, warnings=warnings)
+
+
+# ----------------------------------------------------------------- mutation
+
+
+def _model_of(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
+    """(model class, is a list of it) for a field annotation, or (None, False)."""
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if inspect.isclass(annotation) and issubclass(annotation, BaseModel):
+        return annotation, False
+    if origin is list and args:
+        m, _ = _model_of(args[0])
+        return m, m is not None
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        for a in args:
+            if a is not type(None):
+                m, is_list = _model_of(a)
+                if m is not None:
+                    return m, is_list
+    return None, False
+
+
+def _escape(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _prune(v: Any) -> Any:
+    """A default value as JSON, without empty collections (they add nothing)."""
+    if isinstance(v, dict):
+        out = {k: _prune(x) for k, x in v.items() if x is not None}
+        return {k: x for k, x in out.items() if x not in ({}, [])}
+    if isinstance(v, list):
+        return [_prune(x) for x in v]
+    return v
+
+
+def _fill_defaults(model: type[BaseModel], data: dict, ptr: str, ops: list) -> None:
+    for name, f in model.model_fields.items():
+        alias = f.alias or name
+        present = alias if alias in data else (name if name in data else None)
+        sub_model, is_list = _model_of(f.annotation)
+        if present is None:
+            if f.is_required():
+                continue
+            default = f.get_default(call_default_factory=True)
+            if isinstance(default, BaseModel):
+                value = _prune(default.model_dump(mode="json", by_alias=True))
+            else:
+                value = _prune(default)
+            if value is None or value in ({}, []):
+                continue
+            ops.append({"op": "add", "path": f"{ptr}/{_escape(alias)}", "value": value})
+        elif sub_model is not None:
+            v = data[present]
+            if is_list and isinstance(v, list):
+                for idx, item in enumerate(v):
+                    if isinstance(item, dict):
+                        _fill_defaults(sub_model, item, f"{ptr}/{_escape(present)}/{idx}", ops)
+            elif not is_list and isinstance(v, dict):
+                _fill_defaults(sub_model, v, f"{ptr}/{_escape(present)}", ops)
+
+
+def defaults_patch(obj: Any) -> list[dict]:
+    """JSONPatch ops adding the documented spec defaults that are absent (never touches status)."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("spec"), dict):
+        return []
+    ops: list[dict] = []
+    _fill_defaults(SpeculativeDeploymentSpec, obj["spec"], "/spec", ops)
+    return ops
+
+
+def _mutate(req: Request) -> dict:
+    if req.operation not in ("CREATE", "UPDATE") or req.sub_resource:
+        return _response(req.uid, True)
+    meta = req.obj.get("metadata")
+    if isinstance(meta, dict) and meta.get("deletionTimestamp"):
+        return _response(req.uid, True)
+    return _response(req.uid, True, patch=defaults_patch(req.obj))
+
+
+# ----------------------------------------------------------------- drivers
+
+
+def _start(body: Any, webhook: str) -> tuple[Request | None, dict | _Flow]:
+    parsed = _parse_body(body, webhook)
+    if isinstance(parsed, dict):
+        return None, parsed
+    if parsed.webhook == "mutate":
+        return parsed, _mutate(parsed)
+    return parsed, _validate_flow(parsed)
+
+
+def _call(lookup: ConfigsLookup | None, step: tuple) -> Any:
+    ns, spec, fresh = step
+    if lookup is None:
+        return None
+    try:
+        return lookup(ns, spec, fresh=True) if fresh else lookup(ns, spec)
+    except Exception as e:  # noqa: BLE001 - a failing lookup only means "configs not known"
+        return e
+
+
+def review(body: Any, *, configs_lookup: ConfigsLookup | None = None, webhook: str = "validate") -> dict:
+    """The AdmissionReview v1 response for a request body (dict, bytes or str). Never raises."""
+    uid: Any = ""
+    try:
+        req, flow = _start(body, webhook)
+        if req is None or isinstance(flow, dict):
+            return flow  # type: ignore[return-value]
+        uid = req.uid
+        try:
+            step = next(flow)
+            while True:
+                got = _call(configs_lookup, step)
+                if inspect.isawaitable(got):
+                    got.close() if hasattr(got, "close") else None  # type: ignore[union-attr]
+                    got = TypeError("an async configs lookup needs areview()")
+                step = flow.send(got)
+        except StopIteration as stop:
+            return stop.value
+    except Exception as e:  # noqa: BLE001 - admission must answer, whatever it is sent
+        log.exception("admission review failed")
+        return internal_error(uid, e)
+
+
+async def areview(body: Any, *, configs_lookup: ConfigsLookup | None = None, webhook: str = "validate") -> dict:
+    """``review`` with a lookup that may be async (the webhook server's). Never raises."""
+    uid: Any = ""
+    try:
+        req, flow = _start(body, webhook)
+        if req is None or isinstance(flow, dict):
+            return flow  # type: ignore[return-value]
+        uid = req.uid
+        try:
+            step = next(flow)
+            while True:
+                got = _call(configs_lookup, step)
+                if inspect.isawaitable(got):
+                    try:
+                        got = await got
+                    except Exception as e:  # noqa: BLE001
+                        got = e
+                step = flow.send(got)
+        except StopIteration as stop:
+            return stop.value
+    except Exception as e:  # noqa: BLE001
+        log.exception("admission review failed")
+        return internal_error(uid, e)
+
+
+def decode_patch(response: dict) -> list[dict]:
+    """The JSONPatch ops of a review response ([] when none)."""
+    raw = (response.get("response") or {}).get("patch")
+    return json.loads(base64.b64decode(raw)) if raw else []

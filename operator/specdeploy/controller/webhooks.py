@@ -1,0 +1,345 @@
+"""The admission webhook server: HTTPS on ``--webhook-port``, POST ``/validate`` and ``/mutate``.
+
+A small aiohttp server in the operator's event loop that hands each body to the pure
+``admission.areview`` and always answers HTTP 200 with an AdmissionReview (malformed requests
+get ``allowed: false`` with code 400). kopf's own ``WebhookServer`` is not used: it answers 500
+to bodies without ``request`` or that are not JSON objects, a bare HTTP 400/404 (no
+AdmissionReview) to bad JSON or resources it has not discovered yet, and it binds with
+``reuse_port`` (two operators on one port silently share it). The paths and handler ids are the
+ones kopf would use (``/validate``, ``/mutate``), so the chart's configurations are the same.
+
+The configs lookup reads referenced ConfigMaps from the controller's watch cache, else with
+one GET through the API (a read: fine on dryRun), and hub configs from the resolver's cache only.
+TLS comes from ``--webhook-cert-dir`` or from ``certs.SelfSigned`` (see certs.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import collections
+import gc
+import json
+import logging
+import os
+import ssl
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from ..api.types import SpeculativeDeploymentSpec
+from . import admission, certs
+from .admission import Configs, ConfigsUnavailable
+from .kube import Kube, KubeError
+
+log = logging.getLogger("specdeploy.webhook")
+
+DEFAULT_PORT = 9443
+DEFAULT_SECRET = "specdeploy-webhook-tls"
+MAX_BODY = 4 << 20  # objects are at most ~1.5 MiB in etcd; a review holds two of them
+LOOKUP_TIMEOUT = 2.0  # the API server waits timeoutSeconds (5) for the whole review
+
+
+def settle_gc() -> None:
+    """Move what start-up allocated (modules, classes, tables) out of the collector's way.
+
+    Full collections otherwise walk every start-up object and pause the event loop for tens of
+    milliseconds, which is most of the webhook's p99 under load (docs/concepts/admission.md)."""
+    gc.collect()
+    gc.freeze()
+
+
+# ----------------------------------------------------------------- settings
+
+
+@dataclass
+class WebhookSettings:
+    port: int = 0  # 0: no webhook server
+    addr: str = ""  # "": every interface, IPv4 and IPv6 (single-stack IPv6 clusters too)
+    cert_dir: str | None = None
+    services: list[str] = field(default_factory=list)  # NAME.NAMESPACE of the webhook Service
+    secret: str = DEFAULT_SECRET
+    configuration: str | None = None  # name of both webhook configurations (caBundle is patched)
+    namespace: str | None = None  # the operator's namespace (where the Secret lives)
+    resync_seconds: float = 300.0  # caBundle / Secret re-check
+    cert_check_seconds: float = 60.0  # --webhook-cert-dir re-read
+
+    ENV = "SPECDEPLOY_WEBHOOK_"
+
+    def to_env(self) -> dict[str, str]:
+        """What ``operator run`` hands to the handlers (the two periods are tuning knobs read from the env only)."""
+        e = self.ENV
+        out = {f"{e}PORT": str(self.port), f"{e}ADDR": self.addr, f"{e}SECRET": self.secret,
+               f"{e}SERVICES": ",".join(self.services)}
+        out[f"{e}CERT_DIR"] = self.cert_dir or ""
+        out[f"{e}CONFIGURATION"] = self.configuration or ""
+        out["SPECDEPLOY_OPERATOR_NAMESPACE"] = self.namespace or ""
+        return out
+
+    @classmethod
+    def from_env(cls, env: Any = None) -> "WebhookSettings":
+        env = os.environ if env is None else env
+        e = cls.ENV
+        return cls(
+            port=int(env.get(f"{e}PORT") or 0),
+            addr=env.get(f"{e}ADDR") or "",
+            cert_dir=env.get(f"{e}CERT_DIR") or None,
+            services=[s for s in (env.get(f"{e}SERVICES") or "").split(",") if s],
+            secret=env.get(f"{e}SECRET") or DEFAULT_SECRET,
+            configuration=env.get(f"{e}CONFIGURATION") or None,
+            namespace=env.get("SPECDEPLOY_OPERATOR_NAMESPACE") or env.get("POD_NAMESPACE") or None,
+            resync_seconds=float(env.get(f"{e}RESYNC_SECONDS") or 300),
+            cert_check_seconds=float(env.get(f"{e}CERT_CHECK_SECONDS") or 60),
+        )
+
+
+# ----------------------------------------------------------------- configs lookup
+
+
+class OperatorConfigs:
+    """``configs_lookup`` for the operator: watch cache or one API GET for ConfigMaps, hub cache only."""
+
+    def __init__(self, kube: Kube | None, resolver: Any, timeout: float = LOOKUP_TIMEOUT, parsed_cache: int = 256):
+        self.kube = kube
+        self.resolver = resolver
+        self.timeout = timeout
+        self._parsed: collections.OrderedDict[tuple, Any] = collections.OrderedDict()
+        self._parsed_max = parsed_cache
+
+    async def __call__(self, namespace: str, spec: SpeculativeDeploymentSpec, fresh: bool = False) -> Configs:
+        t_doc, t_src, t_cached, t_key = await self._one(namespace, spec.target, "target", fresh)
+        d_doc, d_src, d_cached, d_key = await self._one(namespace, spec.drafter, "drafter", fresh)
+        key = (t_key, d_key) if t_key is not None and d_key is not None else None
+        return Configs(t_doc, d_doc, cached=t_cached or d_cached, sources=(t_src, d_src), key=key)
+
+    async def _one(self, ns: str, src: Any, role: str, fresh: bool) -> tuple[Any, str, bool, Any]:
+        """(document, where it came from, whether from a cache, a key identifying its content or None)."""
+        ref = src.config_from.config_map_key_ref if src.config_from else None
+        if ref is not None:
+            return await self._configmap(ns, ref.name, ref.key, role, fresh)
+        if src.pvc is not None:
+            raise ConfigsUnavailable(f"spec.{role}.pvc: config.json is read from PVC {src.pvc.claim_name} by an inspector Job")
+        return self._hub(src, role)
+
+    async def _configmap(self, ns: str, name: str, key: str, role: str, fresh: bool) -> tuple[Any, str, bool, Any]:
+        cache = getattr(self.resolver, "configmaps", None) if self.resolver is not None else None
+        body = None if fresh or cache is None else cache.get((ns, name))
+        cached = body is not None
+        if body is None:
+            if self.kube is None:
+                raise ConfigsUnavailable(f"ConfigMap {ns}/{name} (spec.{role}) is not in the watch cache")
+            try:
+                body = await asyncio.wait_for(self.kube.get("ConfigMap", ns, name), self.timeout)
+            except asyncio.TimeoutError:
+                raise ConfigsUnavailable(f"reading ConfigMap {ns}/{name} timed out") from None
+            except KubeError as e:
+                raise ConfigsUnavailable(f"reading ConfigMap {ns}/{name} failed: {e.status} {e.reason}") from None
+            if body is None:
+                raise ConfigsUnavailable(f"ConfigMap {ns}/{name} (spec.{role}.configFrom) does not exist yet")
+        where = f"ConfigMap {ns}/{name} key {key}"
+        meta = body.get("metadata") or {}
+        ck = (ns, name, meta.get("uid"), meta.get("resourceVersion"), key)
+        ident = ck if ck[2] is not None and ck[3] is not None else None
+        if ident is not None and ident in self._parsed:
+            self._parsed.move_to_end(ident)
+            return self._parsed[ident], where, cached, ident
+        data = body.get("data") or {}
+        if key in data:
+            text: Any = data[key]
+        elif key in (body.get("binaryData") or {}):
+            try:
+                text = base64.b64decode(body["binaryData"][key])
+            except (binascii.Error, ValueError, TypeError):
+                raise ConfigsUnavailable(f"{where} is not valid base64") from None
+        else:
+            raise ConfigsUnavailable(f"{where} (spec.{role}.configFrom.configMapKeyRef.key) is missing")
+        try:
+            doc = json.loads(text)
+        except (ValueError, TypeError, RecursionError):
+            raise ConfigsUnavailable(f"{where} is not valid JSON") from None
+        if ident is not None:
+            self._parsed[ident] = doc
+            if len(self._parsed) > self._parsed_max:
+                self._parsed.popitem(last=False)
+        return doc, where, cached, ident
+
+    def _hub(self, src: Any, role: str) -> tuple[Any, str, bool, Any]:
+        hub = getattr(self.resolver, "_hub_cache", None) or {}
+        hit = hub.get((src.model, src.revision))
+        if hit is not None:
+            from .resolve import HUB_BRANCH_TTL
+
+            at, resolved = hit
+            rev = src.revision or ""
+            pinned = len(rev) == 40 and all(c in "0123456789abcdef" for c in rev)
+            clock = getattr(self.resolver, "clock", None)
+            if pinned or clock is None or clock() - at < HUB_BRANCH_TTL:
+                return resolved.doc, resolved.source, True, ("hub", resolved.digest)
+        raise ConfigsUnavailable(f"spec.{role}: {src.model} has not been fetched from the hub yet")
+
+
+# ----------------------------------------------------------------- the HTTPS server
+
+
+class WebhookServer:
+    """POST /validate and /mutate (AdmissionReview v1), GET /healthz; HTTPS with the given context."""
+
+    def __init__(self, *, lookup: Any, ssl_context: ssl.SSLContext | None, addr: str = "", port: int = DEFAULT_PORT,
+                 max_body: int = MAX_BODY):
+        self.lookup = lookup
+        self.ssl_context = ssl_context
+        self.addr = addr
+        self.port = port
+        self.max_body = max_body
+        self._runner: web.AppRunner | None = None
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self.max_body)
+        app.add_routes([
+            web.post("/validate", self._validate),
+            web.post("/mutate", self._mutate),
+            web.get("/healthz", self._healthz),
+        ])
+        return app
+
+    async def _validate(self, request: web.Request) -> web.Response:
+        return await self._handle(request, "validate")
+
+    async def _mutate(self, request: web.Request) -> web.Response:
+        return await self._handle(request, "mutate")
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def _handle(self, request: web.Request, webhook: str) -> web.Response:
+        try:
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            resp = admission.malformed("", f"the request body exceeds {self.max_body} bytes")
+        except Exception as e:  # noqa: BLE001 - a broken upload is the client's problem: answer, do not 500
+            resp = admission.malformed("", f"the request body could not be read ({type(e).__name__})")
+        else:
+            resp = await admission.areview(raw, configs_lookup=self.lookup, webhook=webhook)
+        r = resp.get("response") or {}
+        if not r.get("allowed"):
+            log.info("%s: refused review %s: %s", webhook, r.get("uid") or "-",
+                     ((r.get("status") or {}).get("message") or "").splitlines()[0][:200])
+        return web.Response(body=json.dumps(resp).encode(), content_type="application/json")
+
+    async def start(self) -> None:
+        runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, self.addr or None, self.port, ssl_context=self.ssl_context, reuse_address=True,
+                           backlog=256)
+        try:
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        if not self.port:  # port 0: pick up the one the OS chose
+            server = site._server  # noqa: SLF001 - aiohttp exposes no public accessor
+            if server is not None and server.sockets:
+                self.port = server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+
+# ----------------------------------------------------------------- runtime: TLS upkeep + server
+
+
+class WebhookRuntime:
+    """Runs in the operator: gets TLS ready, serves, keeps the certificate and caBundle current."""
+
+    BIND_RETRY = 10.0
+
+    def __init__(self, settings: WebhookSettings, kube: Kube | None, lookup: Any):
+        self.settings = settings
+        self.kube = kube
+        self.lookup = lookup
+        self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        self.tls: certs.SelfSigned | None = None
+        self.loaded: bytes | None = None  # the certificate PEM being served
+        self.server: WebhookServer | None = None
+        self.ready = asyncio.Event()
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="specdeploy-webhook")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001
+                pass
+        if self.server is not None:
+            await self.server.stop()
+
+    async def _run(self) -> None:
+        s = self.settings
+        if not s.cert_dir:
+            self.tls = certs.SelfSigned(self.kube, namespace=s.namespace, secret=s.secret,
+                                        dns_names=certs.service_dns_names(s.services), configuration=s.configuration)
+        while not await self._refresh_tls():
+            await asyncio.sleep(min(self.BIND_RETRY, s.cert_check_seconds))
+        self.server = WebhookServer(lookup=self.lookup, ssl_context=self.ctx, addr=s.addr, port=s.port)
+        while True:
+            try:
+                await self.server.start()
+                break
+            except OSError as e:
+                log.error("webhook server cannot listen on %s:%s (%s); retrying in %ss", s.addr or "*", s.port, e, self.BIND_RETRY)
+                await asyncio.sleep(self.BIND_RETRY)
+        log.info("admission webhooks listening on https://%s:%s/validate and /mutate (%s)", s.addr or "*", self.server.port,
+                 f"certificate from {s.cert_dir}" if s.cert_dir else f"self-signed, Secret {s.namespace}/{s.secret}"
+                 if s.namespace else "self-signed, in memory")
+        await self._sync_bundle()
+        self.ready.set()
+        tick = s.cert_check_seconds if s.cert_dir else s.resync_seconds
+        while True:
+            await asyncio.sleep(tick)
+            await self._refresh_tls()
+            await self._sync_bundle()
+
+    async def _refresh_tls(self) -> bool:
+        """Load new TLS material into the serving context when it changed; False when none is usable yet."""
+        try:
+            if self.settings.cert_dir:
+                cert, key = await asyncio.to_thread(certs.read_dir, self.settings.cert_dir)
+            else:
+                assert self.tls is not None
+                m = await self.tls.ensure()
+                cert, key = m.cert_pem, m.key_pem
+            if cert != self.loaded:
+                certs.load_into(self.ctx, cert, key)
+                if self.loaded is not None:
+                    log.info("webhook TLS: serving a renewed certificate")
+                self.loaded = cert
+            return True
+        except Exception as e:  # noqa: BLE001 - keep serving the current certificate; retry later
+            if self.loaded is None and self.tls is not None:
+                log.error("webhook TLS: cannot use Secret %s/%s (%s); serving an in-memory certificate until it works",
+                          self.settings.namespace, self.settings.secret, e)
+                m = certs.new_material(self.tls.dns_names, self.tls.ips)
+                self.tls.material = m
+                certs.load_into(self.ctx, m.cert_pem, m.key_pem)
+                self.loaded = m.cert_pem
+                return True
+            log.error("webhook TLS: cannot load the certificate (%s)", e)
+            return self.loaded is not None
+
+    async def _sync_bundle(self) -> None:
+        if self.tls is None:
+            return
+        try:
+            await self.tls.sync_ca_bundle()
+        except Exception as e:  # noqa: BLE001 - retried on the next round
+            log.error("webhook TLS: cannot update caBundle of %s: %s", self.settings.configuration, e)

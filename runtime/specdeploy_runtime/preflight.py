@@ -1,0 +1,404 @@
+"""``preflight``: check the engine command the operator wrote against the config.json files
+actually mounted in the pod, before the engine starts.
+
+The operator checked the pair from the configs it fetched and rendered the engine config
+(``/etc/specdeploy/engine-config.json``). Between that check and the pod, the files can
+change (a moved hub revision, a re-populated volume) and the rendered command can drift
+from what the files imply. Preflight re-reads the mounted files and:
+
+1. compares their digests with ``target.configDigest`` / ``drafter.configDigest``
+   (the files mounted are not the ones the check saw);
+2. runs the same core checker (``specdeploy.core.checker.analyze``) with the options the
+   engine config records (engine, version, GPU profile, tensor parallel size, block size,
+   draft window);
+3. checks the plan the engine config records (block size, layer types, drafter window,
+   target layer ids) against what the mounted drafter implies;
+4. checks the engine argv and env: SGLang's window flag is present and equal to the
+   drafter's sliding window when it has sliding layers, the block size flag, the drafter
+   and target paths; vLLM's ``--speculative-config`` (method, model,
+   num_speculative_tokens) and the V2 model runner env for drafters that mix sliding
+   and full layers.
+
+A failure exits non-zero with a one-screen message that is also written to the
+termination log, so ``kubectl describe pod`` shows it on the init container.
+
+Standard library + the pure core (pydantic): never kopf, never torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any, Sequence
+
+# Kubernetes keeps at most 4096 bytes of a termination message.
+TERMINATION_LIMIT = 4096
+SCREEN_LINES = 22
+
+
+@dataclass(frozen=True)
+class Problem:
+    severity: str  # error | warning | info
+    code: str
+    where: str  # what the problem is about: "drafter $.sliding_window", "engine args", ...
+    message: str
+
+    def line(self) -> str:
+        return f"{self.severity} {self.code} [{self.where}]: {self.message}"
+
+
+@dataclass
+class PreflightResult:
+    problems: list[Problem] = field(default_factory=list)
+    summary: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not any(p.severity == "error" for p in self.problems)
+
+    def add(self, severity: str, code: str, where: str, message: str) -> None:
+        self.problems.append(Problem(severity, code, where, message))
+
+    def to_dict(self) -> dict:
+        return {"ok": self.ok, "summary": self.summary, "problems": [asdict(p) for p in self.problems]}
+
+    def message(self) -> str:
+        """One screen: the verdict, then errors, then warnings; long lists are cut."""
+        errs = [p for p in self.problems if p.severity == "error"]
+        warns = [p for p in self.problems if p.severity == "warning"]
+        if self.ok:
+            head = f"specdeploy preflight OK ({len(warns)} warning{'s' if len(warns) != 1 else ''})"
+            body = self.summary + [p.line() for p in warns]
+        else:
+            head = (f"specdeploy preflight FAILED: {len(errs)} error{'s' if len(errs) != 1 else ''}, "
+                    f"{len(warns)} warning{'s' if len(warns) != 1 else ''}; the engine was not started")
+            body = [p.line() for p in errs + warns] + self.summary
+        lines = [head] + body
+        if len(lines) > SCREEN_LINES:
+            cut = len(lines) - (SCREEN_LINES - 1)
+            lines = lines[: SCREEN_LINES - 1] + [f"... and {cut} more (run specdeploy-runtime preflight -o json)"]
+        return "\n".join(lines)
+
+
+def termination_text(text: str, limit: int = TERMINATION_LIMIT) -> str:
+    """``text`` cut to what Kubernetes keeps, on a line boundary where possible."""
+    raw = text.encode()
+    if len(raw) <= limit:
+        return text
+    marker = "\n... (cut to fit the termination log)"
+    cut = raw[: limit - len(marker.encode())].decode(errors="ignore")
+    if "\n" in cut:
+        cut = cut[: cut.rindex("\n")]
+    return cut + marker
+
+
+# ----------------------------------------------------------------- argv helpers
+
+
+def _norm(flag: str) -> str:
+    return flag.replace("_", "-") if flag.startswith("--") else flag
+
+
+def flag_values(argv: Sequence[str], names: Sequence[str]) -> list[tuple[str, str | None]]:
+    """(flag as written, value) for every occurrence of one of ``names`` in argv
+    (``--flag value`` or ``--flag=value``; ``--a_b`` counts as ``--a-b``). None: no value."""
+    wanted = {_norm(n) for n in names}
+    out: list[tuple[str, str | None]] = []
+    for i, arg in enumerate(argv):
+        if not arg.startswith("-"):
+            continue
+        name, eq, val = arg.partition("=")
+        if _norm(name) not in wanted:
+            continue
+        if eq:
+            out.append((name, val))
+        elif i + 1 < len(argv):
+            out.append((name, argv[i + 1]))
+        else:
+            out.append((name, None))
+    return out
+
+
+def _last(argv: Sequence[str], *names: str) -> tuple[str, str | None] | None:
+    """The occurrence argparse would use (the last)."""
+    found = flag_values(argv, names)
+    return found[-1] if found else None
+
+
+def _as_int(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+# ----------------------------------------------------------------- reading
+
+
+def read_config(path: str, role: str, res: PreflightResult) -> tuple[Any, str] | None:
+    """(document, file path) of a mounted model's config.json, or None after reporting why."""
+    file = os.path.join(path, "config.json") if os.path.isdir(path) else path
+    try:
+        with open(file, "rb") as fh:
+            raw = fh.read()
+    except FileNotFoundError:
+        res.add("error", "ConfigNotFound", role, f"no config.json at {file}: the {role} volume is not mounted where "
+                "the engine config expects it, or it is empty")
+        return None
+    except OSError as e:
+        res.add("error", "ConfigUnreadable", role, f"cannot read {file}: {e.strerror}")
+        return None
+    try:
+        return json.loads(raw), file
+    except (ValueError, UnicodeDecodeError) as e:
+        res.add("error", "ConfigInvalidJson", role, f"{file} is not valid JSON: {e}")
+        return None
+
+
+def load_engine_config(path: str, res: PreflightResult):
+    import pydantic
+
+    from specdeploy.core.engineconfig import EngineConfig
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except FileNotFoundError:
+        res.add("error", "EngineConfigNotFound", "engine config", f"{path} does not exist: mount the engine ConfigMap there")
+        return None
+    except (OSError, ValueError) as e:
+        res.add("error", "EngineConfigInvalid", "engine config", f"{path} is not readable JSON: {e}")
+        return None
+    try:
+        return EngineConfig.model_validate(doc)
+    except pydantic.ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "(document)"
+        res.add("error", "EngineConfigInvalid", "engine config", f"{path}: invalid at {where}: {first.get('msg')}")
+        return None
+
+
+# ----------------------------------------------------------------- the checks
+
+
+def _checker_options(ec):
+    from specdeploy.core.checker import WINDOW_OFF, Options
+
+    sp = ec.speculation
+    if sp.draft_window is not None:
+        window: int | str | None = sp.draft_window
+    elif ec.engine == "sglang" and sp.drafter_window is not None:
+        window = WINDOW_OFF  # the operator saw a windowed drafter and rendered no flag: 'off' was asked for
+    else:
+        window = None
+    return Options(engine=ec.engine, engine_version=ec.engine_version, method=sp.method, gpu=ec.gpu_profile,
+                   gpu_count=ec.tensor_parallel_size, nodes=ec.nodes, block_size=sp.block_size, draft_window=window)
+
+
+def _check_digests(ec, target_doc, drafter_doc, files: dict[str, str], res: PreflightResult, strict: bool) -> None:
+    from specdeploy.core.engineconfig import config_digest
+
+    for role, ref, doc in (("target", ec.target, target_doc), ("drafter", ec.drafter, drafter_doc)):
+        got = config_digest(doc)
+        if ref.config_digest is None:
+            res.add("info", "ConfigDigestNotRecorded", role,
+                    f"the engine config records no digest for the {role} config; cannot tell whether it changed")
+        elif ref.config_digest != got:
+            res.add("error" if strict else "warning", "ConfigDigestMismatch", role,
+                    f"{files[role]} ({got[:19]}...) is not the config.json the operator checked ({ref.config_digest[:19]}...): "
+                    f"the {role} files changed after the check (moved revision or re-populated volume). Pin "
+                    f"spec.{role}.revision or let the operator re-check (it re-renders when the config changes)")
+
+
+def _check_plan(ec, d, res: PreflightResult) -> None:
+    """What the engine config records vs what the mounted drafter implies."""
+    sp = ec.speculation
+    if list(sp.target_layer_ids) != list(d.target_layer_ids):
+        res.add("error", "TargetLayerIdsChanged", "drafter target_layer_ids",
+                f"the mounted drafter reads target layers {list(d.target_layer_ids)} but the operator checked "
+                f"{list(sp.target_layer_ids)}: the engine maps the mounted ids (+1 for 'before layer i' capture) and a "
+                "different list silently collapses acceptance; re-check the pair with the mounted files")
+    if list(sp.layer_types) != list(d.layer_types):
+        res.add("error", "LayerTypesChanged", "drafter layer_types",
+                f"the mounted drafter has layer types {list(d.layer_types)} but the operator checked {list(sp.layer_types)}")
+    if sp.drafter_window != d.drafter_window:
+        res.add("error", "DrafterWindowChanged", "drafter sliding_window",
+                f"the mounted drafter's sliding window is {d.drafter_window} but the operator checked {sp.drafter_window}")
+    if sp.num_speculative_tokens != sp.block_size - 1:
+        res.add("error", "SpeculativeTokensInconsistent", "engine config speculation",
+                f"numSpeculativeTokens {sp.num_speculative_tokens} is not blockSize - 1 = {sp.block_size - 1}")
+
+
+def _check_sglang_args(ec, d, row, info, argv: Sequence[str], where: str, res: PreflightResult) -> None:
+    f = row.flags
+    sp = ec.speculation
+    algo = _last(argv, f["algorithm"])
+    if algo is None or (algo[1] or "").upper() != "DFLASH":
+        res.add("error", "AlgorithmFlagMismatch", where,
+                f"{f['algorithm']} is {algo[1] if algo else 'missing'}; a DFlash drafter needs {f['algorithm']} DFLASH")
+    for key, ref, role in (("draft_model", ec.drafter.model, "drafter"), ("model", ec.target.model, "target")):
+        got = _last(argv, f[key])
+        if got is None or got[1] != ref:
+            res.add("error", "ModelPathMismatch", where,
+                    f"{f[key]} is {got[1] if got else 'missing'} but the engine config's {role} is {ref}")
+
+    # block size: --speculative-num-draft-tokens (and the alias, when present) == block size
+    nd = _last(argv, f["num_draft_tokens"])
+    if nd is None:
+        res.add("error", "BlockSizeFlagMissing", where,
+                f"{f['num_draft_tokens']} is missing: SGLang would not draft blocks of {d.block_size}; "
+                f"add {f['num_draft_tokens']} {d.block_size}")
+    elif _as_int(nd[1]) != d.block_size:
+        res.add("error", "BlockSizeFlagMismatch", where,
+                f"{f['num_draft_tokens']} is {nd[1]} but the block size is {d.block_size}; render "
+                f"{f['num_draft_tokens']} {d.block_size}")
+    alias = _last(argv, "--speculative-dflash-block-size")
+    if alias is not None and _as_int(alias[1]) != d.block_size:
+        res.add("error", "BlockSizeFlagMismatch", where,
+                f"--speculative-dflash-block-size {alias[1]} disagrees with the block size {d.block_size}")
+
+    # window: the flag this version parses, present and equal to the drafter's window
+    flag = f.get("draft_window")
+    other_names = sorted({r.flags["draft_window"] for r in info.releases if "draft_window" in r.flags} - {flag})
+    renamed = [x for x in flag_values(argv, other_names) if flag is None or _norm(x[0]) != _norm(flag)]
+    if renamed:
+        res.add("error", "DraftWindowFlagRenamed", where,
+                f"{renamed[-1][0]} is not the window flag of SGLang {ec.engine_version}; it is {flag}")
+    got = _last(argv, flag) if flag else None
+    got_val = _as_int(got[1]) if got else None
+    w = d.drafter_window
+    if w is not None:
+        if got is None:
+            if sp.draft_window is None and sp.drafter_window == w:
+                res.add("info", "DraftWindowOffAccepted", where,
+                        f"{flag} is absent although the drafter's sliding layers use window {w}: the operator recorded "
+                        "draftWindow 'off' for this very drafter (see the DraftWindowOff warning)")
+            else:
+                res.add("error", "DraftWindowFlagMissing", where,
+                        f"the mounted drafter has sliding_attention layers (window {w}) but the engine args lack {flag}: "
+                        f"SGLang does not infer the window from config.json and runs without the compact draft cache; "
+                        f"the operator must render {flag} {w}")
+        elif got_val is None:
+            res.add("error", "DraftWindowFlagInvalid", where, f"{flag} {got[1]!r} is not an integer")
+        elif got_val != w:
+            deliberate = sp.draft_window == got_val and sp.drafter_window == w
+            if deliberate and got_val >= w - 1:
+                res.add("info", "DraftWindowOverride", where,
+                        f"{flag} {got_val} differs from the drafter's window {w} by the deployment's draftWindow; "
+                        f"it keeps >= w - 1 = {w - 1} tokens, so sliding layers stay exact")
+            elif deliberate:
+                res.add("warning", "DraftWindowBelowTrained", where,
+                        f"{flag} {got_val} keeps fewer than w - 1 = {w - 1} context tokens (draftWindow override): "
+                        "sliding layers lose context the drafter was trained to see")
+            else:
+                res.add("error", "DraftWindowFlagMismatch", where,
+                        f"{flag} is {got_val} but the mounted drafter's sliding window is {w}: the compact draft cache "
+                        f"must keep >= w - 1 tokens to be exact; render {flag} {w}")
+        if got_val is not None and got_val != sp.draft_window:
+            res.add("error", "DraftWindowFlagMismatch", where,
+                    f"{flag} {got_val} differs from the engine config's draftWindow {sp.draft_window}")
+    elif got is not None:
+        res.add("warning", "CompactCacheOnFullAttention", where,
+                f"{flag} {got[1]} is set but the mounted drafter has no sliding layers: the compact cache hides "
+                "context its full-attention layers were trained to see (an approximation)")
+    elif d.draft_window is not None:
+        res.add("error", "DraftWindowFlagMissing", where, f"{flag} is missing; the check derived {d.draft_window}")
+
+
+def _check_vllm_args(ec, d, argv: Sequence[str], where: str, res: PreflightResult) -> None:
+    if not argv or argv[0] != ec.target.model:
+        res.add("error", "ModelPathMismatch", where,
+                f"the first argument of `vllm serve` is {argv[0] if argv else 'missing'} but the target is {ec.target.model}")
+    got = _last(argv, "--speculative-config", "-sc")
+    if got is None or got[1] is None:
+        res.add("error", "SpeculativeConfigMissing", where,
+                "--speculative-config is missing: vLLM would serve without the drafter")
+        return
+    try:
+        sc = json.loads(got[1])
+        if not isinstance(sc, dict):
+            raise ValueError("not an object")
+    except ValueError as e:
+        res.add("error", "SpeculativeConfigInvalid", where, f"--speculative-config is not a JSON object: {e}")
+        return
+    if sc.get("method") != "dflash":
+        res.add("error", "SpeculativeConfigMismatch", where, f"--speculative-config method is {sc.get('method')!r}, not 'dflash'")
+    if sc.get("model") != ec.drafter.model:
+        res.add("error", "ModelPathMismatch", where,
+                f"--speculative-config model is {sc.get('model')!r} but the engine config's drafter is {ec.drafter.model}")
+    want = d.block_size - 1
+    if sc.get("num_speculative_tokens") != want:
+        res.add("error", "BlockSizeFlagMismatch", where,
+                f"--speculative-config num_speculative_tokens is {sc.get('num_speculative_tokens')!r}; block size "
+                f"{d.block_size} needs {want}")
+
+
+def _check_env(ec, d, res: PreflightResult) -> None:
+    for key, val in d.engine_env.items():
+        if ec.env.get(key) != val:
+            res.add("error", "MixedLayersEnvMissing", "engine env",
+                    f"the mounted drafter mixes sliding and full attention layers: vLLM {ec.engine_version} needs "
+                    f"{key}={val} (V2 model runner; NotImplementedError otherwise), the engine env has "
+                    f"{key}={ec.env.get(key, '(unset)')}")
+
+
+def _check_flag_snapshot(ec, argv: Sequence[str], where: str, res: PreflightResult) -> None:
+    """Flags the recorded parser of this engine version would reject (when a snapshot exists)."""
+    from specdeploy import flagdrift
+
+    try:
+        problems = flagdrift.check_argv(ec.engine, ec.engine_version, list(argv), ec.env)
+    except LookupError:
+        return
+    for p in problems[:5]:
+        res.add("error", "EngineFlagRejected", where, p)
+
+
+def run_preflight(target_dir: str, drafter_dir: str, engine_config: str, *, strict_digest: bool = True) -> PreflightResult:
+    res = PreflightResult()
+    ec = load_engine_config(engine_config, res)
+    t = read_config(target_dir, "target", res)
+    dr = read_config(drafter_dir, "drafter", res)
+    if ec is None or t is None or dr is None:
+        return res
+    (target_doc, tfile), (drafter_doc, dfile) = t, dr
+    _check_digests(ec, target_doc, drafter_doc, {"target": tfile, "drafter": dfile}, res, strict_digest)
+
+    from specdeploy.core import engines as eng
+    from specdeploy.core.checker import analyze
+
+    analysis = analyze(drafter_doc, target_doc, _checker_options(ec))
+    for f in analysis.findings:
+        src = {"drafter": dfile, "target": tfile}.get(f.source.value, "deployment")
+        res.add(f.severity.value, f.code, f"{src} {f.path}" if f.source.value != "spec" else f.path, f.message)
+    d = analysis.derived
+    if d is None:
+        return res
+    info = eng.get_engine(ec.engine)
+    row = info.release_for(ec.engine_version)
+    _check_plan(ec, d, res)
+    arg_lists = [("engine args", ec.args)] + ([("worker args", ec.worker_args)] if ec.worker_args else [])
+    if row is not None:
+        for where, argv in arg_lists:
+            if ec.engine == "sglang":
+                _check_sglang_args(ec, d, row, info, argv, where, res)
+            else:
+                _check_vllm_args(ec, d, argv, where, res)
+            if ec.nodes == 1:
+                _check_flag_snapshot(ec, argv, where, res)
+    _check_env(ec, d, res)
+    if list(ec.command) != list(info.entrypoint):
+        res.add("warning", "EntrypointUnexpected", "engine command",
+                f"command {ec.command} is not {info.display_name}'s entrypoint {list(info.entrypoint)}")
+
+    win = (f"sliding window {d.drafter_window} -> {row.flags.get('draft_window', 'config.json')} {d.draft_window or '(off)'}"
+           if (row is not None and ec.engine == "sglang" and d.drafter_window) else
+           f"sliding window {d.drafter_window} (read from config.json)" if d.drafter_window else "no sliding layers")
+    res.summary = [
+        f"engine {ec.engine} {ec.engine_version}; target {tfile}; drafter {dfile}",
+        f"block {d.block_size}; {win}; target layers {list(d.target_layer_ids)}; "
+        f"layers {''.join('S' if x == 'sliding_attention' else 'F' for x in d.layer_types)}"
+        + (f"; env {', '.join(f'{k}={v}' for k, v in d.engine_env.items())}" if d.engine_env else ""),
+    ]
+    return res

@@ -1,0 +1,330 @@
+"""``verify-window``: prove the windowed draft cache is exact where it must be.
+
+Checks, at several context lengths S (block queries at S..S+B-1):
+
+(a) *window*: on every sliding layer, every key older than ``p - w + 1`` (and every future
+    key) gets softmax weight exactly 0.0 for every block query p, and every key inside
+    ``[p - w + 1, p]`` gets a positive weight; full-attention layers see exactly the keys
+    their rule allows (all context; the block bidirectionally unless causal). Checked on
+    the weights of the full cache (where old keys are present) and of the compact cache.
+    The expected key set is computed here, independently of the mask the model uses.
+(b) *exactness*: on sliding layers the compact cache keeping r >= w - 1 tokens gives the
+    same attention output as the full cache plus mask (max |diff| <= tolerance, fp32),
+    layer by layer from identical layer inputs.
+(c) *approximation*: on full-attention layers, how far the compact cache deviates from
+    the full cache (max |diff|, relative difference, and the attention mass that the
+    compact cache hides). Reported, never gating.
+
+Extra information: the condition is tight (r = w - 2 deviates), the fused SDPA kernel
+that the benchmark uses agrees with the eager path, and the end-to-end drafter output.
+
+``fault`` injects a deliberate bug so tests (and sceptical operators) can watch the
+verifier fail: ``no-window``, ``off-by-one``, ``narrow``, ``finite-bias``, ``short-cache``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+FAULTS = ("none", "no-window", "off-by-one", "narrow", "finite-bias", "short-cache")
+
+
+@dataclass
+class VerifyOptions:
+    context: int = 8192
+    window: int = 2048
+    block: int = 16
+    layers: tuple[str, ...] = ("sliding_attention",) * 4 + ("full_attention",)
+    keep: int | None = None  # compact cache size r; default w - 1, the least the condition allows
+    device: str = "cpu"
+    tolerance: float = 1e-5
+    seed: int = 0
+    fault: str = "none"
+    hidden_size: int = 256
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    head_dim: int = 64
+    causal: bool = False
+    checkpoints: tuple[int, ...] | None = None
+
+
+def _fault_mask(fault: str):
+    """A wrong mask function for a fault, or None (the model's own HF mask)."""
+    import torch
+
+    from .draftcache import SLIDING
+
+    def build(rule):
+        def mask(q_pos, k_pos, kind, window, causal):
+            qp, kp = q_pos[:, None], k_pos[None, :]
+            valid = kp >= 0
+            if kind == SLIDING:
+                return valid & (kp <= qp) & rule(qp - kp, window)
+            return (valid & (kp <= qp)) if causal else valid.expand(qp.shape[0], kp.shape[1])
+        return mask
+
+    if fault == "no-window":
+        return build(lambda dist, w: torch.ones_like(dist, dtype=torch.bool))
+    if fault == "off-by-one":
+        return build(lambda dist, w: dist <= w)
+    if fault == "narrow":
+        return build(lambda dist, w: dist < w - 1)
+    return None
+
+
+def expected_visible(q_pos, k_pos, kind: str, window: int, causal: bool):
+    """The key set a query must see, written from the rules (not from the model's mask):
+    sliding: p - w + 1 <= k <= p; full: every key (k <= p when causal). Empty slots: none."""
+    qp, kp = q_pos[:, None], k_pos[None, :]
+    present = kp >= 0
+    if kind == "sliding_attention":
+        return present & (kp >= qp - (window - 1)) & (kp <= qp)
+    if causal:
+        return present & (kp <= qp)
+    return present.expand(qp.shape[0], kp.shape[1])
+
+
+def default_checkpoints(context: int, window: int, block: int) -> list[int]:
+    pts = {block, window - 1, window, window + 1, window + block, context // 2 + 3, context}
+    return sorted(p for p in pts if 1 <= p <= context)
+
+
+def _weight_check(weights, q_pos, k_pos, kind, window, causal) -> dict:
+    """(a) on one layer's weights [Hq, B, N]."""
+    import torch
+
+    exp = expected_visible(q_pos, k_pos, kind, window, causal)  # [B, N]
+    w = weights.float()
+    outside = w.masked_select(~exp.unsqueeze(0).expand_as(w))
+    inside = w.masked_select(exp.unsqueeze(0).expand_as(w))
+    leaked = int((outside != 0).sum())
+    starved = int((inside <= 0).sum())
+    row_err = float((w.sum(-1) - 1).abs().max()) if w.numel() else 0.0
+    missing = 0
+    if kind == "sliding_attention":
+        # Keys of the window that the cache no longer holds (a compact cache that is too short).
+        want_n = torch.clamp(q_pos + 1, max=window)
+        missing = int((want_n - exp.sum(-1)).clamp(min=0).sum()) * int(w.shape[0])
+    out = {
+        "leaked_keys": leaked,
+        "missing_keys": missing,
+        "max_leaked_weight": float(outside.abs().max()) if outside.numel() else 0.0,
+        "starved_keys": starved,
+        "row_sum_error": row_err,
+        "queries": int(w.shape[0] * w.shape[1]),
+    }
+    if kind == "sliding_attention":
+        # The oldest key each query actually attends to, against p - w + 1.
+        attended = (w > 0).any(0)  # [B, N]
+        big = torch.iinfo(torch.long).max
+        oldest = torch.where(attended, k_pos[None, :].expand_as(attended), torch.full_like(attended, big, dtype=torch.long)).amin(-1)
+        want = torch.clamp(q_pos - (window - 1), min=0)
+        bad = (oldest != want).nonzero().flatten().tolist()
+        if bad:
+            i = bad[0]
+            out["first_bad_query"] = {"query": int(q_pos[i]), "oldest_attended": int(oldest[i]), "expected_oldest": int(want[i])}
+    out["ok"] = leaked == 0 and starved == 0 and missing == 0 and row_err <= 1e-4 and "first_bad_query" not in out
+    return out
+
+
+def run_verify(opts: VerifyOptions) -> dict[str, Any]:
+    import torch
+
+    from .draftcache import FULL, SLIDING, CompactCache, DFlashDrafter, DrafterGeometry, FullCache
+
+    if opts.fault not in FAULTS:
+        raise ValueError(f"unknown fault {opts.fault!r}; one of {', '.join(FAULTS)}")
+    if opts.device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("--device cuda: no CUDA device is available to torch")
+    t0 = time.perf_counter()
+    w, b, L = opts.window, opts.block, opts.context
+    geom = DrafterGeometry(hidden_size=opts.hidden_size, num_heads=opts.num_heads, num_kv_heads=opts.num_kv_heads,
+                           head_dim=opts.head_dim, layer_types=tuple(opts.layers), sliding_window=w, block_size=b,
+                           causal=opts.causal)
+    keep = opts.keep if opts.keep is not None else max(1, w - 1)
+    if opts.fault == "short-cache":
+        keep = max(1, w - 2)
+    dev, dt = opts.device, torch.float32
+    model = DFlashDrafter(geom, seed=opts.seed, device=dev, dtype=dt, mask_fn=_fault_mask(opts.fault),
+                          mask_bias=-30.0 if opts.fault == "finite-bias" else None)
+    gen = torch.Generator().manual_seed(opts.seed + 1)
+    feats = torch.randn((L, geom.num_target_features * geom.hidden_size), generator=gen).to(dev, dt)
+    full = FullCache(geom, L, device=dev, dtype=dt)
+    compact = CompactCache(geom, keep, device=dev, dtype=dt)
+    tight_keep = w - 2
+    tight = CompactCache(geom, tight_keep, device=dev, dtype=dt) if tight_keep >= 1 and SLIDING in geom.layer_types else None
+    checkpoints = sorted(set(opts.checkpoints)) if opts.checkpoints else default_checkpoints(L, w, b)
+    if not checkpoints or checkpoints[0] < 1 or checkpoints[-1] > L:
+        raise ValueError(f"checkpoints must lie in [1, {L}]")
+    chunk_rng = torch.Generator().manual_seed(opts.seed + 2)
+    sliding_ids = [i for i, k in enumerate(geom.layer_types) if k == SLIDING]
+    full_ids = [i for i, k in enumerate(geom.layer_types) if k == FULL]
+
+    a_layers: list[dict] = []
+    b_max, b_rows = 0.0, []
+    c_rows = []
+    kernel_max = 0.0
+    e2e = []
+    tightness = None
+    fed = 0
+    for s in checkpoints:
+        # Feed context fed..s in random chunk sizes: the ring wraps at many offsets.
+        while fed < s:
+            n = min(s - fed, int(torch.randint(1, max(2, 3 * b + w // 3), (1,), generator=chunk_rng)))
+            pos = torch.arange(fed, fed + n, device=dev)
+            model.inject([c for c in (full, compact, tight) if c is not None], feats[fed:fed + n], pos)
+            fed += n
+        block = torch.randn((b, geom.hidden_size), generator=gen).to(dev, dt)
+        ref = model.draft_step(block, full, trace=True, need_weights=True)
+
+        # compact cache, layer by layer from the full run's layer inputs
+        q_pos = ref.traces[0].query_pos
+        compact.begin_block(q_pos)
+        cos, sin = model.rope.cos_sin(q_pos)
+        masks = model.masks(compact, q_pos)
+        if tight is not None:
+            tight.begin_block(q_pos)
+            tmasks = model.masks(tight, q_pos)
+        row = {"context": s, "layers": []}
+        for tr in ref.traces:
+            i = tr.index
+            chk_full = _weight_check(tr.weights, tr.query_pos, tr.key_pos, tr.kind, w, geom.causal)
+            _, c_out, c_w = model.layer_forward(i, tr.input, compact, q_pos, cos, sin, masks, need_weights=True)
+            c_kpos = compact.key_positions()
+            chk_comp = _weight_check(c_w, q_pos, c_kpos, tr.kind, w, geom.causal)
+            diff = float((c_out - tr.attn_out).abs().max())
+            a_layers.append({"context": s, "layer": i, "kind": tr.kind, "full_cache": chk_full, "compact_cache": chk_comp})
+            entry = {"layer": i, "kind": tr.kind, "max_abs_diff": diff}
+            if tr.kind == SLIDING:
+                b_max = max(b_max, diff)
+            else:
+                kept = torch.isin(tr.key_pos, c_kpos[c_kpos >= 0])
+                hidden = tr.weights.float()[:, :, ~kept].sum(-1)  # [Hq, B]
+                ref_norm = float(tr.attn_out.abs().max())
+                entry.update({"max_rel_diff": diff / ref_norm if ref_norm else 0.0,
+                              "hidden_mass_max": float(hidden.max()) if hidden.numel() else 0.0,
+                              "hidden_mass_mean": float(hidden.mean()) if hidden.numel() else 0.0,
+                              "context_hidden": int(max(0, s - keep))})
+                c_rows.append({"context": s, **entry})
+            if tight is not None and tr.kind == SLIDING and s == checkpoints[-1]:
+                _, t_out, _ = model.layer_forward(i, tr.input, tight, q_pos, cos, sin, tmasks)
+                td = float((t_out - tr.attn_out).abs().max())
+                tightness = max(tightness or 0.0, td)
+            row["layers"].append(entry)
+        b_rows.append(row)
+
+        # end to end (each cache propagates its own hidden states) and the fused kernel
+        got = model.draft_step(block, compact)
+        e2e.append({"context": s, "max_abs_diff": float((got.hidden - ref.hidden).abs().max())})
+        for cache, want in ((full, ref.hidden), (compact, got.hidden)):
+            fast = model.draft_step(block, cache, impl="sdpa")
+            kernel_max = max(kernel_max, float((fast.hidden - want).abs().max()))
+
+    a_ok = all(x["full_cache"]["ok"] and x["compact_cache"]["ok"] for x in a_layers)
+    a_fail = [x for x in a_layers if not (x["full_cache"]["ok"] and x["compact_cache"]["ok"])]
+
+    def worst(key: str) -> float:
+        return max([x["full_cache"][key] for x in a_layers] + [x["compact_cache"][key] for x in a_layers])
+
+    b_ok = (not sliding_ids) or (b_max <= opts.tolerance and keep >= w - 1)
+    if sliding_ids and keep < w - 1:
+        b_note = f"r = {keep} < w - 1 = {w - 1}: the compact cache cannot be exact"
+    else:
+        b_note = None
+    report: dict[str, Any] = {
+        "ok": bool(a_ok and b_ok),
+        "fault": opts.fault,
+        "device": str(dev),
+        "dtype": "float32",
+        "context": L,
+        "window": w,
+        "block": b,
+        "keep": keep,
+        "checkpoints": checkpoints,
+        "geometry": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(geom).items()},
+        "a_window": {
+            "ok": a_ok,
+            "layers_checked": len(a_layers),
+            "sliding_layers": sliding_ids,
+            "leaked_keys": sum(x["full_cache"]["leaked_keys"] + x["compact_cache"]["leaked_keys"] for x in a_layers),
+            "max_leaked_weight": worst("max_leaked_weight"),
+            "starved_keys": sum(x["full_cache"]["starved_keys"] + x["compact_cache"]["starved_keys"] for x in a_layers),
+            "max_row_sum_error": worst("row_sum_error"),
+            "failures": a_fail[:5],
+        },
+        "b_exact": {
+            "ok": b_ok,
+            "sliding_layers": sliding_ids,
+            "max_abs_diff": b_max,
+            "tolerance": opts.tolerance,
+            "note": b_note,
+            "per_checkpoint": b_rows,
+        },
+        "c_full_layers": {
+            "full_layers": full_ids,
+            "max_abs_diff": max([r["max_abs_diff"] for r in c_rows], default=0.0),
+            "max_rel_diff": max([r["max_rel_diff"] for r in c_rows], default=0.0),
+            "max_hidden_mass": max([r["hidden_mass_max"] for r in c_rows], default=0.0),
+            "per_checkpoint": c_rows,
+        },
+        "tightness": None if tightness is None else {"keep": tight_keep, "sliding_max_abs_diff": tightness,
+                                                      "context": checkpoints[-1]},
+        "kernel_sdpa_vs_eager_max_abs_diff": kernel_max,
+        "end_to_end": e2e,
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
+    return report
+
+
+def format_report(r: dict[str, Any]) -> str:
+    a, b, c = r["a_window"], r["b_exact"], r["c_full_layers"]
+    g = r["geometry"]
+    lines = [
+        f"verify-window: context {r['context']}, window w={r['window']}, block B={r['block']}, compact cache r={r['keep']}, "
+        f"{r['device']} {r['dtype']}" + (f", FAULT INJECTED: {r['fault']}" if r["fault"] != "none" else ""),
+        f"  drafter: {len(g['layer_types'])} layers [{', '.join('S' if t == 'sliding_attention' else 'F' for t in g['layer_types'])}], "
+        f"hidden {g['hidden_size']}, {g['num_heads']} heads / {g['num_kv_heads']} KV heads x {g['head_dim']}; "
+        f"checkpoints S = {', '.join(map(str, r['checkpoints']))}",
+        f"  (a) window   {'PASS' if a['ok'] else 'FAIL'}: {a['leaked_keys']} keys outside the window with weight != 0 "
+        f"(max {a['max_leaked_weight']:.3g}); {a['starved_keys']} keys inside with weight 0; "
+        f"{a['layers_checked']} layer-checkpoints, full and compact cache",
+    ]
+    for f in a["failures"][:3]:
+        for which in ("full_cache", "compact_cache"):
+            x = f[which]
+            if not x["ok"]:
+                extra = ""
+                if "first_bad_query" in x:
+                    q = x["first_bad_query"]
+                    extra = f"; query {q['query']} attends from key {q['oldest_attended']}, must start at {q['expected_oldest']}"
+                lines.append(f"      S={f['context']} layer {f['layer']} ({f['kind']}) {which}: leaked {x['leaked_keys']} "
+                             f"(max {x['max_leaked_weight']:.3g}), starved {x['starved_keys']}, "
+                             f"window keys missing from the cache {x['missing_keys']}{extra}")
+                break
+    if b["sliding_layers"]:
+        lines.append(f"  (b) exact    {'PASS' if b['ok'] else 'FAIL'}: sliding layers {b['sliding_layers']}: compact (r={r['keep']}) vs "
+                     f"full cache + mask, max |diff| {b['max_abs_diff']:.3g} (tolerance {b['tolerance']:g})"
+                     + (f"; {b['note']}" if b["note"] else ""))
+    else:
+        lines.append("  (b) exact    n/a: no sliding layers")
+    if c["full_layers"]:
+        last = [x for x in c["per_checkpoint"] if x["context"] == r["checkpoints"][-1]]
+        hid = max((x["hidden_mass_max"] for x in last), default=0.0)
+        lines.append(f"  (c) full-attention layers {c['full_layers']} with the compact cache (an approximation): "
+                     f"max |diff| {c['max_abs_diff']:.3g} (relative {c['max_rel_diff']:.3g}); at S={r['checkpoints'][-1]} "
+                     f"it hides up to {hid:.1%} of a query's attention mass")
+    else:
+        lines.append("  (c) no full-attention layers")
+    if r["tightness"]:
+        t = r["tightness"]
+        lines.append(f"  tightness: r = w - 2 = {t['keep']} deviates on sliding layers by {t['sliding_max_abs_diff']:.3g} at "
+                     f"S={t['context']} (the condition r >= w - 1 is tight)")
+    e2e = max((x["max_abs_diff"] for x in r["end_to_end"]), default=0.0)
+    lines.append(f"  fused SDPA kernel vs eager: max |diff| {r['kernel_sdpa_vs_eager_max_abs_diff']:.3g}; "
+                 f"drafter output, compact vs full: max |diff| {e2e:.3g}")
+    lines.append(f"  {'OK' if r['ok'] else 'FAILED'}: (a) {'holds' if a['ok'] else 'violated'}, (b) "
+                 f"{'holds' if b['ok'] else 'violated'} ({r['seconds']} s)")
+    return "\n".join(lines)

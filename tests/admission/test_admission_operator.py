@@ -1,0 +1,237 @@
+"""The webhook as served by a real `specdeploy operator run` process against the embedded API server.
+
+The embedded API server does not call admission webhooks, so the tests play its part: they
+POST AdmissionReview v1 requests over HTTPS to the operator's port, verifying the served
+certificate against the CA that the operator wrote into the webhook configurations' caBundle
+(for the Service's DNS name), and store what the API server would store.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import signal
+import subprocess
+import time
+import urllib.request
+
+import jsonpatch
+import pytest
+from cryptography import x509
+
+from admission_helpers import Client, example_configs, example_cr, review_request
+from specdeploy.controller.admission import decode_patch
+from specdeploy.dev.harness import BIN, ROOT, Cluster, HarnessError, free_port, kubectl_available, wait_for
+
+pytestmark = pytest.mark.skipif(not kubectl_available(), reason="kubectl is needed for the embedded API server harness")
+
+OP_NS = "specdeploy-system"
+SERVICE = "specdeploy-webhook"
+SECRET = "specdeploy-webhook-tls"
+CONFIG = "specdeploy"
+SNI = f"{SERVICE}.{OP_NS}.svc"
+ADM = "/apis/admissionregistration.k8s.io/v1"
+
+
+def _configuration(kind: str, webhook: str) -> dict:
+    return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind, "metadata": {"name": CONFIG},
+            "webhooks": [{"name": f"{webhook}.specdeploy.io", "admissionReviewVersions": ["v1"], "sideEffects": "None",
+                          "failurePolicy": "Fail", "timeoutSeconds": 5,
+                          "clientConfig": {"service": {"name": SERVICE, "namespace": OP_NS, "path": f"/{webhook}", "port": 443}},
+                          "rules": [{"apiGroups": ["specdeploy.io"], "apiVersions": ["v1alpha1"],
+                                     "operations": ["CREATE", "UPDATE"], "resources": ["speculativedeployments"]}]}]}
+
+
+class Env:
+    def __init__(self, cluster: Cluster):
+        self.cluster = cluster
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+        self.log = cluster.workdir / "operator-webhook.log"
+        self.metrics_port = 0
+
+    # -- API access (plain HTTP to the embedded server)
+    def api(self, method: str, path: str, body=None, content_type: str = "application/json"):
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.cluster.url + path, data=data, method=method,
+                                     headers={"Content-Type": content_type, "Accept": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, json.loads(r.read() or b"null")
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"null")
+
+    def ca_bundles(self) -> list[str | None]:
+        out = []
+        for plural in ("validatingwebhookconfigurations", "mutatingwebhookconfigurations"):
+            _, body = self.api("GET", f"{ADM}/{plural}/{CONFIG}")
+            out += [(w.get("clientConfig") or {}).get("caBundle") for w in body.get("webhooks") or []]
+        return out
+
+    def resource_versions(self) -> dict[str, str]:
+        out = {}
+        for plural in ("validatingwebhookconfigurations", "mutatingwebhookconfigurations"):
+            out[plural] = self.api("GET", f"{ADM}/{plural}/{CONFIG}")[1]["metadata"]["resourceVersion"]
+        out["secret"] = self.api("GET", f"/api/v1/namespaces/{OP_NS}/secrets/{SECRET}")[1]["metadata"]["resourceVersion"]
+        return out
+
+    # -- the operator process
+    def start(self, resync: float = 1.0) -> None:
+        self.metrics_port = free_port()
+        log = open(self.log, "a")
+        self.proc = subprocess.Popen(
+            [str(BIN / "specdeploy"), "operator", "run", "--kubeconfig", self.cluster.kubeconfig, "--namespace", "default",
+             "--metrics-port", str(self.metrics_port), "--webhook-port", str(self.port),
+             "--webhook-service", f"{SERVICE}.{OP_NS}", "--webhook-secret", SECRET,
+             "--webhook-configuration", CONFIG, "--operator-namespace", OP_NS],
+            stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+            env={**self.cluster.env(), "SPECDEPLOY_WEBHOOK_RESYNC_SECONDS": str(resync)})
+        log.close()
+        wait_for(lambda: all(self.ca_bundles()) and self._serving(), 60, "the webhook's caBundle and HTTPS port")
+
+    def _serving(self) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise HarnessError(f"operator exited ({self.proc.returncode}):\n{self.log.read_text()[-3000:]}")
+        try:
+            self.client().post("/validate", b"{}")
+            return True
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def ca_pem(self) -> bytes:
+        bundles = self.ca_bundles()
+        assert bundles and len(set(bundles)) == 1, bundles
+        return base64.b64decode(bundles[0])
+
+    def client(self) -> Client:
+        return Client(self.port, self.ca_pem(), server_hostname=SNI)
+
+    def api_writes(self) -> float:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+        return sum(float(line.rpartition(" ")[2]) for line in text.splitlines()
+                   if line.startswith("specdeploy_api_writes_total"))
+
+
+@pytest.fixture(scope="module")
+def env():
+    with Cluster() as cluster:
+        cluster.apply_crds()
+        cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OP_NS}}))
+        e = Env(cluster)
+        for kind, wh in (("ValidatingWebhookConfiguration", "validate"), ("MutatingWebhookConfiguration", "mutate")):
+            plural = kind.lower() + "s"
+            st, body = e.api("POST", f"{ADM}/{plural}", _configuration(kind, wh))
+            assert st == 201, body
+        t, d = example_configs()
+        broken = copy.deepcopy(d)
+        broken["dflash_config"]["target_layer_ids"][4] = 64  # the target has 64 layers: ids are 0..63
+        for name, doc in (("good-target", t), ("good-drafter", d), ("broken-drafter", broken)):
+            st, body = e.api("POST", "/api/v1/namespaces/default/configmaps",
+                             {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
+                              "data": {"config.json": json.dumps(doc)}})
+            assert st == 201, body
+        e.start()
+        try:
+            yield e
+        except BaseException:
+            raise
+        finally:
+            e.stop()
+
+
+def _cr(name: str, drafter_cm: str) -> dict:
+    cr = example_cr(name=name)
+    cr["spec"]["target"]["configFrom"] = {"configMapKeyRef": {"name": "good-target"}}
+    cr["spec"]["drafter"]["configFrom"] = {"configMapKeyRef": {"name": drafter_cm}}
+    return cr
+
+
+def test_self_signed_certificate_chains_to_the_patched_ca_bundle(env):
+    ca = env.ca_pem()
+    _, secret = env.api("GET", f"/api/v1/namespaces/{OP_NS}/secrets/{SECRET}")
+    assert base64.b64decode(secret["data"]["ca.crt"]) == ca
+    c = env.client()  # verifies the chain against caBundle and the name SERVICE.NS.svc
+    assert c.review(review_request(_cr("ok", "good-drafter")))["allowed"] is True
+    cert = x509.load_der_x509_certificate(c.peer_certificate())
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
+    assert set(names) >= {SERVICE, f"{SERVICE}.{OP_NS}", SNI, f"{SNI}.cluster.local"}
+    cert.verify_directly_issued_by(x509.load_pem_x509_certificate(ca))
+    with pytest.raises(Exception):  # a name the certificate does not carry fails verification
+        Client(env.port, ca, server_hostname="other.example").post("/validate", b"{}")
+
+
+def test_broken_pair_in_configmaps_is_refused_with_the_path_and_valid_pair_admitted(env):
+    c = env.client()
+    r = c.review(review_request(_cr("broken", "broken-drafter")))
+    assert r["allowed"] is False and r["status"]["code"] == 422
+    assert "drafter $.dflash_config.target_layer_ids[4]" in r["status"]["message"]
+    assert "ConfigMap default/broken-drafter" in r["status"]["message"]
+    ok = c.review(review_request(_cr("ok", "good-drafter")))
+    assert ok["allowed"] is True and not ok.get("warnings")
+
+
+def test_dry_run_has_no_side_effects(env):
+    c = env.client()
+    before, writes = env.resource_versions(), env.api_writes()
+    for dry in (True, False):
+        r = c.review(review_request(_cr("broken", "broken-drafter"), dry_run=dry))
+        assert r["allowed"] is False
+        r = c.review(review_request(_cr("ok", "good-drafter"), dry_run=dry), webhook="mutate")
+        assert r["allowed"] is True
+    assert env.resource_versions() == before and env.api_writes() == writes
+    _, cms = env.api("GET", "/api/v1/namespaces/default/configmaps")
+    assert sorted(i["metadata"]["name"] for i in cms["items"]) == ["broken-drafter", "good-drafter", "good-target"]
+
+
+def test_mutating_defaults_appear_in_the_stored_object(env):
+    c = env.client()
+    cr = _cr("defaults", "good-drafter")
+    for k in ("pod",):
+        cr["spec"].pop(k, None)
+    r = c.review(review_request(cr), webhook="mutate")
+    assert r["allowed"] is True and r["patchType"] == "JSONPatch"
+    mutated = jsonpatch.apply_patch(cr, decode_patch({"response": r}))
+    # what the API server does next: validating admission on the mutated object, then store it
+    assert c.review(review_request(mutated))["allowed"] is True
+    st, stored = env.api("POST", "/apis/specdeploy.io/v1alpha1/namespaces/default/speculativedeployments", mutated)
+    assert st == 201, stored
+    _, got = env.api("GET", "/apis/specdeploy.io/v1alpha1/namespaces/default/speculativedeployments/defaults")
+    spec = got["spec"]
+    assert spec["nodes"] == 1 and spec["replicas"] == 1 and spec["gpu"]["count"] == 1
+    assert spec["speculation"]["method"] == "dflash" and spec["pod"]["shmSize"] == "16Gi"
+    assert spec["monitoring"]["minAcceptanceLength"] == 1.5
+    assert spec["target"]["configFrom"]["configMapKeyRef"]["key"] == "config.json"
+    # an UPDATE of the stored object: nothing left to default
+    r2 = c.review(review_request(got, operation="UPDATE", old=got), webhook="mutate")
+    assert "patch" not in r2
+
+
+def test_ca_bundle_is_kept_current_and_a_restart_reuses_the_secret(env):
+    served = env.client().peer_certificate()
+    # someone overwrites caBundle: the operator puts it back on its next round (resync 1 s here)
+    good = env.ca_bundles()[0]
+    _, vwc = env.api("GET", f"{ADM}/validatingwebhookconfigurations/{CONFIG}")
+    vwc["webhooks"][0]["clientConfig"]["caBundle"] = base64.b64encode(b"stale").decode()
+    assert env.api("PUT", f"{ADM}/validatingwebhookconfigurations/{CONFIG}", vwc)[0] == 200
+    wait_for(lambda: env.ca_bundles() == [good, good], 20, "the operator to restore caBundle")
+    before = env.resource_versions()
+    time.sleep(2.5)  # two more rounds: nothing differs, so nothing is written
+    assert env.resource_versions() == before
+
+    env.stop()
+    env.start()
+    assert env.client().peer_certificate() == served
+    assert env.ca_bundles() == [good, good]
+    assert env.resource_versions() == before

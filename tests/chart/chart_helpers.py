@@ -1,0 +1,129 @@
+"""Helpers for the chart tests: the real Helm 3 and Helm 4 binaries, rendering, value sets.
+
+Not a conftest.py (tests/conftest.py is the only one): the chart tests import from here.
+The Helm binaries come from `.ci/install-tools` (.venv/tools/helm3, .venv/tools/helm4).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "specdeploy"
+TOOLS = ROOT / ".venv" / "tools"
+HELMS = {"helm3": TOOLS / "helm3", "helm4": TOOLS / "helm4"}
+RELEASE, NAMESPACE = "specdeploy", "specdeploy-system"
+# The oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and the newest kubernetes-validate knows.
+KUBE_VERSIONS = ("1.28", "1.37")
+
+# Value sets every rendering test runs over: the defaults and the non-default corners.
+VALUE_SETS: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "namespaced": {
+        "watch": {"namespaces": ["team-a", "team-b"]},
+        "hub": {"endpoint": "https://hf-mirror.example.com", "tokenSecrets": ["hf-token", "hf-token-gated"]},
+        "resyncSeconds": 120,
+        "image": {"tag": "0.1.0-rc1", "pullPolicy": "Always"},
+        "imagePullSecrets": [{"name": "ghcr"}],
+        "nodeSelector": {"kubernetes.io/os": "linux"},
+        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "control", "effect": "NoSchedule"}],
+        "podAnnotations": {"example.com/team": "ml"},
+        "priorityClassName": "system-cluster-critical",
+    },
+    "cert-manager": {
+        "webhook": {"certManager": {"enabled": True}, "failurePolicy": "Ignore", "timeoutSeconds": 10,
+                    "objectSelector": {"matchLabels": {"specdeploy.io/admission": "on"}}},
+        "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
+        "crds": {"keep": False},
+        "image": {"digest": "sha256:" + "0" * 64},
+    },
+    "cert-manager-issuer": {
+        "webhook": {"certManager": {"enabled": True, "issuerRef": {"name": "corp-ca", "kind": "ClusterIssuer"}},
+                    "namespaceSelector": {"matchLabels": {"specdeploy.io/enabled": "true"}}},
+        "watch": {"namespaces": ["inference"]},
+    },
+    "minimal": {
+        "webhook": {"enabled": False},
+        "crds": {"install": False},
+        "serviceAccount": {"create": False, "name": "existing-sa"},
+        "fullnameOverride": "sd",
+        "metrics": {"port": 9090},
+        "health": {"port": 9091},
+    },
+}
+# Kinds the chart may render that are not built into Kubernetes (validated elsewhere, not by kubernetes-validate).
+CUSTOM_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("cert-manager.io/v1", "Issuer"),
+                ("cert-manager.io/v1", "Certificate")}
+
+
+def helm(which: str) -> str:
+    path = HELMS[which]
+    if not path.exists():
+        pytest.skip(f"{path} is missing: run .ci/install-tools (or .ci/setup)")
+    return str(path)
+
+
+def run_helm(which: str, *args: str, check: bool = True, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    p = subprocess.run([helm(which), *args], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, **env} if env else None)
+    if check and p.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} failed ({p.returncode}):\n{p.stderr}\n{p.stdout}")
+    return p
+
+
+def values_file(values: dict[str, Any]) -> str:
+    f = tempfile.NamedTemporaryFile("w", suffix=".yaml", prefix="specdeploy-values-", delete=False)
+    with f:
+        yaml.safe_dump(values, f)
+    return f.name
+
+
+@functools.lru_cache(maxsize=None)
+def _render(which: str, values_json: str, namespace: str, release: str) -> str:
+    path = values_file(json.loads(values_json))
+    try:
+        return run_helm(which, "template", release, str(CHART), "--namespace", namespace, "-f", path).stdout
+    finally:
+        Path(path).unlink()
+
+
+def render_text(values: dict[str, Any] | None = None, which: str = "helm4", namespace: str = NAMESPACE,
+                release: str = RELEASE) -> str:
+    return _render(which, json.dumps(values or {}, sort_keys=True), namespace, release)
+
+
+def render(values: dict[str, Any] | None = None, which: str = "helm4", namespace: str = NAMESPACE,
+           release: str = RELEASE) -> list[dict]:
+    """The objects `helm template` renders (fresh copies)."""
+    return [d for d in yaml.safe_load_all(render_text(values, which, namespace, release)) if d]
+
+
+def find(objs: list[dict], kind: str, name: str | None = None, namespace: str | None = None) -> list[dict]:
+    return [o for o in objs if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)
+            and (namespace is None or o["metadata"].get("namespace") == namespace)]
+
+
+def one(objs: list[dict], kind: str, name: str | None = None) -> dict:
+    got = find(objs, kind, name)
+    assert len(got) == 1, f"expected one {kind} {name or ''}, got {[o['metadata']['name'] for o in got]}"
+    return got[0]
+
+
+def container(objs: list[dict]) -> dict:
+    dep = one(objs, "Deployment")
+    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    return c
+
+
+def arg_value(args: list[str], flag: str) -> list[str]:
+    """Every value given to a `--flag VALUE` option."""
+    return [args[i + 1] for i, a in enumerate(args[:-1]) if a == flag]

@@ -1,0 +1,263 @@
+"""The chart with the real Helm 3 and Helm 4: lint --strict, template, the schema, what each object carries."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from chart_helpers import (CHART, HELMS, NAMESPACE, RELEASE, VALUE_SETS, arg_value, container, find, one, render,
+                           render_text, run_helm, values_file)
+from specdeploy.api.crd import build_crd
+
+HELM_NAMES = sorted(HELMS)
+
+
+@pytest.mark.parametrize("which", HELM_NAMES)
+def test_helm_versions(which):
+    out = run_helm(which, "version", "--short").stdout
+    assert out.startswith("v3.17." if which == "helm3" else "v4."), out
+
+
+@pytest.mark.parametrize("which", HELM_NAMES)
+@pytest.mark.parametrize("values", sorted(VALUE_SETS))
+def test_lint_strict(which, values):
+    args = ["lint", "--strict", str(CHART)]
+    if VALUE_SETS[values]:
+        args += ["-f", values_file(VALUE_SETS[values])]
+    p = run_helm(which, *args)
+    assert "0 chart(s) failed" in p.stdout
+    assert "[WARNING]" not in p.stdout and "[ERROR]" not in p.stdout, p.stdout
+
+
+@pytest.mark.parametrize("values", sorted(VALUE_SETS))
+def test_helm3_and_helm4_render_the_same_objects(values):
+    # the order of kinds Helm does not know (ServiceMonitor, Certificate, ...) differs between the two
+    key = lambda o: (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"])  # noqa: E731
+    assert sorted(render(VALUE_SETS[values], "helm3"), key=key) == sorted(render(VALUE_SETS[values], "helm4"), key=key)
+
+
+@pytest.mark.parametrize("which", HELM_NAMES)
+@pytest.mark.parametrize("bad, complaint", [
+    ({"webhook": {"failurePolicy": "Sometimes"}}, "failurePolicy"),
+    ({"watch": {"namespace": ["a"]}}, "namespace"),  # typo of namespaces: unknown keys are rejected
+    ({"watch": {"namespaces": ["Not_A_Namespace"]}}, "namespaces"),
+    ({"resyncSeconds": "60"}, "resyncSeconds"),
+    ({"webhook": {"timeoutSeconds": 31}}, "timeoutSeconds"),
+    ({"image": {"digest": "latest"}}, "digest"),
+])
+def test_schema_rejects_bad_values(which, bad, complaint):
+    p = run_helm(which, "template", RELEASE, str(CHART), "-f", values_file(bad), check=False)
+    assert p.returncode != 0 and complaint in p.stderr, p.stderr
+
+
+def test_values_yaml_defaults_match_the_schema():
+    """values.yaml and values.schema.json (the source of docs/reference/helm-values.md) agree on every default."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    schema = json.loads((CHART / "values.schema.json").read_text())
+
+    def walk(value: dict, node: dict, path: str) -> None:
+        assert set(value) <= set(node["properties"]), f"{path or 'top'}: keys missing from the schema"
+        for k in node["properties"]:
+            if k != "global":
+                assert k in value, f"{path}{k} is in the schema but not in values.yaml"
+        for k, v in value.items():
+            sub = node["properties"][k]
+            assert sub.get("description"), f"{path}{k} has no description in values.schema.json"
+            if "properties" in sub:
+                walk(v, sub, f"{path}{k}.")
+            else:
+                assert sub.get("default") == v, f"{path}{k}: values.yaml {v!r} != schema default {sub.get('default')!r}"
+
+    walk(values, schema, "")
+
+
+def test_default_objects():
+    objs = render()
+    kinds = sorted((o["kind"], o["metadata"]["name"]) for o in objs)
+    assert kinds == sorted([
+        ("ServiceAccount", "specdeploy"), ("CustomResourceDefinition", "speculativedeployments.specdeploy.io"),
+        ("ClusterRole", "specdeploy-cluster"), ("ClusterRoleBinding", "specdeploy-cluster"),
+        ("ClusterRole", "specdeploy-workloads"), ("ClusterRoleBinding", "specdeploy-workloads"),
+        ("Role", "specdeploy-webhook-tls"), ("RoleBinding", "specdeploy-webhook-tls"),
+        ("Service", "specdeploy-webhook"), ("Service", "specdeploy-metrics"), ("Deployment", "specdeploy"),
+        ("ValidatingWebhookConfiguration", "specdeploy"), ("MutatingWebhookConfiguration", "specdeploy"),
+    ])
+    for o in objs:
+        if o["kind"] not in ("CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding",
+                             "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+            assert o["metadata"]["namespace"] == NAMESPACE, o["metadata"]
+
+
+def test_crd_template_is_the_generated_crd():
+    crd = one(render(), "CustomResourceDefinition")
+    assert crd["metadata"].pop("annotations") == {"helm.sh/resource-policy": "keep"}
+    assert crd == build_crd()
+    crd = one(render({"crds": {"keep": False}}), "CustomResourceDefinition")
+    assert "annotations" not in crd["metadata"]
+    assert not find(render({"crds": {"install": False}}), "CustomResourceDefinition")
+
+
+def test_deployment_pod_security_and_probes():
+    dep = one(render(), "Deployment")
+    spec = dep["spec"]["template"]["spec"]
+    assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"] == {"type": "Recreate"}
+    psc = spec["securityContext"]
+    assert psc["runAsNonRoot"] is True and psc["runAsUser"] != 0 and psc["seccompProfile"] == {"type": "RuntimeDefault"}
+    c = container(render())
+    sc = c["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]} and sc["runAsNonRoot"] is True
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert c["resources"]["requests"]["cpu"] and c["resources"]["requests"]["memory"] and c["resources"]["limits"]["memory"]
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports == {"metrics": 8080, "health": 8081, "webhook": 9443}
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert {"name": "tmp", "mountPath": "/tmp"} in c["volumeMounts"]
+    assert {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}} in spec["volumes"]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert env["HF_HOME"]["value"].startswith("/tmp/")
+    assert "HF_ENDPOINT" not in env
+    assert c["image"] == "ghcr.io/specdeploy/operator:0.1.0"
+
+
+def test_operator_args_default():
+    args = container(render())["args"]
+    assert args[:2] == ["operator", "run"] and "--all-namespaces" in args and "--namespace" not in args
+    assert arg_value(args, "--metrics-port") == ["8080"]
+    assert arg_value(args, "--liveness") == ["http://0.0.0.0:8081/healthz"]
+    assert arg_value(args, "--resync-seconds") == ["60"]
+    assert arg_value(args, "--webhook-port") == ["9443"]
+    assert arg_value(args, "--webhook-service") == [f"specdeploy-webhook.{NAMESPACE}"]
+    assert arg_value(args, "--webhook-secret") == ["specdeploy-webhook-tls"]
+    assert arg_value(args, "--webhook-configuration") == ["specdeploy"]
+    assert "--webhook-cert-dir" not in args
+
+
+def test_operator_args_namespaced():
+    objs = render(VALUE_SETS["namespaced"])
+    c = container(objs)
+    args = c["args"]
+    assert arg_value(args, "--namespace") == ["team-a", "team-b"] and "--all-namespaces" not in args
+    assert arg_value(args, "--resync-seconds") == ["120"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["HF_ENDPOINT"] == "https://hf-mirror.example.com"
+    assert c["image"] == "ghcr.io/specdeploy/operator:0.1.0-rc1" and c["imagePullPolicy"] == "Always"
+    spec = one(objs, "Deployment")["spec"]["template"]["spec"]
+    assert spec["imagePullSecrets"] == [{"name": "ghcr"}] and spec["priorityClassName"] == "system-cluster-critical"
+    assert spec["nodeSelector"] == {"kubernetes.io/os": "linux"} and spec["tolerations"][0]["key"] == "dedicated"
+    # the webhooks only see the watched namespaces
+    for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+        (wh,) = one(objs, kind)["webhooks"]
+        assert wh["namespaceSelector"] == {"matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["team-a", "team-b"]}]}
+
+
+def test_webhook_service_and_configurations():
+    objs = render()
+    svc = one(objs, "Service", "specdeploy-webhook")
+    assert svc["spec"]["ports"] == [{"name": "webhook", "port": 443, "targetPort": "webhook", "protocol": "TCP"}]
+    assert svc["spec"]["selector"] == one(objs, "Deployment")["spec"]["selector"]["matchLabels"]
+    for kind, name, path in (("ValidatingWebhookConfiguration", "validate.specdeploy.io", "/validate"),
+                             ("MutatingWebhookConfiguration", "mutate.specdeploy.io", "/mutate")):
+        cfg = one(objs, kind, "specdeploy")
+        assert "annotations" not in cfg["metadata"]  # the operator writes caBundle
+        (wh,) = cfg["webhooks"]
+        assert wh["name"] == name
+        assert wh["clientConfig"] == {"service": {"name": "specdeploy-webhook", "namespace": NAMESPACE, "path": path,
+                                                  "port": 443}}
+        assert wh["admissionReviewVersions"] == ["v1"] and wh["sideEffects"] == "None"
+        assert wh["failurePolicy"] == "Fail" and wh["timeoutSeconds"] == 5
+        assert "namespaceSelector" not in wh and "objectSelector" not in wh
+        assert wh["rules"] == [{"apiGroups": ["specdeploy.io"], "apiVersions": ["v1alpha1"],
+                                "operations": ["CREATE", "UPDATE"], "resources": ["speculativedeployments"],
+                                "scope": "Namespaced"}]
+
+
+def test_cert_manager_variant():
+    objs = render(VALUE_SETS["cert-manager"])
+    issuer = one(objs, "Issuer")
+    assert issuer["spec"] == {"selfSigned": {}}
+    cert = one(objs, "Certificate")
+    assert cert["spec"]["secretName"] == "specdeploy-webhook-tls"
+    assert cert["spec"]["dnsNames"] == [f"specdeploy-webhook.{NAMESPACE}.svc", f"specdeploy-webhook.{NAMESPACE}.svc.cluster.local"]
+    assert cert["spec"]["issuerRef"] == {"name": issuer["metadata"]["name"], "kind": "Issuer", "group": "cert-manager.io"}
+    for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+        cfg = one(objs, kind)
+        assert cfg["metadata"]["annotations"] == {"cert-manager.io/inject-ca-from": f"{NAMESPACE}/{cert['metadata']['name']}"}
+        (wh,) = cfg["webhooks"]
+        assert wh["failurePolicy"] == "Ignore" and wh["timeoutSeconds"] == 10
+        assert wh["objectSelector"] == {"matchLabels": {"specdeploy.io/admission": "on"}}
+    c = container(objs)
+    assert arg_value(c["args"], "--webhook-cert-dir") == ["/certs"]
+    assert "--webhook-secret" not in c["args"] and "--webhook-configuration" not in c["args"]
+    assert {"name": "certs", "mountPath": "/certs", "readOnly": True} in c["volumeMounts"]
+    vols = {v["name"]: v for v in one(objs, "Deployment")["spec"]["template"]["spec"]["volumes"]}
+    assert vols["certs"]["secret"]["secretName"] == "specdeploy-webhook-tls"
+    assert c["image"] == "ghcr.io/specdeploy/operator@sha256:" + "0" * 64
+    # no Secret or webhook-configuration access for the operator: cert-manager does both
+    assert not find(objs, "Role")
+    sm = one(objs, "ServiceMonitor")
+    assert sm["metadata"]["labels"]["release"] == "prometheus"
+    metrics = one(objs, "Service", "specdeploy-metrics")
+    assert all(metrics["metadata"]["labels"].get(k) == v for k, v in sm["spec"]["selector"]["matchLabels"].items())
+    assert not all(one(objs, "Service", "specdeploy-webhook")["metadata"]["labels"].get(k) == v
+                   for k, v in sm["spec"]["selector"]["matchLabels"].items())
+    assert sm["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "30s"}]
+
+
+def test_cert_manager_with_an_issuer():
+    objs = render(VALUE_SETS["cert-manager-issuer"])
+    assert not find(objs, "Issuer")
+    assert one(objs, "Certificate")["spec"]["issuerRef"] == {"name": "corp-ca", "kind": "ClusterIssuer", "group": "cert-manager.io"}
+    (wh,) = one(objs, "ValidatingWebhookConfiguration")["webhooks"]
+    assert wh["namespaceSelector"] == {"matchLabels": {"specdeploy.io/enabled": "true"}}
+
+
+def test_minimal_variant():
+    objs = render(VALUE_SETS["minimal"])
+    assert not find(objs, "ServiceAccount") and not find(objs, "CustomResourceDefinition")
+    assert not find(objs, "ValidatingWebhookConfiguration") and not find(objs, "MutatingWebhookConfiguration")
+    assert not find(objs, "Service", "sd-webhook") and not find(objs, "Role")
+    dep = one(objs, "Deployment", "sd")
+    assert dep["spec"]["template"]["spec"]["serviceAccountName"] == "existing-sa"
+    c = container(objs)
+    assert [a for a in c["args"] if a.startswith("--webhook")] == ["--webhook-port"]
+    assert arg_value(c["args"], "--webhook-port") == ["0"]
+    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"metrics": 9090, "health": 9091}
+    assert arg_value(c["args"], "--liveness") == ["http://0.0.0.0:9091/healthz"]
+    for b in find(objs, "ClusterRoleBinding"):
+        assert b["subjects"] == [{"kind": "ServiceAccount", "name": "existing-sa", "namespace": NAMESPACE}]
+
+
+def test_release_name_shapes_the_names():
+    objs = render(release="prod")
+    assert one(objs, "Deployment")["metadata"]["name"] == "prod-specdeploy"
+    args = container(objs)["args"]
+    assert arg_value(args, "--webhook-configuration") == ["prod-specdeploy"]
+    assert one(objs, "ValidatingWebhookConfiguration")["metadata"]["name"] == "prod-specdeploy"
+
+
+def test_no_template_leaks():
+    for name, values in VALUE_SETS.items():
+        text = render_text(values)
+        assert "{{" not in text and "<no value>" not in text, name
+
+
+@pytest.mark.parametrize("values", sorted(VALUE_SETS))
+def test_notes_say_what_to_apply_next(values, tmp_path):
+    """NOTES.txt, rendered by Helm 4's client-side dry run (no cluster needed)."""
+    v = VALUE_SETS[values]
+    p = run_helm("helm4", "install", RELEASE, str(CHART), "-n", NAMESPACE, "--dry-run=client",
+                 "-f", values_file(v), env={"KUBECONFIG": str(tmp_path / "none")})
+    notes = p.stdout.split("NOTES:", 1)[1]
+    name = v.get("fullnameOverride") or RELEASE
+    ns = (v.get("watch", {}).get("namespaces") or ["default"])[0]
+    assert f"kubectl -n {NAMESPACE} rollout status deployment/{name}" in notes
+    assert f"kubectl apply -n {ns} -k examples/qwen3.6-27b-b300-vllm" in notes
+    assert f"kubectl get specdeploy -n {ns} -w" in notes
+    assert ("crds/specdeploy.io_speculativedeployments.yaml" in notes) == (not v.get("crds", {}).get("install", True))
+    assert "<no value>" not in notes
