@@ -126,6 +126,10 @@ while read -r engine version; do
         --commands "$COMMANDS" --snapshot-out "$snap" >"$out" 2>"$WORK/$engine-$version.err"; then
     rc=1
   fi
+  # The series names the engine exports, for the dashboards test.
+  if [ -s "$snap" ] && ! "$dir/bin/python" "$HERE/metric_names.py" "$engine" "$snap"; then
+    rc=1
+  fi
   # The driver's human-readable lines (engine log noise filtered out).
   grep -E '^\[(vllm|sglang) |^    ' "$WORK/$engine-$version.err" || true
   if [ ! -s "$out" ]; then
