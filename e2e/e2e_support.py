@@ -40,6 +40,7 @@ __all__ = [
     "stop_cluster",
     "apply", "configmap", "example_cr", "example_doc", "get", "exists", "events_for", "reconciles", "writes",
     "wait_reconciles", "fired_faults", "clear_faults", "CHILD_KINDS", "child_names", "engine_container", "config_hash",
+    "engine_pod", "play_engine_pod", "printer_columns",
 ]
 
 EXAMPLES = ROOT / "examples"
@@ -230,3 +231,46 @@ def wait_reconciles(c: Cluster, more: float, timeout: float = TIMEOUT) -> float:
     """Wait until the operator has done `more` reconciles beyond the current count."""
     target = reconciles(c) + more
     return wait_for(lambda: reconciles(c) >= target and reconciles(c), timeout, f"{more:.0f} more reconciles")
+
+
+# ----------------------------------------------------------------------------- engine pods (embedded only)
+
+
+def engine_pod(cr_name: str, pod_name: str, port: int, engine: str = "vllm") -> dict:
+    """An engine pod of a SpeculativeDeployment as its workload would create it: the engine labels
+    and a container port named http (where the engine serves /metrics)."""
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": pod_name, "labels": {
+                "app.kubernetes.io/name": "specdeploy-engine", "app.kubernetes.io/instance": cr_name,
+                "app.kubernetes.io/component": "engine", "app.kubernetes.io/managed-by": "specdeploy",
+                "app.kubernetes.io/part-of": "specdeploy", "specdeploy.io/engine": engine}},
+            "spec": {"containers": [{"name": "engine", "image": "example.invalid/engine:stand-in",
+                                     "ports": [{"name": "http", "containerPort": port, "protocol": "TCP"}]}]}}
+
+
+def play_engine_pod(c: Cluster, cr_name: str, pod_name: str, port: int, engine: str = "vllm",
+                    ip: str = "127.0.0.1") -> None:
+    """Play the kubelet for one engine pod: create it, then set it Running and Ready with ``ip`` as its
+    podIP, so the operator scrapes ``http://<ip>:<port>/metrics`` (a stand-in engine on loopback)."""
+    apply(c, engine_pod(cr_name, pod_name, port, engine))
+    status = {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}],
+              "conditions": [{"type": "Ready", "status": "True"}, {"type": "ContainersReady", "status": "True"}]}
+    c.kubectl("patch", "pod", pod_name, "-n", c.namespace, "--subresource=status", "--type=merge",
+              "-p", json.dumps({"status": status}))
+
+
+def printer_columns(c: Cluster, kind: str = "specdeploy") -> dict[str, dict[str, str]]:
+    """`kubectl get <kind>` as {name: {COLUMN: value}} (empty cells are absent from a row)."""
+    lines = c.kubectl("get", kind, "-n", c.namespace).stdout.splitlines()
+    header = lines[0]
+    starts = [i for i, ch in enumerate(header) if ch != " " and (i == 0 or header[i - 1] == " ")]
+    rows = {}
+    for ln in lines[1:]:
+        cells = {}
+        for j, start in enumerate(starts):
+            end = starts[j + 1] if j + 1 < len(starts) else None
+            value = ln[start:end].strip()
+            if value:
+                cells[header[start:end].strip()] = value
+        rows[ln.split()[0]] = cells
+    return rows

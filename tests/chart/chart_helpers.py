@@ -43,6 +43,10 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "webhook": {"certManager": {"enabled": True}, "failurePolicy": "Ignore", "timeoutSeconds": 10,
                     "objectSelector": {"matchLabels": {"specdeploy.io/admission": "on"}}},
         "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
+        "prometheusRule": {"enabled": True, "labels": {"release": "prometheus"},
+                           "thresholds": {"minAcceptanceLength": 2, "cliffHigh": 0.25, "cliffLow": 0.02}},
+        "dashboards": {"enabled": True, "namespace": "monitoring", "labels": {"team": "ml"},
+                       "annotations": {"grafana_folder": "Speculative decoding"}},
         "crds": {"keep": False},
         "image": {"digest": "sha256:" + "0" * 64},
     },
@@ -61,7 +65,8 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     },
 }
 # Kinds the chart may render that are not built into Kubernetes (validated elsewhere, not by kubernetes-validate).
-CUSTOM_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("cert-manager.io/v1", "Issuer"),
+CUSTOM_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule"),
+                ("cert-manager.io/v1", "Issuer"),
                 ("cert-manager.io/v1", "Certificate")}
 
 

@@ -128,10 +128,12 @@ exists, with the code that needs it (operator/specdeploy/controller/):
   resources: ["jobs"]
   verbs: ["get", "list", "watch", "create", "delete"]
 # Pods: list the inspector Job's pods (label job-name=...) to read the termination message that
-# carries config.json (Resolver._from_pvc). No get, watch or write.
+# carries config.json (Resolver._from_pvc); list and watch the engine pods (label selector
+# app.kubernetes.io/managed-by=specdeploy,app.kubernetes.io/component=engine: handlers.on_engine_pod)
+# whose /metrics the acceptance monitor scrapes (controller/monitor.py). No get and no write.
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["list"]
+  verbs: ["list", "watch"]
 # Events: Controller._event posts core/v1 Events on condition transitions (kopf's own posting is off).
 - apiGroups: [""]
   resources: ["events"]

@@ -16,6 +16,7 @@ from ..api.crd import API_GROUP, API_VERSION
 from .. import PLURAL
 from . import metrics
 from .kube import Kube, load_api_client
+from .monitor import DEFAULT_INTERVAL, ENGINE_POD_LABELS, ENGINE_POD_SELECTOR, INTERVAL_ENV, AcceptanceMonitor
 from .reconciler import Controller, Settings
 from .resolve import Resolver
 
@@ -29,6 +30,31 @@ def controller() -> Controller:
     return _controller
 
 
+@kopf.on.login()
+def on_login(settings: kopf.OperatorSettings, **kwargs):
+    """Credentials for kopf's own watches: the --kubeconfig file when given, else kopf's default.
+
+    kopf's client-based login reads the kubeconfig location the kubernetes library captured
+    from KUBECONFIG at import time, so an explicit --kubeconfig would be ignored.
+    """
+    path = os.environ.get("SPECDEPLOY_KUBECONFIG")
+    if not path:
+        return kopf.login_via_client(settings=settings, **kwargs)
+    from kubernetes import client as k8s_client
+    from kubernetes import config as k8s_config
+
+    cfg = k8s_client.Configuration()
+    k8s_config.load_kube_config(config_file=path, client_configuration=cfg)
+    header = cfg.get_api_key_with_prefix("BearerToken") or cfg.get_api_key_with_prefix("authorization")
+    parts = header.split(" ", 1) if header else []
+    scheme, token = (None, None) if not parts else (None, parts[0]) if len(parts) == 1 else (parts[0], parts[1])
+    return kopf.ConnectionInfo(
+        server=cfg.host, ca_path=cfg.ssl_ca_cert, insecure=not cfg.verify_ssl,
+        username=cfg.username or None, password=cfg.password or None, scheme=scheme, token=token,
+        certificate_path=cfg.cert_file, private_key_path=cfg.key_file, trust_env=settings.networking.trust_env,
+    )
+
+
 @kopf.on.startup()
 async def on_startup(settings: kopf.OperatorSettings, **_) -> None:
     global _controller
@@ -37,6 +63,8 @@ async def on_startup(settings: kopf.OperatorSettings, **_) -> None:
     settings.watching.client_timeout = settings.watching.server_timeout + 30
     settings.networking.request_timeout = 60
     settings.peering.standalone = True
+    # Engine pods only, filtered by the API server: the acceptance monitor's cache (on_engine_pod).
+    settings.watching.label_selectors["v1", "pods"] = ENGINE_POD_SELECTOR
     api = load_api_client(os.environ.get("SPECDEPLOY_KUBECONFIG") or None)
     kube = Kube(api, on_write=metrics.count_write)
     resolver = Resolver(kube, hub_endpoint=os.environ.get("HF_ENDPOINT") or None)
@@ -45,6 +73,9 @@ async def on_startup(settings: kopf.OperatorSettings, **_) -> None:
         workers=int(os.environ.get("SPECDEPLOY_WORKERS", "4")),
         capability_ttl=float(os.environ.get("SPECDEPLOY_CAPABILITY_TTL", "60")),
     ))
+    interval = float(os.environ.get(INTERVAL_ENV) or DEFAULT_INTERVAL)
+    if interval > 0:  # 0: no acceptance monitoring
+        _controller.monitor = AcceptanceMonitor(_controller, interval)
     _controller.start()
     await _start_webhook(kube, resolver)
     port = int(os.environ.get("SPECDEPLOY_METRICS_PORT", "0"))
@@ -107,6 +138,14 @@ async def on_pdb(event, **_) -> None:
 @kopf.on.event("monitoring.coreos.com", "v1", "podmonitors", labels=MANAGED)
 async def on_podmonitor(event, **_) -> None:
     await controller().observe_child(event.get("type"), {**event["object"], "kind": "PodMonitor"})
+
+
+@kopf.on.event("v1", "pods", labels=ENGINE_POD_LABELS)
+async def on_engine_pod(event, **_) -> None:
+    # the acceptance monitor's target cache (ready engine pods); never a reconcile by itself
+    monitor = controller().monitor
+    if monitor is not None:
+        monitor.observe_pod(event.get("type"), event["object"])
 
 
 @kopf.on.event("batch", "v1", "jobs", labels={**MANAGED, "app.kubernetes.io/component": "config-inspector"})

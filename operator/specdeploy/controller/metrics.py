@@ -16,6 +16,19 @@ CHECK_FAILURES = Counter("specdeploy_check_failures_total", "Drafter/target chec
 QUEUE_DEPTH = Gauge("specdeploy_queue_depth", "Keys waiting in the work queue.", registry=REGISTRY)
 MANAGED = Gauge("specdeploy_managed_deployments", "SpeculativeDeployments the operator watches.", registry=REGISTRY)
 
+# Acceptance measured by the acceptance monitor (controller/monitor.py), per SpeculativeDeployment:
+# the engines' figures combined over the ready engine pods of the last scrape window. A series
+# exists only while there is a figure (no traffic, no metrics: no series); removed with the CR.
+ACCEPTANCE_LABELS = ("namespace", "deployment", "engine", "drafter")
+ACCEPTANCE_LENGTH = Gauge("specdeploy_acceptance_length",
+                          "Speculative acceptance length (tokens per step, bonus token included) over the last window.",
+                          ACCEPTANCE_LABELS, registry=REGISTRY)
+ACCEPTANCE_RATE = Gauge("specdeploy_acceptance_rate", "Accepted / drafted tokens over the last window.",
+                        ACCEPTANCE_LABELS, registry=REGISTRY)
+ACCEPTANCE_PER_POSITION = Gauge("specdeploy_acceptance_per_position",
+                                "Acceptance rate per draft position over the last window (vLLM).",
+                                ACCEPTANCE_LABELS + ("position",), registry=REGISTRY)
+
 
 def count_write(verb: str, kind: str) -> None:
     API_WRITES.labels(verb=verb, kind=kind).inc()

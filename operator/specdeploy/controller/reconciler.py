@@ -90,6 +90,11 @@ class Controller:
         self.state: dict[Key, _State] = {}
         self._caps: dict[tuple[str, str], tuple[float, bool]] = {}
         self._tasks: list[asyncio.Task] = []
+        # The acceptance monitor (monitor.py; started with the workers when set) and what it wants
+        # in each status: {"acceptance": dict | None, "condition": SpeculationHealthy | None}.
+        # _write_status writes it with the reconciler's own conditions: one status writer per key.
+        self.monitor = None
+        self.speculation: dict[Key, dict[str, Any]] = {}
 
     # ------------------------------------------------------------- watch feeds
 
@@ -99,6 +104,9 @@ class Controller:
         if event_type == "DELETED":
             self.bodies.pop(key, None)
             self.state.pop(key, None)
+            if self.monitor is not None:
+                self.monitor.forget(key)
+            self.speculation.pop(key, None)
             self._unindex_refs(key)
             metrics.MANAGED.set(len(self.bodies))
             return
@@ -171,6 +179,8 @@ class Controller:
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._worker(i)) for i in range(self.settings.workers)]
         self._tasks.append(loop.create_task(self._resync()))
+        if self.monitor is not None:
+            self._tasks.append(loop.create_task(self.monitor.run()))
 
     async def stop(self) -> None:
         await self.queue.close()
@@ -389,7 +399,11 @@ class Controller:
     async def _write_status(self, key: Key, body: dict, obs: st.Observation, resolved: dict | None) -> None:
         ns, name = key
         current = body.get("status") or {}
-        conds = st.merge_conditions(current.get("conditions"), st.compute_conditions(obs), obs.generation, now_rfc3339())
+        new = st.compute_conditions(obs)
+        spec_status = self.speculation.get(key)  # the acceptance monitor's part, if it has judged
+        if spec_status is not None and spec_status.get("condition"):
+            new.append(spec_status["condition"])
+        conds = st.merge_conditions(current.get("conditions"), new, obs.generation, now_rfc3339())
         desired: dict[str, Any] = {
             "conditions": conds,
             "observedGeneration": obs.generation,
@@ -399,6 +413,8 @@ class Controller:
         }
         if resolved is not None:
             desired["resolved"] = resolved
+        if spec_status is not None:
+            desired["acceptance"] = spec_status.get("acceptance")  # None: cleared (merge patch null)
         if not st.status_changed(current, desired):
             return
         await self.kube.patch("SpeculativeDeployment", ns, name, {"status": desired}, sub="status")

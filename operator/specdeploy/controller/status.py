@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from ..core import acceptance as acc
 from ..core.findings import Finding, Severity
 
 DRAFTER_COMPATIBLE = "DrafterCompatible"
@@ -17,6 +18,10 @@ PROGRESSING = "Progressing"
 READY = "Ready"
 DEGRADED = "Degraded"
 CONDITION_TYPES = (DRAFTER_COMPATIBLE, PROGRESSING, READY, DEGRADED)
+# Owned by the acceptance monitor (controller/monitor.py), written by the same status path.
+SPECULATION_HEALTHY = "SpeculationHealthy"
+NO_READY_PODS = "NoReadyPods"  # Unknown: no ready engine pod to scrape (any more)
+SCRAPE_FAILED = "ScrapeFailed"  # Unknown: no engine pod's /metrics answered
 MAX_MESSAGE = 4000
 
 
@@ -171,4 +176,71 @@ def event_for(cond: dict) -> tuple[str, str, str] | None:
         return "Warning", reason, cond["message"]
     if t == READY and s == "True":
         return "Normal", reason, cond["message"]
+    if t == SPECULATION_HEALTHY:  # every transition: a person wants to see acceptance change
+        if s == "False" or (s == "Unknown" and reason == acc.NO_METRICS):
+            return "Warning", reason, cond["message"]
+        return "Normal", reason, cond["message"]
     return None
+
+
+# ----------------------------------------------------------------- SpeculationHealthy (pure)
+
+# Condition status per acceptance.health status.
+_HEALTH_STATUS = {acc.OK: True, acc.DEGRADED: False, acc.UNKNOWN: None}
+# Verdicts that new evidence (drafts) produced; NoTraffic keeps one of these as it is.
+_VERDICTS = (acc.HEALTHY, acc.COLLAPSED, acc.CLIFF)
+
+
+def strip_condition(cond: dict | None) -> dict | None:
+    if not isinstance(cond, dict):
+        return None
+    return {k: cond[k] for k in ("type", "status", "reason", "message") if k in cond}
+
+
+def speculation_condition(acceptance: "acc.Acceptance | None", min_length: float = acc.DEFAULT_MIN_LENGTH,
+                          previous: dict | None = None) -> dict[str, Any]:
+    """The SpeculationHealthy condition (without times) for a deployment's combined acceptance.
+
+    - True ``Healthy``; False ``AcceptanceCollapsed`` (tau below ``min_length`` over the window)
+      or ``AcceptanceCliff`` (per-position acceptance drops to near zero after healthy positions);
+      Unknown ``NoMetrics`` (the engines export no speculative-decoding series).
+    - No traffic (no drafts in the window) is no evidence either way: the previous verdict
+      (Healthy, AcceptanceCollapsed, AcceptanceCliff) stays as it is, so an idle engine
+      neither flaps nor causes writes; without one it is Unknown ``NoTraffic``.
+    """
+    h = acc.health(acceptance, min_length)
+    prev = strip_condition(previous)
+    if h.reason == acc.NO_TRAFFIC and prev is not None and prev.get("type") == SPECULATION_HEALTHY \
+            and prev.get("reason") in _VERDICTS:
+        return prev
+    return _cond(SPECULATION_HEALTHY, _HEALTH_STATUS[h.status], h.reason, acc.health_message(acceptance, min_length))
+
+
+def speculation_unknown(reason: str, message: str) -> dict[str, Any]:
+    """SpeculationHealthy Unknown for what the monitor could not judge (NoReadyPods, ScrapeFailed)."""
+    return _cond(SPECULATION_HEALTHY, None, reason, message)
+
+
+def _round(x: float | None, digits: int = 2) -> float | None:
+    if x is None or x != x:  # NaN
+        return None
+    return round(float(x), digits)
+
+
+def acceptance_status(acceptance: "acc.Acceptance | None", pods_reporting: int, window: str,
+                      previous: dict | None, now: str) -> dict[str, Any] | None:
+    """status.acceptance for a combined acceptance: figures rounded to 2 decimals (what counts
+    as a change), ``sampledAt`` moved only when a figure (or the pods reporting, or the window)
+    changed, so unchanged figures cause no status write. Without figures (no metrics, no traffic)
+    the previous figures stay; None when there never were any."""
+    if acceptance is None or acceptance.length is None:
+        return previous
+    out: dict[str, Any] = {"length": _round(acceptance.length), "rate": _round(acceptance.rate),
+                           "perPosition": [_round(x) for x in acceptance.per_position],
+                           "window": window, "podsReporting": int(pods_reporting)}
+    out = {k: v for k, v in out.items() if v is not None}
+    if isinstance(previous, dict) and {k: v for k, v in previous.items() if k != "sampledAt"} == out \
+            and previous.get("sampledAt"):
+        return previous
+    out["sampledAt"] = now
+    return out

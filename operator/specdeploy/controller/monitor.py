@@ -1,0 +1,336 @@
+"""The acceptance monitor: scrape ready engine pods, judge speculation, feed the status.
+
+A loop of its own in the operator (started with the Controller; every
+``SPECDEPLOY_ACCEPTANCE_INTERVAL`` seconds, default 30; 0 turns it off):
+
+1. **Pods** come from a watch-fed cache (``handlers.on_engine_pod``; kopf watches pods with
+   the server-side label selector ``ENGINE_POD_SELECTOR``): a pod is a scrape target while
+   it is Ready, has a ``podIP`` and a container port named ``http`` (the engine's API port,
+   which serves ``/metrics`` for both engines; multi-node workers have none and are never
+   scraped). No API reads per tick.
+2. **Scrapes** ``http://<podIP>:<http port><metrics path>`` of every target concurrently.
+   vLLM counters need two scrapes: the previous scrape of each pod (by uid) is kept, and a
+   pod's first scrape only primes it. SGLang gauges count from the first scrape.
+3. **Combines** the pods of each SpeculativeDeployment (``acceptance.combine``) and judges
+   them with its ``spec.monitoring.minAcceptanceLength`` (``status.speculation_condition``).
+4. **Exports** ``specdeploy_acceptance_length``, ``_rate`` and ``_per_position`` (labels
+   namespace, deployment, engine, drafter; position) on every tick.
+5. **Hands** status.acceptance and the SpeculationHealthy condition to the Controller
+   (``Controller.speculation``) and queues the key, only when they changed: the reconciler's
+   one status path (``Controller._write_status``) writes them together with its own
+   conditions, and posts the Events of SpeculationHealthy transitions. One writer per key,
+   so neither side can drop the other's conditions.
+
+Write policy (no writes while nothing changes): figures are rounded to 2 decimals and
+``sampledAt`` moves only when a figure moves (``status.acceptance_status``); no traffic keeps
+the previous verdict and figures; a deployment without ready engine pods that was never
+judged gets nothing (no condition, no status.acceptance); one that was judged before becomes
+Unknown ``NoReadyPods`` once, with status.acceptance cleared. When no pod answers a scrape,
+nothing changes until that lasts ``SCRAPE_FAILED_TICKS`` ticks: then Unknown ``ScrapeFailed``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import math
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
+
+from .. import API_GROUP
+from ..core import acceptance as acc
+from ..core.engines import ENGINES
+from . import metrics
+from . import status as st
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .reconciler import Controller
+
+log = logging.getLogger("specdeploy.monitor")
+
+Key = tuple[str, str]  # (namespace, SpeculativeDeployment name)
+INSTANCE = "app.kubernetes.io/instance"
+ENGINE_POD_LABELS = {"app.kubernetes.io/managed-by": "specdeploy", "app.kubernetes.io/component": "engine"}
+ENGINE_POD_SELECTOR = ",".join(f"{k}={v}" for k, v in ENGINE_POD_LABELS.items())
+ENGINE_LABEL = f"{API_GROUP}/engine"  # core/render.child_labels
+PORT_NAME = "http"  # core/render._container: the engine's API port, which serves /metrics
+DEFAULT_INTERVAL = 30.0
+INTERVAL_ENV = "SPECDEPLOY_ACCEPTANCE_INTERVAL"
+SCRAPE_FAILED_TICKS = 3  # ticks in a row without any answer before SpeculationHealthy is Unknown ScrapeFailed
+
+Fetch = Callable[[str, float], Awaitable[str]]  # (url, timeout seconds) -> body; raises on failure
+
+
+def now_rfc3339() -> str:
+    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class Target:
+    """One ready engine pod to scrape."""
+
+    namespace: str
+    name: str
+    uid: str
+    instance: str  # the SpeculativeDeployment's name
+    engine: str | None  # the pod's specdeploy.io/engine label
+    url: str
+
+
+def is_ready(pod: dict) -> bool:
+    st_ = pod.get("status") or {}
+    if st_.get("phase") in ("Succeeded", "Failed") or (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    return any(isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True"
+               for c in st_.get("conditions") or [])
+
+
+def http_port(pod: dict) -> int | None:
+    """The container port named ``http`` (the engine container's first)."""
+    containers = ((pod.get("spec") or {}).get("containers")) or []
+    containers = sorted(containers, key=lambda c: (c or {}).get("name") != "engine")
+    for c in containers:
+        for p in (c or {}).get("ports") or []:
+            if isinstance(p, dict) and p.get("name") == PORT_NAME and isinstance(p.get("containerPort"), int):
+                return p["containerPort"]
+    return None
+
+
+def pod_target(pod: dict) -> Target | None:
+    """The pod's scrape target, or None while it is not a ready engine pod with an IP and an http port."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    instance = labels.get(INSTANCE)
+    ip = (pod.get("status") or {}).get("podIP")
+    port = http_port(pod)
+    if not instance or not ip or port is None or not is_ready(pod):
+        return None
+    engine = labels.get(ENGINE_LABEL)
+    path = ENGINES[engine].metrics_path if engine in ENGINES else "/metrics"
+    host = f"[{ip}]" if ":" in ip else ip
+    return Target(namespace=meta.get("namespace") or "default", name=meta.get("name") or "", uid=meta.get("uid") or "",
+                  instance=instance, engine=engine, url=f"http://{host}:{port}{path}")
+
+
+def _fmt_seconds(s: float) -> str:
+    return f"{s:g}s" if s < 120 or s % 60 else f"{s / 60:g}m"
+
+
+def _min_length(spec: dict) -> float:
+    m = spec.get("monitoring") if isinstance(spec.get("monitoring"), dict) else {}
+    v = m.get("minAcceptanceLength", acc.DEFAULT_MIN_LENGTH)
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) \
+        else acc.DEFAULT_MIN_LENGTH
+
+
+def _stored(body: dict) -> dict[str, Any]:
+    """What the stored status says the monitor last wrote (after an operator restart)."""
+    status = body.get("status") or {}
+    cond = next((c for c in status.get("conditions") or [] if isinstance(c, dict)
+                 and c.get("type") == st.SPECULATION_HEALTHY), None)
+    return {"acceptance": status.get("acceptance"), "condition": st.strip_condition(cond)}
+
+
+class AcceptanceMonitor:
+    def __init__(self, controller: "Controller", interval: float = DEFAULT_INTERVAL, *, fetch: Fetch | None = None,
+                 clock: Callable[[], float] = time.monotonic, now: Callable[[], str] = now_rfc3339,
+                 timeout: float | None = None):
+        self.controller = controller
+        self.interval = float(interval)
+        self.timeout = timeout if timeout is not None else min(10.0, max(1.0, self.interval))
+        self.clock, self.now = clock, now
+        self._fetch = fetch
+        self._session = None  # aiohttp.ClientSession, made on the first default fetch
+        self.targets: dict[tuple[str, str], Target] = {}  # (namespace, pod) -> target: the watch-fed cache
+        self._prev: dict[str, tuple[str, float]] = {}  # pod uid -> (last scrape text, clock)
+        self._series: dict[Key, tuple[tuple[str, ...], int]] = {}  # key -> (labels, positions) exported
+        self._unanswered: dict[Key, int] = {}  # consecutive ticks in which no pod of the key answered
+        self.ticks = 0
+
+    # ------------------------------------------------------------- watch feed
+
+    def observe_pod(self, event_type: str | None, pod: dict) -> None:
+        meta = pod.get("metadata") or {}
+        pk = (meta.get("namespace") or "default", meta.get("name") or "")
+        target = None if event_type == "DELETED" else pod_target(pod)
+        if target is None:
+            self.targets.pop(pk, None)
+        else:
+            self.targets[pk] = target
+
+    def forget(self, key: Key) -> None:
+        """The SpeculativeDeployment is gone: drop its series and state."""
+        self._unexport(key)
+        self._unanswered.pop(key, None)
+        self.controller.speculation.pop(key, None)
+
+    # ------------------------------------------------------------- loop
+
+    async def run(self) -> None:
+        try:
+            while True:
+                await asyncio.sleep(self.interval)
+                try:
+                    await self.tick()
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # noqa: BLE001 - a bad tick must not end the monitor
+                    log.exception("acceptance monitor tick failed")
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def fetch(self, url: str, timeout: float) -> str:
+        if self._fetch is not None:
+            return await self._fetch(url, timeout)
+        import aiohttp
+
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        async with self._session.get(url, headers={"Accept": "text/plain"},
+                                     timeout=aiohttp.ClientTimeout(total=timeout)) as r:
+            if r.status != 200:
+                raise RuntimeError(f"HTTP {r.status}")
+            return await r.text(errors="replace")
+
+    async def _scrape(self, t: Target) -> tuple[Target, str | None, str | None]:
+        try:
+            return t, await self.fetch(t.url, self.timeout), None
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - unreachable pod, timeout, HTTP error
+            return t, None, f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+
+    async def tick(self) -> None:
+        """One pass: scrape every target of a known SpeculativeDeployment, judge each one."""
+        self.ticks += 1
+        bodies = self.controller.bodies
+        live = {t.uid for t in self.targets.values()}
+        for uid in [u for u in self._prev if u not in live]:
+            del self._prev[uid]
+        for key in [k for k in self._series if k not in bodies]:
+            self._unexport(key)
+        by_key: dict[Key, list[Target]] = {}
+        for t in self.targets.values():
+            key = (t.namespace, t.instance)
+            if key in bodies:
+                by_key.setdefault(key, []).append(t)
+        wanted: list[Target] = []
+        for key, targets in by_key.items():
+            engine = self._engine(bodies[key])
+            by_key[key] = [t for t in targets if t.engine in (None, engine)]
+            wanted += by_key[key]
+        scraped = await asyncio.gather(*(self._scrape(t) for t in wanted))
+        results = {t.uid: (text, err) for t, text, err in scraped}
+        for key in list(bodies):
+            body = bodies.get(key)
+            if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
+                continue
+            await self._judge(key, body, [(t, *results[t.uid]) for t in by_key.get(key, [])])
+
+    @staticmethod
+    def _engine(body: dict) -> str | None:
+        spec = body.get("spec") or {}
+        e = spec.get("engine") if isinstance(spec.get("engine"), dict) else {}
+        name = e.get("name")
+        return name if name in acc.ENGINES else None
+
+    # ------------------------------------------------------------- judging
+
+    async def _judge(self, key: Key, body: dict, scrapes: list[tuple[Target, str | None, str | None]]) -> None:
+        spec = body.get("spec") or {}
+        engine = self._engine(body)
+        if engine is None:
+            return
+        drafter = ((spec.get("drafter") or {}) if isinstance(spec.get("drafter"), dict) else {}).get("model") or ""
+        labels = (key[0], key[1], engine, str(drafter))
+        previous = self.controller.speculation.get(key) or _stored(body)
+        prev_acc, prev_cond = previous.get("acceptance"), previous.get("condition")
+
+        if not scrapes:
+            self._unanswered.pop(key, None)
+            self._unexport(key)
+            if prev_cond is None:
+                return  # never judged: nothing to say (and nothing to write)
+            new = {"acceptance": None,
+                   "condition": st.speculation_unknown(st.NO_READY_PODS, "no ready engine pod to read acceptance from")}
+        else:
+            items: list[acc.Acceptance] = []
+            answered = primed = 0
+            errors = []
+            for t, text, err in scrapes:
+                if text is None:
+                    errors.append(f"{t.name}: {err}")
+                    continue
+                answered += 1
+                t_now = self.clock()
+                prev = self._prev.get(t.uid)
+                self._prev[t.uid] = (text, t_now)
+                a = acc.acceptance_from_scrapes(engine, prev[0] if prev else None, text,
+                                                (t_now - prev[1]) if prev else None)
+                if a is None:
+                    continue  # this pod exports no speculative-decoding series
+                if engine == "vllm" and prev is None:
+                    primed += 1  # counters since the engine started: wait for a window
+                    continue
+                items.append(a)
+            self._unanswered[key] = 0 if answered else self._unanswered.get(key, 0) + 1
+            if not answered and self._unanswered[key] < SCRAPE_FAILED_TICKS:
+                return  # a missed scrape or two is no news: keep everything as it is
+            if not answered:
+                self._unexport(key)
+                new = {"acceptance": prev_acc, "condition": st.speculation_unknown(
+                    st.SCRAPE_FAILED, f"no ready engine pod's metrics answered: {'; '.join(errors)}"[:1000])}
+            elif not items and primed:
+                return  # the first scrape of every pod with metrics: judge at the next tick
+            else:
+                combined = acc.combine(items)
+                self._export(key, labels, combined)
+                window = _fmt_seconds(self.interval) if combined is not None and combined.window == "interval" \
+                    else (combined.window if combined is not None else _fmt_seconds(self.interval))
+                new = {"acceptance": st.acceptance_status(combined, len(items), window, prev_acc, self.now()),
+                       "condition": st.speculation_condition(combined, _min_length(spec), prev_cond)}
+        if new["acceptance"] == prev_acc and new["condition"] == prev_cond:
+            self.controller.speculation[key] = new
+            return
+        log.info("acceptance of %s/%s: %s %s", key[0], key[1], new["condition"]["reason"],
+                 (new["acceptance"] or {}).get("length"))
+        self.controller.speculation[key] = new
+        await self.controller.queue.add(key)
+
+    # ------------------------------------------------------------- metrics
+
+    def _export(self, key: Key, labels: tuple[str, ...], a: acc.Acceptance | None) -> None:
+        old = self._series.get(key)
+        if old is not None and old[0] != labels:
+            self._unexport(key)
+            old = None
+        if a is None or a.length is None:
+            self._unexport(key)
+            return
+        metrics.ACCEPTANCE_LENGTH.labels(*labels).set(a.length)
+        if a.rate is not None:
+            metrics.ACCEPTANCE_RATE.labels(*labels).set(a.rate)
+        else:
+            metrics.ACCEPTANCE_RATE.remove(*labels)
+        for i, r in enumerate(a.per_position):
+            metrics.ACCEPTANCE_PER_POSITION.labels(*labels, str(i)).set(r)
+        for i in range(len(a.per_position), old[1] if old else 0):
+            metrics.ACCEPTANCE_PER_POSITION.remove(*labels, str(i))
+        self._series[key] = (labels, len(a.per_position))
+
+    def _unexport(self, key: Key) -> None:
+        old = self._series.pop(key, None)
+        if old is None:
+            return
+        labels, n = old
+        metrics.ACCEPTANCE_LENGTH.remove(*labels)
+        metrics.ACCEPTANCE_RATE.remove(*labels)
+        for i in range(n):
+            metrics.ACCEPTANCE_PER_POSITION.remove(*labels, str(i))
