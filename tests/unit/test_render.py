@@ -429,3 +429,251 @@ def test_render_does_not_mutate_inputs():
     d0, t0 = copy.deepcopy(d), copy.deepcopy(t)
     render(make_cr(), t, d)
     assert (d, t) == (d0, t0)
+
+
+# ----------------------------------------------------------------- preflight init container
+
+
+def init_containers(template: dict) -> dict[str, dict]:
+    return {c["name"]: c for c in template["spec"].get("initContainers", [])}
+
+
+@pytest.mark.parametrize("engine,version", [("sglang", "0.5.23"), ("vllm", "0.33.0")])
+def test_preflight_init_container_for_hub_models(engine, version):
+    r = do_render(make_cr(engine, version, target={"revision": "v1"}))
+    tpl = pod_template(r)
+    pf = init_containers(tpl)["preflight"]
+    eng_c = container(r)
+    assert pf["image"] == eng_c["image"] and pf["command"] == ["specdeploy-runtime", "preflight"]
+    assert pf["args"] == ["--target-model", "Qwen/Qwen3.6-27B", "--target-revision", "v1",
+                          "--drafter-model", "z-lab/Qwen3.6-27B-DFlash",
+                          "--engine-config", "/etc/specdeploy/engine-config.json",
+                          "--download-dir", "/var/run/specdeploy/configs"]
+    assert pf["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    sc = pf["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False and sc["runAsNonRoot"] is True
+    res = pf["resources"]
+    assert "nvidia.com/gpu" not in res.get("limits", {}) and "nvidia.com/gpu" not in res.get("requests", {})
+    assert res["requests"] == {"cpu": "100m", "memory": "256Mi"}
+    mounts = {m["mountPath"]: m for m in pf["volumeMounts"]}
+    assert mounts["/etc/specdeploy"]["readOnly"] is True
+    assert mounts["/var/run/specdeploy/configs"]["name"] == mounts["/tmp"]["name"] == "preflight-scratch"
+    vols = {v["name"]: v for v in tpl["spec"]["volumes"]}
+    assert "emptyDir" in vols["preflight-scratch"]
+    # no shell anywhere
+    assert pf["command"][0] not in SHELLS
+
+
+def test_preflight_init_container_for_pvc_models_and_token():
+    r = do_render(make_cr("sglang", target={"pvc": {"claimName": "weights"}, "model": "qwen/27b",
+                                            "tokenSecretRef": {"name": "hf", "key": "token"}}))
+    pf = init_containers(pod_template(r))["preflight"]
+    assert pf["args"][:4] == ["--target-dir", "/models/target/qwen/27b", "--drafter-model", "z-lab/Qwen3.6-27B-DFlash"]
+    assert {"name": "target-model", "mountPath": "/models/target", "readOnly": True} in pf["volumeMounts"]
+    env = {e["name"]: e for e in pf["env"]}
+    assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "hf", "key": "token"}
+    assert env["HOME"]["value"] == "/tmp" and env["PYTHONDONTWRITEBYTECODE"]["value"] == "1"
+
+
+def test_preflight_runs_on_every_multinode_pod():
+    r = do_render(make_cr("sglang", count=8, nodes=2))
+    lwt = workload(r)["spec"]["leaderWorkerTemplate"]
+    for role in ("leaderTemplate", "workerTemplate"):
+        assert list(init_containers(lwt[role])) == ["preflight"]
+
+
+# ----------------------------------------------------------------- baked drafter (image table)
+
+COMMIT = "c" * 40
+
+
+def baked_table(engine="sglang", version="0.5.23", digest=None, revision=COMMIT):
+    from specdeploy.core import engines as eng
+    from specdeploy.core.engineconfig import config_digest
+
+    d, _ = pair("qwen3.6-27b")
+    return (eng.BakedDrafterImage(engine, version, "z-lab/Qwen3.6-27B-DFlash", revision,
+                                  "ghcr.io/specdeploy/runtime@sha256:" + "b" * 64, digest or config_digest(d)),)
+
+
+@pytest.mark.parametrize("engine,version", [("sglang", "0.5.23"), ("vllm", "0.33.0")])
+def test_baked_drafter_image_is_used_with_its_path(engine, version):
+    cr = make_cr(engine, version, drafter={"revision": COMMIT})
+    r = do_render(cr, image_table=baked_table(engine, version))
+    c = container(r)
+    assert c["image"] == "ghcr.io/specdeploy/runtime@sha256:" + "b" * 64 and r.image == c["image"]
+    assert r.baked_drafter is not None and r.engine_config.drafter.model == "/opt/specdeploy/drafter"
+    if engine == "sglang":
+        assert has_pair(c["args"], "--speculative-draft-model-path", "/opt/specdeploy/drafter")
+        assert "--speculative-draft-model-revision" not in c["args"]
+    else:
+        sc = spec_config(c["args"])
+        assert sc["model"] == "/opt/specdeploy/drafter" and "revision" not in sc
+    pf = init_containers(pod_template(r))["preflight"]
+    assert pf["image"] == c["image"]
+    i = pf["args"].index("--drafter-dir")
+    assert pf["args"][i + 1] == "/opt/specdeploy/drafter" and "--expect-baked" in pf["args"]
+    assert "--drafter-model" not in pf["args"]
+
+
+def test_without_a_matching_image_the_drafter_is_downloaded():
+    from specdeploy.core import engines as eng
+
+    cases = [
+        (make_cr("sglang", drafter={"revision": COMMIT}), ()),  # empty table
+        (make_cr("sglang"), baked_table()),  # revision not pinned: cannot match an image's files
+        (make_cr("sglang", drafter={"revision": "d" * 40}), baked_table()),  # another commit
+        (make_cr("sglang", "0.5.22", drafter={"revision": COMMIT}), baked_table()),  # another engine release
+        (make_cr("vllm", "0.33.0", drafter={"revision": COMMIT}), baked_table()),  # another engine
+        (make_cr("sglang", drafter={"revision": COMMIT}, engine={"image": "registry.example/own:1"}), baked_table()),
+    ]
+    for cr, table in cases:
+        r = do_render(cr, image_table=table)
+        c = container(r)
+        assert r.baked_drafter is None
+        assert c["image"] == (cr.spec.engine.image or eng.get_engine(cr.spec.engine.name).default_image(cr.spec.engine.version))
+        assert "/opt/specdeploy/drafter" not in json.dumps(c["args"])
+        assert "--expect-baked" not in init_containers(pod_template(r))["preflight"]["args"]
+    assert eng.BAKED_DRAFTER_IMAGES == ()  # no image is published yet: the shipped table is empty
+
+
+def test_baked_image_with_another_config_digest_is_not_used():
+    r = do_render(make_cr("sglang", drafter={"revision": COMMIT}), image_table=baked_table(digest="sha256:" + "0" * 64))
+    assert r.baked_drafter is None and container(r)["image"].startswith("ghcr.io/specdeploy/runtime:sglang-")
+    assert "BakedDrafterDigestMismatch" in {f.code for f in r.analysis.findings}
+
+
+# ----------------------------------------------------------------- tuned kernels: Job and mounts
+
+
+def kimi_cr(engine="sglang", version="0.5.23", **kw):
+    return make_cr(engine, version, count=8, target={"model": "moonshotai/Kimi-K2.6", "trustRemoteCode": True},
+                   drafter={"model": "z-lab/Kimi-K2.7-Code-DFlash"}, **kw)
+
+
+def test_tuning_off_or_dense_target_renders_nothing():
+    assert do_render(kimi_cr(), "kimi-k2.6").tuning_objects == []
+    r = do_render(make_cr("sglang", tuning={"enabled": True}))  # Qwen3.6-27B is dense
+    assert r.tuning is None and r.tuning_objects == []
+    assert "initContainers" in pod_template(r)["spec"] and "tuned-kernels" not in init_containers(pod_template(r))
+
+
+@pytest.mark.parametrize("engine,version,env_var", [("sglang", "0.5.23", "SGLANG_MOE_CONFIG_DIR"),
+                                                    ("vllm", "0.33.0", "VLLM_TUNED_CONFIG_FOLDER")])
+def test_tuning_job_and_configmap_mounts(engine, version, env_var):
+    r = do_render(kimi_cr(engine, version, uid="u-1", tuning={"enabled": True}), "kimi-k2.6")
+    plan = r.tuning
+    assert plan is not None and plan.env_var == env_var and plan.storage == "configMap"
+    assert plan.shape == {"E": 385 if engine == "sglang" else 384, "N": 256, "dtype": "int4_w4a16", "block_shape": None,
+                          "per_channel_quant": False}
+    assert plan.file_name == f"E={plan.shape['E']},N=256,device_name=NVIDIA_B300_SXM6_AC,dtype=int4_w4a16.json"
+    [job] = r.tuning_objects
+    assert job["kind"] == "Job" and job["metadata"]["name"] == f"qwen36-tune-{plan.key[:10]}"
+    assert len(job["metadata"]["name"]) <= 63
+    pod = job["spec"]["template"]["spec"]
+    [tc] = pod["containers"]
+    assert tc["resources"]["limits"]["nvidia.com/gpu"] == "8" and tc["resources"]["requests"]["nvidia.com/gpu"] == "8"
+    assert pod["nodeSelector"]["nvidia.com/gpu.product"] == "NVIDIA-B300-SXM6-AC"
+    assert pod["restartPolicy"] == "Never" and tc["command"] == ["specdeploy-runtime", "tune"]
+    assert tc["args"][:6] == ["--engine", engine, "--tp", "8", "--gpu-device-name", "NVIDIA_B300_SXM6_AC"]
+    assert has_pair(tc["args"], "--target-model", "moonshotai/Kimi-K2.6")
+    assert tc["image"] == f"ghcr.io/specdeploy/runtime:{engine}-{version}"
+    assert job["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+    # the engine pods: ConfigMap (optional) -> install-tuned init container -> emptyDir -> engine env
+    tpl = pod_template(r)
+    inits = init_containers(tpl)
+    assert list(inits) == ["preflight", "tuned-kernels"]
+    assert inits["tuned-kernels"]["args"] == ["--src", "/var/run/specdeploy/tuned-src", "--dest", "/var/run/specdeploy/tuned-kernels"]
+    vols = {v["name"]: v for v in tpl["spec"]["volumes"]}
+    assert vols["tuned-kernels-src"]["configMap"] == {"name": plan.configmap_name, "optional": True}
+    assert "emptyDir" in vols["tuned-kernels"]
+    c = container(r)
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env[env_var] == "/var/run/specdeploy/tuned-kernels"
+    assert {"name": "tuned-kernels", "mountPath": "/var/run/specdeploy/tuned-kernels", "readOnly": True} in c["volumeMounts"]
+    assert "nvidia.com/gpu" not in json.dumps(inits["tuned-kernels"]["resources"])
+
+
+def test_tuning_key_is_deterministic_and_follows_its_inputs():
+    def key(**kw):
+        return do_render(kimi_cr(tuning={"enabled": True}, **kw), "kimi-k2.6").tuning.key
+
+    base = key()
+    assert key() == base
+    assert key(pod={"shmSize": "32Gi"}) == base  # not an input of the tuning
+    assert key(gpu={"type": "b200", "count": 8}) != base  # another GPU product
+    assert key(version="0.5.22") != base  # another engine version
+    assert key(gpu={"type": "b300", "count": 4}) != base  # another N
+
+
+def test_tuning_pvc_storage():
+    r = do_render(kimi_cr("vllm", "0.33.0", tuning={"enabled": True, "storage": "pvc", "pvc": {"claimName": "kernels"}}),
+                  "kimi-k2.6")
+    plan = r.tuning
+    [job] = r.tuning_objects
+    tc = job["spec"]["template"]["spec"]["containers"][0]
+    assert has_pair(tc["args"], "--out-dir", f"/var/run/specdeploy/tuning-out/{plan.key[:10]}")
+    assert {"name": "tuning-out", "persistentVolumeClaim": {"claimName": "kernels"}} in job["spec"]["template"]["spec"]["volumes"]
+    tpl = pod_template(r)
+    assert list(init_containers(tpl)) == ["preflight"]
+    vols = {v["name"]: v for v in tpl["spec"]["volumes"]}
+    assert vols["tuned-kernels"]["persistentVolumeClaim"] == {"claimName": "kernels", "readOnly": True}
+    m = next(m for m in container(r)["volumeMounts"] if m["name"] == "tuned-kernels")
+    assert m == {"name": "tuned-kernels", "mountPath": "/var/run/specdeploy/tuned-kernels", "readOnly": True,
+                 "subPath": plan.key[:10]}
+
+
+def test_tuning_storage_validation():
+    with pytest.raises(pydantic.ValidationError, match="tuning.pvc is required"):
+        make_cr(tuning={"enabled": True, "storage": "pvc"})
+    with pytest.raises(pydantic.ValidationError, match="tuning.pvc is required"):
+        make_cr(tuning={"enabled": True, "pvc": {"claimName": "x"}})
+
+
+def test_tuning_changes_the_pod_template_hash():
+    a = do_render(kimi_cr(), "kimi-k2.6")
+    b = do_render(kimi_cr(tuning={"enabled": True}), "kimi-k2.6")
+    assert a.config_hash != b.config_hash
+    assert a.engine_config == b.engine_config  # the engine config document itself is unchanged
+
+
+def test_tuned_configmap_from_the_job_result():
+    from specdeploy.core.render import build_tuned_configmap
+    from specdeploy_runtime import tuning as tn
+
+    cr = kimi_cr(tuning={"enabled": True})
+    plan = do_render(cr, "kimi-k2.6").tuning
+    rel = f"configs/triton_3_5_1/{plan.file_name}"
+    content = json.dumps({"1": {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1,
+                                "num_warps": 4, "num_stages": 3}}).encode()
+    msg = tn.encode_envelope("sglang", plan.device_name, "3.5.1", {rel: content}, key=plan.key)
+    cm = build_tuned_configmap(cr, plan, msg)
+    assert cm["metadata"]["name"] == plan.configmap_name
+    manifest = json.loads(cm["data"]["manifest.json"])
+    [(k, path)] = manifest["files"].items()
+    assert path == rel and cm["data"][k] == content.decode()
+    with pytest.raises(ValueError, match="not a tuned-kernels result"):
+        build_tuned_configmap(cr, plan, "config.json not found")
+    with pytest.raises(ValueError, match="for key"):
+        build_tuned_configmap(cr, plan, tn.encode_envelope("sglang", plan.device_name, "3.5.1", {rel: content}, key="f" * 64))
+
+
+@pytest.mark.parametrize("storage", ["configMap", "pvc"])
+def test_tuning_objects_pass_strict_schemas(storage):
+    import kubernetes_validate
+
+    from specdeploy.core.render import build_tuned_configmap
+    from specdeploy_runtime import tuning as tn
+
+    tuning = {"enabled": True, "storage": storage, **({"pvc": {"claimName": "kernels"}} if storage == "pvc" else {})}
+    cr = kimi_cr(uid="0d6f1f3c-2f6e-4a53-9b8e-4a0f7f0d3a11", tuning=tuning,
+                 pod={"priorityClassName": "gpu", "cpu": "32", "memory": "512Gi"})
+    r = do_render(cr, "kimi-k2.6")
+    objs = [*r.tuning_objects, workload(r)]
+    if storage == "configMap":
+        msg = tn.encode_envelope("sglang", "NVIDIA_B300_SXM6_AC", "3.5.1", {"configs/triton_3_5_1/x.json": b"{}"},
+                                 key=r.tuning.key)
+        objs.append(build_tuned_configmap(cr, r.tuning, msg))
+    for obj in objs:
+        for v in ("1.29.0", "1.33.0", "1.37.0"):
+            kubernetes_validate.validate(obj, v, strict=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from .. import API_GROUP, API_VERSION, KIND
@@ -196,6 +196,34 @@ class Monitoring(_Model):
     )
 
 
+class Tuning(_Model):
+    """Tuned fused-MoE kernels for the target on this GPU product and engine version."""
+
+    model_config = ConfigDict(**_Model.model_config, json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "self.storage == 'pvc' ? has(self.pvc) : !has(self.pvc)",
+         "message": "tuning.pvc is required with storage pvc and only allowed with it", "fieldPath": ".pvc"},
+    ]})
+
+    enabled: bool = Field(
+        default=False,
+        description="Run the engine's own fused-MoE tuning once per (target model, GPU product, engine version) as a Job "
+        "on one replica's GPUs, and mount the result into the engine pods (SGLANG_MOE_CONFIG_DIR / "
+        "VLLM_TUNED_CONFIG_FOLDER). Only MoE targets whose experts run on the Triton fused-MoE kernel are tuned.",
+    )
+    storage: Literal["configMap", "pvc"] = Field(
+        default="configMap",
+        description="Where the tuned files are kept: `configMap` (each file is a few KB; a ConfigMap holds up to ~1 MiB) "
+        "or `pvc` (the claim in `pvc`, ReadWriteMany; one subdirectory per tuning key).",
+    )
+    pvc: Optional[PvcSource] = Field(default=None, description="The claim tuned files are written to (storage `pvc`).")
+
+    @model_validator(mode="after")
+    def _storage_matches(self) -> "Tuning":
+        if (self.storage == "pvc") != (self.pvc is not None):
+            raise ValueError("tuning.pvc is required with storage pvc and only allowed with it")
+        return self
+
+
 class SpeculativeDeploymentSpec(_Model):
     """Desired state: a target model served with a DFlash drafter on a GPU pool."""
 
@@ -215,6 +243,7 @@ class SpeculativeDeploymentSpec(_Model):
     replicas: int = Field(default=1, ge=0, le=1000, description="Number of replicas.")
     pod: Pod = Field(default_factory=Pod, description="Pod-level settings.")
     monitoring: Monitoring = Field(default_factory=Monitoring, description="Acceptance monitoring.")
+    tuning: Tuning = Field(default_factory=Tuning, description="Tuned fused-MoE kernels (MoE targets).")
 
     def options(self) -> Options:
         """The checker's view of this spec."""

@@ -274,6 +274,44 @@ DDTREE_SGLANG_FLAGS = MappingProxyType(
 DDTREE_SOURCE = "sgl-project/sglang PR #29907 (open; unreleased); arXiv 2604.12989"
 
 
+# ----------------------------------------------------------------- runtime images with a baked drafter
+
+BAKED_DRAFTER_PATH = "/opt/specdeploy/drafter"  # images/runtime/*/Dockerfile: DRAFTER_REPO/DRAFTER_REVISION
+BAKED_LABELS = ("io.specdeploy.drafter.repo", "io.specdeploy.drafter.revision", "io.specdeploy.drafter.config-digest")
+
+
+@dataclass(frozen=True)
+class BakedDrafterImage:
+    """A runtime image built with ``--build-arg DRAFTER_REPO=... --build-arg DRAFTER_REVISION=<commit>``:
+    the drafter's weights and config.json are at :data:`BAKED_DRAFTER_PATH` (with BAKED.json), and
+    the image labels :data:`BAKED_LABELS` say what is inside."""
+
+    engine: str
+    engine_version: str
+    drafter_repo: str
+    drafter_revision: str  # 40-hex commit
+    image: str  # pin by digest: <repo>@sha256:... (or tag@digest)
+    config_digest: str  # sha256 of the canonical drafter config.json (engineconfig.config_digest)
+
+
+# Published images carrying a drafter. A row is added only for an image that was built and pushed
+# (its labels read back with `docker buildx imagetools inspect`); none is published yet.
+BAKED_DRAFTER_IMAGES: tuple[BakedDrafterImage, ...] = ()
+
+
+def baked_drafter_image(engine: str, version: str, drafter_repo: str, drafter_revision: str | None,
+                        table: tuple[BakedDrafterImage, ...] | None = None) -> BakedDrafterImage | None:
+    """The image table row carrying exactly this drafter commit for this engine release, if any."""
+    if not drafter_revision:
+        return None  # only a pinned commit can be matched to the files in an image
+    v = parse_version(version)
+    for row in BAKED_DRAFTER_IMAGES if table is None else table:
+        if (row.engine == engine and parse_version(row.engine_version) == v and row.drafter_repo == drafter_repo
+                and row.drafter_revision == drafter_revision):
+            return row
+    return None
+
+
 def get_engine(name: str) -> EngineInfo:
     try:
         return ENGINES[name]

@@ -8,9 +8,10 @@ appended last, one argv element each, and may not set an owned flag (the checker
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .. import API_GROUP, API_VERSION, KIND
@@ -19,7 +20,7 @@ from . import gpus
 from .checker import Analysis, Derived, analyze
 from .engineconfig import (CHECK_REPORT_KEY, ENGINE_CONFIG_KEY, ENGINE_CONFIG_MOUNT, EngineConfig, ModelRef,
                            SpeculationPlan, config_digest)
-from .findings import Finding, report
+from .findings import Finding, Severity, Source, report
 
 CONFIG_HASH_ANNOTATION = f"{API_GROUP}/config-hash"
 MODEL_ROOT = "/models"
@@ -27,6 +28,16 @@ HF_HOME = "/var/cache/huggingface"
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 SGLANG_DIST_PORT = 20000
 STARTUP_TIMEOUT_SECONDS = 3600  # loading a 600 GB checkpoint can take most of an hour
+RUNTIME_COMMAND = "specdeploy-runtime"
+PREFLIGHT_DOWNLOAD_DIR = "/var/run/specdeploy/configs"
+TUNED_MOUNT = "/var/run/specdeploy/tuned-kernels"
+TUNED_SRC_MOUNT = "/var/run/specdeploy/tuned-src"
+TUNING_OUT_MOUNT = "/var/run/specdeploy/tuning-out"
+TUNING_DEADLINE_SECONDS = 6 * 3600
+TUNING_KEY_ANNOTATION = f"{API_GROUP}/tuning-key"
+CONFIGMAP_LIMIT = 1024 * 1024  # etcd's ~1 MiB object limit (ConfigMap data + metadata)
+_RESTRICTED = {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "runAsNonRoot": True,
+               "capabilities": {"drop": ["ALL"]}}
 
 
 class RenderError(Exception):
@@ -43,9 +54,38 @@ class Rendered:
     engine_config: EngineConfig
     config_hash: str
     objects: list[dict]
+    # Objects the operator creates only once (never patched): the tuning Job when spec.tuning.enabled.
+    tuning_objects: list[dict] = field(default_factory=list)
+    tuning: "TuningPlan | None" = None
+    image: str | None = None
+    baked_drafter: eng.BakedDrafterImage | None = None
 
     def by_kind(self, kind: str) -> list[dict]:
-        return [o for o in self.objects if o["kind"] == kind]
+        return [o for o in self.objects + self.tuning_objects if o["kind"] == kind]
+
+
+@dataclass(frozen=True)
+class TuningPlan:
+    """What the tuning Job tunes and where the engine pods find the result."""
+
+    key: str  # sha256 of the inputs (hex)
+    engine: str
+    engine_version: str
+    image: str
+    product_label: str
+    device_name: str
+    tp: int
+    shape: dict  # tuning.MoeShape.to_dict() as the engine computes it
+    file_name: str  # E=..,N=..,device_name=..[,dtype=..].json
+    storage: str  # configMap | pvc
+    claim_name: str | None
+    job_name: str
+    configmap_name: str
+    env_var: str  # SGLANG_MOE_CONFIG_DIR | VLLM_TUNED_CONFIG_FOLDER
+
+    @property
+    def short(self) -> str:
+        return self.key[:10]
 
 
 def names(cr_name: str) -> dict[str, str]:
@@ -99,16 +139,24 @@ def expand_kubelet_vars(arg: str, env: dict[str, str]) -> str:
     return _VAR_REF.sub(sub, arg)
 
 
-def _model_in_pod(src, role: str) -> str:
+def _model_in_pod(src, role: str, baked: bool = False) -> str:
+    if baked:
+        return eng.BAKED_DRAFTER_PATH
     if src.pvc is not None:
         return f"{MODEL_ROOT}/{role}/{src.model.lstrip('/')}"
     return src.model
 
 
+def _hub_revision(src, baked: bool = False) -> str | None:
+    """The revision the engine is given: only for hub models (a path in the pod has none)."""
+    return src.revision if (src.revision and src.pvc is None and not baked) else None
+
+
 # ----------------------------------------------------------------- engine arguments
 
 
-def _sglang_args(spec, d: Derived, row: eng.EngineRelease, target: str, drafter: str, multinode: bool) -> tuple[list[str], list[str] | None]:
+def _sglang_args(spec, d: Derived, row: eng.EngineRelease, target: str, drafter: str, multinode: bool,
+                 baked: bool = False) -> tuple[list[str], list[str] | None]:
     f = row.flags
     a = [f["model"], target]
     if spec.target.revision and spec.target.pvc is None:
@@ -117,7 +165,7 @@ def _sglang_args(spec, d: Derived, row: eng.EngineRelease, target: str, drafter:
     if spec.target.trust_remote_code:
         a.append(f["trust_remote_code"])
     a += [f["algorithm"], "DFLASH", f["draft_model"], drafter]
-    if spec.drafter.revision and spec.drafter.pvc is None:
+    if _hub_revision(spec.drafter, baked):
         a += [f["draft_revision"], spec.drafter.revision]
     a += [f["num_draft_tokens"], str(d.block_size)]
     if d.draft_window is not None:
@@ -134,7 +182,8 @@ def _sglang_args(spec, d: Derived, row: eng.EngineRelease, target: str, drafter:
     return a, list(a)
 
 
-def _vllm_args(spec, d: Derived, row: eng.EngineRelease, target: str, drafter: str, multinode: bool) -> tuple[list[str], list[str] | None]:
+def _vllm_args(spec, d: Derived, row: eng.EngineRelease, target: str, drafter: str, multinode: bool,
+               baked: bool = False) -> tuple[list[str], list[str] | None]:
     f = row.flags
     a = [target]  # `vllm serve MODEL`: the model is positional
     if spec.target.revision and spec.target.pvc is None:
@@ -143,7 +192,7 @@ def _vllm_args(spec, d: Derived, row: eng.EngineRelease, target: str, drafter: s
     if spec.target.trust_remote_code:
         a.append(f["trust_remote_code"])
     sc: dict[str, Any] = {"method": "dflash", "model": drafter, "num_speculative_tokens": d.num_speculative_tokens}
-    if spec.drafter.revision and spec.drafter.pvc is None:
+    if _hub_revision(spec.drafter, baked):
         sc["revision"] = spec.drafter.revision
     if spec.speculation.draft_attention_backend:
         sc["attention_backend"] = row.draft_attention_backends[spec.speculation.draft_attention_backend]
@@ -164,12 +213,20 @@ def _probe(path: str, period: int, failures: int, timeout: int = 5) -> dict:
             "timeoutSeconds": timeout}
 
 
-def _container(spec, ec: EngineConfig, image: str, args: list[str], serve_http: bool) -> dict:
+def _token_env(spec) -> list[dict]:
+    token = spec.target.token_secret_ref or spec.drafter.token_secret_ref
+    if token is None:
+        return []
+    return [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": token.name, "key": token.key}}}]
+
+
+def _container(spec, ec: EngineConfig, image: str, args: list[str], serve_http: bool,
+               tuning: TuningPlan | None = None) -> dict:
     info = eng.get_engine(ec.engine)
     env = [{"name": k, "value": v} for k, v in sorted(ec.env.items())]
-    token = spec.target.token_secret_ref or spec.drafter.token_secret_ref
-    if token is not None:
-        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": token.name, "key": token.key}}})
+    if tuning is not None:
+        env.append({"name": tuning.env_var, "value": TUNED_MOUNT})
+    env += _token_env(spec)
     per_node = spec.gpu.count // spec.nodes
     limits: dict[str, str] = {gpus.GPU_RESOURCE: str(per_node)}
     requests: dict[str, str] = {gpus.GPU_RESOURCE: str(per_node)}
@@ -184,6 +241,11 @@ def _container(spec, ec: EngineConfig, image: str, args: list[str], serve_http: 
     for role, src in (("target", spec.target), ("drafter", spec.drafter)):
         if src.pvc is not None:
             mounts.append({"name": f"{role}-model", "mountPath": f"{MODEL_ROOT}/{role}", "readOnly": True})
+    if tuning is not None:
+        m = {"name": "tuned-kernels", "mountPath": TUNED_MOUNT, "readOnly": True}
+        if tuning.storage == "pvc":
+            m["subPath"] = tuning.short
+        mounts.append(m)
     c: dict[str, Any] = {
         "name": "engine",
         "image": image,
@@ -204,8 +266,76 @@ def _container(spec, ec: EngineConfig, image: str, args: list[str], serve_http: 
     return c
 
 
+def preflight_args(spec, ec: EngineConfig, baked: bool = False) -> list[str]:
+    """Arguments of the preflight init container: mounted dirs for PVC models (and the baked drafter),
+    hub repo ids otherwise (preflight downloads only their config.json)."""
+    a: list[str] = []
+    for role, src in (("target", spec.target), ("drafter", spec.drafter)):
+        is_baked = baked and role == "drafter"
+        if src.pvc is not None or is_baked:
+            a += [f"--{role}-dir", _model_in_pod(src, role, is_baked)]
+        else:
+            a += [f"--{role}-model", src.model]
+            if src.revision:
+                a += [f"--{role}-revision", src.revision]
+    a += ["--engine-config", f"{ENGINE_CONFIG_MOUNT}/{ENGINE_CONFIG_KEY}", "--download-dir", PREFLIGHT_DOWNLOAD_DIR]
+    if baked:
+        a.append("--expect-baked")
+    return a
+
+
+def _init_containers(spec, ec: EngineConfig, image: str, baked: bool, tuning: TuningPlan | None) -> list[dict]:
+    mounts = [{"name": "engine-config", "mountPath": ENGINE_CONFIG_MOUNT, "readOnly": True},
+              {"name": "preflight-scratch", "mountPath": PREFLIGHT_DOWNLOAD_DIR, "subPath": "configs"},
+              {"name": "preflight-scratch", "mountPath": "/tmp", "subPath": "tmp"}]
+    for role, src in (("target", spec.target), ("drafter", spec.drafter)):
+        if src.pvc is not None:
+            mounts.append({"name": f"{role}-model", "mountPath": f"{MODEL_ROOT}/{role}", "readOnly": True})
+    env = [{"name": "HOME", "value": "/tmp"}, {"name": "HF_HOME", "value": "/tmp/hf-home"},
+           {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}, *_token_env(spec)]
+    small = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}
+    out = [{
+        "name": "preflight",
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": [RUNTIME_COMMAND, "preflight"],
+        "args": preflight_args(spec, ec, baked),
+        "env": env,
+        "resources": small,
+        "securityContext": dict(_RESTRICTED),
+        # the one-screen verdict reaches `kubectl describe pod` even if the process dies before writing it
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "volumeMounts": mounts,
+    }]
+    if tuning is not None and tuning.storage == "configMap":
+        out.append({
+            "name": "tuned-kernels",
+            "image": image,
+            "imagePullPolicy": "IfNotPresent",
+            "command": [RUNTIME_COMMAND, "install-tuned"],
+            "args": ["--src", TUNED_SRC_MOUNT, "--dest", TUNED_MOUNT],
+            "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
+            "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
+            "securityContext": dict(_RESTRICTED),
+            "terminationMessagePolicy": "FallbackToLogsOnError",
+            "volumeMounts": [{"name": "tuned-kernels-src", "mountPath": TUNED_SRC_MOUNT, "readOnly": True},
+                             {"name": "tuned-kernels", "mountPath": TUNED_MOUNT}],
+        })
+    return out
+
+
+def _tuning_volumes(tuning: TuningPlan | None) -> list[dict]:
+    if tuning is None:
+        return []
+    if tuning.storage == "pvc":
+        return [{"name": "tuned-kernels", "persistentVolumeClaim": {"claimName": tuning.claim_name, "readOnly": True}}]
+    # optional: pods started before the tuning Job finished run with the engine's defaults
+    return [{"name": "tuned-kernels-src", "configMap": {"name": tuning.configmap_name, "optional": True}},
+            {"name": "tuned-kernels", "emptyDir": {"sizeLimit": "16Mi"}}]
+
+
 def _pod_template(cr, ec: EngineConfig, prof: gpus.GpuProfile, image: str, args: list[str], config_hash: str,
-                  cm_name: str, serve_http: bool) -> dict:
+                  cm_name: str, serve_http: bool, baked: bool = False, tuning: TuningPlan | None = None) -> dict:
     spec = cr.spec
     labels = child_labels(cr, ec.engine)
     annotations = {CONFIG_HASH_ANNOTATION: config_hash}
@@ -216,18 +346,22 @@ def _pod_template(cr, ec: EngineConfig, prof: gpus.GpuProfile, image: str, args:
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.pod.shm_size}},
         {"name": "hf-cache", "emptyDir": {}},
         {"name": "engine-config", "configMap": {"name": cm_name}},
+        {"name": "preflight-scratch", "emptyDir": {"sizeLimit": "64Mi"}},
     ]
     for role, src in (("target", spec.target), ("drafter", spec.drafter)):
         if src.pvc is not None:
             volumes.append({"name": f"{role}-model",
                             "persistentVolumeClaim": {"claimName": src.pvc.claim_name, "readOnly": True}})
+    volumes += _tuning_volumes(tuning)
     tolerations = [dict(t) for t in gpus.GPU_TOLERATIONS]
     tolerations += [t.model_dump(exclude_none=True) for t in spec.pod.tolerations]
     pod_spec: dict[str, Any] = {
         "nodeSelector": {**spec.pod.node_selector, gpus.PRODUCT_LABEL_KEY: prof.product_label},
         "tolerations": tolerations,
         "terminationGracePeriodSeconds": 120,
-        "containers": [_container(spec, ec, image, args, serve_http)],
+        # the engine container starts only after every init container exited 0
+        "initContainers": _init_containers(spec, ec, image, baked, tuning),
+        "containers": [_container(spec, ec, image, args, serve_http, tuning)],
         "volumes": volumes,
     }
     if spec.pod.priority_class_name:
@@ -250,7 +384,8 @@ def build_configmap(cr, ec: EngineConfig, analysis: Analysis) -> dict:
     }
 
 
-def build_deployment(cr, ec: EngineConfig, prof, image: str, config_hash: str) -> dict:
+def build_deployment(cr, ec: EngineConfig, prof, image: str, config_hash: str, *, baked: bool = False,
+                     tuning: TuningPlan | None = None) -> dict:
     n = names(cr.metadata.name)
     return {
         "apiVersion": "apps/v1",
@@ -263,12 +398,13 @@ def build_deployment(cr, ec: EngineConfig, prof, image: str, config_hash: str) -
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
             "progressDeadlineSeconds": STARTUP_TIMEOUT_SECONDS,
             "revisionHistoryLimit": 3,
-            "template": _pod_template(cr, ec, prof, image, ec.args, config_hash, n["configmap"], True),
+            "template": _pod_template(cr, ec, prof, image, ec.args, config_hash, n["configmap"], True, baked, tuning),
         },
     }
 
 
-def build_leaderworkerset(cr, ec: EngineConfig, prof, image: str, config_hash: str) -> dict:
+def build_leaderworkerset(cr, ec: EngineConfig, prof, image: str, config_hash: str, *, baked: bool = False,
+                          tuning: TuningPlan | None = None) -> dict:
     n = names(cr.metadata.name)
     return {
         "apiVersion": LWS_API_VERSION,
@@ -282,9 +418,10 @@ def build_leaderworkerset(cr, ec: EngineConfig, prof, image: str, config_hash: s
             "leaderWorkerTemplate": {
                 "size": cr.spec.nodes,
                 "restartPolicy": "RecreateGroupOnPodRestart",
-                "leaderTemplate": _pod_template(cr, ec, prof, image, ec.args, config_hash, n["configmap"], True),
+                "leaderTemplate": _pod_template(cr, ec, prof, image, ec.args, config_hash, n["configmap"], True,
+                                                baked, tuning),
                 "workerTemplate": _pod_template(cr, ec, prof, image, ec.worker_args or ec.args, config_hash,
-                                                n["configmap"], False),
+                                                n["configmap"], False, baked, tuning),
             },
         },
     }
@@ -338,7 +475,7 @@ def build_podmonitor(cr, ec: EngineConfig) -> dict:
     }
 
 
-def build_engine_config(cr, analysis: Analysis, target_doc: Any, drafter_doc: Any) -> EngineConfig:
+def build_engine_config(cr, analysis: Analysis, target_doc: Any, drafter_doc: Any, *, baked: bool = False) -> EngineConfig:
     spec = cr.spec
     d = analysis.derived
     assert d is not None
@@ -346,10 +483,10 @@ def build_engine_config(cr, analysis: Analysis, target_doc: Any, drafter_doc: An
     row = info.release_for(spec.engine.version)
     assert row is not None
     target = _model_in_pod(spec.target, "target")
-    drafter = _model_in_pod(spec.drafter, "drafter")
+    drafter = _model_in_pod(spec.drafter, "drafter", baked)
     multinode = spec.nodes > 1
     build = _sglang_args if info.name == "sglang" else _vllm_args
-    args, worker_args = build(spec, d, row, target, drafter, multinode)
+    args, worker_args = build(spec, d, row, target, drafter, multinode, baked)
     env = dict(d.engine_env)
     env["HF_HOME"] = HF_HOME
     return EngineConfig(
@@ -379,18 +516,201 @@ def build_engine_config(cr, analysis: Analysis, target_doc: Any, drafter_doc: An
     )
 
 
-def render(cr, target_doc: Any, drafter_doc: Any, *, pod_monitor: bool = False) -> Rendered:
+def choose_image(cr, drafter_doc: Any, table: tuple[eng.BakedDrafterImage, ...] | None = None
+                 ) -> tuple[str, eng.BakedDrafterImage | None, Finding | None]:
+    """(image, baked-drafter row or None, a warning or None). ``spec.engine.image`` wins; else an image
+    from the image table that carries exactly the requested drafter commit; else the default runtime image."""
+    spec = cr.spec
+    info = eng.get_engine(spec.engine.name)
+    default = info.default_image(spec.engine.version)
+    if spec.engine.image:
+        return spec.engine.image, None, None
+    if spec.drafter.pvc is not None:
+        return default, None, None
+    row = eng.baked_drafter_image(info.name, spec.engine.version, spec.drafter.model, spec.drafter.revision, table)
+    if row is None:
+        return default, None, None
+    got = config_digest(drafter_doc)
+    if row.config_digest != got:
+        return default, None, Finding(
+            Severity.WARNING, "BakedDrafterDigestMismatch", Source.DRAFTER, "$",
+            f"the image table lists {row.image} as carrying {row.drafter_repo}@{row.drafter_revision[:12]}, but its "
+            f"config digest {row.config_digest[:19]}... is not the hub's {got[:19]}... for that commit; the drafter is "
+            "downloaded instead. Fix the image table row (core/engines.py)")
+    return row.image, row, None
+
+
+# ----------------------------------------------------------------- tuned fused-MoE kernels
+
+
+def _dns_name(prefix: str, suffix: str, limit: int = 63) -> str:
+    head = prefix[: limit - len(suffix)].rstrip("-.")
+    return head + suffix
+
+
+def tuning_plan(cr, target_doc: Any, image: str | None = None) -> TuningPlan | None:
+    """The tuning this deployment gets, or None: tuning off, a dense target, or experts that do not run
+    on the Triton fused-MoE kernel (nothing to tune)."""
+    from specdeploy_runtime import tuning as tn  # pure standard library
+
+    spec = cr.spec
+    if not spec.tuning.enabled:
+        return None
+    info = eng.get_engine(spec.engine.name)
+    prof = gpus.get_profile(spec.gpu.type)
+    try:
+        shape = tn.moe_shape(target_doc, info.name, spec.gpu.count)
+    except (tn.NotMoE, tn.UnsupportedShape):
+        return None
+    image = image or spec.engine.image or info.default_image(spec.engine.version)
+    inputs = {"engine": info.name, "engineVersion": spec.engine.version, "image": image,
+              "gpuProduct": prof.product_label, "deviceName": prof.device_name, "tp": spec.gpu.count,
+              "target": spec.target.model, "targetConfigDigest": config_digest(target_doc), "shape": shape.to_dict()}
+    key = hashlib.sha256(json.dumps(inputs, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    name = cr.metadata.name
+    return TuningPlan(
+        key=key, engine=info.name, engine_version=spec.engine.version, image=image, product_label=prof.product_label,
+        device_name=prof.device_name, tp=spec.gpu.count, shape=shape.to_dict(),
+        file_name=tn.config_file_name(info.name, shape, prof.device_name), storage=spec.tuning.storage,
+        claim_name=spec.tuning.pvc.claim_name if spec.tuning.pvc else None,
+        job_name=_dns_name(name, f"-tune-{key[:10]}"), configmap_name=_dns_name(name, f"-tuned-{key[:10]}", 253),
+        env_var=tn.CONFIG_DIR_ENV[info.name],
+    )
+
+
+def tuning_labels(cr, plan: TuningPlan) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "specdeploy-tuning",
+        "app.kubernetes.io/instance": cr.metadata.name,
+        "app.kubernetes.io/component": "kernel-tuning",
+        "app.kubernetes.io/managed-by": "specdeploy",
+        "app.kubernetes.io/part-of": "specdeploy",
+        f"{API_GROUP}/engine": plan.engine,
+        f"{API_GROUP}/tuning-key": plan.short,
+    }
+
+
+def build_tuning_job(cr, plan: TuningPlan) -> dict:
+    """The Job that runs ``specdeploy-runtime tune`` on one replica's GPU product; pure.
+
+    One per (target model and config, GPU product, engine version and image, TP shape): the name carries
+    the key's hash, so a changed input is a new Job and an unchanged one is the same. Create it once;
+    never patch it (a Job's pod template is immutable)."""
+    spec = cr.spec
+    per_node = spec.gpu.count // spec.nodes
+    args = ["--engine", plan.engine, "--tp", str(plan.tp), "--gpu-device-name", plan.device_name,
+            "--key", plan.key, "--work-dir", "/tmp"]
+    mounts = [{"name": "scratch", "mountPath": "/tmp"}, {"name": "dshm", "mountPath": "/dev/shm"}]
+    volumes: list[dict] = [{"name": "scratch", "emptyDir": {"sizeLimit": "8Gi"}},
+                           {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.pod.shm_size}}]
+    if spec.target.pvc is not None:
+        args += ["--target-dir", _model_in_pod(spec.target, "target")]
+        mounts.append({"name": "target-model", "mountPath": f"{MODEL_ROOT}/target", "readOnly": True})
+        volumes.append({"name": "target-model",
+                        "persistentVolumeClaim": {"claimName": spec.target.pvc.claim_name, "readOnly": True}})
+    else:
+        args += ["--target-model", spec.target.model]
+        if spec.target.revision:
+            args += ["--target-revision", spec.target.revision]
+    if plan.storage == "pvc":
+        args += ["--out-dir", f"{TUNING_OUT_MOUNT}/{plan.short}"]
+        mounts.append({"name": "tuning-out", "mountPath": TUNING_OUT_MOUNT})
+        volumes.append({"name": "tuning-out", "persistentVolumeClaim": {"claimName": plan.claim_name}})
+    limits: dict[str, str] = {gpus.GPU_RESOURCE: str(per_node)}
+    requests: dict[str, str] = {gpus.GPU_RESOURCE: str(per_node)}
+    for key, val in (("cpu", spec.pod.cpu), ("memory", spec.pod.memory)):
+        if val:
+            limits[key] = requests[key] = val
+    labels = tuning_labels(cr, plan)
+    tolerations = [dict(t) for t in gpus.GPU_TOLERATIONS] + [t.model_dump(exclude_none=True) for t in spec.pod.tolerations]
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "nodeSelector": {**spec.pod.node_selector, gpus.PRODUCT_LABEL_KEY: plan.product_label},
+        "tolerations": tolerations,
+        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [{
+            "name": "tune",
+            "image": plan.image,
+            "imagePullPolicy": "IfNotPresent",
+            "command": [RUNTIME_COMMAND, "tune"],
+            "args": args,
+            "env": [{"name": "HOME", "value": "/tmp"}, {"name": "HF_HOME", "value": "/tmp/hf-home"},
+                    {"name": "TRITON_CACHE_DIR", "value": "/tmp/triton"},
+                    {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}, *_token_env(spec)],
+            "resources": {"limits": limits, "requests": requests},
+            "securityContext": dict(_RESTRICTED),
+            # the result (gzip + base64, a few hundred bytes) is read from here by the operator
+            "terminationMessagePolicy": "FallbackToLogsOnError",
+            "volumeMounts": mounts,
+        }],
+        "volumes": volumes,
+    }
+    if spec.pod.priority_class_name:
+        pod_spec["priorityClassName"] = spec.pod.priority_class_name
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": _meta(cr, plan.job_name, labels, {TUNING_KEY_ANNOTATION: plan.key}),
+        "spec": {
+            "backoffLimit": 1,
+            "activeDeadlineSeconds": TUNING_DEADLINE_SECONDS,
+            "ttlSecondsAfterFinished": 7 * 24 * 3600,
+            "template": {"metadata": {"labels": labels, "annotations": {TUNING_KEY_ANNOTATION: plan.key}},
+                         "spec": pod_spec},
+        },
+    }
+
+
+def build_tuned_configmap(cr, plan: TuningPlan, termination_message: str) -> dict:
+    """The ConfigMap the engine pods mount (storage configMap), from the tuning Job's termination
+    message. Raises ValueError for a message that is not a result of this key or would not fit."""
+    from specdeploy_runtime import tuning as tn
+
+    meta, files = tn.decode_envelope(termination_message)
+    if meta.get("key") not in (None, plan.key):
+        raise ValueError(f"the tuning result is for key {str(meta.get('key'))[:10]}, not {plan.short}")
+    if meta.get("engine") != plan.engine:
+        raise ValueError(f"the tuning result is for {meta.get('engine')}, not {plan.engine}")
+    data = tn.configmap_data(files, {**meta, "key": plan.key})
+    size = sum(len(k) + len(v.encode()) for k, v in data.items())
+    if size > CONFIGMAP_LIMIT - 16 * 1024:
+        raise ValueError(f"{size} bytes of tuned files do not fit a ConfigMap (~1 MiB): use spec.tuning.storage: pvc")
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(cr, plan.configmap_name, tuning_labels(cr, plan), {TUNING_KEY_ANNOTATION: plan.key}),
+        "data": data,
+    }
+
+
+def render_tuning(cr, target_doc: Any, image: str | None = None) -> tuple[TuningPlan | None, list[dict]]:
+    """(plan, [Job]) for spec.tuning.enabled with a tunable MoE target; (None, []) otherwise."""
+    plan = tuning_plan(cr, target_doc, image)
+    return plan, ([build_tuning_job(cr, plan)] if plan is not None else [])
+
+
+def render(cr, target_doc: Any, drafter_doc: Any, *, pod_monitor: bool = False,
+           image_table: tuple[eng.BakedDrafterImage, ...] | None = None) -> Rendered:
     """Every child object for a SpeculativeDeployment; raises RenderError when the check fails."""
     analysis = analyze(drafter_doc, target_doc, cr.spec.options())
     if not analysis.ok or analysis.derived is None:
         raise RenderError(analysis.findings)
     spec = cr.spec
     prof = gpus.get_profile(spec.gpu.type)
-    ec = build_engine_config(cr, analysis, target_doc, drafter_doc)
-    image = spec.engine.image or eng.get_engine(spec.engine.name).default_image(spec.engine.version)
+    image, baked_row, warning = choose_image(cr, drafter_doc, image_table)
+    if warning is not None:
+        analysis.findings.append(warning)
+    baked = baked_row is not None
+    ec = build_engine_config(cr, analysis, target_doc, drafter_doc, baked=baked)
+    # the tuning Job runs the engine image without the baked drafter (same engine, same kernels)
+    plan, tuning_objects = render_tuning(cr, target_doc)
     config_hash = ec.digest()[:16]
-    workload = (build_leaderworkerset if spec.nodes > 1 else build_deployment)(cr, ec, prof, image, config_hash)
+    if plan is not None:
+        config_hash = hashlib.sha256(f"{config_hash}|{plan.key}|{plan.storage}".encode()).hexdigest()[:16]
+    build = build_leaderworkerset if spec.nodes > 1 else build_deployment
+    workload = build(cr, ec, prof, image, config_hash, baked=baked, tuning=plan)
     objects = [build_configmap(cr, ec, analysis), workload, build_service(cr, ec), build_pdb(cr, ec)]
     if pod_monitor:
         objects.append(build_podmonitor(cr, ec))
-    return Rendered(analysis=analysis, engine_config=ec, config_hash=config_hash, objects=objects)
+    return Rendered(analysis=analysis, engine_config=ec, config_hash=config_hash, objects=objects,
+                    tuning_objects=tuning_objects, tuning=plan, image=image, baked_drafter=baked_row)

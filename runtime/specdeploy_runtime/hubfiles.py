@@ -1,0 +1,118 @@
+"""Hub downloads on the pod side: a model's config.json only (preflight, tune) and a whole drafter
+at image build time (``bake-drafter``).
+
+``huggingface_hub`` comes with the engines in the runtime images; it is imported only here.
+The endpoint is ``HF_ENDPOINT`` read at call time (huggingface_hub reads it once, at import) and
+the token ``HF_TOKEN`` (the renderer sets it from ``tokenSecretRef``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from typing import Any
+
+CONFIG_FILE = "config.json"
+BAKED_FILE = "BAKED.json"
+BAKED_DRAFTER_DIR = "/opt/specdeploy/drafter"
+COMMIT = re.compile(r"^[0-9a-f]{40}$")
+# What a drafter needs to be served from a local path: config, weights, tokenizer files, remote code.
+BAKED_PATTERNS = ("*.json", "*.safetensors", "*.py", "*.txt", "*.model", "*.tiktoken")
+
+
+class HubFetchError(RuntimeError):
+    pass
+
+
+def _endpoint() -> str | None:
+    ep = os.environ.get("HF_ENDPOINT")
+    return ep.rstrip("/") if ep else None
+
+
+def _token() -> str | None:
+    return os.environ.get("HF_TOKEN") or None
+
+
+def fetch_config(repo_id: str, revision: str | None, dest_dir: str, *, timeout: float = 30.0) -> str:
+    """Download only ``config.json`` of ``repo_id`` at ``revision`` into ``dest_dir``; returns the file path."""
+    try:
+        import huggingface_hub as hh
+    except ImportError:
+        raise HubFetchError("huggingface_hub is not installed in this image; mount the model instead") from None
+    from huggingface_hub import errors as hf_errors
+
+    os.makedirs(dest_dir, exist_ok=True)
+    cache = os.path.join(dest_dir, ".hf-cache")
+    try:
+        path = hh.hf_hub_download(repo_id, CONFIG_FILE, revision=revision, cache_dir=cache, endpoint=_endpoint(),
+                                  token=_token() or False, etag_timeout=timeout)
+    except hf_errors.GatedRepoError:
+        raise HubFetchError(f"{repo_id} is gated: the pod's HF_TOKEN (tokenSecretRef) has no access") from None
+    except hf_errors.RepositoryNotFoundError:
+        raise HubFetchError(f"{repo_id} not found (or private and HF_TOKEN is missing or has no access)") from None
+    except hf_errors.RevisionNotFoundError:
+        raise HubFetchError(f"{repo_id} has no revision {revision!r}") from None
+    except hf_errors.EntryNotFoundError:
+        raise HubFetchError(f"{repo_id}@{revision or 'main'} has no config.json") from None
+    except Exception as e:  # noqa: BLE001 - network errors of every kind become one message
+        raise HubFetchError(f"cannot download {repo_id}/config.json from {_endpoint() or 'huggingface.co'}: "
+                            f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
+    out = os.path.join(dest_dir, CONFIG_FILE)
+    shutil.copyfile(path, out)
+    shutil.rmtree(cache, ignore_errors=True)
+    return out
+
+
+def read_baked(drafter_dir: str) -> dict | None:
+    """BAKED.json of a drafter baked into the image, or None when there is none."""
+    path = os.path.join(drafter_dir, BAKED_FILE)
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as fh:
+        doc = json.load(fh)
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path} is not a JSON object")
+    return doc
+
+
+def bake_drafter(repo_id: str, revision: str, out_dir: str, *, expect_digest: str | None = None) -> dict[str, Any]:
+    """Download the drafter (weights + config) at a pinned commit into ``out_dir`` and write BAKED.json
+    ``{repo, revision, config_digest}``. ``expect_digest``: fail unless config.json has this digest
+    (the image label the build was given)."""
+    from specdeploy.core.engineconfig import config_digest
+
+    if not COMMIT.match(revision or ""):
+        raise HubFetchError(f"DRAFTER_REVISION {revision!r} is not a 40-hex commit: a baked drafter is pinned to a commit")
+    try:
+        import huggingface_hub as hh
+    except ImportError:
+        raise HubFetchError("huggingface_hub is not installed") from None
+    import fnmatch
+
+    os.makedirs(out_dir, exist_ok=True)
+    token = _token() or False
+    try:
+        # the file list of that commit (model_info siblings), then each wanted file: weights, config, code
+        info = hh.HfApi(endpoint=_endpoint()).model_info(repo_id, revision=revision, token=token)
+        names = [s.rfilename for s in (info.siblings or [])
+                 if any(fnmatch.fnmatch(s.rfilename, p) for p in BAKED_PATTERNS)]
+        if CONFIG_FILE not in names:
+            raise HubFetchError(f"{repo_id}@{revision} has no config.json")
+        for name in names:
+            hh.hf_hub_download(repo_id, name, revision=revision, local_dir=out_dir, endpoint=_endpoint(), token=token)
+    except HubFetchError:
+        raise
+    except Exception as e:  # noqa: BLE001
+        raise HubFetchError(f"cannot download {repo_id}@{revision}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
+    shutil.rmtree(os.path.join(out_dir, ".cache"), ignore_errors=True)
+    with open(os.path.join(out_dir, CONFIG_FILE), encoding="utf-8") as fh:
+        digest = config_digest(json.load(fh))
+    if expect_digest and expect_digest != digest:
+        raise HubFetchError(f"{repo_id}@{revision} config.json has digest {digest}, not DRAFTER_CONFIG_DIGEST {expect_digest}")
+    baked = {"repo": repo_id, "revision": revision, "config_digest": digest}
+    with open(os.path.join(out_dir, BAKED_FILE), "w", encoding="utf-8") as fh:
+        json.dump(baked, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+    return baked
