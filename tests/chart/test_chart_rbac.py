@@ -47,6 +47,11 @@ def _calls() -> dict[str, set[tuple]]:
         "Controller._apply:delete": {(g, r, "delete", "watched") for g, r in managed},
         "Controller._write_status:patch": {(*sd_status, "patch", "watched")},
         "Controller._event:create": {(*gr("Event"), "create", "watched")},
+        # spec.tuning: the tuning Job (created once), its pods' result, the tuned-kernels ConfigMap
+        "Controller._tuning:get": {(*gr("Job"), "get", "watched")},
+        "Controller._tuning:create": {(*gr("Job"), "create", "watched"), (*gr("ConfigMap"), "create", "watched")},
+        "Controller._tuning:list": {(*gr("Pod"), "list", "watched")},
+        "Controller._tuning:patch": {(*gr("ConfigMap"), "patch", "watched")},
         "Controller.has:has_api": set(),  # GET /apis/<group>/<version>: discovery, allowed to every user
         "Resolver._from_configmap:get": {(*gr("ConfigMap"), "get", "watched")},
         "Resolver._token:get": {(*gr("Secret"), "get", "token")},

@@ -148,6 +148,12 @@ async def on_engine_pod(event, **_) -> None:
         monitor.observe_pod(event.get("type"), event["object"])
 
 
+@kopf.on.event("batch", "v1", "jobs", labels={**MANAGED, "app.kubernetes.io/component": "kernel-tuning"})
+async def on_tuning_job(event, **_) -> None:
+    # the tuning Job's progress (its result becomes the tuned-kernels ConfigMap)
+    await controller().observe_child(event.get("type"), {**event["object"], "kind": "Job"})
+
+
 @kopf.on.event("batch", "v1", "jobs", labels={**MANAGED, "app.kubernetes.io/component": "config-inspector"})
 async def on_inspector_job(event, **_) -> None:
     # an inspector finishing is a reason to reconcile its owner; it is not a managed child

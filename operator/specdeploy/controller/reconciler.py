@@ -18,7 +18,7 @@ import pydantic
 
 from ..api.types import SpeculativeDeployment, validation_messages
 from ..core.findings import Severity, errors as error_findings
-from ..core.render import RenderError, Rendered, render, selector_labels
+from ..core.render import TUNING_KEY_ANNOTATION, RenderError, Rendered, build_tuned_configmap, render, selector_labels
 from . import metrics, status as st
 from .kube import Kube, KubeError
 from .queue import Backoff, WorkQueue
@@ -292,6 +292,8 @@ class Controller:
             return None
 
         conflicts = await self._apply(ns, name, desired)
+        if rendered.tuning is not None:
+            await self._tuning(ns, cr, rendered)
         workload = self._workload(ns, name)
         obs = self._observation(gen, body, workload, rendered.analysis.findings, rendered)
         obs.conflicts = conflicts
@@ -395,6 +397,45 @@ class Controller:
                     await self.kube.delete(kind, ns, cname)
                     self.children.pop((kind, ns, cname), None)
         return conflicts
+
+    async def _tuning(self, ns: str, cr, rendered: Rendered) -> None:
+        """spec.tuning: run the tuning Job once; publish its result as the ConfigMap the engine pods mount.
+
+        The Job is created and never patched (its pod template is immutable); a new tuning key
+        (another GPU, engine, image or model) names a new Job. Engine pods mount the ConfigMap as
+        an optional volume, so pods started before the result exists run with default kernels.
+        """
+        plan = rendered.tuning
+        job = self.children.get(("Job", ns, plan.job_name))
+        if job is None:
+            job = await self.kube.get("Job", ns, plan.job_name)
+            if job is None:
+                created = await self.kube.create(rendered.tuning_objects[0])
+                self.children[("Job", ns, plan.job_name)] = {**(created or rendered.tuning_objects[0]), "kind": "Job"}
+                return
+            self.children[("Job", ns, plan.job_name)] = {**job, "kind": "Job"}
+        if plan.storage != "configMap" or not (job.get("status") or {}).get("succeeded"):
+            return  # running, failed (its pod status says why), or written to the PVC directly
+        existing = self.children.get(("ConfigMap", ns, plan.configmap_name))
+        if existing is not None and ((existing.get("metadata") or {}).get("annotations") or {}).get(TUNING_KEY_ANNOTATION) == plan.key:
+            return
+        pods = await self.kube.list("Pod", ns, f"job-name={plan.job_name}")
+        messages = [((c.get("state") or {}).get("terminated") or {}).get("message")
+                    for p in pods for c in ((p.get("status") or {}).get("containerStatuses") or [])]
+        messages = [m for m in messages if m]
+        if not messages:
+            return
+        try:
+            cm = build_tuned_configmap(cr, plan, messages[-1])
+        except ValueError as e:
+            log.warning("tuning Job %s/%s produced an unusable result: %s", ns, plan.job_name, e)
+            return
+        if existing is None:
+            created = await self.kube.create(cm)
+            self.children[("ConfigMap", ns, plan.configmap_name)] = {**(created or cm), "kind": "ConfigMap"}
+        else:
+            patched = await self.kube.patch("ConfigMap", ns, plan.configmap_name, owned_part(cm))
+            self.children[("ConfigMap", ns, plan.configmap_name)] = {**(patched or cm), "kind": "ConfigMap"}
 
     async def _write_status(self, key: Key, body: dict, obs: st.Observation, resolved: dict | None) -> None:
         ns, name = key

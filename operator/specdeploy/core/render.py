@@ -551,7 +551,7 @@ def _dns_name(prefix: str, suffix: str, limit: int = 63) -> str:
 def tuning_plan(cr, target_doc: Any, image: str | None = None) -> TuningPlan | None:
     """The tuning this deployment gets, or None: tuning off, a dense target, or experts that do not run
     on the Triton fused-MoE kernel (nothing to tune)."""
-    from specdeploy_runtime import tuning as tn  # pure standard library
+    from . import tuning as tn
 
     spec = cr.spec
     if not spec.tuning.enabled:
@@ -664,7 +664,7 @@ def build_tuning_job(cr, plan: TuningPlan) -> dict:
 def build_tuned_configmap(cr, plan: TuningPlan, termination_message: str) -> dict:
     """The ConfigMap the engine pods mount (storage configMap), from the tuning Job's termination
     message. Raises ValueError for a message that is not a result of this key or would not fit."""
-    from specdeploy_runtime import tuning as tn
+    from . import tuning as tn
 
     meta, files = tn.decode_envelope(termination_message)
     if meta.get("key") not in (None, plan.key):
