@@ -38,7 +38,6 @@ import argparse
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -47,9 +46,10 @@ from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
 from ..core import acceptance as acc
+from .metrics_server import PROMETHEUS_TEXT, MetricsServer
 
 MODES = ("healthy", "collapsed", "cliff", "none")
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+CONTENT_TYPE = PROMETHEUS_TEXT
 
 
 # The engines' default histogram buckets (vllm/v1/metrics/buckets.py in vLLM 0.33;
@@ -130,7 +130,9 @@ class _Collector:
         yield from self.s._families()
 
 
-class EngineStandin:
+class EngineStandin(MetricsServer):
+
+    thread_name = "engine-standin"
     def __init__(self, engine: str = "vllm", mode: str = "healthy", *, model_name: str = "Qwen/Qwen3-8B",
                  num_spec_tokens: int = 15, drafts_per_step: int = 100, auto_advance: int = 1, dp: int = 1,
                  tp: int = 1, host: str = "127.0.0.1", port: int = 0, requests_per_step: int = 4):
@@ -142,12 +144,9 @@ class EngineStandin:
         self.num_spec_tokens, self.drafts_per_step, self.auto_advance = num_spec_tokens, drafts_per_step, auto_advance
         self.dp, self.tp = max(1, dp), max(1, tp)
         self.requests_per_step = max(0, requests_per_step)
-        self.host, self._port = host, port
+        MetricsServer.__init__(self, host, port)
         self._lock = threading.Lock()
         self._created = time.time()
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-        self.requests = 0
         self.restart()
 
     # ------------------------------------------------------------- state
@@ -313,69 +312,8 @@ class EngineStandin:
             return generate_latest(reg).decode("utf-8")
 
     # ------------------------------------------------------------- server
-    def start(self) -> "EngineStandin":
-        if self._server is not None:
-            return self
-        standin = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_GET(self) -> None:  # noqa: N802
-                path = self.path.split("?", 1)[0]
-                if path == "/metrics":
-                    standin.requests += 1
-                    body = standin.metrics_text(advance=True).encode()
-                    self._send(200, body, CONTENT_TYPE)
-                elif path == "/health":
-                    self._send(200, b"", "text/plain")
-                else:
-                    self._send(404, b"not found\n", "text/plain")
-
-            def _send(self, code: int, body: bytes, ctype: str) -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, fmt: str, *args) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer((self.host, self._port), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="engine-standin", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is None:
-            return
-        self._server.shutdown()
-        self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        self._server = self._thread = None
-
-    @property
-    def port(self) -> int:
-        if self._server is None:
-            raise RuntimeError("not started")
-        return self._server.server_address[1]
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    @property
-    def metrics_url(self) -> str:
-        return self.url + "/metrics"
-
-    def __enter__(self) -> "EngineStandin":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+    def serve_metrics(self) -> str:
+        return self.metrics_text(advance=True)
 
 
 def main(argv: list[str] | None = None) -> int:
