@@ -112,11 +112,18 @@ def test_every_dashboard_query_returns_data_from_live_prometheus(tmp_path):
             prom.query("sum(")
 
         dashes = [D.build_dashboard(n) for n in D.DASHBOARDS]
+
+        def every_deployment_seen() -> bool:
+            # the recording rules reach each engine's series at their own pace: wait for all of them
+            return all(_resolve_variables(prom, d)["deployment"] == grafana_regex(sorted(ENGINES)) for d in dashes[:2])
+
         try:
-            prom.wait_until(lambda: not _empty_queries(prom, dashes), DATA_DEADLINE_S, "data for every panel query")
+            prom.wait_until(lambda: not _empty_queries(prom, dashes) and every_deployment_seen(), DATA_DEADLINE_S,
+                            "data for every panel query, from every deployment")
         except PrometheusError:
             empty = _empty_queries(prom, dashes)
-            pytest.fail("dashboard queries without data:\n" + "\n".join(empty) + f"\n{prom.log()}")
+            pytest.fail("dashboard queries without data:\n" + "\n".join(empty) +
+                        f"\nvariables: {[_resolve_variables(prom, d) for d in dashes[:2]]}\n{prom.log()}")
 
         # The variables resolve to exactly our deployments.
         for dash in dashes[:2]:
