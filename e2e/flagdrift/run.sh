@@ -130,6 +130,10 @@ while read -r engine version; do
   if [ -s "$snap" ] && ! "$dir/bin/python" "$HERE/metric_names.py" "$engine" "$snap"; then
     rc=1
   fi
+  # The tuned fused-MoE file names the engine looks up, for the runtime's naming tests.
+  if [ -s "$snap" ] && ! VLLM_TARGET_DEVICE=cpu "$dir/bin/python" "$HERE/tuning_names.py" "$engine" "$snap"; then
+    rc=1
+  fi
   # The driver's human-readable lines (engine log noise filtered out).
   grep -E '^\[(vllm|sglang) |^    ' "$WORK/$engine-$version.err" || true
   if [ ! -s "$out" ]; then
