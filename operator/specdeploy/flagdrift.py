@@ -17,9 +17,12 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from functools import lru_cache
-from importlib import resources
 from typing import Any, Mapping, Sequence
+
+try:  # the reader lives with the data, in the core
+    from .core.enginedata import available_snapshots, load_snapshot
+except ImportError:  # loaded as a standalone file by e2e/flagdrift/run.sh: only check_against_snapshot is used
+    pass
 
 __all__ = [
     "available_snapshots",
@@ -28,50 +31,7 @@ __all__ = [
     "load_snapshot",
 ]
 
-_PACKAGE = "specdeploy.data.flags"
-_NAME = re.compile(r"^(?P<engine>[a-z][a-z0-9_]*)-(?P<version>[0-9][A-Za-z0-9.+_-]*)\.json$")
 _NUMBER = re.compile(r"^-?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$")
-
-
-def _normalize_version(version: str) -> str:
-    version = str(version).strip()
-    return version[1:] if version[:1] in ("v", "V") else version
-
-
-@lru_cache(maxsize=1)
-def available_snapshots() -> list[tuple[str, str]]:
-    """(engine, version) pairs that have a snapshot, sorted."""
-    out = []
-    try:
-        entries = list(resources.files(_PACKAGE).iterdir())
-    except (ModuleNotFoundError, FileNotFoundError):
-        return []
-    for entry in entries:
-        m = _NAME.match(entry.name)
-        if m and entry.is_file():
-            out.append((m.group("engine"), m.group("version")))
-    return sorted(out)  # cached: the package's data files do not change while running
-
-
-@lru_cache(maxsize=None)
-def _load(engine: str, version: str) -> str:
-    name = f"{engine}-{version}.json"
-    try:
-        ref = resources.files(_PACKAGE).joinpath(name)
-        if ref.is_file():
-            return ref.read_text(encoding="utf-8")
-    except (ModuleNotFoundError, FileNotFoundError):
-        pass
-    known = ", ".join(f"{e} {v}" for e, v in available_snapshots()) or "none"
-    raise LookupError(
-        f"no flag snapshot for {engine} {version} (available: {known}); "
-        f"run e2e/flagdrift/run.sh with that engine version to record one"
-    )
-
-
-def load_snapshot(engine: str, version: str) -> dict:
-    """The recorded flag snapshot of one engine version (a fresh copy)."""
-    return json.loads(_load(str(engine).strip().lower(), _normalize_version(version)))
 
 
 def check_argv(

@@ -1,0 +1,216 @@
+"""e2e/flagdrift/engine_facts.py on small synthetic engine trees: it records what the code does.
+
+The real runs (record-facts.sh) read the engines' wheels; here tiny packages shaped like
+SGLang and vLLM prove the probes run the functions and report their behaviour, including the
+broken cases the table must catch (no +1, no sliding window, a target class that raises).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def ef():
+    spec = importlib.util.spec_from_file_location("engine_facts", ROOT / "e2e/flagdrift/engine_facts.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def write(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(textwrap.dedent(text))
+    return root
+
+
+SGLANG_UTILS = """
+    from typing import Any, List, Optional, Sequence
+    import torch  # never imported: a stub
+
+    def build_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> List[int]:
+        if num_draft_layers == 1:
+            return [num_target_layers // 2]
+        start, end = 1, num_target_layers - 3
+        if end < start:
+            raise ValueError("too few layers")
+        span = end - start
+        return [int(round(start + (i * span) / (num_draft_layers - 1))) for i in range(num_draft_layers)]
+
+    def get_dflash_layer_types(config: Any) -> Optional[Sequence[str]]:
+        return getattr(config, "layer_types", None)
+
+    def get_dflash_attention_sliding_window_size(config):
+        lt = get_dflash_layer_types(config)
+        if lt is None or "sliding_attention" not in lt:
+            return None
+        if getattr(config, "sliding_window", None) is None:
+            raise ValueError("needs sliding_window")
+        return int(config.sliding_window) - 1
+    # DFLASH
+"""
+
+SGLANG_MODEL = """
+    from sglang.srt.speculative.dflash_utils import get_dflash_attention_sliding_window_size, get_dflash_layer_types
+
+    def _get_dflash_layer_attention_params(config, layer_id):
+        lt = get_dflash_layer_types(config)
+        if lt[layer_id] == "sliding_attention":
+            return get_dflash_attention_sliding_window_size(config), "causal"
+        return -1, "bidirectional"
+
+    class DFlashDraftModel:
+        def get_attention_sliding_window_size(self):
+            return get_dflash_attention_sliding_window_size(self.config)
+
+    EntryClass = [DFlashDraftModel]
+"""
+
+TARGETS = """
+    class GoodForCausalLM:
+        def set_dflash_layers_to_capture(self, layer_ids):
+            if not self.pp_group.is_last_rank:
+                return
+            self.model.layers_to_capture = [i + 1 for i in layer_ids]
+
+    class NoOffsetForCausalLM:
+        def set_dflash_layers_to_capture(self, layer_ids):
+            self.model.layers_to_capture = list(layer_ids)
+
+    class StrictForCausalLM:
+        def set_dflash_layers_to_capture(self, layer_ids):
+            n = len(self.model.layers)
+            if sorted(set(layer_ids)) != list(layer_ids) or not all(0 <= i < n - 1 for i in layer_ids):
+                raise ValueError("bad ids")
+            self.model.layers_to_capture = [i + 1 for i in layer_ids]
+
+    class Inner:
+        def set_dflash_layers_to_capture(self, ids):
+            self.layers_to_capture = ids
+            for i in ids:
+                setattr(self.layers[i], "_capture", True)
+
+    class WrapperForConditionalGeneration:
+        def __init__(self, config, language_model_cls=Inner):
+            self.language_model = language_model_cls(config)
+        def set_dflash_layers_to_capture(self, layer_ids):
+            self.language_model.set_dflash_layers_to_capture([i + 1 for i in layer_ids])
+
+    EntryClass = [GoodForCausalLM, NoOffsetForCausalLM, StrictForCausalLM, WrapperForConditionalGeneration]
+"""
+
+
+def sglang_tree(tmp_path: Path, *, native: bool = True) -> Path:
+    files = {
+        "sglang/srt/speculative/dflash_utils.py": SGLANG_UTILS,
+        "sglang/srt/speculative/dflash_worker_v2.py": """
+            class W:
+                def alloc_memory_pool(self, req_to_token_pool=None):
+                    self.draft.alloc(req_to_token_pool=None if self.use_compact_draft_cache else req_to_token_pool)
+        """,
+        "sglang/srt/server_args.py": 'FLAG = "--speculative-draft-window-size"\n',
+        "sglang/srt/models/targets.py": TARGETS,
+    }
+    files["sglang/srt/models/dflash.py"] = SGLANG_MODEL if native else "class DFlashDraftModel:\n    pass\nEntryClass = DFlashDraftModel\n"
+    return write(tmp_path, files)
+
+
+def test_sglang_probes_run_the_engine_functions(ef, tmp_path):
+    doc = ef.record("sglang", "9.9.9", sglang_tree(tmp_path))
+    f = doc["facts"]
+    assert f["dflash"]["value"] is True
+    assert f["default_layer_ids"]["value"]["64,5"] == [1, 16, 31, 46, 61]
+    assert f["default_layer_ids"]["value"]["4,1"] == [2]
+    assert f["default_layer_ids"]["value"]["4,2"] == [1, 1]
+    sw = f["sliding_window"]
+    assert sw["native"]["value"] is True and sw["per_layer_window"]["value"] == [2047, 2047, -1]
+    assert sw["window_left"]["value"]["mixed_no_window"].startswith("raises ValueError")
+    assert f["window_flags"]["value"] == ["--speculative-draft-window-size"]
+    assert f["compact_cache"]["value"] == "all_layers"
+    cap = f["target_capture"]["value"]
+    assert cap["GoodForCausalLM"]["offset"] == 1
+    assert set(cap["GoodForCausalLM"]["probes"].values()) == {"accepted"}
+    assert cap["NoOffsetForCausalLM"]["offset"] == 0          # a target class that forgot its +1
+    assert cap["StrictForCausalLM"]["probes"]["last"] == "raises ValueError"
+    assert cap["StrictForCausalLM"]["probes"]["duplicate"] == "raises ValueError"
+    # the wrapper delegates to the class passed as a constructor default; the inner one indexes layers[id + 1]
+    assert cap["WrapperForConditionalGeneration"]["offset"] == 1
+    assert cap["WrapperForConditionalGeneration"]["probes"]["last"] == "raises IndexError"
+    assert cap["WrapperForConditionalGeneration"]["probes"]["duplicate"] == "accepted"
+
+
+def test_sglang_without_native_windows(ef, tmp_path):
+    f = ef.record("sglang", "0.0.1", sglang_tree(tmp_path, native=False))["facts"]
+    assert f["sliding_window"]["native"]["value"] is False and "per_layer_window" not in f["sliding_window"]
+
+
+def test_no_dflash_is_recorded_as_such(ef, tmp_path):
+    write(tmp_path, {"sglang/srt/server_args.py": "X = 1\n"})
+    assert ef.record("sglang", "0.0.1", tmp_path)["facts"] == {"dflash": {"value": False, "evidence": "no speculative/dflash_utils.py"}}
+
+
+VLLM_FILES = {
+    "vllm/config/speculative.py": 'METHODS = ["eagle", "dflash"]\n',
+    "vllm/model_executor/models/qwen3_dflash.py": """
+        from vllm.config import get_current_vllm_config
+
+        def _resolve_layer_attention(config, layer_idx):
+            layer_types = getattr(config, "layer_types", None)
+            dc = getattr(config, "dflash_config", None) or {}
+            if layer_types is not None:
+                n = sum(t == "sliding_attention" for t in layer_types)
+                if 0 < n < len(layer_types) and not get_current_vllm_config().use_v2_model_runner:
+                    raise NotImplementedError("V2 only")
+            sliding = dc.get("use_swa", False) if layer_types is None else layer_types[layer_idx] == "sliding_attention"
+            window = None
+            if sliding:
+                window = dc.get("swa_window_size", getattr(config, "sliding_window", None))
+                if window is None:
+                    raise ValueError("window")
+            return window, sliding
+    """,
+    "vllm/model_executor/models/registry.py": """
+        _SPECULATIVE_DECODING_MODELS = {
+            "DFlashDraftModel": ("qwen3_dflash", "X"),
+            "EagleLlamaForCausalLM": ("llama_eagle", "Y"),
+        }
+    """,
+    "vllm/transformers_utils/configs/eagle.py": 'if not arch.startswith("DFlash"):\n    arch = "DFlash" + arch\n',
+    "vllm/v1/worker/gpu_model_runner.py": """
+        class GPUModelRunner:
+            def _get_aux_layers(self):
+                hf_config = self.speculative_config.draft_model_config.hf_config
+                dflash_config = getattr(hf_config, "dflash_config", None)
+                return tuple(dflash_config.get("target_layer_ids"))
+    """,
+    "vllm/v1/attention/backends/registry.py": """
+        class AttentionBackendEnum:
+            FLASH_ATTN = "vllm.v1.attention.backends.flash_attn.FlashAttentionBackend"
+    """,
+    "vllm/v1/attention/backends/flash_attn.py": """
+        class FlashAttentionBackend:
+            @classmethod
+            def supports_non_causal(cls) -> bool:
+                return True
+    """,
+}
+
+
+def test_vllm_probes_catch_a_missing_plus_one(ef, tmp_path):
+    f = ef.record("vllm", "9.9.9", write(tmp_path, VLLM_FILES))["facts"]
+    assert f["layer_ids_offset"]["v1"]["value"] == 0          # reads the layer input: the broken case
+    assert f["layer_ids_offset"]["v2"]["value"] is None
+    cases = f["sliding_window"]["value"]["cases"]
+    assert cases["mixed@v1"] == "raises NotImplementedError" and cases["mixed@v2"] == [2048, True]
+    assert cases["sliding_no_window@v1"].startswith("raises ValueError")
+    assert f["drafter_architectures"]["value"] == {"registered": ["DFlashDraftModel"], "renames_to_dflash": True}
+    assert f["non_causal_backends"]["value"] == ["FLASH_ATTN"]
+    assert f["draft_context"]["value"] == {"raises_draft_limit": False}
