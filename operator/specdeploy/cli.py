@@ -89,10 +89,12 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.engine and not version:
         version = get_engine(args.engine).newest_verified
     opts = Options(engine=args.engine, engine_version=version, gpu=args.gpu, gpu_count=args.gpu_count,
-                   nodes=args.nodes, method=args.method)
+                   nodes=args.nodes, method=args.method, max_model_len=args.max_model_len,
+                   draft_window=_window_arg(args.draft_window), accept=tuple(args.accept or ()))
     a = analyze(drafter, target, opts)
     if args.output == "json":
         doc = report(a.findings)
+        doc["accepted"] = [f.to_dict() for f in a.accepted]
         if a.derived is not None:
             doc["derived"] = a.derived.to_dict()
         print(json.dumps(doc, indent=2))
@@ -107,14 +109,25 @@ def cmd_check(args: argparse.Namespace) -> int:
         _print_findings(a.findings, sys.stdout)
         if a.derived is not None and a.ok:
             d = a.derived
+            window = (f"compact cache {d.draft_window}" if d.draft_window is not None else
+                      f"native {d.native_window}" if d.native_window is not None else "none")
             print(f"derived: block size {d.block_size}, {d.num_speculative_tokens} draft tokens per step, "
-                  f"draft window {d.draft_window if d.draft_window is not None else 'none'}, "
+                  f"draft window {window}, "
                   f"layers {','.join('S' if x == 'sliding_attention' else 'F' for x in d.layer_types)}, "
                   f"target layer ids {list(d.target_layer_ids)}")
     return 0 if a.ok else 1
 
 
 # ----------------------------------------------------------------- render
+
+
+def _window_arg(text: str | None):
+    if text is None or text == "off":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise UsageError(f"--draft-window {text!r}: expected a positive integer or 'off'") from None
 
 
 def cmd_render(args: argparse.Namespace) -> int:
@@ -243,6 +256,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--gpu-count", type=_positive_int, default=1, metavar="N", help="GPUs per replica (tensor parallel)")
     c.add_argument("--nodes", type=_positive_int, default=1, metavar="N", help="nodes per replica")
     c.add_argument("--method", choices=["dflash", "ddtree"], default="dflash", help="speculative method")
+    c.add_argument("--max-model-len", type=_positive_int, metavar="N",
+                   help="context the engine serves (spec.engine.maxModelLen; default: the target's limit)")
+    c.add_argument("--draft-window", metavar="N|off", help="spec.speculation.draftWindow: SGLang's compact draft cache")
+    c.add_argument("--accept", action="append", metavar="CODE",
+                   help="accept this finding code (spec.checks.accept): a warning or judgement error becomes info "
+                   "(repeatable)")
     c.add_argument("--output", "-o", choices=["text", "json"], default="text")
     c.set_defaults(func=cmd_check)
 

@@ -93,7 +93,9 @@ def flag_commands(root: str = "examples") -> list[dict]:
     for ex in load_examples(root):
         for info in eng.ENGINES.values():
             version = info.newest_verified
-            for nodes in (1, 2):
+            # single node, multi-node, and the optional settings rendered as flags: an explicit draft
+            # window (SGLang's compact cache) and a served context length
+            for nodes, variant in ((1, ""), (2, ""), (1, "window-context")):
                 spec = ex.cr.spec.model_copy(deep=True)
                 spec.engine.name = info.name
                 spec.engine.version = version
@@ -101,13 +103,17 @@ def flag_commands(root: str = "examples") -> list[dict]:
                 spec.nodes = nodes
                 if spec.gpu.count % nodes:
                     spec.gpu.count *= nodes
+                if variant:
+                    spec.engine.max_model_len = 32768
+                    if info.name == "sglang":
+                        spec.speculation.draft_window = 2048
                 cr = ex.cr.model_copy(update={"spec": spec})
                 try:
                     r = render(cr, ex.target, ex.drafter)
                 except RenderError:
                     continue
                 ec = r.engine_config
-                name = f"{ex.name}/{info.name}-{version}/nodes-{nodes}"
+                name = f"{ex.name}/{info.name}-{version}/nodes-{nodes}" + (f"/{variant}" if variant else "")
                 # Parse what the engine process will see: kubelet has expanded the variables
                 # LeaderWorkerSet injects.
                 for suffix, argv, rank in (("", ec.args, "0"), ("/worker", ec.worker_args, "1")):

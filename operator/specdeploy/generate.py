@@ -100,11 +100,21 @@ def render_api_md() -> str:
 
 
 def render_engines_md() -> str:
+    from .core import enginedata
+
     out = [GENERATED.format(src="operator/specdeploy/core/engines.py"),
            "# Engine capability table\n",
-           "One row per engine and version range. `verified` rows were parsed with the engine's own argument parser "
-           "(`e2e/flagdrift/run.sh`, snapshots in `operator/specdeploy/data/flags/`); the others come from the cited "
-           "sources. Flags the operator owns cannot be set through `spec.engine.extraArgs`.\n"]
+           "One row per engine and version range, split wherever a release's own code changes what it does with a "
+           "DFlash drafter. Two kinds of records back the rows:\n",
+           "- **verified**: the release's argument parser was recorded (`e2e/flagdrift/run.sh`, snapshots in "
+           "`operator/specdeploy/data/flags/`); every rendered command line is checked against it in CI.",
+           "- **facts**: the release's DFlash code was run on small inputs (`e2e/flagdrift/record-facts.sh`, records "
+           "in `operator/specdeploy/data/facts/`): the layer-id offset, native sliding windows, the compact draft "
+           "cache, drafter architectures, which id lists each target class refuses. `tests/unit/test_engine_facts.py` "
+           "fails when a row and the facts of a release in its range disagree. See "
+           "[engine truth](../concepts/engine-truth.md).\n",
+           "Flags the operator owns cannot be set through `spec.engine.extraArgs`.\n"]
+    recorded = enginedata.available_facts()
     for info in eng.ENGINES.values():
         out.append(f"\n## {info.display_name}\n")
         out.append(f"- entrypoint: `{' '.join(info.entrypoint)}`; port {info.port}; health `{info.health_path}`; "
@@ -112,18 +122,40 @@ def render_engines_md() -> str:
         out.append(f"- default image: `{eng.RUNTIME_IMAGE_REPO}:{info.name}-<version>`")
         owned = sorted(info.all_owned_flags())
         out.append(f"- owned flags: every `{'`, `'.join(info.owned_prefixes)}*` flag, and " + ", ".join(f"`{f}`" for f in owned))
-        out.append("\n| versions | methods | verified releases | sliding layers | mixed-layer env | drafter architectures | flags | sources |\n|---|---|---|---|---|---|---|---|")
+        common = dict.fromkeys(info.releases[0].flags.items())
+        for row in info.releases[1:]:
+            common = {kv: None for kv in common if kv in row.flags.items()}
+        out.append("- flags in every row: " + ", ".join(f"{k} `{v}`" for k, v in common))
+        before = [v for e, v in recorded if e == info.name and info.release_for(v) is None]
+        if before:
+            out.append(f"- releases recorded without DFlash: {', '.join(before)}")
+        out.append("\n| versions | verified | facts recorded | layer ids | sliding layers | draft window | mixed-layer env "
+                   "| draft attention backends | drafter architectures | other flags | sources |\n"
+                   "|---|---|---|---|---|---|---|---|---|---|---|")
         for row in info.releases:
             rng = f">= {row.since}" + (f", < {row.until}" if row.until else "")
-            flags = "<br>".join(f"{k}: `{v}`" for k, v in row.flags.items())
+            extra = "<br>".join(f"{k}: `{v}`" for k, v in row.flags.items() if (k, v) not in common)
+            extra += "".join(f"<br>alias `{a}`" for a in row.aliases)
             env = "unsupported" if row.mixed_layers_env is None else (", ".join(f"`{k}={v}`" for k, v in row.mixed_layers_env.items()) or "none needed")
             verified = [v for v in info.verified_versions() if row is info.release_for(v)]
+            facts = [v for e, v in recorded if e == info.name and info.release_for(v) is row]
             archs = ", ".join(sorted(row.drafter_architectures)) if row.drafter_architectures else "not recorded"
-            sliding = ("yes" if row.sliding_window_layers else "no") + (" (reads use_swa)" if row.reads_use_swa else "")
-            out.append(f"| {rng} | {', '.join(sorted(row.methods))} | {', '.join(verified) or 'none'} | "
-                       f"{sliding} | {env} | {archs} | {flags} | {_cell('; '.join(row.sources))} |")
+            ids = "id + 1 (layer output)" if row.layer_ids_offset == 1 else "**id (layer input): wrong layer**"
+            sliding = ("yes" if row.sliding_window_layers else "**no: run as full attention**") + (
+                " (reads use_swa)" if row.reads_use_swa else "")
+            if row.native_draft_window:
+                window = "native, from config.json" + (
+                    f"; compact cache ({row.compact_cache}) with draftWindow" if row.compact_cache else "")
+            elif row.compact_cache:
+                window = f"compact cache ({row.compact_cache}) rendered from the trained window"
+            else:
+                window = "none"
+            backends = ", ".join(f"{k} ({v})" if k != v else k for k, v in sorted(row.draft_attention_backends.items()))
+            out.append(f"| {rng} | {', '.join(verified) or 'none'} | {', '.join(facts) or 'from release notes'} | {ids} | "
+                       f"{sliding} | {window} | {env} | {backends} | {archs} | {extra or '-'} | {_cell('; '.join(row.sources))} |")
     out.append(f"\nDDTree: not in any release ({eng.DDTREE_SOURCE}); known flags: "
-               + ", ".join(f"`{v}`" for v in eng.DDTREE_SGLANG_FLAGS.values()) + ".")
+               + ", ".join(f"`{v}`" for v in eng.DDTREE_SGLANG_FLAGS.values())
+               + ". The renderer has no DDTree command line and refuses the method (`MethodNotRenderable`).")
     return "\n".join(out) + "\n"
 
 
@@ -143,9 +175,10 @@ def render_gpus_md() -> str:
 
 
 def render_checks_table() -> str:
-    rows = ["| code | severity | area | why | incident | fix |", "|---|---|---|---|---|---|"]
+    rows = ["| code | severity | area | acceptable | why | incident | fix |", "|---|---|---|---|---|---|---|"]
     for c in CATALOG.values():
-        rows.append(f"| `{c.code}` | {c.severity} | {c.area} | {_cell(c.why)} | {_cell(c.incident)} | {_cell(c.fix)} |")
+        ok = "yes" if c.overridable else "-"
+        rows.append(f"| `{c.code}` | {c.severity} | {c.area} | {ok} | {_cell(c.why)} | {_cell(c.incident)} | {_cell(c.fix)} |")
     return "\n".join(rows)
 
 
@@ -255,8 +288,33 @@ def _values_schema(root: Path) -> Path:
     return here if here.exists() else Path(__file__).resolve().parents[2] / CHART / "values.schema.json"
 
 
+# examples/mistakes/: the copy-paste and conversion mistakes the gate exists for, each derived from
+# an example drafter by one edit (drift-tested like every generated file; docs/getting-started.md runs them).
+MISTAKES = {
+    "qwen3.6-ids-plus-one.drafter.json": ("qwen3.6-27b-b300-vllm", "ids", 1),
+    "qwen3.6-ids-minus-one.drafter.json": ("qwen3.6-27b-b300-vllm", "ids", -1),
+    "kimi-ids-plus-one.drafter.json": ("kimi-k2.6-rtx-pro-6000-sglang", "ids", 1),
+    "kimi-ids-minus-one.drafter.json": ("kimi-k2.6-rtx-pro-6000-sglang", "ids", -1),
+    "qwen3.6-use-sliding-window-false.drafter.json": ("qwen3.6-27b-b300-vllm", "use_sliding_window", False),
+    "qwen3.6-short-context.drafter.json": ("qwen3.6-27b-b300-vllm", "max_position_embeddings", 32768),
+}
+
+
+def render_mistake(root: Path, example: str, edit: str, value: Any) -> str:
+    src = root / "examples" / example / "drafter.config.json"
+    if not src.exists():
+        src = Path(__file__).resolve().parents[2] / "examples" / example / "drafter.config.json"
+    doc = json.loads(src.read_text())
+    if edit == "ids":
+        doc["dflash_config"]["target_layer_ids"] = [i + value for i in doc["dflash_config"]["target_layer_ids"]]
+    else:
+        doc[edit] = value
+    return json.dumps(doc, indent=2) + "\n"
+
+
 def targets(root: Path) -> dict[Path, Callable[[str | None], str]]:
     return {
+        **{root / "examples" / "mistakes" / name: (lambda _old, m=m: render_mistake(root, *m)) for name, m in MISTAKES.items()},
         root / "crds" / CRD_FILE: lambda _old: render_crd_yaml(),
         root / "docs" / "reference" / "api.md": lambda _old: render_api_md(),
         root / "docs" / "reference" / "engines.md": lambda _old: render_engines_md(),

@@ -13,9 +13,10 @@ from what the files imply. Preflight re-reads the mounted files and:
    draft window);
 3. checks the plan the engine config records (block size, layer types, drafter window,
    target layer ids) against what the mounted drafter implies;
-4. checks the engine argv and env: SGLang's window flag is present and equal to the
-   drafter's sliding window when it has sliding layers, the block size flag, the drafter
-   and target paths; vLLM's ``--speculative-config`` (method, model,
+4. checks the engine argv and env: SGLang's compact-cache window flag is present exactly
+   when the re-run check derives one (releases without native draft windows, or
+   spec.speculation.draftWindow), with that value; the context-length, block size, drafter
+   and target flags; vLLM's ``--speculative-config`` (method, model,
    num_speculative_tokens) and the V2 model runner env for drafters that mix sliding
    and full layers.
 
@@ -183,17 +184,12 @@ def load_engine_config(path: str, res: PreflightResult):
 
 
 def _checker_options(ec):
-    from specdeploy.core.checker import WINDOW_OFF, Options
+    from specdeploy.core.checker import Options
 
     sp = ec.speculation
-    if sp.draft_window is not None:
-        window: int | str | None = sp.draft_window
-    elif ec.engine == "sglang" and sp.drafter_window is not None:
-        window = WINDOW_OFF  # the operator saw a windowed drafter and rendered no flag: 'off' was asked for
-    else:
-        window = None
     return Options(engine=ec.engine, engine_version=ec.engine_version, method=sp.method, gpu=ec.gpu_profile,
-                   gpu_count=ec.tensor_parallel_size, nodes=ec.nodes, block_size=sp.block_size, draft_window=window)
+                   gpu_count=ec.tensor_parallel_size, nodes=ec.nodes, block_size=sp.block_size,
+                   draft_window=sp.draft_window_request, max_model_len=sp.max_model_len, accept=tuple(sp.accept or ()))
 
 
 def _check_digests(ec, target_doc, drafter_doc, files: dict[str, str], res: PreflightResult, strict: bool) -> None:
@@ -258,7 +254,8 @@ def _check_sglang_args(ec, d, row, info, argv: Sequence[str], where: str, res: P
         res.add("error", "BlockSizeFlagMismatch", where,
                 f"--speculative-dflash-block-size {alias[1]} disagrees with the block size {d.block_size}")
 
-    # window: the flag this version parses, present and equal to the drafter's window
+    # window: the compact-cache flag this version parses, present exactly when the check (re-run on the
+    # mounted files) derives one, with that value; absent when SGLang windows the sliding layers itself
     flag = f.get("draft_window")
     other_names = sorted({r.flags["draft_window"] for r in info.releases if "draft_window" in r.flags} - {flag})
     renamed = [x for x in flag_values(argv, other_names) if flag is None or _norm(x[0]) != _norm(flag)]
@@ -267,43 +264,28 @@ def _check_sglang_args(ec, d, row, info, argv: Sequence[str], where: str, res: P
                 f"{renamed[-1][0]} is not the window flag of SGLang {ec.engine_version}; it is {flag}")
     got = _last(argv, flag) if flag else None
     got_val = _as_int(got[1]) if got else None
-    w = d.drafter_window
-    if w is not None:
-        if got is None:
-            if sp.draft_window is None and sp.drafter_window == w:
-                res.add("info", "DraftWindowOffAccepted", where,
-                        f"{flag} is absent although the drafter's sliding layers use window {w}: the operator recorded "
-                        "draftWindow 'off' for this very drafter (see the DraftWindowOff warning)")
-            else:
-                res.add("error", "DraftWindowFlagMissing", where,
-                        f"the mounted drafter has sliding_attention layers (window {w}) but the engine args lack {flag}: "
-                        f"SGLang does not infer the window from config.json and runs without the compact draft cache; "
-                        f"the operator must render {flag} {w}")
-        elif got_val is None:
-            res.add("error", "DraftWindowFlagInvalid", where, f"{flag} {got[1]!r} is not an integer")
-        elif got_val != w:
-            deliberate = sp.draft_window == got_val and sp.drafter_window == w
-            if deliberate and got_val >= w - 1:
-                res.add("info", "DraftWindowOverride", where,
-                        f"{flag} {got_val} differs from the drafter's window {w} by the deployment's draftWindow; "
-                        f"it keeps >= w - 1 = {w - 1} tokens, so sliding layers stay exact")
-            elif deliberate:
-                res.add("warning", "DraftWindowBelowTrained", where,
-                        f"{flag} {got_val} keeps fewer than w - 1 = {w - 1} context tokens (draftWindow override): "
-                        "sliding layers lose context the drafter was trained to see")
-            else:
-                res.add("error", "DraftWindowFlagMismatch", where,
-                        f"{flag} is {got_val} but the mounted drafter's sliding window is {w}: the compact draft cache "
-                        f"must keep >= w - 1 tokens to be exact; render {flag} {w}")
-        if got_val is not None and got_val != sp.draft_window:
-            res.add("error", "DraftWindowFlagMismatch", where,
-                    f"{flag} {got_val} differs from the engine config's draftWindow {sp.draft_window}")
-    elif got is not None:
-        res.add("warning", "CompactCacheOnFullAttention", where,
-                f"{flag} {got[1]} is set but the mounted drafter has no sliding layers: the compact cache hides "
-                "context its full-attention layers were trained to see (an approximation)")
-    elif d.draft_window is not None:
-        res.add("error", "DraftWindowFlagMissing", where, f"{flag} is missing; the check derived {d.draft_window}")
+    if got is not None and got_val is None:
+        res.add("error", "DraftWindowFlagInvalid", where, f"{flag} {got[1]!r} is not an integer")
+    elif d.draft_window is None and got is not None:
+        why = (f"SGLang {ec.engine_version} windows the mounted drafter's sliding layers itself (window "
+               f"{d.native_window})" if d.native_window else "the deployment asks for no compact cache")
+        res.add("error", "DraftWindowFlagUnexpected", where,
+                f"{flag} {got[1]} is set but {why}: the compact cache would also truncate every full-attention "
+                "draft layer to that window. The operator renders it only for spec.speculation.draftWindow")
+    elif d.draft_window is not None and got is None:
+        res.add("error", "DraftWindowFlagMissing", where,
+                f"{flag} is missing; the check of the mounted drafter derives {d.draft_window} "
+                + (f"(SGLang {ec.engine_version} does not window the drafter's sliding layers itself)"
+                   if d.drafter_window and not d.native_window else "(spec.speculation.draftWindow)"))
+    elif d.draft_window is not None and got_val != d.draft_window:
+        res.add("error", "DraftWindowFlagMismatch", where,
+                f"{flag} is {got_val} but the check of the mounted drafter derives {d.draft_window}"
+                + (f" (its sliding window is {d.drafter_window})" if d.drafter_window else ""))
+    if d.max_model_len is not None and "max_model_len" in f:
+        ctx = _last(argv, f["max_model_len"])
+        if ctx is None or _as_int(ctx[1]) != d.max_model_len:
+            res.add("error", "ContextLengthFlagMismatch", where,
+                    f"{f['max_model_len']} is {ctx[1] if ctx else 'missing'} but spec.engine.maxModelLen is {d.max_model_len}")
 
 
 def _check_vllm_args(ec, d, argv: Sequence[str], where: str, res: PreflightResult) -> None:
@@ -446,9 +428,14 @@ def run_preflight(target_dir: str, drafter_dir: str, engine_config: str, *, stri
         res.add("warning", "EntrypointUnexpected", "engine command",
                 f"command {ec.command} is not {info.display_name}'s entrypoint {list(info.entrypoint)}")
 
-    win = (f"sliding window {d.drafter_window} -> {row.flags.get('draft_window', 'config.json')} {d.draft_window or '(off)'}"
-           if (row is not None and ec.engine == "sglang" and d.drafter_window) else
-           f"sliding window {d.drafter_window} (read from config.json)" if d.drafter_window else "no sliding layers")
+    if d.draft_window is not None:
+        win = f"compact draft cache {row.flags.get('draft_window') if row else ''} {d.draft_window}".replace("  ", " ")
+        if d.drafter_window:
+            win = f"sliding window {d.drafter_window}; {win}"
+    elif d.native_window:
+        win = f"sliding window {d.native_window} applied by the engine (read from config.json)"
+    else:
+        win = f"sliding window {d.drafter_window} not applied (draftWindow off)" if d.drafter_window else "no sliding layers"
     res.summary = [
         f"engine {ec.engine} {ec.engine_version}; target {tfile}; drafter {dfile}",
         f"block {d.block_size}; {win}; target layers {list(d.target_layer_ids)}; "

@@ -168,7 +168,7 @@ def test_object_level_errors_are_found_even_when_configs_are_known(client):
 
 
 def test_warnings_are_short_printable_strings(client):
-    cr = kimi(**{"engine.version": "0.5.10"})  # an unverified SGLang release: a warning, not an error
+    cr = kimi(**{"engine.version": "0.5.19"})  # an unverified SGLang release: a warning, not an error
     r = client.review(review_request(cr))
     assert r["allowed"] is True
     assert len(r["warnings"]) >= 2

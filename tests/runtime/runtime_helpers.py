@@ -78,7 +78,7 @@ class Pod:
 
 
 def rendered_pod(tmp_path: Path, engine: str = "sglang", version: str | None = None, *, checked_drafter: dict | None = None,
-                 mounted_drafter: dict | None = None, **spec_extra) -> Pod:
+                 mounted_drafter: dict | None = None, max_model_len: int | None = None, **spec_extra) -> Pod:
     """Render the Qwen3.6-27B pair with the operator's renderer (from ``checked_drafter`` when
     given: what the operator saw) and mount ``mounted_drafter`` (default: the same files)."""
     from specdeploy.core.render import render
@@ -86,7 +86,10 @@ def rendered_pod(tmp_path: Path, engine: str = "sglang", version: str | None = N
     version = version or ("0.5.23" if engine == "sglang" else "0.33.0")
     d, t = pair("qwen3.6-27b")
     seen = checked_drafter if checked_drafter is not None else d
-    r = render(make_cr(engine, version, **spec_extra), t, seen)
+    cr = make_cr(engine, version, **spec_extra)
+    if max_model_len is not None:
+        cr.spec.engine.max_model_len = max_model_len
+    r = render(cr, t, seen)
     ec = json.loads(r.engine_config.to_json())
     return Pod(tmp_path, ec, t, copy.deepcopy(mounted_drafter if mounted_drafter is not None else seen))
 

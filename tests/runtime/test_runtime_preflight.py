@@ -21,6 +21,9 @@ def all_full(d: dict) -> dict:
     return d
 
 
+OLD = "0.5.13"  # an SGLang release without native draft windows: the compact cache flag is rendered by default
+
+
 @pytest.mark.parametrize("engine", ["sglang", "vllm"])
 def test_rendered_pod_passes(tmp_path, engine):
     pod = rendered_pod(tmp_path, engine)
@@ -29,52 +32,71 @@ def test_rendered_pod_passes(tmp_path, engine):
     log = pod.termination_log.read_text()
     assert log.startswith("specdeploy preflight OK")
     assert "target layers [1, 16, 31, 46, 61]" in log
-    if engine == "sglang":
-        assert f"{WINDOW_FLAG} 2048" in log
-    else:
+    assert "sliding window 2048 applied by the engine" in log
+    if engine == "vllm":
         assert "VLLM_USE_V2_MODEL_RUNNER=1" in log
 
 
+def test_rendered_pod_on_a_release_without_native_windows(tmp_path):
+    pod = rendered_pod(tmp_path, "sglang", OLD)
+    p = run_runtime(*pod.preflight_argv())
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert f"compact draft cache {WINDOW_FLAG} 2048" in pod.termination_log.read_text()
+
+
 def test_sliding_drafter_without_window_flag_is_rejected(tmp_path):
-    """The done criterion: mounted drafter has sliding layers, the engine args lack the flag."""
-    pod = rendered_pod(tmp_path, "sglang")
+    """The mounted drafter has sliding layers, the release does not window them, the args lack the flag."""
+    pod = rendered_pod(tmp_path, "sglang", OLD)
     pod.edit_args(drop_flag(WINDOW_FLAG))
     p = run_runtime(*pod.preflight_argv())
     assert p.returncode == 1
     log = pod.termination_log.read_text()
     assert log.startswith("specdeploy preflight FAILED")
-    assert "DraftWindowFlagMissing" in log and WINDOW_FLAG in log and "window 2048" in log
+    assert "DraftWindowFlagMissing" in log and WINDOW_FLAG in log and "derives 2048" in log
     assert log.strip() in p.stderr  # the same one-screen message on stderr
     assert len(log.splitlines()) <= 22 and len(log.encode()) <= TERMINATION_LIMIT
     assert "Traceback" not in p.stderr
 
 
+def test_window_flag_on_a_native_release_is_rejected(tmp_path):
+    """SGLang 0.5.23 windows sliding layers itself: a compact-cache flag nobody asked for truncates the full layer."""
+    pod = rendered_pod(tmp_path, "sglang")
+    pod.edit_args(lambda a: a + [WINDOW_FLAG, "2048"])
+    assert "DraftWindowFlagUnexpected" in pod.codes()
+
+
 def test_stale_render_from_a_full_attention_drafter(tmp_path):
     """The operator checked an all-full drafter (no flag rendered); the volume holds the sliding one."""
     d, _ = pair("qwen3.6-27b")
-    pod = rendered_pod(tmp_path, "sglang", checked_drafter=all_full(d), mounted_drafter=d)
+    pod = rendered_pod(tmp_path, "sglang", OLD, checked_drafter=all_full(d), mounted_drafter=d)
     assert WINDOW_FLAG not in pod.engine_config["args"]
     errs = pod.codes("error")
     assert {"DraftWindowFlagMissing", "ConfigDigestMismatch", "LayerTypesChanged", "DrafterWindowChanged"} <= errs
     # without the digest rule the window rule alone still rejects it
     assert "DraftWindowFlagMissing" in pod.codes("error", "--allow-digest-mismatch")
+    # on a native release the plan still differs from the mounted files
+    pod = rendered_pod(tmp_path / "native", "sglang", checked_drafter=all_full(d), mounted_drafter=d)
+    assert {"LayerTypesChanged", "DrafterWindowChanged"} <= pod.codes("error", "--allow-digest-mismatch")
 
 
 def test_window_flag_value_must_match_the_drafter(tmp_path):
-    pod = rendered_pod(tmp_path, "sglang")
+    pod = rendered_pod(tmp_path, "sglang", OLD)
     pod.edit_args(set_flag(WINDOW_FLAG, "1024"))
     assert "DraftWindowFlagMismatch" in pod.codes()
 
 
-def test_deliberate_window_override_recorded_by_the_operator(tmp_path):
+def test_deliberate_window_recorded_by_the_operator(tmp_path):
     pod = rendered_pod(tmp_path, "sglang", speculation={"draftWindow": 4096})
+    assert pod.engine_config["args"][pod.engine_config["args"].index(WINDOW_FLAG) + 1] == "4096"
     res = pod.preflight()
     assert res.ok, res.message()
-    assert "DraftWindowOverride" in {p.code for p in res.problems}
+    assert "CompactCacheTruncatesFullAttention" in {p.code for p in res.problems if p.severity == "warning"}
+    pod.edit_args(set_flag(WINDOW_FLAG, "2048"))
+    assert "DraftWindowFlagMismatch" in pod.codes()
 
 
 def test_window_off_recorded_by_the_operator_is_a_warning(tmp_path):
-    pod = rendered_pod(tmp_path, "sglang", speculation={"draftWindow": "off"})
+    pod = rendered_pod(tmp_path, "sglang", OLD, speculation={"draftWindow": "off"})
     assert WINDOW_FLAG not in pod.engine_config["args"]
     res = pod.preflight()
     assert res.ok
@@ -82,17 +104,24 @@ def test_window_off_recorded_by_the_operator_is_a_warning(tmp_path):
 
 
 def test_old_window_flag_name_on_a_new_release(tmp_path):
-    pod = rendered_pod(tmp_path, "sglang")
+    pod = rendered_pod(tmp_path, "sglang", speculation={"draftWindow": 2048})
     pod.edit_args(lambda a: [("--speculative-dflash-draft-window-size" if x == WINDOW_FLAG else x) for x in a])
     errs = pod.codes()
     assert {"DraftWindowFlagRenamed", "DraftWindowFlagMissing"} <= errs
 
 
 def test_window_flag_equals_form(tmp_path):
-    pod = rendered_pod(tmp_path, "sglang")
+    pod = rendered_pod(tmp_path, "sglang", OLD)
     pod.edit_args(lambda a: [x for x in a if x not in (WINDOW_FLAG, "2048")] + [f"{WINDOW_FLAG}=2048"])
     res = pod.preflight()
     assert not any(p.code.startswith("DraftWindow") and p.severity == "error" for p in res.problems), res.message()
+
+
+def test_context_length_flag(tmp_path):
+    pod = rendered_pod(tmp_path, "sglang", max_model_len=65536)
+    assert pod.preflight().ok
+    pod.edit_args(set_flag("--context-length", "262144"))
+    assert "ContextLengthFlagMismatch" in pod.codes()
 
 
 def test_block_size_flag(tmp_path):

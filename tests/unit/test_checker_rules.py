@@ -60,6 +60,7 @@ def use_swa_drafter(d: dict, window: int | None = 2048) -> dict:
     """layer_types/sliding_window replaced by dflash_config.use_swa + swa_window_size."""
     d.pop("layer_types")
     d.pop("sliding_window")
+    d["use_sliding_window"] = False  # MiMo-style: the window lives in dflash_config only
     d["dflash_config"]["use_swa"] = True
     if window is not None:
         d["dflash_config"]["swa_window_size"] = window
@@ -130,8 +131,13 @@ def test_real_pairs_derive_their_trained_settings(name, block, ids, window, type
     assert der.num_speculative_tokens == block - 1
     assert der.target_layer_ids == ids
     assert der.drafter_window == window
-    assert der.draft_window == window  # SGLang: the compact cache flag follows the trained window
+    # SGLang >= 0.5.14 windows sliding layers itself: no compact-cache flag, the window is applied natively
+    assert der.draft_window is None
+    assert der.native_window == window
     assert der.layer_types == types
+    # a release without native windows gets the compact cache at the trained window
+    old = analyze(d, t, Options(engine="sglang", engine_version="0.5.13")).derived
+    assert old.draft_window == window and old.native_window is None
 
 
 def test_real_pairs_clean_without_engine_have_no_findings_at_all():
@@ -226,8 +232,16 @@ CASES = [
          expect=((E, "LayerTypeUnknown", "drafter", "$.layer_types[2]"),)),
     Case("sliding-layer-no-window-null", "qwen3.6-27b", {("sliding_window",): None},
          expect=((E, "SlidingWindowMissing", "drafter", "$.sliding_window"),)),
-    Case("sliding-layer-no-window-deleted", "qwen3.6-27b", {("sliding_window",): DEL},
+    # Qwen3Config fills a missing sliding_window with its default 4096 when use_sliding_window is true
+    Case("sliding-layer-no-window-deleted", "qwen3.6-27b", {("sliding_window",): DEL}, opts=SGLANG,
+         expect=((W, "SlidingWindowDefaulted", "drafter", "$.sliding_window"),), ok=True),
+    Case("sliding-layer-window-null", "qwen3.6-27b", {("sliding_window",): None},
          expect=((E, "SlidingWindowMissing", "drafter", "$.sliding_window"),)),
+    # transformers' Qwen3Config drops sliding_window when use_sliding_window is false: both engines raise
+    Case("use-sliding-window-false-with-sliding-layers", "qwen3.6-27b", {("use_sliding_window",): False},
+         expect=((E, "SlidingWindowDisabled", "drafter", "$.use_sliding_window"),)),
+    Case("use-sliding-window-absent-with-sliding-layers", "qwen3.6-27b", {("use_sliding_window",): DEL}, opts=SGLANG,
+         expect=((E, "SlidingWindowDisabled", "drafter", "$.use_sliding_window"),)),
     Case("sliding-layer-window-zero", "qwen3.6-27b", {("sliding_window",): 0},
          expect=((E, "SlidingWindowMissing", "drafter", "$.sliding_window"),)),
     Case("sliding-layer-added-to-8b", "qwen3-8b", {("layer_types", 0): SLIDING},
@@ -270,9 +284,14 @@ CASES = [
     Case("use-swa-but-layer-types-all-full", "qwen3-8b",
          {("dflash_config", "use_swa"): True, ("dflash_config", "swa_window_size"): 2048},
          expect=((W, "SlidingConfigConflict", "drafter", "$.dflash_config.use_swa"),), ok=True),
+    # no layer_types: Qwen3Config builds them (sliding where i >= max_window_layers, 5 here: none)
     Case("qwen3-use-sliding-window-without-layer-types", "qwen3-8b",
-         {("layer_types",): DEL, ("use_sliding_window",): True, ("sliding_window",): 4096},
-         expect=((W, "SlidingWindowAmbiguous", "drafter", "$.use_sliding_window"),), ok=True),
+         {("layer_types",): DEL, ("use_sliding_window",): True, ("sliding_window",): 4096}, ok=True,
+         absent=("LayerTypesDerived", "SlidingWindowMissing")),
+    Case("qwen3-use-sliding-window-max-window-layers-0", "qwen3-8b",
+         {("layer_types",): DEL, ("use_sliding_window",): True, ("sliding_window",): 4096, ("max_window_layers",): 0},
+         opts=SGLANG, expect=((I, "LayerTypesDerived", "drafter", "$.layer_types"),
+                              (I, "DraftWindowNative", "drafter", "$.sliding_window")), ok=True),
     Case("speculators", "qwen3.6-27b", speculators_drafter, ok=True),
     Case("speculators-no-architectures", "qwen3.6-27b", lambda d: speculators_drafter(d, False), ok=True,
          absent=("NotADFlashDrafter",)),
@@ -293,7 +312,7 @@ CASES = [
          expect=((E, "LayerTypesLengthMismatch", "drafter", "$.transformer_layer_config.layer_types"),)),
     Case("speculators-window-missing", "qwen3.6-27b",
          lambda d: edit(speculators_drafter(d), {("transformer_layer_config", "sliding_window"): DEL}),
-         expect=((E, "SlidingWindowMissing", "drafter", "$.sliding_window"),)),
+         expect=((E, "SlidingWindowMissing", "drafter", "$.transformer_layer_config.sliding_window"),)),
     # draft_vocab_size is the reduced draft head (by design); the embedding vocab is compared.
     Case("speculators-reduced-draft-vocab", "qwen3.6-27b",
          lambda d: edit(speculators_drafter(d), {("draft_vocab_size",): 32000}), ok=True,
@@ -348,6 +367,37 @@ CASES = [
     Case("block-size-invalid", "qwen3-8b", {("block_size",): 1},
          expect=((E, "BlockSizeInvalid", "drafter", "$.block_size"),)),
 
+    # ---- context length (spec.engine.maxModelLen)
+    Case("max-model-len-above-target", "qwen3-8b", opts={**VLLM, "max_model_len": 65536},
+         expect=((E, "MaxModelLenAboveTarget", "spec", "spec.engine.maxModelLen"),)),
+    Case("max-model-len-at-target", "qwen3-8b", opts={**VLLM, "max_model_len": 40960}, ok=True,
+         absent=("MaxModelLenAboveTarget", "DrafterContextTooShort")),
+    Case("max-model-len-below-block", "qwen3-8b", opts={**VLLM, "max_model_len": 8},
+         expect=((E, "MaxModelLenInvalid", "spec", "spec.engine.maxModelLen"),)),
+    Case("drafter-context-short-vllm-0.26", "qwen3-8b", {("max_position_embeddings",): 8192},
+         opts={"engine": "vllm", "engine_version": "0.26.0", "max_model_len": 16384},
+         expect=((E, "DrafterContextTooShort", "drafter", "$.max_position_embeddings"),)),
+    Case("drafter-context-short-target-default", "qwen3-8b", {("max_position_embeddings",): 8192}, opts=SGLANG,
+         expect=((E, "DrafterContextTooShort", "drafter", "$.max_position_embeddings"),)),
+    Case("drafter-context-short-accepted", "qwen3-8b", {("max_position_embeddings",): 8192},
+         opts={**SGLANG, "accept": ("DrafterContextTooShort",)}, ok=True,
+         expect=((I, "DrafterContextTooShort", "drafter", "$.max_position_embeddings"),)),
+    Case("drafter-context-raised-by-vllm-0.33", "qwen3-8b", {("max_position_embeddings",): 8192},
+         opts={**VLLM, "max_model_len": 16384}, ok=True,
+         expect=((I, "DrafterContextRaisedByEngine", "drafter", "$.max_position_embeddings"),)),
+    Case("drafter-context-yarn-not-raised-by-vllm-0.33", "qwen3-8b",
+         {("max_position_embeddings",): 8192, ("rope_scaling",): {"rope_type": "yarn", "factor": 4.0}},
+         opts={**VLLM, "max_model_len": 16384},
+         expect=((E, "DrafterContextTooShort", "drafter", "$.max_position_embeddings"),)),
+
+    # ---- accepted findings
+    Case("accept-a-fact-refused", "qwen3-8b", opts={**VLLM, "accept": ("HiddenSizeMismatch",)},
+         expect=((E, "AcceptNotAllowed", "spec", "spec.checks.accept[0]"),)),
+    Case("accept-unknown-code", "qwen3-8b", opts={**VLLM, "accept": ("NoSuchCode",)},
+         expect=((E, "AcceptUnknownCode", "spec", "spec.checks.accept[0]"),)),
+    Case("accept-a-warning", "qwen3-8b", {("vocab_size",): 151680}, opts={**VLLM, "accept": ("VocabSizeDiffers",)},
+         ok=True, expect=((I, "VocabSizeDiffers", "drafter", "$.vocab_size"),)),
+
     # ---- tensor parallelism and memory
     Case("tp3-drafter-heads", "qwen3-8b", opts={"gpu_count": 3},
          expect=((E, "TensorParallelHeadsIndivisible", "drafter", "$.num_attention_heads"),
@@ -371,9 +421,22 @@ CASES = [
          absent=("WeightsExceedGpuMemory", "LowKvCacheHeadroom")),
 
     # ---- engines
-    Case("vllm-0.25-sliding", "qwen3.6-27b", opts={"engine": "vllm", "engine_version": "0.25.0"},
+    Case("vllm-0.24-sliding", "qwen3.6-27b", opts={"engine": "vllm", "engine_version": "0.24.0"},
          expect=((E, "SlidingWindowUnsupportedByEngine", "spec", "spec.engine.version"),
                  (W, "EngineVersionUnverified", "spec", "spec.engine.version"))),
+    Case("vllm-0.25-mixed", "qwen3.6-27b", opts={"engine": "vllm", "engine_version": "0.25.0"},
+         expect=((E, "MixedLayersUnsupported", "spec", "spec.engine.version"),)),
+    Case("vllm-0.25-all-sliding", "qwen3.6-27b", {("layer_types", 4): SLIDING},
+         opts={"engine": "vllm", "engine_version": "0.25.0"}, ok=True,
+         absent=("MixedLayersUnsupported", "SlidingWindowUnsupportedByEngine")),
+    Case("vllm-0.21-offset", "qwen3-8b", opts={"engine": "vllm", "engine_version": "0.21.0"},
+         expect=((E, "EngineLayerOffsetBroken", "spec", "spec.engine.version"),)),
+    Case("vllm-0.21-offset-accepted", "qwen3-8b",
+         opts={"engine": "vllm", "engine_version": "0.21.0", "accept": ("EngineLayerOffsetBroken",)}, ok=True,
+         expect=((I, "EngineLayerOffsetBroken", "spec", "spec.engine.version"),)),
+    # speculators ids are converted by vLLM < 0.22 the same (wrong) way back, so they read the right layer
+    Case("vllm-0.21-speculators", "qwen3-8b", speculators_drafter, opts={"engine": "vllm", "engine_version": "0.21.0"},
+         ok=True, absent=("EngineLayerOffsetBroken",)),
     Case("vllm-0.25-full-only", "qwen3-8b", opts={"engine": "vllm", "engine_version": "0.25.0"}, ok=True,
          expect=((W, "EngineVersionUnverified", "spec", "spec.engine.version"),),
          absent=("SlidingWindowUnsupportedByEngine",)),
@@ -383,9 +446,14 @@ CASES = [
          expect=((E, "EngineVersionInvalid", "spec", "spec.engine.version"),)),
     Case("engine-unknown", "qwen3-8b", opts={"engine": "tgi", "engine_version": "1.0.0"},
          expect=((E, "UnknownEngine", "spec", "spec.engine.name"),)),
-    Case("sglang-0.5.10", "qwen3.6-27b", opts={"engine": "sglang", "engine_version": "0.5.10"}, ok=True,
+    Case("sglang-0.5.10", "qwen3.6-27b", opts={"engine": "sglang", "engine_version": "0.5.10"},
+         expect=((E, "EngineVersionUnsupported", "spec", "spec.engine.version"),)),
+    Case("sglang-0.5.13-mixed", "qwen3.6-27b", opts={"engine": "sglang", "engine_version": "0.5.13"}, ok=True,
          expect=((W, "EngineVersionUnverified", "spec", "spec.engine.version"),
-                 (I, "DraftWindowDerived", "spec", "spec.speculation.draftWindow"))),
+                 (W, "CompactCacheTruncatesFullAttention", "spec", "spec.speculation.draftWindow"))),
+    Case("sglang-0.5.13-all-sliding", "qwen3.6-27b", {("layer_types", 4): SLIDING},
+         opts={"engine": "sglang", "engine_version": "0.5.13"}, ok=True,
+         expect=((I, "DraftWindowDerived", "spec", "spec.speculation.draftWindow"),)),
     Case("method-ddtree-sglang", "qwen3-8b", opts={**SGLANG, "method": "ddtree"},
          expect=((E, "MethodUnsupported", "spec", "spec.speculation.method"),)),
     Case("method-ddtree-vllm", "qwen3-8b", opts={**VLLM, "method": "ddtree"},
@@ -410,8 +478,11 @@ CASES = [
          expect=((W, "BlockSizeBelowTrained", "spec", "spec.speculation.blockSize"),), ok=True),
     Case("block-size-option-invalid", "qwen3.6-27b", opts={"block_size": 1},
          expect=((E, "BlockSizeInvalid", "spec", "spec.speculation.blockSize"),)),
-    Case("draft-window-off-sliding", "qwen3.6-27b", opts={**SGLANG, "draft_window": "off"},
+    Case("draft-window-off-sliding-old-sglang", "qwen3.6-27b",
+         opts={"engine": "sglang", "engine_version": "0.5.13", "draft_window": "off"},
          expect=((W, "DraftWindowOff", "spec", "spec.speculation.draftWindow"),), ok=True),
+    Case("draft-window-off-sliding-native", "qwen3.6-27b", opts={**SGLANG, "draft_window": "off"}, ok=True,
+         absent=("DraftWindowOff", "CompactCacheTruncatesFullAttention")),
     Case("draft-window-off-full-only", "qwen3-8b", opts={**SGLANG, "draft_window": "off"}, ok=True,
          absent=("DraftWindowOff",)),
     Case("draft-window-below-trained", "qwen3.6-27b", opts={**SGLANG, "draft_window": 1024},
@@ -419,7 +490,7 @@ CASES = [
     Case("draft-window-trained-minus-one-exact", "qwen3.6-27b", opts={**SGLANG, "draft_window": 2047}, ok=True,
          absent=("DraftWindowBelowTrained",)),
     Case("draft-window-on-full-attention", "qwen3-8b", opts={**SGLANG, "draft_window": 4096},
-         expect=((W, "CompactCacheOnFullAttention", "spec", "spec.speculation.draftWindow"),), ok=True),
+         expect=((W, "CompactCacheTruncatesFullAttention", "spec", "spec.speculation.draftWindow"),), ok=True),
     Case("draft-window-string", "qwen3-8b", opts={"draft_window": "auto"},
          expect=((E, "DraftWindowInvalid", "spec", "spec.speculation.draftWindow"),)),
     Case("draft-window-zero", "qwen3-8b", opts={"draft_window": 0},
@@ -438,9 +509,18 @@ CASES = [
     Case("trtllm-all-full-bidirectional", "qwen3-8b",
          opts={**SGLANG, "gpu": "b200", "draft_attention_backend": "trtllm_mha"},
          expect=((E, "DraftAttentionBackendNeedsCausal", "spec", "spec.speculation.draftAttentionBackend"),)),
-    Case("trtllm-causal-drafter", "qwen3.6-27b", {("dflash_config", "causal"): True},
+    # SGLang reads (text_)config.is_causal for trtllm_mha, never dflash_config.causal
+    Case("trtllm-dflash-config-causal-not-read", "qwen3.6-27b", {("dflash_config", "causal"): True},
+         opts={**SGLANG, "gpu": "b300", "draft_attention_backend": "trtllm_mha"},
+         expect=((E, "DraftAttentionBackendNeedsCausal", "spec", "spec.speculation.draftAttentionBackend"),)),
+    Case("trtllm-causal-drafter", "qwen3.6-27b", {("is_causal",): True},
          opts={**SGLANG, "gpu": "b300", "draft_attention_backend": "trtllm_mha"}, ok=True,
          absent=("DraftAttentionBackendNeedsCausal",)),
+    Case("trtllm-before-0.5.17", "qwen3-8b",
+         opts={"engine": "sglang", "engine_version": "0.5.16", "gpu": "b300", "draft_attention_backend": "trtllm_mha"},
+         expect=((E, "AttentionBackendUnsupportedByEngine", "spec", "spec.speculation.draftAttentionBackend"),)),
+    Case("vllm-triton-draft-backend", "qwen3-8b", opts={**VLLM, "draft_attention_backend": "triton"}, ok=True,
+         absent=("AttentionBackendUnsupportedByEngine",)),
     Case("trtllm-all-sliding-drafter", "qwen3.6-27b", {("layer_types", 4): SLIDING},
          opts={**SGLANG, "gpu": "b300", "draft_attention_backend": "trtllm_mha"}, ok=True,
          absent=("DraftAttentionBackendNeedsCausal",)),
@@ -529,12 +609,12 @@ def test_top_level_block_used_when_dflash_config_has_none():
 
 def test_use_swa_derives_all_sliding_and_window():
     d, t = pair("qwen3.6-27b")
-    a = analyze(use_swa_drafter(d, 4096), t, Options())
+    a = analyze(use_swa_drafter(d, 4096), t, Options(**VLLM))
     assert a.ok
     assert a.derived.layer_types == (SLIDING,) * 5
     assert a.derived.has_sliding and not a.derived.mixed_layers
     assert a.derived.drafter_window == 4096
-    assert a.derived.draft_window == 4096
+    assert a.derived.native_window == 4096 and a.derived.draft_window is None
 
 
 def test_use_swa_all_sliding_needs_no_v2_runner_on_vllm():
@@ -640,19 +720,29 @@ def test_sglang_never_gets_vllm_env():
 
 
 @pytest.mark.parametrize("version, flag, other", [
-    ("0.5.10", "--speculative-dflash-draft-window-size", "--speculative-draft-window-size"),
-    ("0.5.23", "--speculative-draft-window-size", "--speculative-dflash-draft-window-size"),
+    ("0.5.11", "--speculative-dflash-draft-window-size", "--speculative-draft-window-size"),
+    ("0.5.13", "--speculative-draft-window-size", "--speculative-dflash-draft-window-size"),
 ])
 def test_sglang_window_flag_by_version(version, flag, other):
+    # releases without native draft windows get the compact cache at the trained window, under their flag name
     d, t = pair("qwen3.6-27b")
+    d["layer_types"][4] = SLIDING  # all sliding: the compact cache is exact
     a = analyze(d, t, Options(engine="sglang", engine_version=version))
     assert a.ok
     assert eng.SGLANG.release_for(version).flags["draft_window"] == flag
     [info] = [f for f in a.findings if f.code == "DraftWindowDerived"]
     assert f"{flag} 2048" in info.message
     assert f"{other} " not in info.message
-    unverified = "EngineVersionUnverified" in {f.code for f in a.findings}
-    assert unverified == (version == "0.5.10")
+    assert "EngineVersionUnverified" in {f.code for f in a.findings}
+
+
+def test_sglang_native_window_renders_no_flag_and_says_why():
+    d, t = pair("qwen3.6-27b")
+    a = analyze(d, t, Options(**SGLANG, gpu="b300"))
+    assert a.ok and a.derived.draft_window is None and a.derived.native_window == 2048
+    [info] = [f for f in a.findings if f.code == "DraftWindowNative"]
+    assert "_get_dflash_layer_attention_params" in info.message and "fa4" in info.message
+    assert not any("does not infer" in f.message for f in a.findings)
 
 
 # ----------------------------------------------------------------- extraArgs and model references
@@ -693,12 +783,14 @@ OWNED_VLLM = [
     ["--revision", "main"],
     ["--headless"],
     ["--master-addr", "x"],
+    ["--max-model-len", "4096"],
+    ["--max_model_len=4096"],
 ]
 HARMLESS = [
     "--mem-fraction-static", "0.8", "--max-running-requests=32", "--served-model-name", "qwen",
     "--enable-metrics-for-all-schedulers", "-1", "--chunked-prefill-size", "-1",
 ]
-HARMLESS_VLLM = ["--max-model-len", "32768", "--gpu-memory-utilization=0.9", "--max-num-seqs", "64",
+HARMLESS_VLLM = ["--max-num-batched-tokens", "32768", "--gpu-memory-utilization=0.9", "--max-num-seqs", "64",
                  "--served-model-name", "qwen"]
 
 
@@ -707,7 +799,7 @@ HARMLESS_VLLM = ["--max-model-len", "32768", "--gpu-memory-utilization=0.9", "--
 def test_extra_args_owned_flags(engine, owned):
     d, t = pair("qwen3-8b")
     version = "0.5.23" if engine == "sglang" else "0.33.0"
-    harmless = ["--mem-fraction-static", "0.8"] if engine == "sglang" else ["--max-model-len", "4096"]
+    harmless = ["--mem-fraction-static", "0.8"] if engine == "sglang" else ["--max-num-seqs", "4"]
     a = analyze(d, t, Options(engine=engine, engine_version=version, extra_args=tuple(harmless + owned)))
     got = [(f.severity.value, f.path) for f in a.findings if f.code == "ExtraArgSetsOwnedFlag"]
     assert got == [("error", f"spec.engine.extraArgs[{len(harmless)}]")]
@@ -773,7 +865,15 @@ def test_draft_window_override_is_used_on_sglang():
     a = analyze(d, t, Options(**SGLANG, draft_window=4096))
     assert a.ok
     assert a.derived.draft_window == 4096
-    assert (I, "DraftWindowSet", "spec", "spec.speculation.draftWindow") in triples(a.findings)
+    [f] = [f for f in a.findings if f.code == "CompactCacheTruncatesFullAttention"]
+    # the trade in numbers: 5 layers x 8 KV heads x 128 x 2 (K, V) x 2 bytes per token, at 262144 tokens vs 4096
+    assert "at 262144 tokens: 5.0 GiB without the compact cache, 80 MiB with it" in f.message, f.message
+    assert "full-attention layer(s) [4]" in f.message
+    # all layers sliding: exact, an info with the same numbers
+    d["layer_types"][4] = SLIDING
+    a = analyze(d, t, Options(**SGLANG, draft_window=4096, max_model_len=32768))
+    [f] = [f for f in a.findings if f.code == "DraftWindowSet"]
+    assert "at 32768 tokens: 640 MiB without the compact cache, 80 MiB with it" in f.message, f.message
 
 
 @pytest.mark.parametrize("gpu, backend", [("b300", "fa4"), ("b200", "fa4"), ("rtx-pro-6000", "flashinfer"),

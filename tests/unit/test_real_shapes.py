@@ -209,11 +209,13 @@ def test_top_level_target_layer_ids_and_vendor_architecture():
     assert a.derived.target_layer_ids == (1, 6, 11, 16, 22, 27, 32, 37)
 
 
-def test_use_sliding_window_without_layer_types_warns_and_runs_full():
+def test_use_sliding_window_without_layer_types_follows_qwen3config():
     # z-lab/Qwen3.5-122B-A10B-DFlash (as trimmed in public loader fixtures): dflash_config.block_size only,
-    # use_sliding_window=true + sliding_window=4096, no layer_types; the engines run every layer full.
+    # use_sliding_window=true + sliding_window=4096, no layer_types. Both engines load it through
+    # transformers' Qwen3Config, which builds layer_types: sliding where i >= max_window_layers (default 28),
+    # so a 6-layer drafter runs every layer full; with max_window_layers 2 layers 2.. are sliding.
     d = qwen3_drafter(
-        hidden_size=3072, num_hidden_layers=6, intermediate_size=9216, vocab_size=248320,
+        model_type="qwen3", hidden_size=3072, num_hidden_layers=6, intermediate_size=9216, vocab_size=248320,
         use_sliding_window=True, sliding_window=4096,
         dflash_config={"block_size": 16, "mask_token_id": 248077, "target_layer_ids": [1, 7, 14, 20, 26, 32, 39, 45]},
     )
@@ -221,8 +223,12 @@ def test_use_sliding_window_without_layer_types_warns_and_runs_full():
          "text_config": {"hidden_size": 3072, "num_hidden_layers": 48, "vocab_size": 248320}}
     a = analyze(d, t)
     assert a.ok
-    assert finding(a, "SlidingWindowAmbiguous").path == "$.use_sliding_window"
-    assert set(a.derived.layer_types) == {FULL}
+    assert set(a.derived.layer_types) == {FULL} and a.derived.drafter_window is None
+    assert "LayerTypesDerived" not in codes(a)
+    a = analyze({**d, "max_window_layers": 2}, t, Options(engine="vllm", engine_version="0.33.0"))
+    assert a.ok, codes(a)
+    assert a.derived.layer_types == (FULL, FULL) + (SLIDING,) * 4 and a.derived.drafter_window == 4096
+    assert finding(a, "LayerTypesDerived").path == "$.layer_types"
 
 
 def test_num_layers_alias_on_longcat_target():
@@ -298,10 +304,11 @@ def test_speculators_geometry_and_window_inside_transformer_layer_config():
     assert a.derived.drafter_window == 2048 and a.derived.block_size == 8
 
 
-def test_speculators_sliding_fields_at_top_level_override_transformer_layer_config():
-    # vLLM tests/v1/spec_decode test_dflash_speculators_preserves_swa_config shape: layer_types,
-    # use_sliding_window, sliding_window at the top level; transformer_layer_config.sliding_window null;
-    # target_hidden_size top level.
+def test_speculators_top_level_sliding_fields_are_not_read_by_vllm():
+    # Shape: layer_types, use_sliding_window, sliding_window at the top level; transformer_layer_config's
+    # sliding_window null. vLLM 0.33 builds the drafter config from transformer_layer_config alone
+    # (speculators/base.py extract_transformers_pre_trained_config; update_dflash copies only ids, mask,
+    # vocab and target_hidden_size), so those sliding layers would run as full attention: an error.
     d = {
         "speculators_model_type": "dflash", "block_size": 8, "target_hidden_size": 4096,
         "aux_hidden_state_layer_ids": [2, 10, 18, 26, 34], "mask_token_id": 151669,
@@ -309,10 +316,17 @@ def test_speculators_sliding_fields_at_top_level_override_transformer_layer_conf
         "transformer_layer_config": {"hidden_size": 4096, "num_hidden_layers": 5, "num_attention_heads": 32,
                                      "num_key_value_heads": 8, "vocab_size": 151936, "sliding_window": None},
     }
-    a = analyze(d, QWEN3_8B, Options(engine="vllm"))
-    assert a.ok
+    a = analyze(d, QWEN3_8B, Options(engine="vllm", engine_version="0.33.0"))
+    assert not a.ok
+    f = finding(a, "SlidingLayersIgnoredByEngine")
+    assert f.path == "$.layer_types" and "transformer_layer_config" in f.message
+    assert set(a.derived.layer_types) == {FULL}
+    # moved into transformer_layer_config, the same drafter is fine
+    tl = {**d["transformer_layer_config"], "layer_types": d["layer_types"], "sliding_window": 2048}
+    good = {k: v for k, v in d.items() if k not in ("layer_types", "use_sliding_window", "sliding_window")}
+    a = analyze({**good, "transformer_layer_config": tl}, QWEN3_8B, Options(engine="vllm", engine_version="0.33.0"))
+    assert a.ok, codes(a)
     assert a.derived.drafter_window == 2048 and a.derived.mixed_layers
-    assert a.drafter.sliding_window.path == "$.sliding_window"
 
 
 def test_speculators_block_size_from_proposal_speculative_tokens():

@@ -76,19 +76,31 @@ def test_sglang_qwen36_flags():
     args = container(r)["args"]
     assert has_pair(args, "--speculative-algorithm", "DFLASH")
     assert has_pair(args, "--speculative-num-draft-tokens", "16")
-    assert has_pair(args, "--speculative-draft-window-size", "2048")
+    # SGLang 0.5.23 windows the drafter's sliding layers itself: no compact cache by default
+    assert not any("window-size" in a for a in args)
     assert has_pair(args, "--speculative-draft-model-path", "z-lab/Qwen3.6-27B-DFlash")
     assert has_pair(args, "--model-path", "Qwen/Qwen3.6-27B")
     assert "--enable-metrics" in args
-    assert "--speculative-dflash-draft-window-size" not in args
     assert "--speculative-model" not in args
+    assert r.engine_config.speculation.native_window == 2048 and r.engine_config.speculation.draft_window is None
+
+
+def test_sglang_draft_window_asks_for_the_compact_cache():
+    r = do_render(make_cr("sglang", "0.5.23", speculation={"draftWindow": 2048},
+                          engine={"name": "sglang", "version": "0.5.23", "maxModelLen": 65536}))
+    args = container(r)["args"]
+    assert has_pair(args, "--speculative-draft-window-size", "2048")
+    assert has_pair(args, "--context-length", "65536")
+    assert "CompactCacheTruncatesFullAttention" in {f.code for f in r.analysis.findings}
 
 
 def test_sglang_old_release_uses_old_window_flag():
-    r = do_render(make_cr("sglang", "0.5.10"))
+    r = do_render(make_cr("sglang", "0.5.11"))
     args = container(r)["args"]
     assert has_pair(args, "--speculative-dflash-draft-window-size", "2048")
     assert "--speculative-draft-window-size" not in args
+    r = do_render(make_cr("sglang", "0.5.13"))
+    assert has_pair(container(r)["args"], "--speculative-draft-window-size", "2048")
 
 
 def test_vllm_qwen36_speculative_config_and_env():
@@ -677,3 +689,39 @@ def test_tuning_objects_pass_strict_schemas(storage):
     for obj in objs:
         for v in ("1.29.0", "1.33.0", "1.37.0"):
             kubernetes_validate.validate(obj, v, strict=True)
+
+
+# ----------------------------------------------------------------- methods render what they say
+
+
+def test_every_method_of_every_engine_row_has_a_rendering():
+    from specdeploy.core import engines as eng
+    from specdeploy.core.render import ARG_BUILDERS, method_render_problem
+
+    for info in eng.ENGINES.values():
+        for row in info.releases:
+            for method in row.methods:
+                assert method_render_problem(info.name, method) is None, (info.name, row.since, method)
+                assert (info.name, method) in ARG_BUILDERS
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_a_method_without_rendering_is_refused_not_served_as_dflash(engine):
+    # as if a capability row gained DDTree: the checker lets it through, the renderer must not
+    # emit --speculative-algorithm DFLASH / method dflash for it
+    import dataclasses
+
+    from specdeploy.core import engines as eng
+    from specdeploy.core.render import RenderError
+
+    info = eng.ENGINES[engine]
+    original = info.releases
+    object.__setattr__(info, "releases", tuple(dataclasses.replace(r, methods=r.methods | {"ddtree"}) for r in original))
+    try:
+        cr = make_cr(engine, "0.5.23" if engine == "sglang" else "0.33.0", speculation={"method": "ddtree"})
+        with pytest.raises(RenderError) as e:
+            do_render(cr)
+        [f] = [f for f in e.value.findings if f.code == "MethodNotRenderable"]
+        assert "29907" in f.message and f.path == "spec.speculation.method"
+    finally:
+        object.__setattr__(info, "releases", original)

@@ -32,12 +32,22 @@ def test_rendered_command_matches_snapshot(cmd):
     assert problems == []
 
 
-def test_window_flag_rendered_for_sliding_drafter_on_sglang():
+def test_window_flag_only_where_asked_for_on_sglang():
+    # SGLang 0.5.23 windows the sliding layers natively: the compact cache flag only with draftWindow
     qwen_sglang = [c for c in COMMANDS if c["name"].startswith("qwen3.6-27b") and c["engine"] == "sglang"]
     assert qwen_sglang
     for c in qwen_sglang:
-        i = c["argv"].index("--speculative-draft-window-size")
-        assert c["argv"][i + 1] == "2048"
+        if c["name"].endswith("/window-context"):
+            i = c["argv"].index("--speculative-draft-window-size")
+            assert c["argv"][i + 1] == "2048"
+            assert c["argv"][c["argv"].index("--context-length") + 1] == "32768"
+        else:
+            assert "--speculative-draft-window-size" not in c["argv"], c["name"]
+
+
+def test_max_model_len_rendered_on_vllm():
+    [c] = [c for c in COMMANDS if c["name"] == "qwen3.6-27b-b300-vllm/vllm-0.33.0/nodes-1/window-context"]
+    assert c["argv"][c["argv"].index("--max-model-len") + 1] == "32768"
 
 
 def test_snapshot_check_catches_the_old_window_flag():

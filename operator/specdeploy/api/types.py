@@ -117,6 +117,12 @@ class Engine(_Model):
         description="Additional engine arguments, appended as separate exec-form arguments (no shell). "
         "May not set any flag the operator owns (model, parallelism, speculative-*, metrics, host/port, config files).",
     )
+    max_model_len: Optional[StrictInt] = Field(
+        default=None, ge=1, le=16 * 1024 * 1024,
+        description="Longest context (prompt + output tokens) the engine serves, rendered as the engine's own flag "
+        "(vLLM `--max-model-len`, SGLang `--context-length`). Default: the target's limit. Checked against the "
+        "target's and the drafter's `max_position_embeddings`; it also sizes the draft-window memory figures.",
+    )
 
 
 class DDTree(_Model):
@@ -196,6 +202,18 @@ class Monitoring(_Model):
     )
 
 
+class Checks(_Model):
+    """How the drafter/target check treats this deployment."""
+
+    accept: list[Annotated[str, Field(pattern=r"^[A-Z][A-Za-z0-9]{1,63}$")]] = Field(
+        default_factory=list, max_length=64,
+        description="Finding codes to accept: each listed warning, or error that is a judgement rather than a fact "
+        "(e.g. `TargetLayerIdsShifted`, `DrafterContextTooShort`), becomes info and is recorded in "
+        "`status.acceptedFindings`. Facts (e.g. `HiddenSizeMismatch`) cannot be accepted; the catalog in "
+        "docs/concepts/drafter-compatibility.md says which codes can.",
+    )
+
+
 class Tuning(_Model):
     """Tuned fused-MoE kernels for the target on this GPU product and engine version."""
 
@@ -244,6 +262,7 @@ class SpeculativeDeploymentSpec(_Model):
     pod: Pod = Field(default_factory=Pod, description="Pod-level settings.")
     monitoring: Monitoring = Field(default_factory=Monitoring, description="Acceptance monitoring.")
     tuning: Tuning = Field(default_factory=Tuning, description="Tuned fused-MoE kernels (MoE targets).")
+    checks: Checks = Field(default_factory=Checks, description="Findings the author accepts.")
 
     def options(self) -> Options:
         """The checker's view of this spec."""
@@ -265,6 +284,8 @@ class SpeculativeDeploymentSpec(_Model):
             trust_remote_code=self.target.trust_remote_code,
             target_model=self.target.model,
             drafter_model=self.drafter.model,
+            max_model_len=self.engine.max_model_len,
+            accept=tuple(self.checks.accept),
         )
 
 
@@ -293,6 +314,10 @@ class Resolved(_Model):
     block_size: Optional[int] = Field(default=None, description="Draft block size in use.")
     num_speculative_tokens: Optional[int] = Field(default=None, description="Draft tokens per step (block size - 1).")
     draft_window: Optional[int] = Field(default=None, description="Compact draft cache window in use, if any.")
+    native_window: Optional[int] = Field(
+        default=None, description="Window the engine applies to the drafter's sliding layers itself (no compact cache).")
+    served_context: Optional[int] = Field(
+        default=None, description="Context the engine serves: spec.engine.maxModelLen, else the target's limit.")
     profile: Optional[str] = Field(default=None, description="GPU profile key.")
     gpu_product: Optional[str] = Field(default=None, description="`nvidia.com/gpu.product` selected on.")
     image: Optional[str] = Field(default=None, description="Engine image in use.")
@@ -312,6 +337,18 @@ class Acceptance(_Model):
     pods_reporting: Optional[int] = Field(default=None, ge=0, description="Engine pods whose metrics were used.")
 
 
+class AcceptedFinding(_Model):
+    """A finding turned into info by spec.checks.accept, as it was before."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    code: str = Field(description="Finding code.")
+    severity: str = Field(description="Severity it had before it was accepted.")
+    source: str = Field(description="drafter, target or spec.")
+    path: str = Field(description="JSON path (config) or field path (spec).")
+    message: str = Field(description="What the check found.")
+
+
 class SpeculativeDeploymentStatus(_Model):
     """Observed state."""
 
@@ -327,6 +364,8 @@ class SpeculativeDeploymentStatus(_Model):
     selector: Optional[str] = Field(default=None, description="Label selector of the engine pods (scale subresource).")
     resolved: Optional[Resolved] = Field(default=None, description="Resolved configs and derived settings.")
     acceptance: Optional[Acceptance] = Field(default=None, description="Measured speculative acceptance.")
+    accepted_findings: list[AcceptedFinding] = Field(
+        default_factory=list, description="Findings accepted through spec.checks.accept for the current generation.")
 
 
 class ObjectMeta(BaseModel):

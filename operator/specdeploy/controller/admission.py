@@ -287,6 +287,9 @@ def _lenient_options(spec: Any) -> Options | None:
         ddtree_set=isinstance(ddtree, dict),
         target_model=s(get(spec, "target", "model")),
         drafter_model=s(get(spec, "drafter", "model")),
+        max_model_len=i(get(spec, "engine", "maxModelLen"), None),
+        accept=tuple(a for a in (get(spec, "checks", "accept") or []) if isinstance(a, str))
+        if isinstance(get(spec, "checks", "accept"), list) else (),
     )
 
 

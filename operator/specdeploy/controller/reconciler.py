@@ -273,6 +273,7 @@ class Controller:
             rendered = render(cr, target.doc, drafter.doc, pod_monitor=monitoring)
         except RenderError as e:
             obs = self._observation(gen, body, workload, e.findings)
+            obs.accepted = e.accepted
             first = error_findings(e.findings)[0].code if error_findings(e.findings) else "Unknown"
             if state.last_generation_seen != gen:
                 metrics.CHECK_FAILURES.labels(code=first).inc()
@@ -285,6 +286,7 @@ class Controller:
         kind_needed = desired[1]["kind"]
         if kind_needed == "LeaderWorkerSet" and not await self.has(LWS):
             obs = self._observation(gen, body, workload, rendered.analysis.findings)
+            obs.accepted = rendered.analysis.accepted
             obs.blocked_reason = ("LeaderWorkerSetMissing",
                                   f"spec.nodes={cr.spec.nodes} needs a LeaderWorkerSet, but the leaderworkerset.x-k8s.io/v1 "
                                   "API is not installed; install LeaderWorkerSet or set spec.nodes: 1")
@@ -296,6 +298,7 @@ class Controller:
             await self._tuning(ns, cr, rendered)
         workload = self._workload(ns, name)
         obs = self._observation(gen, body, workload, rendered.analysis.findings, rendered)
+        obs.accepted = rendered.analysis.accepted
         obs.conflicts = conflicts
         await self._write_status(key, body, obs, resolved=self._resolved(target, drafter, rendered, cr))
         return None
@@ -349,6 +352,11 @@ class Controller:
                         "configHash": rendered.config_hash, "image": tmpl["spec"]["containers"][0]["image"]})
             if ec.speculation.draft_window is not None:
                 out["draftWindow"] = ec.speculation.draft_window
+            if ec.speculation.native_window is not None:
+                out["nativeWindow"] = ec.speculation.native_window
+            served = rendered.analysis.derived.served_context if rendered.analysis.derived else None
+            if served is not None:
+                out["servedContext"] = served
             from ..core.gpus import get_profile
             out["gpuProduct"] = get_profile(cr.spec.gpu.type).product_label
         return out
@@ -454,6 +462,9 @@ class Controller:
         }
         if resolved is not None:
             desired["resolved"] = resolved
+        accepted = st.accepted_findings(obs)
+        if accepted is not None:
+            desired["acceptedFindings"] = accepted
         if spec_status is not None:
             desired["acceptance"] = spec_status.get("acceptance")  # None: cleared (merge patch null)
         if not st.status_changed(current, desired):

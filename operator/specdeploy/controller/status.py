@@ -40,6 +40,7 @@ class Observation:
     ready_replicas: int = 0
     updated_replicas: int = 0
     conflicts: list[str] = field(default_factory=list)  # children owned by someone else
+    accepted: list[Finding] = field(default_factory=list)  # turned into info by spec.checks.accept
 
 
 def _findings_message(findings: Iterable[Finding]) -> str:
@@ -69,6 +70,8 @@ def compute_conditions(o: Observation) -> list[dict[str, Any]]:
         compat = _cond(DRAFTER_COMPATIBLE, False, errors[0].code, _findings_message(o.findings))
     else:
         msg = "drafter and target configs passed every check"
+        if o.accepted:
+            msg += " (accepted through spec.checks.accept: " + ", ".join(sorted({f.code for f in o.accepted})) + ")"
         if warnings:
             msg += f" with {len(warnings)} warning(s): " + _findings_message(warnings)
         compat = _cond(DRAFTER_COMPATIBLE, True, "Compatible", msg)
@@ -244,3 +247,11 @@ def acceptance_status(acceptance: "acc.Acceptance | None", pods_reporting: int, 
         return previous
     out["sampledAt"] = now
     return out
+
+
+def accepted_findings(o: Observation) -> list[dict[str, str]] | None:
+    """status.acceptedFindings: the accepted findings as they were (None: not checked this time)."""
+    if o.findings is None:
+        return None
+    return [{"code": f.code, "severity": f.severity.value, "source": f.source.value, "path": f.path,
+             "message": f.message[:1024]} for f in o.accepted]

@@ -10,6 +10,15 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 
+# Errors that are judgements (heuristics, estimates, speed-up losses), not facts: spec.checks.accept
+# (or `check --accept`) may turn them into info. Every warning may be accepted too; a fact (the engine
+# raises, a shape cannot match) never can.
+OVERRIDABLE_ERRORS = frozenset({
+    "TargetLayerIdsShifted", "EngineLayerOffsetBroken", "SlidingWindowUnsupportedByEngine",
+    "DrafterContextTooShort", "WeightsExceedGpuMemory",
+})
+
+
 @dataclass(frozen=True)
 class CheckDoc:
     code: str
@@ -18,6 +27,10 @@ class CheckDoc:
     why: str
     incident: str
     fix: str
+
+    @property
+    def overridable(self) -> bool:
+        return self.severity == "warning" or self.code in OVERRIDABLE_ERRORS
 
 
 _C = CheckDoc
@@ -45,6 +58,18 @@ CATALOG = MappingProxyType({c.code: c for c in (
     _C("TargetLayerIsLast", "warning", "pair", "The last target layer is legal but unusual.", "sglang #32204 crashed on the last layer.",
        "Keep it only if the drafter was trained on it."),
     _C("TargetLayerIdDuplicate", "warning", "drafter", "A repeated id is almost always a typo.", "-", "Check the drafter's training config."),
+    _C("TargetLayerIdsShifted", "error", "pair", "The ids are the canonical DFlash layout (evenly spaced from 1 to N-3, as the "
+       "reference trainer and SGLang build_target_layer_ids compute it) shifted by exactly one: almost always an off-by-one "
+       "in a converted or hand-edited config. A non-canonical list that is not a shift (e.g. last-layer lists) is fine.",
+       "sglang #37475: an off-by-one list loads cleanly and acceptance collapses to ~1 token per step.",
+       "Use the training config's ids; accept the code if the drafter really was trained on the shifted list."),
+    _C("TargetLayerIdsRejectedByEngine", "error", "engine", "The SGLang target model class of this architecture raises at "
+       "start-up for this id list (last layer, repeats or order), as recorded from its set_dflash_layers_to_capture.",
+       "sglang qwen3_5_text.py: 'target_layer_ids must be unique, strictly increasing, and in [0, N-1)'.",
+       "Use ids the target class accepts (see docs/reference/engines.md)."),
+    _C("EngineLayerOffsetBroken", "error", "engine", "The engine release reads the hidden state before each listed layer instead "
+       "of its output (no +1): every id reads the wrong layer.", "vllm PR #40727 (vLLM < 0.22.0): acceptance ~1%.",
+       "Use a release with the fix; accept the code only to reproduce the failure."),
     _C("NumTargetLayersMismatch", "error", "pair", "num_target_layers records the layer count of the target the drafter was trained for.",
        "Drafter for Qwen3-8B (36 layers) paired with Qwen3-4B.", "Pair the drafter with the target it was trained for."),
     _C("HiddenSizeMismatch", "error", "pair", "The fusion layer fc = Linear(len(ids) x H, H) takes the target's hidden states: "
@@ -69,9 +94,15 @@ CATALOG = MappingProxyType({c.code: c for c in (
     _C("SlidingConfigConflict", "warning", "drafter", "use_swa is set but layer_types lists no sliding layer: vLLM's "
        "_resolve_layer_attention then makes every layer sliding (the checker does the same).",
        "HF Qwen3Config synthesises an all-full layer_types for use_swa drafters.", "List the sliding layers in layer_types."),
-    _C("SlidingWindowAmbiguous", "warning", "drafter", "use_sliding_window/max_window_layers are Qwen3Config fields the DFlash readers do not consult: "
-       "without layer_types every layer runs as full attention.",
-       "z-lab/dflash #126, ik_llama.cpp #2021: SWA layers run as full attention lose up to 17 pp acceptance.", "Add an explicit layer_types list."),
+    _C("SlidingWindowDisabled", "error", "drafter", "layer_types lists sliding layers but use_sliding_window is false: transformers' "
+       "Qwen3Config then sets sliding_window to None and both engines raise at start-up.",
+       "vLLM 0.33 qwen3_dflash.py _resolve_layer_attention and SGLang 0.5.23 dflash_utils.py "
+       "get_dflash_attention_sliding_window_size raise 'requires a window'.", "Set use_sliding_window: true."),
+    _C("LayerTypesDerived", "info", "drafter", "No layer_types: transformers' Qwen3Config builds them (sliding where layer >= "
+       "max_window_layers when use_sliding_window is true) and the engines read that list.",
+       "transformers configuration_qwen3.py __post_init__.", "-"),
+    _C("SlidingWindowDefaulted", "warning", "drafter", "use_sliding_window is true without sliding_window: transformers' default "
+       "(4096) applies, which is rarely the trained window.", "-", "Set sliding_window to the trained window."),
     _C("SlidingWindowMissing", "error", "drafter", "A sliding layer needs a positive window.", "SGLang raises at start-up.",
        "Set sliding_window (or dflash_config.swa_window_size) to the trained window."),
     _C("DraftWindowBelowBlockSize", "error", "drafter", "The draft window must hold a whole draft block.", "SGLang _handle_dflash; ModelOpt.",
@@ -83,18 +114,27 @@ CATALOG = MappingProxyType({c.code: c for c in (
     _C("DraftWindowInvalid", "error", "spec", "draftWindow is a positive integer or 'off'.", "-", "Fix spec.speculation.draftWindow."),
     _C("DraftWindowOff", "warning", "spec", "The drafter's sliding layers were trained with a window; turning the compact cache off is allowed but visible.",
        "Failure class 2: SGLang's draft window never set although config.json has sliding_window.", "Remove the override."),
+    _C("DraftWindowNative", "info", "engine", "The engine release windows the drafter's sliding layers itself from config.json "
+       "(SGLang >= 0.5.14 models/dflash.py on draft backends that read the per-layer window; vLLM with sliding-window "
+       "support): no compact cache is rendered and full-attention layers keep the whole context.",
+       "Failure class 2 applied to SGLang < 0.5.14 only.", "-"),
+    _C("CompactCacheTruncatesFullAttention", "warning", "spec", "The draft-window flag turns on SGLang's compact draft cache, which "
+       "limits every draft layer, the full-attention ones included, to the window (dflash_worker alloc_memory_pool): "
+       "memory O(window) instead of O(context), at the cost of the full layers' long context.",
+       "-", "Leave draftWindow unset on SGLang >= 0.5.14; accept it when draft memory matters more."),
     _C("DraftWindowBelowTrained", "warning", "spec", "A compact cache equals full cache plus sliding mask only when it keeps >= window - 1 tokens.",
        "dflash-engines.md s1 (compact cache exactness).", "Leave draftWindow unset to derive the trained window."),
-    _C("CompactCacheOnFullAttention", "warning", "spec", "On full-attention drafters a compact cache hides context the layers were trained to see.",
-       "-", "Leave draftWindow unset for exact drafting."),
     _C("DraftWindowIgnoredByEngine", "warning", "spec", "vLLM reads the window from config.json and has no draft-window flag.", "-", "Remove the override."),
-    _C("DraftWindowDerived", "info", "spec", "The SGLang draft window flag is rendered from the drafter's sliding window: SGLang never infers it.",
-       "Failure class 2 (draft_window_size=None, compact_cache=False in the log).", "-"),
-    _C("DraftWindowSet", "info", "spec", "The SGLang draft window flag is rendered from spec.speculation.draftWindow.", "-", "-"),
+    _C("DraftWindowDerived", "info", "spec", "On an SGLang release without native draft windows (< 0.5.14) the draft-window flag "
+       "is rendered from the drafter's sliding window; every draft layer is sliding, so the compact cache is exact.",
+       "Failure class 2 (draft_window_size=None, compact_cache=False in the log of an older SGLang).", "-"),
+    _C("DraftWindowSet", "info", "spec", "spec.speculation.draftWindow turns on SGLang's compact draft cache; the finding states "
+       "the draft KV memory per sequence with and without it.", "-", "-"),
     _C("V2ModelRunnerEnabled", "info", "drafter", "vLLM serves drafters mixing sliding and full layers only on the V2 model runner.",
        "vLLM raises NotImplementedError without VLLM_USE_V2_MODEL_RUNNER=1.", "-"),
     _C("SlidingWindowUnsupportedByEngine", "error", "engine", "This vLLM release runs DFlash sliding layers as full attention.",
-       "vLLM #40898 closed unmerged; SWA landed through #46104 and the V2 runner.", "Use vLLM >= 0.30.0."),
+       "vLLM #40898 closed unmerged; sliding DFlash layers since vLLM 0.25.0 (all-sliding) / 0.26.0 (mixed, V2 runner).",
+       "Use vLLM >= 0.25.0."),
     _C("MixedLayersUnsupported", "error", "engine", "This engine release cannot serve mixed sliding/full drafters.", "-", "Upgrade the engine."),
     _C("DrafterArchitectureUnsupported", "error", "engine", "The engine release does not register this drafter architecture.",
        "SGLang and vLLM serve different DFlash families (e.g. MiniMaxDFlash2DraftModel only on SGLang).",
@@ -106,8 +146,21 @@ CATALOG = MappingProxyType({c.code: c for c in (
     _C("AttentionBackendUnsupportedByEngine", "error", "engine", "DFlash's bidirectional layers need a backend with non-causal "
        "attention; the engine has no such backend under that name.", "vLLM: only FLASH_ATTN and FLASHINFER support non-causal.",
        "Use a listed backend or leave it unset."),
-    _C("DraftAttentionBackendNeedsCausal", "error", "engine", "trtllm_mha serves only drafters whose layers are all sliding or causal.",
-       "SGLang speculative_hook.", "Use fa4, flashinfer or triton."),
+    _C("DraftAttentionBackendNeedsCausal", "error", "engine", "SGLang keeps trtllm_mha as draft backend only when every layer is "
+       "sliding or the drafter's (text) config says is_causal: true; dflash_config.causal is not read. Otherwise it silently "
+       "falls back.", "SGLang arg_groups/speculative_hook.py.", "Use fa4, flashinfer or triton."),
+    _C("MaxModelLenInvalid", "error", "spec", "maxModelLen is a positive number of tokens holding at least one draft block.",
+       "-", "Fix spec.engine.maxModelLen."),
+    _C("MaxModelLenAboveTarget", "error", "pair", "The engines refuse a context above the target's own limit (vLLM "
+       "_get_and_verify_max_len; SGLang context-length check) unless an override environment variable is set.",
+       "-", "Set maxModelLen <= the target's limit."),
+    _C("DrafterContextTooShort", "error", "pair", "The drafter is fed the target's absolute positions; when its "
+       "max_position_embeddings is below the served context its RoPE cache is too small.",
+       "vllm #57941 / PR #57964: CUDA illegal memory access on the first long request.",
+       "Set spec.engine.maxModelLen <= the drafter's max_position_embeddings."),
+    _C("DrafterContextRaisedByEngine", "info", "engine", "The vLLM release raises a shorter drafter's max_position_embeddings "
+       "to the served context for cache-only RoPE types (config/speculative.py _maybe_override_draft_max_position_embeddings).",
+       "-", "-"),
     _C("TensorParallelHeadsIndivisible", "error", "pair", "Tensor parallelism splits attention heads: gpu.count must divide the drafter's heads and KV heads "
        "and the target's heads (target KV heads may be replicated).", "SGLang asserts at start-up.", "Use a gpu.count that divides the head counts."),
     _C("WeightsExceedGpuMemory", "error", "gpu", "The estimated weights (target + drafter, quantisation-aware) exceed 95% of the replica's GPU memory.",
@@ -140,6 +193,14 @@ CATALOG = MappingProxyType({c.code: c for c in (
     _C("ExtraArgSetsOwnedFlag", "error", "spec", "Flags derived from the spec and configs (model, parallelism, speculative-*, metrics, host/port, "
        "config files) cannot be overridden, also not by underscore spellings or abbreviations.",
        "Hand-typed flags that disagree with the drafter config: failure classes 2, 3 and 6.", "Use the spec field instead."),
+    _C("AcceptUnknownCode", "error", "spec", "spec.checks.accept lists finding codes.", "-", "Use a code from this table."),
+    _C("AcceptNotAllowed", "error", "spec", "Only warnings and judgement errors (heuristics, estimates, speed-up losses) can be "
+       "accepted; facts cannot.", "-", "Fix the cause."),
+    _C("MethodNotRenderable", "error", "engine", "The renderer has no command line for this method on this engine: it refuses "
+       "rather than serve another method under its name.", "-", "Use method dflash."),
+    _C("BakedDrafterDigestMismatch", "warning", "drafter", "The image table lists an image carrying this drafter commit, but its "
+       "recorded config digest is not the hub's for that commit: the drafter is downloaded instead.", "-",
+       "Fix the image table row (core/engines.py)."),
     _C("ModelReferenceInvalid", "error", "spec", "Model references are hub ids or paths inside the model volume: never flags, never '..'.",
        "Flag injection through a model string.", "Use 'org/name' or a path inside the volume."),
 )})

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from . import engines as eng
 from . import gpus
 from .findings import Finding, Severity, Source, has_errors, sort_findings
-from .modelconfig import FULL, SLIDING, DRAFTER_LAYER_TYPES, DrafterConfig, TargetConfig, Val, jpath, parse_drafter, parse_target
+from .modelconfig import (FULL, HF_SLIDING_RULES, SLIDING, DRAFTER_LAYER_TYPES, DrafterConfig, TargetConfig, context_limit, jpath,
+                          parse_drafter, parse_target)
 from .versions import parse_version
 from .weights import estimate_drafter_bytes, estimate_target_bytes
 
@@ -68,6 +69,10 @@ class Options:
     trust_remote_code: bool = False
     target_model: str | None = None
     drafter_model: str | None = None
+    # spec.engine.maxModelLen: the context the engine serves (None: the target's own limit)
+    max_model_len: int | None = None
+    # spec.checks.accept: overridable finding codes the user accepts (they become info)
+    accept: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -88,6 +93,11 @@ class Derived:
     ddtree_topk: int | None = None
     target_weight_bytes: float | None = None
     drafter_weight_bytes: float | None = None
+    # the window the engine applies to the drafter's sliding layers by itself (no compact cache)
+    native_window: int | None = None
+    # the context the engine serves: spec.engine.maxModelLen, else the target's limit
+    served_context: int | None = None
+    max_model_len: int | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -101,6 +111,9 @@ class Derived:
             "draftAttentionBackend": self.draft_attention_backend,
             "targetWeightGB": None if self.target_weight_bytes is None else round(self.target_weight_bytes / 1e9, 1),
             "drafterWeightGB": None if self.drafter_weight_bytes is None else round(self.drafter_weight_bytes / 1e9, 1),
+            "nativeWindow": self.native_window,
+            "servedContext": self.served_context,
+            "maxModelLen": self.max_model_len,
         }
 
 
@@ -110,6 +123,8 @@ class Analysis:
     derived: Derived | None
     drafter: DrafterConfig | None = None
     target: TargetConfig | None = None
+    # findings turned into info by spec.checks.accept (as they were before)
+    accepted: list[Finding] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -160,9 +175,14 @@ def _engine_release(o: Options, out: _Out) -> tuple[eng.EngineInfo | None, eng.E
                 f"{info.display_name} {o.engine_version} has no DFlash support; use {info.display_name} >= {info.oldest}")
         return info, None
     if not info.is_verified(o.engine_version):
+        from . import enginedata
+
+        hit = enginedata.nearest_facts(info.name, o.engine_version, row.since, row.until)
+        behaviour = (f"its DFlash behaviour is from the recorded facts of {info.display_name} {hit[0]}" if hit else
+                     "its DFlash behaviour is from release notes only (no recorded facts in its row)")
         out.warn("EngineVersionUnverified", S, "spec.engine.version",
-                 f"{info.display_name} {o.engine_version} flags were not checked against its own parser "
-                 f"(capability row from: {'; '.join(row.sources)}); prefer a verified version "
+                 f"{info.display_name} {o.engine_version} flags were not checked against its own parser and {behaviour} "
+                 f"(capability row from: {'; '.join(row.sources[:2])}); prefer a verified version "
                  f"({', '.join(info.verified_versions()) or 'none recorded'}) or record this one with e2e/flagdrift/run.sh")
     return info, row
 
@@ -232,15 +252,20 @@ def _check_options(o: Options, out: _Out) -> tuple[eng.EngineInfo | None, eng.En
                     f"draftWindow {o.draft_window} is below blockSize {o.block_size}: the draft block would not fit "
                     f"its own window; set draftWindow >= {o.block_size} or leave it unset to derive it")
 
+    if o.max_model_len is not None and o.max_model_len < 1:
+        out.err("MaxModelLenInvalid", S, "spec.engine.maxModelLen", f"maxModelLen must be >= 1, found {o.max_model_len}")
+    _check_accept(o, out)
+
     if info is not None:
         for i, arg in enumerate(o.extra_args):
             if any(ch in arg for ch in "\x00\n\r"):
                 out.err("ExtraArgInvalid", S, f"spec.engine.extraArgs[{i}]",
                         "extra arguments may not contain NUL or line breaks; remove them")
         for i, flag in eng.owned_flag_violations(info, list(o.extra_args)):
+            field_ = eng.OWNED_FLAG_FIELDS.get(flag.replace("_", "-"), "spec.speculation, spec.gpu, spec.target, spec.drafter")
             out.err("ExtraArgSetsOwnedFlag", S, f"spec.engine.extraArgs[{i}]",
                     f"{flag} is set by the operator from the spec and the configs; remove it from extraArgs "
-                    f"and use the spec field instead (spec.speculation, spec.gpu, spec.target, spec.drafter)")
+                    f"and use the spec field instead ({field_})")
 
     if info is not None and prof is not None:
         gap = prof.known_gaps.get(info.name)
@@ -253,7 +278,37 @@ def _check_options(o: Options, out: _Out) -> tuple[eng.EngineInfo | None, eng.En
     return info, row, prof
 
 
+def _check_accept(o: Options, out: _Out) -> None:
+    from .catalog import CATALOG
+
+    for i, code in enumerate(o.accept):
+        doc = CATALOG.get(code)
+        if doc is None:
+            out.err("AcceptUnknownCode", S, f"spec.checks.accept[{i}]",
+                    f"{code!r} is not a finding code; codes are listed in docs/concepts/drafter-compatibility.md")
+        elif not doc.overridable:
+            out.err("AcceptNotAllowed", S, f"spec.checks.accept[{i}]",
+                    f"{code} states a fact about the configs or the engine, not a judgement, and cannot be accepted; "
+                    f"fix the cause instead ({doc.fix})")
+
+
 # ----------------------------------------------------------------- config rules
+
+
+def canonical_layer_ids(num_target_layers: int, count: int) -> list[int] | None:
+    """The canonical DFlash layout of ``count`` target layer ids for a target of ``num_target_layers``:
+    evenly spaced from 1 to N-3 (one id: N // 2), as the reference trainer and SGLang's
+    ``build_target_layer_ids`` (speculative/dflash_utils.py) compute it; None where it is undefined
+    (N < 4 with several ids). Tested against the recorded engine facts."""
+    if num_target_layers <= 0 or count <= 0:
+        return None
+    if count == 1:
+        return [num_target_layers // 2]
+    start, end = 1, num_target_layers - 3
+    if end < start:
+        return None
+    span = end - start
+    return [int(round(start + (i * span) / (count - 1))) for i in range(count)]
 
 
 def _check_target(t: TargetConfig, out: _Out) -> None:
@@ -263,41 +318,67 @@ def _check_target(t: TargetConfig, out: _Out) -> None:
                     f"the target config has no {name}; point spec.target at the language model's config.json")
 
 
+def _check_layer_ids(d: DrafterConfig, t: TargetConfig | None, out: _Out) -> None:
+    """target_layer_ids: present, in range, and not an exact shift of the canonical layout."""
+    dc = d.dflash_config_path
+    ids = d.target_layer_ids
+    if ids is None:
+        out.err("TargetLayerIdsMissing", D, jpath(dc, "target_layer_ids"),
+                "target_layer_ids is missing: engines then guess the layers, which is wrong for most released "
+                "drafters (z-lab/dflash #156); copy the list the drafter was trained with into dflash_config")
+        return
+    if not ids.value:
+        out.err("TargetLayerIdsEmpty", D, ids.path, "target_layer_ids is empty; set the 0-based target layers the drafter was trained on")
+        return
+    off = d.target_layer_ids_offset
+    n_layers = t.num_hidden_layers.value if (t and t.num_hidden_layers) else None
+    seen: set[int] = set()
+    in_range = True
+    for item in ids.value:
+        lid = item.value - off
+        shown = f"{item.value} (target layer {lid})" if off else str(item.value)
+        if n_layers is not None and not 0 <= lid < n_layers:
+            in_range = False
+            hint = " (aux_hidden_state_layer_ids store id + 1)" if off else ""
+            out.err("TargetLayerOutOfRange", D, item.path,
+                    f"layer id {shown} is outside the target's {n_layers} layers; valid ids are 0..{n_layers - 1}{hint}. "
+                    "An off-by-one list loads cleanly and silently collapses acceptance: use the ids from the drafter's training config")
+        elif n_layers is None and lid < 0:
+            in_range = False
+            out.err("TargetLayerOutOfRange", D, item.path, f"layer id {shown} is negative; ids are 0-based target layer outputs")
+        elif n_layers is not None and lid == n_layers - 1:
+            out.warn("TargetLayerIsLast", D, item.path,
+                     f"layer id {lid} is the target's last layer; some engines crashed on it (sglang #32204). "
+                     "Keep it only if the drafter was trained on it")
+        if lid in seen:
+            out.warn("TargetLayerIdDuplicate", D, item.path, f"layer id {lid} appears twice; check the drafter's training config")
+        seen.add(lid)
+    if n_layers is None or not in_range:
+        return
+    got = [i.value - off for i in ids.value]
+    canon = canonical_layer_ids(n_layers, len(got))
+    if canon is None or got == canon:
+        return
+    for shift in (1, -1):
+        if got == [c + shift for c in canon]:
+            want = [c + off for c in canon]
+            conv = f" (stored as id + 1: {want})" if off else ""
+            out.err("TargetLayerIdsShifted", D, ids.path,
+                    f"target_layer_ids {[i.value for i in ids.value]} is the canonical DFlash layout for a {n_layers}-layer "
+                    f"target shifted by {shift:+d}; the canonical list is {canon}{conv}. Every id would read the "
+                    "neighbouring layer and acceptance collapses to ~1 token per step without an error. Use the ids "
+                    "from the drafter's training config; if this list really is what it was trained on, add "
+                    "TargetLayerIdsShifted to spec.checks.accept (or --accept)")
+            return
+
+
 def _check_drafter(d: DrafterConfig, t: TargetConfig | None, out: _Out) -> None:
     dc = d.dflash_config_path
     if not d.is_dflash:
         out.err("NotADFlashDrafter", D, "$.architectures",
                 f"architectures {d.architectures or '[]'} name no DFlash model and there is no dflash_config; "
                 "point spec.drafter at a DFlash drafter (DFlashDraftModel, DFlash2DraftModel or speculators dflash)")
-
-    # target_layer_ids
-    ids = d.target_layer_ids
-    if ids is None:
-        out.err("TargetLayerIdsMissing", D, jpath(dc, "target_layer_ids"),
-                "target_layer_ids is missing: engines then guess the layers, which is wrong for most released "
-                "drafters (z-lab/dflash #156); copy the list the drafter was trained with into dflash_config")
-    elif not ids.value:
-        out.err("TargetLayerIdsEmpty", D, ids.path, "target_layer_ids is empty; set the 0-based target layers the drafter was trained on")
-    else:
-        n_layers = t.num_hidden_layers.value if (t and t.num_hidden_layers) else None
-        seen: set[int] = set()
-        for item in ids.value:
-            lid = item.value - d.target_layer_ids_offset
-            shown = f"{item.value} (target layer {lid})" if d.target_layer_ids_offset else str(item.value)
-            if n_layers is not None and not 0 <= lid < n_layers:
-                hint = " (aux_hidden_state_layer_ids store id + 1)" if d.target_layer_ids_offset else ""
-                out.err("TargetLayerOutOfRange", D, item.path,
-                        f"layer id {shown} is outside the target's {n_layers} layers; valid ids are 0..{n_layers - 1}{hint}. "
-                        "An off-by-one list loads cleanly and silently collapses acceptance: use the ids from the drafter's training config")
-            elif n_layers is None and lid < 0:
-                out.err("TargetLayerOutOfRange", D, item.path, f"layer id {shown} is negative; ids are 0-based target layer outputs")
-            elif n_layers is not None and lid == n_layers - 1:
-                out.warn("TargetLayerIsLast", D, item.path,
-                         f"layer id {lid} is the target's last layer; some engines crashed on it (sglang #32204). "
-                         "Keep it only if the drafter was trained on it")
-            if lid in seen:
-                out.warn("TargetLayerIdDuplicate", D, item.path, f"layer id {lid} appears twice; check the drafter's training config")
-            seen.add(lid)
+    _check_layer_ids(d, t, out)
 
     if t is not None and d.num_target_layers and t.num_hidden_layers and d.num_target_layers.value != t.num_hidden_layers.value:
         out.err("NumTargetLayersMismatch", D, d.num_target_layers.path,
@@ -340,7 +421,6 @@ def _check_drafter(d: DrafterConfig, t: TargetConfig | None, out: _Out) -> None:
                  f"block_size is {d.block_size_other.value} here but {d.block_size.value} in {d.block_size.path}; "
                  "engines use the dflash_config value; make both agree")
 
-    # layer types and windows
     n = d.num_hidden_layers.value if d.num_hidden_layers else None
     if n is None:
         out.err("DrafterFieldMissing", D, "$.num_hidden_layers", "the drafter config has no num_hidden_layers")
@@ -349,81 +429,297 @@ def _check_drafter(d: DrafterConfig, t: TargetConfig | None, out: _Out) -> None:
             out.err("LayerTypesLengthMismatch", D, d.layer_types.path,
                     f"layer_types has {len(d.layer_types.value)} entries but num_hidden_layers is {n}; give one entry per layer")
         for item in d.layer_types.value:
-            if item.value not in DRAFTER_LAYER_TYPES:
+            if item.value not in DRAFTER_LAYER_TYPES and item.value != "attention":
                 out.err("LayerTypeUnknown", D, item.path,
                         f"layer type {item.value!r} is not one of {', '.join(DRAFTER_LAYER_TYPES)}")
         if d.use_swa is not None and d.use_swa.value and SLIDING not in [x.value for x in d.layer_types.value]:
             out.warn("SlidingConfigConflict", D, d.use_swa.path,
                      "use_swa is true but layer_types lists no sliding_attention layer: vLLM then runs every layer "
                      "as sliding attention. List the sliding layers in layer_types so every reader agrees")
-    elif d.use_swa is None and d.use_sliding_window is not None and d.use_sliding_window.value:
-        out.warn("SlidingWindowAmbiguous", D, d.use_sliding_window.path,
-                 "use_sliding_window/max_window_layers are Qwen3Config fields the engines' DFlash readers do not consult: "
-                 "without layer_types every drafter layer runs as full attention. Add an explicit layer_types list")
+    if d.format == "speculators" and d.geometry_path != "$":
+        top = d.raw_top_layer_types
+        if top and SLIDING in top and not (d.layer_types and SLIDING in [x.value for x in d.layer_types.value]):
+            out.err("SlidingLayersIgnoredByEngine", D, "$.layer_types",
+                    "a speculators config lists sliding layers at the top level, but vLLM builds the drafter from "
+                    "transformer_layer_config alone (transformers_utils/configs/speculators/base.py "
+                    "extract_transformers_pre_trained_config): every layer would run as full attention. Move "
+                    "layer_types and sliding_window into transformer_layer_config")
+    hf = d.hf
+    if hf is not None and hf.layer_types_derived and hf.layer_types and SLIDING in hf.layer_types:
+        mwl = d.max_window_layers.value if d.max_window_layers else HF_SLIDING_RULES[d.model_type or "qwen3"][1]
+        out.info("LayerTypesDerived", D, jpath(d.geometry_path, "layer_types"),
+                 f"the config has no layer_types; transformers' {d.model_type} config builds "
+                 f"{','.join('S' if x == SLIDING else 'F' for x in hf.layer_types)} (sliding where layer >= "
+                 f"max_window_layers {mwl}, since use_sliding_window is true), and the engines read that list. "
+                 "Write layer_types out to make it explicit")
 
-    types = d.resolved_layer_types() or []
+
+def _layer_view(d: DrafterConfig, info, row, out: _Out) -> tuple[tuple[str, ...], int | None]:
+    """(layer types, sliding window) as this engine resolves them, with the errors the engine raises."""
+    engine = info.name if info is not None else None
+    types_l, win = d.engine_layers(engine)
+    types = tuple(types_l or ())
     has_sliding = SLIDING in types
-    win = d.window()
+    hf = d.hf
+
+    who = f"{info.display_name} raises" if info else "vLLM and SGLang raise"
     if has_sliding and (win is None or win.value <= 0):
-        where = jpath(dc, "swa_window_size") if (d.use_swa and d.use_swa.value) else "$.sliding_window"
-        out.err("SlidingWindowMissing", D, win.path if win else where,
-                "the drafter has sliding_attention layers but no positive window; set sliding_window (or "
-                "dflash_config.swa_window_size) to the window the drafter was trained with")
+        if hf is not None and hf.sliding_window_dropped is not None:
+            uw = d.use_sliding_window.path if d.use_sliding_window else jpath(d.geometry_path, "use_sliding_window")
+            out.err("SlidingWindowDisabled", D, uw,
+                    f"layer_types lists sliding_attention layers and {hf.sliding_window_dropped.path} is "
+                    f"{hf.sliding_window_dropped.value}, but {uw} is false (or absent): transformers' {d.model_type} "
+                    f"config then sets sliding_window to None, and {who} at start-up (vLLM "
+                    "qwen3_dflash.py _resolve_layer_attention; SGLang dflash_utils.py "
+                    "get_dflash_attention_sliding_window_size). Set use_sliding_window: true")
+        elif engine == "sglang" and d.use_swa is not None and d.use_swa.value and not (
+                d.layer_types and SLIDING in [x.value for x in d.layer_types.value]):
+            pass  # reported as SlidingLayersIgnoredByEngine below
+        else:
+            use_swa = bool(d.use_swa and d.use_swa.value)
+            where = jpath(d.dflash_config_path, "swa_window_size") if (engine != "sglang" and (d.swa_window_key or use_swa)) \
+                else jpath(d.geometry_path, "sliding_window")
+            out.err("SlidingWindowMissing", D, where,
+                    "the drafter has sliding_attention layers but no positive window; set sliding_window (or "
+                    "dflash_config.swa_window_size for vLLM) to the window the drafter was trained with")
     elif has_sliding and win is not None and d.block_size is not None and win.value < d.block_size.value:
         out.err("DraftWindowBelowBlockSize", D, win.path,
                 f"the sliding window {win.value} is below block_size {d.block_size.value}: a draft block would not fit "
                 "its own window; fix the drafter config (window >= block size)")
+    if engine == "sglang" and d.use_swa is not None and d.use_swa.value:
+        listed = [x.value for x in d.layer_types.value] if d.layer_types else []
+        if SLIDING not in listed:
+            out.err("SlidingLayersIgnoredByEngine", D, d.use_swa.path,
+                    f"the drafter declares its sliding layers only through dflash_config.use_swa, which SGLang does not "
+                    "read (speculative/dflash_utils.py get_dflash_layer_types): every layer would run as full attention "
+                    "and acceptance falls past the window. Serve it on vLLM, or use a drafter config with layer_types "
+                    "and sliding_window")
+    if has_sliding and win is not None and hf is not None and hf.sliding_window_defaulted and win is hf.sliding_window:
+        out.warn("SlidingWindowDefaulted", D, jpath(d.geometry_path, "sliding_window"),
+                 f"use_sliding_window is true but the config has no sliding_window: transformers' {d.model_type} config "
+                 f"uses its default {win.value}, which the engines apply to the sliding layers; that is rarely the "
+                 "window the drafter was trained with. Set sliding_window")
+    window = win.value if (has_sliding and win is not None and win.value > 0) else None
+    return types, window
 
 
-def _derive(d: DrafterConfig, t: TargetConfig | None, o: Options, info, row, prof, out: _Out) -> Derived | None:
-    types = tuple(d.resolved_layer_types() or ())
+def _block(d: DrafterConfig, o: Options, out: _Out) -> int:
+    trained = d.block_size.value if d.block_size else DEFAULT_BLOCK_SIZE
+    if o.block_size is None:
+        return trained
+    if o.block_size > trained:
+        out.err("BlockSizeAboveTrained", S, "spec.speculation.blockSize",
+                f"blockSize {o.block_size} exceeds the drafter's trained block size {trained}; "
+                f"set blockSize <= {trained} or leave it unset")
+    elif o.block_size < trained:
+        out.warn("BlockSizeBelowTrained", S, "spec.speculation.blockSize",
+                 f"blockSize {o.block_size} is below the drafter's trained {trained}: fewer draft tokens per step "
+                 "and a lower speed-up ceiling")
+    return o.block_size
+
+
+def _gb(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+
+
+def draft_kv_bytes_per_token(d: DrafterConfig) -> int | None:
+    """Draft KV cache bytes per token of one sequence (every draft layer, K and V, 16-bit)."""
+    n = d.num_hidden_layers.value if d.num_hidden_layers else None
+    kv = (d.num_key_value_heads or d.num_attention_heads)
+    hd = d.head_dim.value if d.head_dim else (
+        d.hidden_size.value // d.num_attention_heads.value if d.hidden_size and d.num_attention_heads else None)
+    if n is None or kv is None or hd is None:
+        return None
+    return n * 2 * kv.value * hd * 2
+
+
+def _window_trade(d: DrafterConfig, window: int, context: int | None) -> str:
+    per_tok = draft_kv_bytes_per_token(d)
+    if per_tok is None or context is None:
+        return ""
+    without, with_ = per_tok * context, per_tok * min(window, context)
+    return (f"; draft KV cache per sequence at {context} tokens: {_gb(without)} without the compact cache, "
+            f"{_gb(with_)} with it ({d.num_hidden_layers.value} layers x {(d.num_key_value_heads or d.num_attention_heads).value} "
+            f"KV heads, 16-bit)")
+
+
+def _plan_window(d: DrafterConfig, o: Options, info, row, prof, types: tuple[str, ...], drafter_window: int | None,
+                 block: int, context: int | None, out: _Out) -> tuple[int | None, int | None, str | None]:
+    """(compact-cache window to render, window the engine applies natively, draft attention backend)."""
+    has_sliding = drafter_window is not None
+    full = [i for i, x in enumerate(types) if x == FULL]
+    explicit = o.draft_window if isinstance(o.draft_window, int) and not isinstance(o.draft_window, bool) \
+        and o.draft_window >= 1 else None
+    if explicit is not None and explicit < block:
+        out.err("DraftWindowBelowBlockSize", S, "spec.speculation.draftWindow",
+                f"draftWindow {explicit} is below the block size {block}; set draftWindow >= {block} or leave it unset")
+    if explicit is not None and has_sliding and explicit < drafter_window - 1:
+        out.warn("DraftWindowBelowTrained", S, "spec.speculation.draftWindow",
+                 f"draftWindow {explicit} keeps fewer context tokens than the trained window {drafter_window} needs "
+                 f"(>= {drafter_window - 1}); sliding layers lose context. Leave it unset")
+    if info is None:
+        return None, None, None
+    if info.name == "vllm":
+        if explicit is not None:
+            out.warn("DraftWindowIgnoredByEngine", S, "spec.speculation.draftWindow",
+                     "vLLM has no compact draft cache: it windows sliding layers from the drafter's config.json itself "
+                     "and keeps the full context for full-attention layers; this setting has no effect. Remove it")
+        native = drafter_window if (has_sliding and row is not None and row.sliding_window_layers) else None
+        if native is not None:
+            out.info("DraftWindowNative", D, "$.sliding_window",
+                     f"vLLM {o.engine_version} applies window {native} to the drafter's sliding layers "
+                     f"{[i for i, x in enumerate(types) if x == SLIDING]} itself (models/qwen3_dflash.py "
+                     "_resolve_layer_attention); full-attention layers see the whole context")
+        return None, native, None
+    # SGLang
+    backend = o.draft_attention_backend or (prof.sglang_draft_attention_backend if prof else "flashinfer")
+    flag = row.flags.get("draft_window") if row is not None else "the draft-window flag"
+    native_ok = row is not None and row.native_draft_window and backend in row.native_window_backends
+    full_note = (f"; the compact cache limits every draft layer to the last N tokens, so the full-attention "
+                 f"layer(s) {full} lose the context they were trained to see (speculative/dflash_worker*.py "
+                 "alloc_memory_pool)") if full else ""
+    if explicit is not None:
+        trade = _window_trade(d, explicit, context)
+        if full:
+            out.warn("CompactCacheTruncatesFullAttention", S, "spec.speculation.draftWindow",
+                     f"rendering {flag} {explicit}: memory O(window) instead of O(context){trade}{full_note}. "
+                     "Leave draftWindow unset for exact drafting")
+        else:
+            out.info("DraftWindowSet", S, "spec.speculation.draftWindow",
+                     f"rendering {flag} {explicit}: memory O(window) instead of O(context){trade}; every draft layer "
+                     "is sliding, so the compact cache is exact while it keeps >= window - 1 tokens")
+        return explicit, None, backend
+    if not has_sliding:
+        return None, None, backend
+    if native_ok:
+        if o.draft_window != WINDOW_OFF:
+            out.info("DraftWindowNative", D, "$.sliding_window",
+                     f"SGLang {o.engine_version} applies window {drafter_window} to the drafter's sliding layers itself "
+                     f"(models/dflash.py _get_dflash_layer_attention_params; the {backend} backend reads the per-layer "
+                     f"window): no compact cache is rendered and the full-attention layers keep the whole context. "
+                     f"Set draftWindow: N to trade that for O(N) draft memory{_window_trade(d, drafter_window, context)}")
+        return None, drafter_window, backend
+    why = (f"SGLang {o.engine_version} does not window DFlash draft layers itself (native windows since 0.5.14)"
+           if row is not None and not row.native_draft_window else
+           f"the {backend} draft backend does not read per-layer windows in SGLang {o.engine_version}")
+    if o.draft_window == WINDOW_OFF:
+        out.warn("DraftWindowOff", S, "spec.speculation.draftWindow",
+                 f"draftWindow is 'off' and {why}: the drafter's sliding layers (trained with window {drafter_window}) "
+                 "run as full attention and acceptance falls once the context exceeds it. Remove the override")
+        return None, None, backend
+    if full:
+        out.warn("CompactCacheTruncatesFullAttention", S, "spec.speculation.draftWindow",
+                 f"{why}: rendering {flag} {drafter_window} so the sliding layers keep their trained window{full_note}. "
+                 "Use an SGLang release >= 0.5.14 for exact drafting")
+    else:
+        out.info("DraftWindowDerived", S, "spec.speculation.draftWindow",
+                 f"{why}: rendering {flag} {drafter_window}; every draft layer is sliding, so the compact cache is exact")
+    return drafter_window, None, backend
+
+
+def _check_context(d: DrafterConfig, t: TargetConfig | None, o: Options, info, row, block: int, out: _Out) -> int | None:
+    """The served context (maxModelLen, else the target's limit), checked against target and drafter."""
+    limit = context_limit(t) if t is not None else None
+    if o.max_model_len is not None:
+        if o.max_model_len < block:
+            out.err("MaxModelLenInvalid", S, "spec.engine.maxModelLen",
+                    f"maxModelLen {o.max_model_len} is below the block size {block}; raise it")
+        if limit is not None and o.max_model_len > limit.value:
+            how = ("vLLM raises at start-up (config/model.py _get_and_verify_max_len) unless "
+                   "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1" if info is None or info.name == "vllm" else
+                   "SGLang refuses it at start-up unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1")
+            out.err("MaxModelLenAboveTarget", S, "spec.engine.maxModelLen",
+                    f"maxModelLen {o.max_model_len} exceeds the target's context {limit.value} ({limit.path}): {how}, "
+                    f"and positions past it are outside what the model was trained on. Set maxModelLen <= {limit.value}")
+    served = o.max_model_len if o.max_model_len is not None else (limit.value if limit else None)
+    mpe = d.max_position_embeddings
+    if served is None or mpe is None or served <= mpe.value:
+        return served
+    where = "spec.engine.maxModelLen" if o.max_model_len is not None else "the target's context"
+    raises = row.raises_draft_context if (info is not None and info.name == "vllm" and row is not None) else None
+    # a raised max_position_embeddings only helps where it merely sizes the RoPE cache (vLLM 0.33
+    # _CACHE_ONLY_ROPE_TYPES); 0.27-0.32 raise it for every type, which for yarn/dynamic does not help
+    if raises is not None and d.rope_type in eng.CACHE_ONLY_ROPE and ("*" in raises or d.rope_type in raises):
+        out.info("DrafterContextRaisedByEngine", D, mpe.path,
+                 f"the drafter's max_position_embeddings {mpe.value} is below the served context {served} ({where}); "
+                 f"vLLM {o.engine_version} raises it to the served context for RoPE type {d.rope_type!r} "
+                 "(config/speculative.py _maybe_override_draft_max_position_embeddings)")
+        return served
+    out.err("DrafterContextTooShort", D, mpe.path,
+            f"the drafter's max_position_embeddings {mpe.value} is below the served context {served} ({where}): the "
+            "drafter gets the target's absolute positions, its RoPE cache is sized from its own limit, and the first "
+            "longer request reads past it (vLLM: CUDA illegal memory access that takes the engine down, vllm #57941 / "
+            f"PR #57964). Set spec.engine.maxModelLen <= {mpe.value}, or use a drafter trained for this context")
+    return served
+
+
+def _check_engine_layer_rules(d: DrafterConfig, t: TargetConfig | None, o: Options, info, row, out: _Out) -> None:
+    """What the chosen engine release does with the layer ids: the +1 (vLLM) and the target class's rules (SGLang)."""
+    if info is None or row is None or d.target_layer_ids is None or not d.target_layer_ids.value:
+        return
+    ids = d.target_layer_ids
+    if info.name == "vllm" and row.layer_ids_offset != 1 and d.target_layer_ids_offset == 0:
+        fixed = info.first_release(lambda r: r.layer_ids_offset == 1)
+        out.err("EngineLayerOffsetBroken", S, "spec.engine.version",
+                f"vLLM {o.engine_version} reads the hidden state *before* each target_layer_ids entry (no +1: "
+                "v1/worker/gpu_model_runner.py, fixed by vllm PR #40727): every id reads the wrong layer and acceptance "
+                f"collapses to ~1 token per step. Use vLLM >= {fixed}")
+    if info.name != "sglang" or t is None or not t.architectures or not t.num_hidden_layers:
+        return
+    from . import enginedata
+
+    arch = t.architectures[0]
+    hit = enginedata.nearest_facts("sglang", o.engine_version or "", row.since, row.until)
+    if hit is None:
+        return
+    rec_version, doc = hit
+    rec = enginedata.fact(doc, "target_capture", arch)
+    if not isinstance(rec, dict):
+        return
+    probes = rec.get("probes", {})
+    chain = " -> ".join(rec.get("chain", [])) or "set_dflash_layers_to_capture"
+    n = t.num_hidden_layers.value
+    got = [i.value - d.target_layer_ids_offset for i in ids.value]
+    src = f"SGLang {rec_version} {arch} ({chain})"
+    if any(x == n - 1 for x in got) and str(probes.get("last", "")).startswith("raises"):
+        out.err("TargetLayerIdsRejectedByEngine", D, ids.path,
+                f"{src} raises at start-up ({probes['last'].removeprefix('raises ')}) for the last layer id {n - 1}: it "
+                f"captures hidden states before layer id + 1, and there is no layer {n}. Use ids in 0..{n - 2}")
+    if len(set(got)) != len(got) and str(probes.get("duplicate", "")).startswith("raises"):
+        out.err("TargetLayerIdsRejectedByEngine", D, ids.path,
+                f"{src} raises at start-up for repeated ids ({sorted(x for x in set(got) if got.count(x) > 1)}); "
+                "target_layer_ids must be unique")
+    if got != sorted(got) and str(probes.get("unsorted", "")).startswith("raises"):
+        out.err("TargetLayerIdsRejectedByEngine", D, ids.path,
+                f"{src} raises at start-up for ids that are not strictly increasing ({got}); sort them only if the "
+                "drafter was trained in that order (the fusion layer's input order follows the list)")
+
+
+def _check_engine_release(d: DrafterConfig, o: Options, info, row, types: tuple[str, ...], out: _Out) -> dict[str, str]:
+    """Engine releases that lose the speed-up or cannot load the drafter; the env the drafter needs."""
+    env: dict[str, str] = {}
+    if info is None or row is None:
+        return env
     has_sliding = SLIDING in types
     mixed = has_sliding and FULL in types
-    trained_block = d.block_size.value if d.block_size else DEFAULT_BLOCK_SIZE
-    block = trained_block
-    if o.block_size is not None:
-        if o.block_size > trained_block:
-            out.err("BlockSizeAboveTrained", S, "spec.speculation.blockSize",
-                    f"blockSize {o.block_size} exceeds the drafter's trained block size {trained_block}; "
-                    f"set blockSize <= {trained_block} or leave it unset")
-        elif o.block_size < trained_block:
-            out.warn("BlockSizeBelowTrained", S, "spec.speculation.blockSize",
-                     f"blockSize {o.block_size} is below the drafter's trained {trained_block}: fewer draft tokens per step "
-                     "and a lower speed-up ceiling")
-        block = o.block_size
-
-    trained_win = d.window()
-    drafter_window = trained_win.value if (has_sliding and trained_win and trained_win.value > 0) else None
-    window: int | None = None
-    if o.draft_window == WINDOW_OFF:
-        if has_sliding:
-            out.warn("DraftWindowOff", S, "spec.speculation.draftWindow",
-                     f"draftWindow is 'off' although the drafter's sliding layers were trained with window "
-                     f"{drafter_window}; acceptance falls once the context exceeds it. Remove the override")
-    elif isinstance(o.draft_window, int) and not isinstance(o.draft_window, bool) and o.draft_window >= 1:
-        window = o.draft_window
-        if window < block:
-            out.err("DraftWindowBelowBlockSize", S, "spec.speculation.draftWindow",
-                    f"draftWindow {window} is below the block size {block}; set draftWindow >= {block} or leave it unset")
-        elif drafter_window is not None and window < drafter_window - 1:
-            out.warn("DraftWindowBelowTrained", S, "spec.speculation.draftWindow",
-                     f"draftWindow {window} keeps fewer context tokens than the trained window {drafter_window} needs "
-                     f"(>= {drafter_window - 1}); sliding layers lose context. Leave it unset to derive {drafter_window}")
-        elif drafter_window is None:
-            out.warn("CompactCacheOnFullAttention", S, "spec.speculation.draftWindow",
-                     f"the drafter has no sliding layers: a compact draft cache of {window} tokens hides context the "
-                     "full-attention layers were trained to see (an approximation). Leave draftWindow unset for exact drafting")
-    elif drafter_window is not None:
-        window = drafter_window
-
-    acts = row.hidden_acts if row is not None else frozenset({"silu", "swigluoai"})
-    if d.hidden_act is not None and d.hidden_act.value not in acts:
-        who = f"{info.display_name} {o.engine_version}" if row is not None else "the engines"
-        out.err("HiddenActUnsupported", D, d.hidden_act.path,
-                f"hidden_act {d.hidden_act.value!r} is not supported by {who}' DFlash model; use a drafter with "
-                f"hidden_act {' or '.join(sorted(acts))}")
-
-    if row is not None and d.format == "dflash":
+    if info.name == "vllm" and has_sliding:
+        if not row.sliding_window_layers:
+            fixed = info.first_release(lambda r: r.sliding_window_layers)
+            out.err("SlidingWindowUnsupportedByEngine", S, "spec.engine.version",
+                    f"vLLM {o.engine_version} runs DFlash sliding-window layers as full attention (models/qwen3_dflash.py "
+                    f"has no per-layer window): acceptance drops once the context exceeds the window. Use vLLM >= {fixed}")
+        elif mixed and row.mixed_layers_env is None:
+            fixed = info.first_release(lambda r: r.sliding_window_layers and r.mixed_layers_env is not None)
+            out.err("MixedLayersUnsupported", S, "spec.engine.version",
+                    f"vLLM {o.engine_version} raises NotImplementedError for drafters mixing sliding and full layers "
+                    f"(models/qwen3_dflash.py _resolve_layer_attention); use vLLM >= {fixed}")
+        elif mixed:
+            env.update(row.mixed_layers_env or {})
+            if env:
+                out.info("V2ModelRunnerEnabled", D, d.layer_types.path if d.layer_types else "$.layer_types",
+                         "the drafter mixes sliding and full attention layers: rendering "
+                         + ", ".join(f"{k}={v}" for k, v in env.items()) + " (vLLM raises NotImplementedError otherwise)")
+    if d.format == "dflash":
         for i, arch in enumerate(d.architectures):
             if "dflash" in arch.lower() or row.drafter_architectures is not None:
                 if not info.supports_drafter(row, arch):
@@ -431,75 +727,61 @@ def _derive(d: DrafterConfig, t: TargetConfig | None, o: Options, info, row, pro
                             f"{info.display_name} {o.engine_version} does not serve drafter architecture {arch!r}; "
                             f"it serves {', '.join(sorted(row.drafter_architectures or ()))}. Use another engine or release")
                 break
+    return env
 
-    if row is not None and has_sliding and not row.reads_use_swa:
-        listed = [x.value for x in d.layer_types.value] if d.layer_types else []
-        if SLIDING not in listed:
-            out.err("SlidingLayersIgnoredByEngine", D, d.use_swa.path if d.use_swa else "$.layer_types",
-                    f"the drafter declares its sliding layers only through dflash_config.use_swa, which "
-                    f"{info.display_name} {o.engine_version} does not read: every layer would run as full attention "
-                    "and acceptance falls past the window. Serve it on vLLM, or use a drafter config with "
-                    "layer_types and sliding_window")
-        elif d.sliding_window is None or d.sliding_window.value <= 0:
-            out.err("SlidingLayersIgnoredByEngine", D, "$.sliding_window",
-                    f"{info.display_name} {o.engine_version} reads the window from sliding_window only "
-                    "(not dflash_config.swa_window_size) and refuses sliding layers without it; add sliding_window")
 
-    if row is not None and o.draft_attention_backend and o.draft_attention_backend not in row.draft_attention_backends:
-        out.err("AttentionBackendUnsupportedByEngine", S, "spec.speculation.draftAttentionBackend",
-                f"{info.display_name} has no draft attention backend {o.draft_attention_backend!r} that serves DFlash's "
-                f"bidirectional layers; use one of {', '.join(sorted(row.draft_attention_backends))} or leave it unset")
+def _check_hidden_act(d: DrafterConfig, o: Options, info, row, out: _Out) -> None:
+    acts = row.hidden_acts if row is not None else frozenset({"silu", "swigluoai"})
+    if d.hidden_act is not None and d.hidden_act.value not in acts:
+        who = f"{info.display_name} {o.engine_version}'" if row is not None else "the engines'"
+        out.err("HiddenActUnsupported", D, d.hidden_act.path,
+                f"hidden_act {d.hidden_act.value!r} is not supported by {who} DFlash model; use a drafter with "
+                f"hidden_act {' or '.join(sorted(acts))}")
 
-    env: dict[str, str] = {}
-    backend = None
-    if info is not None and info.name == "vllm":
-        if isinstance(o.draft_window, int) and not isinstance(o.draft_window, bool) and o.draft_window != drafter_window:
-            out.warn("DraftWindowIgnoredByEngine", S, "spec.speculation.draftWindow",
-                     "vLLM reads the sliding window from the drafter's config.json and has no draft-window flag; "
-                     "this override has no effect. Remove it")
-        window = None  # vLLM has no compact-cache flag
-        if row is not None and has_sliding:
-            if not row.sliding_window_layers:
-                out.err("SlidingWindowUnsupportedByEngine", S, "spec.engine.version",
-                        f"vLLM {o.engine_version} runs DFlash sliding-window layers as full attention (acceptance "
-                        "drops past the window); use vLLM >= 0.30.0")
-            elif mixed and row.mixed_layers_env is None:
-                out.err("MixedLayersUnsupported", S, "spec.engine.version",
-                        f"vLLM {o.engine_version} cannot serve drafters mixing sliding and full layers; upgrade vLLM")
-            elif mixed:
-                env.update(row.mixed_layers_env or {})
-                if env:
-                    out.info("V2ModelRunnerEnabled", D, d.layer_types.path if d.layer_types else "$.layer_types",
-                             "the drafter mixes sliding and full attention layers: rendering "
-                             + ", ".join(f"{k}={v}" for k, v in env.items()) + " (vLLM raises NotImplementedError otherwise)")
-    if info is not None and info.name == "sglang":
-        if window is not None and row is not None:
-            out.info("DraftWindowDerived" if o.draft_window is None else "DraftWindowSet", S, "spec.speculation.draftWindow",
-                     f"rendering {row.flags['draft_window']} {window} (SGLang does not infer the window from config.json)")
-        causal_ok = (d.causal is not None and d.causal.value) or (bool(types) and all(x == SLIDING for x in types))
-        backend = o.draft_attention_backend or (prof.sglang_draft_attention_backend if prof else None)
-        if backend == "trtllm_mha" and not causal_ok:
+
+def _check_backend(d: DrafterConfig, o: Options, info, row, types: tuple[str, ...], backend: str | None, out: _Out) -> None:
+    if info is None or row is None:
+        return
+    if o.draft_attention_backend and o.draft_attention_backend not in row.draft_attention_backends:
+        if info.name == "sglang" and o.draft_attention_backend == "trtllm_mha" and row.trtllm_mha_draft == "never":
+            out.err("AttentionBackendUnsupportedByEngine", S, "spec.speculation.draftAttentionBackend",
+                    f"SGLang {o.engine_version} refuses trtllm_mha as DFLASH draft backend and silently falls back "
+                    "(arg_groups/speculative_hook.py); use one of "
+                    f"{', '.join(sorted(row.draft_attention_backends))} or SGLang >= 0.5.17")
+        else:
+            out.err("AttentionBackendUnsupportedByEngine", S, "spec.speculation.draftAttentionBackend",
+                    f"{info.display_name} {o.engine_version} has no draft attention backend {o.draft_attention_backend!r} "
+                    f"that serves DFlash's bidirectional layers; use one of "
+                    f"{', '.join(sorted(row.draft_attention_backends))} or leave it unset")
+    if info.name == "sglang" and backend == "trtllm_mha" and row.trtllm_mha_draft == "sliding_or_causal":
+        n = d.num_hidden_layers.value if d.num_hidden_layers else None
+        all_sliding = bool(types) and len(types) == n and set(types) == {SLIDING}
+        if not (all_sliding or d.text_is_causal is True):
             out.err("DraftAttentionBackendNeedsCausal", S, "spec.speculation.draftAttentionBackend",
-                    "trtllm_mha only serves drafters whose layers are all sliding or causal; this drafter has "
-                    "bidirectional full-attention layers. Use fa4, flashinfer or triton")
+                    "SGLang keeps trtllm_mha as draft backend only when every draft layer is sliding_attention or the "
+                    "drafter's config says is_causal: true (arg_groups/speculative_hook.py; dflash_config.causal is not "
+                    "read); otherwise it silently falls back. Use fa4, flashinfer or triton")
 
-    # tensor parallelism
+
+def _check_tp(d: DrafterConfig, t: TargetConfig | None, o: Options, out: _Out) -> None:
     tp = o.gpu_count
-    if tp > 1:
-        for cfg, src, heads, kv in (
-            (d, D, d.num_attention_heads, d.num_key_value_heads),
-            (t, T, t.num_attention_heads if t else None, t.num_key_value_heads if t else None),
-        ):
-            if heads is not None and heads.value % tp:
-                out.err("TensorParallelHeadsIndivisible", src, heads.path,
-                        f"{heads.value} attention heads do not split over tensor-parallel size {tp} (spec.gpu.count); "
-                        f"use a gpu.count that divides {heads.value}")
-            if kv is not None and kv.value % tp and (src is D or tp % kv.value):
-                out.err("TensorParallelHeadsIndivisible", src, kv.path,
-                        f"{kv.value} KV heads do not split over tensor-parallel size {tp} (spec.gpu.count); "
-                        f"use a gpu.count that divides {kv.value}")
+    if tp <= 1:
+        return
+    for src, heads, kv in (
+        (D, d.num_attention_heads, d.num_key_value_heads),
+        (T, t.num_attention_heads if t else None, t.num_key_value_heads if t else None),
+    ):
+        if heads is not None and heads.value % tp:
+            out.err("TensorParallelHeadsIndivisible", src, heads.path,
+                    f"{heads.value} attention heads do not split over tensor-parallel size {tp} (spec.gpu.count); "
+                    f"use a gpu.count that divides {heads.value}")
+        if kv is not None and kv.value % tp and (src is D or tp % kv.value):
+            out.err("TensorParallelHeadsIndivisible", src, kv.path,
+                    f"{kv.value} KV heads do not split over tensor-parallel size {tp} (spec.gpu.count); "
+                    f"use a gpu.count that divides {kv.value}")
 
-    # memory fit
+
+def _check_fit(d: DrafterConfig, t: TargetConfig | None, o: Options, prof, out: _Out) -> tuple[float | None, float | None]:
     tb = _estimate(estimate_target_bytes, t) if t is not None else None
     db = _estimate(estimate_drafter_bytes, d)
     if prof is not None and tb is not None:
@@ -515,31 +797,43 @@ def _derive(d: DrafterConfig, t: TargetConfig | None, o: Options, info, row, pro
             out.warn("LowKvCacheHeadroom", S, "spec.gpu.count",
                      f"{detail}: under {int((1 - HEADROOM_FRACTION) * 100)}% is left for KV cache and activations; "
                      "expect few concurrent requests, or raise gpu.count")
+    return tb, db
 
+
+def _derive(d: DrafterConfig, t: TargetConfig | None, o: Options, info, row, prof, out: _Out) -> Derived:
+    types, drafter_window = _layer_view(d, info, row, out)
+    block = _block(d, o, out)
+    _check_engine_layer_rules(d, t, o, info, row, out)
+    env = _check_engine_release(d, o, info, row, types, out)
+    _check_hidden_act(d, o, info, row, out)
+    served = _check_context(d, t, o, info, row, block, out)
+    window, native, backend = _plan_window(d, o, info, row, prof, types, drafter_window, block, served, out)
+    _check_backend(d, o, info, row, types, backend, out)
+    _check_tp(d, t, o, out)
+    tb, db = _check_fit(d, t, o, prof, out)
     if t is not None and t.has_auto_map and not o.trust_remote_code and info is not None:
         out.warn("RemoteCodeNotTrusted", S, "spec.target.trustRemoteCode",
                  "the target config has an auto_map (custom code); if the engine does not support the architecture "
                  "natively it will refuse to load it. Set spec.target.trustRemoteCode: true if you trust that code")
-
-    ddb, ddk = None, None
-    if o.method == "ddtree":
-        ddb = o.ddtree_budget if o.ddtree_budget is not None else block - 1
-        ddk = o.ddtree_topk
+    ddb = (o.ddtree_budget if o.ddtree_budget is not None else block - 1) if o.method == "ddtree" else None
     return Derived(
         block_size=block,
         num_speculative_tokens=block - 1,
         draft_window=window,
         drafter_window=drafter_window,
         layer_types=types,
-        has_sliding=has_sliding,
-        mixed_layers=mixed,
+        has_sliding=drafter_window is not None or SLIDING in types,
+        mixed_layers=SLIDING in types and FULL in types,
         target_layer_ids=tuple(i.value - d.target_layer_ids_offset for i in (d.target_layer_ids.value if d.target_layer_ids else [])),
         engine_env=env,
         draft_attention_backend=backend,
         ddtree_budget=ddb,
-        ddtree_topk=ddk,
+        ddtree_topk=o.ddtree_topk if o.method == "ddtree" else None,
         target_weight_bytes=tb,
         drafter_weight_bytes=db,
+        native_window=native,
+        served_context=served,
+        max_model_len=o.max_model_len,
     )
 
 
@@ -551,6 +845,26 @@ def _estimate(fn, cfg) -> float | None:
     except (ArithmeticError, ValueError):
         return None
     return float(v) if v is not None and math.isfinite(v) else None
+
+
+# ----------------------------------------------------------------- accepted findings
+
+
+def apply_accept(findings: list[Finding], accept: tuple[str, ...]) -> tuple[list[Finding], list[Finding]]:
+    """(findings with every accepted overridable one turned into info, the accepted ones as they were)."""
+    from .catalog import CATALOG
+
+    if not accept:
+        return findings, []
+    wanted = {c for c in accept if c in CATALOG and CATALOG[c].overridable}
+    out, accepted = [], []
+    for f in findings:
+        if f.code in wanted and f.severity is not Severity.INFO:
+            accepted.append(f)
+            f = replace(f, severity=Severity.INFO,
+                        message=f"accepted ({f.severity.value}) through spec.checks.accept: {f.message}")
+        out.append(f)
+    return out, accepted
 
 
 def analyze(drafter_doc: Any, target_doc: Any, options: Options | None = None) -> Analysis:
@@ -568,7 +882,8 @@ def analyze(drafter_doc: Any, target_doc: Any, options: Options | None = None) -
     if d is not None:
         _check_drafter(d, t, out)
         derived = _derive(d, t, o, info, row, prof, out)
-    return Analysis(findings=sort_findings(out.items), derived=derived, drafter=d, target=t)
+    findings, accepted = apply_accept(out.items, o.accept)
+    return Analysis(findings=sort_findings(findings), derived=derived, drafter=d, target=t, accepted=accepted)
 
 
 def check(drafter_doc: Any, target_doc: Any, options: Options | None = None) -> list[Finding]:

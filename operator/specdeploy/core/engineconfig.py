@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Literal, Optional
+from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -37,6 +37,11 @@ class SpeculationPlan(_Doc):
     drafter_window: Optional[int] = Field(default=None, description="The drafter's trained sliding window, if any.")
     layer_types: list[str] = Field(description="Drafter layer attention kinds as the engines resolve them.")
     target_layer_ids: list[int] = Field(description="0-based target layer outputs the drafter reads.")
+    draft_window_request: Optional[Union[int, Literal["off"]]] = Field(
+        default=None, description="spec.speculation.draftWindow as written (None: derived).")
+    native_window: Optional[int] = Field(default=None, description="Window the engine applies to sliding layers itself.")
+    max_model_len: Optional[int] = Field(default=None, description="spec.engine.maxModelLen, if set.")
+    accept: Optional[list[str]] = Field(default=None, description="spec.checks.accept: finding codes accepted, if any.")
 
 
 class EngineConfig(_Doc):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
+from typing import Iterable, Mapping
 
 from .versions import in_range, parse_version
 
@@ -22,7 +22,11 @@ RUNTIME_IMAGE_REPO = "ghcr.io/specdeploy/runtime"
 
 @dataclass(frozen=True)
 class EngineRelease:
-    """Capabilities of one engine over a version range [since, until)."""
+    """Capabilities of one engine over a version range [since, until).
+
+    Rows are split wherever a release's recorded behaviour changes (``data/facts``); the test
+    ``tests/unit/test_engine_facts.py`` fails when a row and the facts of a release in its range disagree.
+    """
 
     engine: str
     since: str
@@ -33,7 +37,8 @@ class EngineRelease:
     # Env the engine needs for drafters that mix sliding and full attention layers;
     # None: this range cannot serve such drafters at all.
     mixed_layers_env: Mapping[str, str] | None
-    # The engine honours per-layer sliding windows of the drafter.
+    # The engine honours per-layer sliding windows of the drafter (False: sliding layers run as
+    # full attention, silently).
     sliding_window_layers: bool
     sources: tuple[str, ...]
     # Deprecated or hidden aliases that still parse in this range: flag -> replacement.
@@ -47,6 +52,27 @@ class EngineRelease:
     # Draft attention backends (spec names) -> the engine's own name; absent: unsupported.
     draft_attention_backends: Mapping[str, str] = field(default_factory=dict)
     hidden_acts: frozenset[str] = frozenset({"silu"})
+    # What the engine adds to each target_layer_ids entry to pick the captured hidden state:
+    # 1 = the output of layer id (the DFlash contract); 0 = the input of layer id, i.e. every id
+    # reads the wrong layer and acceptance collapses to ~1 token per step.
+    layer_ids_offset: int = 1
+    # The DFlash draft model windows its sliding layers itself, from config.json (SGLang >= 0.5.14,
+    # models/dflash.py); no compact-cache flag is needed for the drafter to run as trained.
+    native_draft_window: bool = False
+    # Draft attention backends (spec names) whose kernels read the per-layer window.
+    native_window_backends: frozenset[str] = frozenset()
+    # What the draft-window flag's compact cache covers: "all_layers" (every draft layer, the
+    # full-attention ones included, sees only the last N tokens); None: the engine has no such cache.
+    compact_cache: str | None = None
+    # trtllm_mha as draft backend: "sliding_or_causal" (only when every draft layer is sliding or
+    # text_config.is_causal is true; otherwise a silent fallback), "never", or None (not a draft backend).
+    trtllm_mha_draft: str | None = None
+    # RoPE types for which the engine raises a drafter's max_position_embeddings to the served context
+    # itself; None: it never does (a shorter drafter reads past its RoPE cache: vllm #57941).
+    raises_draft_context: frozenset[str] | None = None
+
+
+_ALL_ROPE_TYPES = frozenset({"*"})
 
 
 @dataclass(frozen=True)
@@ -80,7 +106,7 @@ class EngineInfo:
 
     def verified_versions(self) -> list[str]:
         """Versions with a recorded flag snapshot, oldest first."""
-        from ..flagdrift import available_snapshots  # standard library only
+        from .enginedata import available_snapshots
 
         vs = [v for e, v in available_snapshots() if e == self.name and parse_version(v)]
         return sorted(vs, key=parse_version)
@@ -101,6 +127,13 @@ class EngineInfo:
         if row.prefixes_dflash_architecture and not (arch.startswith("DFlash") or arch.endswith("DFlash")):
             arch = "DFlash" + arch
         return arch in row.drafter_architectures
+
+    def first_release(self, predicate) -> str | None:
+        """The oldest release (a row's ``since``) whose row satisfies ``predicate``."""
+        for row in self.releases:
+            if predicate(row):
+                return row.since
+        return None
 
     def default_image(self, version: str) -> str:
         return f"{RUNTIME_IMAGE_REPO}:{self.name}-{version.lstrip('v')}"
@@ -131,7 +164,43 @@ _SGLANG_FLAGS_COMMON = {
     "nnodes": "--nnodes",
     "node_rank": "--node-rank",
     "dist_init_addr": "--dist-init-addr",
+    "max_model_len": "--context-length",
 }
+_SGLANG_OLD_WINDOW = "--speculative-dflash-draft-window-size"
+_SGLANG_NEW_WINDOW = "--speculative-draft-window-size"
+_SGLANG_BACKENDS = ("flashinfer", "fa3", "fa4", "triton")
+
+
+def _sglang(since: str, until: str | None, *, window_flag: str, alias: bool, native: bool, archs: Iterable[str],
+            trtllm: str | None, acts: Iterable[str] = ("silu",), sources: tuple[str, ...] = ()) -> EngineRelease:
+    backends = _SGLANG_BACKENDS + (("trtllm_mha",) if trtllm == "sliding_or_causal" else ())
+    return EngineRelease(
+        engine="sglang", since=since, until=until, methods=frozenset({"dflash"}),
+        flags=MappingProxyType({**_SGLANG_FLAGS_COMMON, "draft_window": window_flag}),
+        aliases=MappingProxyType({_SGLANG_OLD_WINDOW: _SGLANG_NEW_WINDOW} if alias else {}),
+        # SGLang serves mixed drafters without any switch; it reads sliding layers from layer_types +
+        # sliding_window only (never dflash_config.use_swa): speculative/dflash_utils.py
+        mixed_layers_env=MappingProxyType({}), sliding_window_layers=True, reads_use_swa=False,
+        drafter_architectures=frozenset(archs),
+        draft_attention_backends=MappingProxyType({b: b for b in backends}),
+        native_draft_window=native,
+        native_window_backends=frozenset(backends) if native else frozenset(),
+        compact_cache="all_layers", trtllm_mha_draft=trtllm, hidden_acts=frozenset(acts),
+        sources=sources + (
+            "speculative/dflash_utils.py build_target_layer_ids, get_dflash_layer_types, "
+            "get_dflash_attention_sliding_window_size; models/*: set_dflash_layers_to_capture (+1 per target class)",
+            "speculative/dflash_worker*.py alloc_memory_pool (the window flag's compact cache covers every draft layer)",
+        ),
+    )
+
+
+_ARCH_0511 = ("DFlashDraftModel",)
+_ARCH_0515 = _ARCH_0511 + ("DFlashLagunaForCausalLM",)
+_ARCH_0518 = _ARCH_0515 + ("MuseGlimmerAssistantModel",)
+_ARCH_0519 = _ARCH_0518 + ("DFlash2DraftModel",)
+_ARCH_0523 = _ARCH_0519 + ("DFlash2BeamDraftModel", "MiniMaxDFlash2DraftModel")
+_NATIVE_SRC = ("models/dflash.py DFlashDraftModel.get_attention_sliding_window_size + _get_dflash_layer_attention_params: "
+               "sliding layers get window sliding_window - 1 natively",)
 
 _VLLM_FLAGS = MappingProxyType({
     "revision": "--revision",
@@ -140,7 +209,34 @@ _VLLM_FLAGS = MappingProxyType({
     "tensor_parallel": "--tensor-parallel-size",
     "trust_remote_code": "--trust-remote-code",
     "speculative_config": "--speculative-config",
+    "max_model_len": "--max-model-len",
 })
+_V2_ENV = MappingProxyType({"VLLM_USE_V2_MODEL_RUNNER": "1"})
+_VLLM_FA = {"fa3": "FLASH_ATTN", "fa4": "FLASH_ATTN"}
+_VLLM_FA_FI_TRITON = {**_VLLM_FA, "flashinfer": "FLASHINFER", "triton": "TRITON_ATTN"}
+# vllm 0.33 config/speculative.py _CACHE_ONLY_ROPE_TYPES
+CACHE_ONLY_ROPE = frozenset({"default", "linear", "llama3", "ntk", "proportional"})
+
+
+def _vllm(since: str, until: str | None, *, offset: int, swa: bool, mixed_env, archs: Iterable[str],
+          backends: Mapping[str, str], draft_context: frozenset[str] | None,
+          sources: tuple[str, ...] = ()) -> EngineRelease:
+    return EngineRelease(
+        engine="vllm", since=since, until=until, methods=frozenset({"dflash"}), flags=_VLLM_FLAGS,
+        mixed_layers_env=mixed_env, sliding_window_layers=swa, reads_use_swa=swa,
+        drafter_architectures=frozenset(archs), prefixes_dflash_architecture=True,
+        # only backends whose supports_non_causal() is true serve DFlash's bidirectional layers
+        draft_attention_backends=MappingProxyType(dict(backends)),
+        layer_ids_offset=offset, native_draft_window=swa,
+        native_window_backends=frozenset(backends) if swa else frozenset(),
+        raises_draft_context=draft_context,
+        sources=sources + (
+            "v1/worker/gpu_model_runner.py + v1/worker/gpu/spec_decode/eagle/eagle3_utils.py: aux layer ids from "
+            "dflash_config.target_layer_ids",
+            "models/qwen3_dflash.py _resolve_layer_attention; models/registry.py _SPECULATIVE_DECODING_MODELS",
+        ),
+    )
+
 
 SGLANG = EngineInfo(
     name="sglang",
@@ -154,55 +250,39 @@ SGLANG = EngineInfo(
         {
             "--model-path", "--model", "--revision", "--host", "--port", "--tp-size", "--tp",
             "--tensor-parallel-size", "--enable-metrics", "--nnodes", "--node-rank",
-            "--dist-init-addr", "--trust-remote-code",
+            "--dist-init-addr", "--trust-remote-code", "--context-length",
             # A config file or JSON override can set any flag: never from extraArgs.
             "--config",
         }
     ),
+    # Rows from the releases' own code (e2e/flagdrift/record-facts.sh); DFLASH first shipped in 0.5.11.
     releases=(
-        EngineRelease(
-            engine="sglang",
-            since="0.5.8",
-            until="0.5.20",
-            methods=frozenset({"dflash"}),
-            flags=MappingProxyType(
-                {**_SGLANG_FLAGS_COMMON, "draft_window": "--speculative-dflash-draft-window-size"}
-            ),
-            mixed_layers_env=MappingProxyType({}),
-            sliding_window_layers=True,
-            draft_attention_backends=MappingProxyType({b: b for b in ("flashinfer", "fa3", "fa4", "triton", "trtllm_mha")}),
-            sources=(
-                "sgl-project/sglang PR #16818 (DFLASH speculative algorithm)",
-                "dflash-engines.md s3: window flag first named --speculative-dflash-draft-window-size; "
-                "the release that renamed it is unverified (0.5.23 has only the new name)",
-            ),
-        ),
-        EngineRelease(
-            engine="sglang",
-            since="0.5.20",
-            until=None,
-            methods=frozenset({"dflash"}),
-            flags=MappingProxyType(
-                {**_SGLANG_FLAGS_COMMON, "draft_window": "--speculative-draft-window-size"}
-            ),
-            mixed_layers_env=MappingProxyType({}),
-            sliding_window_layers=True,
-            drafter_architectures=frozenset({
-                "DFlashDraftModel", "DFlashLagunaForCausalLM", "MuseGlimmerAssistantModel", "DFlash2DraftModel",
-                "DFlash2BeamDraftModel", "MiniMaxDFlash2DraftModel",
-            }),
-            reads_use_swa=False,
-            draft_attention_backends=MappingProxyType({b: b for b in ("flashinfer", "fa3", "fa4", "triton", "trtllm_mha")}),
-            hidden_acts=frozenset({"silu", "swigluoai"}),
-            sources=(
-                "sglang 0.5.23 arg_groups/fields/spec.py:165 (--speculative-draft-window-size; no old alias)",
-                "sglang 0.5.23 speculative/dflash_utils.py:588 parse_dflash_draft_config (layer_types + sliding_window; "
-                "use_swa not read); models/dflash.py EntryClass",
-                "flag snapshot specdeploy/data/flags/sglang-0.5.23.json",
-            ),
-        ),
+        _sglang("0.5.11", "0.5.12", window_flag=_SGLANG_OLD_WINDOW, alias=False, native=False, archs=_ARCH_0511,
+                trtllm=None, sources=("sgl-project/sglang PR #16818 (DFLASH speculative algorithm)",)),
+        _sglang("0.5.12", "0.5.14", window_flag=_SGLANG_NEW_WINDOW, alias=True, native=False, archs=_ARCH_0511,
+                trtllm=None, sources=("server_args.py: --speculative-draft-window-size, old name kept as alias",)),
+        _sglang("0.5.14", "0.5.15", window_flag=_SGLANG_NEW_WINDOW, alias=True, native=True, archs=_ARCH_0511,
+                trtllm=None, sources=_NATIVE_SRC),
+        _sglang("0.5.15", "0.5.17", window_flag=_SGLANG_NEW_WINDOW, alias=True, native=True, archs=_ARCH_0515,
+                trtllm="never", sources=_NATIVE_SRC),
+        _sglang("0.5.17", "0.5.18", window_flag=_SGLANG_NEW_WINDOW, alias=True, native=True, archs=_ARCH_0515,
+                trtllm="sliding_or_causal", sources=_NATIVE_SRC),
+        _sglang("0.5.18", "0.5.19", window_flag=_SGLANG_NEW_WINDOW, alias=True, native=True, archs=_ARCH_0518,
+                trtllm="sliding_or_causal", sources=_NATIVE_SRC),
+        _sglang("0.5.19", "0.5.20", window_flag=_SGLANG_NEW_WINDOW, alias=True, native=True, archs=_ARCH_0519,
+                trtllm="sliding_or_causal", sources=_NATIVE_SRC),
+        _sglang("0.5.20", "0.5.23", window_flag=_SGLANG_NEW_WINDOW, alias=False, native=True, archs=_ARCH_0519,
+                trtllm="sliding_or_causal", acts=("silu", "swigluoai"), sources=_NATIVE_SRC),
+        _sglang("0.5.23", None, window_flag=_SGLANG_NEW_WINDOW, alias=False, native=True, archs=_ARCH_0523,
+                trtllm="sliding_or_causal", acts=("silu", "swigluoai"),
+                sources=_NATIVE_SRC + ("flag snapshot specdeploy/data/flags/sglang-0.5.23.json",)),
     ),
 )
+
+_VARCH_020 = ("DFlashDraftModel",)
+_VARCH_025 = _VARCH_020 + ("DFlashLagunaForCausalLM",)
+_VARCH_028 = _VARCH_025 + ("DFlash2DraftModel", "DFlashMuseGlimmerAssistantModel")
+_VARCH_033 = _VARCH_028 + ("DFlash2BeamDraftModel", "DFlashQwen3XPressModel")
 
 VLLM = EngineInfo(
     name="vllm",
@@ -217,49 +297,34 @@ VLLM = EngineInfo(
         {
             "--model", "--revision", "--host", "--port", "--tensor-parallel-size", "-tp", "-sc",
             "--trust-remote-code", "--config", "--nnodes", "--node-rank", "--master-addr",
-            "--master-port", "--headless",
+            "--master-port", "--headless", "--max-model-len",
         }
     ),
+    # Rows from the releases' own code (e2e/flagdrift/record-facts.sh); method dflash first shipped in 0.20.0.
     releases=(
-        EngineRelease(
-            engine="vllm",
-            since="0.20.0",
-            until="0.30.0",
-            methods=frozenset({"dflash"}),
-            flags=_VLLM_FLAGS,
-            # Before the V2 model runner the DFlash proposer has no sliding-window layers.
-            mixed_layers_env=None,
-            sliding_window_layers=False,
-            draft_attention_backends=MappingProxyType({"flashinfer": "FLASHINFER", "fa3": "FLASH_ATTN", "fa4": "FLASH_ATTN"}),
-            sources=(
-                "vllm vllm/v1/spec_decode/dflash.py (method dflash)",
-                "vllm PR #40727 (layer offset fix); PR #40898 closed unmerged (no SWA)",
-            ),
-        ),
-        EngineRelease(
-            engine="vllm",
-            since="0.30.0",
-            until=None,
-            methods=frozenset({"dflash"}),
-            flags=_VLLM_FLAGS,
-            # V2 is the default runner in 0.33 (config/vllm.py:731); rendered explicitly so a
-            # changed default or an inherited VLLM_USE_V2_MODEL_RUNNER=0 cannot break the drafter.
-            mixed_layers_env=MappingProxyType({"VLLM_USE_V2_MODEL_RUNNER": "1"}),
-            sliding_window_layers=True,
-            drafter_architectures=frozenset({
-                "DFlashDraftModel", "DFlash2DraftModel", "DFlash2BeamDraftModel", "DFlashMuseGlimmerAssistantModel",
-            }),
-            prefixes_dflash_architecture=True,
-            reads_use_swa=True,
-            # Only backends with non-causal attention serve DFlash's bidirectional layers.
-            draft_attention_backends=MappingProxyType({"flashinfer": "FLASHINFER", "fa3": "FLASH_ATTN", "fa4": "FLASH_ATTN"}),
-            sources=(
-                "vllm PR #46104 + V2 model runner (sliding-window DFlash layers)",
-                "vllm 0.33.0 models/qwen3_dflash.py:96-157 _resolve_layer_attention; config/vllm.py:3129 (V1 rejects mixed)",
-                "vllm 0.33.0 models/registry.py:664-675 (DFlash architectures); transformers_utils/configs/eagle.py:71",
-                "flag snapshot specdeploy/data/flags/vllm-0.33.0.json",
-            ),
-        ),
+        _vllm("0.20.0", "0.22.0", offset=0, swa=False, mixed_env=None, archs=_VARCH_020, backends=_VLLM_FA,
+              draft_context=None, sources=("gpu_model_runner.py reads dflash_config.target_layer_ids without +1 "
+                                           "(fixed by vllm PR #40727 in 0.22.0)",)),
+        _vllm("0.22.0", "0.24.0", offset=1, swa=False, mixed_env=None, archs=_VARCH_020, backends=_VLLM_FA,
+              draft_context=None, sources=("vllm PR #40727 (+1 layer offset); no sliding-window DFlash layers "
+                                           "(PR #40898 closed unmerged)",)),
+        _vllm("0.24.0", "0.25.0", offset=1, swa=False, mixed_env=None, archs=_VARCH_020, backends=_VLLM_FA_FI_TRITON,
+              draft_context=None),
+        _vllm("0.25.0", "0.26.0", offset=1, swa=True, mixed_env=None, archs=_VARCH_025, backends=_VLLM_FA_FI_TRITON,
+              draft_context=None, sources=("_resolve_layer_attention: all-sliding drafters; mixed raise "
+                                           "NotImplementedError",)),
+        _vllm("0.26.0", "0.27.0", offset=1, swa=True, mixed_env=_V2_ENV, archs=_VARCH_025, backends=_VLLM_FA_FI_TRITON,
+              draft_context=None, sources=("_resolve_layer_attention: mixed drafters need the V2 model runner",)),
+        _vllm("0.27.0", "0.28.0", offset=1, swa=True, mixed_env=_V2_ENV, archs=_VARCH_025, backends=_VLLM_FA_FI_TRITON,
+              draft_context=_ALL_ROPE_TYPES,
+              sources=("SpeculativeConfig._maybe_override_draft_max_position_embeddings (every RoPE type)",)),
+        _vllm("0.28.0", "0.33.0", offset=1, swa=True, mixed_env=_V2_ENV, archs=_VARCH_028, backends=_VLLM_FA_FI_TRITON,
+              draft_context=_ALL_ROPE_TYPES),
+        _vllm("0.33.0", None, offset=1, swa=True, mixed_env=_V2_ENV, archs=_VARCH_033, backends=_VLLM_FA_FI_TRITON,
+              draft_context=CACHE_ONLY_ROPE,
+              sources=("config/speculative.py _CACHE_ONLY_ROPE_TYPES: yarn/dynamic drafters keep their own limit",
+                       "config/vllm.py: V2 is the default runner; V1 rejects mixed drafters",
+                       "flag snapshot specdeploy/data/flags/vllm-0.33.0.json")),
     ),
 )
 
@@ -310,6 +375,15 @@ def baked_drafter_image(engine: str, version: str, drafter_repo: str, drafter_re
                 and row.drafter_revision == drafter_revision):
             return row
     return None
+
+
+# Owned flags whose value comes from one spec field: the refusal names it.
+OWNED_FLAG_FIELDS = MappingProxyType({
+    "--max-model-len": "spec.engine.maxModelLen", "--context-length": "spec.engine.maxModelLen",
+    "--tensor-parallel-size": "spec.gpu.count", "--tp-size": "spec.gpu.count", "--tp": "spec.gpu.count",
+    "-tp": "spec.gpu.count", "--trust-remote-code": "spec.target.trustRemoteCode",
+    "--revision": "spec.target.revision", "--model": "spec.target.model", "--model-path": "spec.target.model",
+})
 
 
 def get_engine(name: str) -> EngineInfo:

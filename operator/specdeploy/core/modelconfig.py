@@ -308,30 +308,129 @@ class DrafterConfig:
     max_window_layers: Val[int] | None
     dtype: str | None
     dflash_config_path: str  # where DFlash fields live or should live
+    model_type: str | None = None
+    geometry_path: str = "$"  # where the transformer fields live ("$" or "$.transformer_layer_config")
+    max_position_embeddings: Val[int] | None = None
+    rope_type: str = "default"
+    # dflash_config holds the key swa_window_size (even as null): vLLM then reads only that key.
+    swa_window_key: bool = False
+    # text_config.is_causal (or top-level is_causal): what SGLang's trtllm_mha condition reads.
+    text_is_causal: bool | None = None
+    # The config as transformers' config class builds it (hf_view), which is what both engines read.
+    hf: "HfView | None" = None
+    # layer_types at the top level of a speculators config (not read by vLLM)
+    raw_top_layer_types: list[str] | None = None
+
+    def engine_layers(self, engine: str | None = None) -> tuple[list[str] | None, Val[int] | None]:
+        """(per-layer attention kind, sliding window) as the engine's DFlash reader resolves them from the
+        config transformers builds (:func:`hf_view`); None when unknown.
+
+        SGLang (speculative/dflash_utils.py get_dflash_layer_types / get_dflash_attention_sliding_window_size):
+        ``layer_types`` and ``sliding_window`` only; ``use_swa`` is never read.
+        vLLM (models/qwen3_dflash.py ``_resolve_layer_attention``, also used when no engine is given):
+        ``use_swa`` with no sliding entry in ``layer_types`` (absent, or the all-full list transformers
+        synthesises) makes every layer sliding; otherwise ``layer_types`` decides; the window is
+        ``dflash_config.swa_window_size`` when that key exists, else ``sliding_window``.
+        """
+        hf = self.hf
+        types = list(hf.layer_types) if hf and hf.layer_types is not None else None
+        window = hf.sliding_window if hf else self.sliding_window
+        if engine == "sglang":
+            return types, window
+        n = len(types) if types is not None else (self.num_hidden_layers.value if self.num_hidden_layers else None)
+        use_swa = bool(self.use_swa and self.use_swa.value)
+        if use_swa and (types is None or SLIDING not in types):
+            types = None if n is None else [SLIDING] * n
+        elif types is None and n is not None:
+            types = [FULL] * n
+        if self.swa_window_key:
+            window = self.swa_window_size if self.swa_window_size is not None else None
+        return types, window
 
     def resolved_layer_types(self) -> list[str] | None:
-        """Per-layer attention kind as the engines resolve it, or None when unknown.
-
-        vLLM ``qwen3_dflash.py::_resolve_layer_attention``: ``use_swa`` with no sliding entry in
-        ``layer_types`` (absent, or the all-full list HF's Qwen3Config synthesises) makes every
-        layer sliding; otherwise ``layer_types`` decides; no layer_types and no use_swa: all full.
-        """
-        n = self.num_hidden_layers.value if self.num_hidden_layers else None
-        listed = [v.value for v in self.layer_types.value] if self.layer_types is not None else None
-        if self.use_swa is not None and self.use_swa.value and (listed is None or SLIDING not in listed):
-            count = len(listed) if listed is not None else n
-            return None if count is None else [SLIDING] * count
-        if listed is not None:
-            return listed
-        if n is None:
-            return None
-        return [FULL] * n
+        return self.engine_layers(None)[0]
 
     def window(self) -> Val[int] | None:
-        """The drafter's sliding window: ``swa_window_size`` with use_swa, else ``sliding_window``."""
-        if self.use_swa is not None and self.use_swa.value and self.swa_window_size is not None:
-            return self.swa_window_size
-        return self.sliding_window or self.swa_window_size
+        return self.engine_layers(None)[1]
+
+
+# --------------------------------------------------------------------------- transformers' view
+
+# transformers 5.19 configuration classes that rewrite sliding-window fields in __post_init__:
+# model_type -> (default sliding_window, default max_window_layers, synthesises layer_types).
+#   qwen3, qwen2 (configuration_qwen3.py / configuration_qwen2.py): sliding_window = sliding_window if
+#     use_sliding_window else None; missing layer_types become sliding where sliding_window is not None
+#     and i >= max_window_layers.
+#   qwen3_moe (configuration_qwen3_moe.py): sliding_window nulled the same way; layer_types untouched.
+# Other model types keep the file's values. tests/unit/test_hf_view.py compares this with transformers.
+HF_SLIDING_RULES: dict[str, tuple[int, int, bool]] = {
+    "qwen3": (4096, 28, True),
+    "qwen2": (4096, 28, True),
+    "qwen3_moe": (4096, 28, False),
+}
+HF_DEFAULT_LAYERS = {"qwen3": 32, "qwen2": 24, "qwen3_moe": 24}
+_LEGACY_LAYER_TYPES = {"attention": FULL}  # transformers configuration_utils._LEGACY_LAYER_TYPE_REMAP
+
+
+@dataclass(frozen=True)
+class HfView:
+    """The sliding-window fields as the transformers config class leaves them."""
+
+    layer_types: tuple[str, ...] | None
+    sliding_window: Val[int] | None
+    # True when transformers built layer_types (the file has none)
+    layer_types_derived: bool = False
+    # the file's positive sliding_window was dropped because use_sliding_window is false
+    sliding_window_dropped: Val[int] | None = None
+    # use_sliding_window is true and the file has no sliding_window: the class default applies
+    sliding_window_defaulted: bool = False
+
+
+def hf_view(doc: dict, base: str, model_type: str | None) -> HfView:
+    """Pure copy of what transformers' config class does to ``layer_types``/``sliding_window`` for
+    ``model_type`` (the drafter's, read at ``base``). Values of the wrong type are left to the typed parse."""
+    lt = doc.get("layer_types")
+    listed = tuple(_LEGACY_LAYER_TYPES.get(x, x) for x in lt) if isinstance(lt, list) and all(
+        isinstance(x, str) for x in lt) else None
+    sw_raw = doc.get("sliding_window")
+    sw = Val(sw_raw, jpath(base, "sliding_window")) if isinstance(sw_raw, int) and not isinstance(sw_raw, bool) else None
+    rule = HF_SLIDING_RULES.get(model_type or "")
+    if rule is None:
+        return HfView(layer_types=listed, sliding_window=sw)
+    default_window, default_mwl, synth = rule
+    use = doc.get("use_sliding_window", False)
+    use = use if isinstance(use, bool) else False
+    dropped = None
+    defaulted = False
+    if use:
+        if "sliding_window" not in doc:
+            sw, defaulted = Val(default_window, jpath(base, "sliding_window") + " (transformers default)"), True
+    else:
+        dropped = sw if sw is not None and sw.value > 0 else None
+        sw = None
+    if listed is not None or not synth:
+        return HfView(layer_types=listed, sliding_window=sw, sliding_window_dropped=dropped,
+                      sliding_window_defaulted=defaulted)
+    n = doc.get("num_hidden_layers", HF_DEFAULT_LAYERS.get(model_type or "", 32))
+    mwl = doc.get("max_window_layers", default_mwl)
+    if not (isinstance(n, int) and not isinstance(n, bool) and 0 < n <= MAX_LAYERS):
+        return HfView(layer_types=None, sliding_window=sw, sliding_window_dropped=dropped)
+    if not (isinstance(mwl, int) and not isinstance(mwl, bool)):
+        mwl = default_mwl
+    types = tuple(SLIDING if sw is not None and i >= mwl else FULL for i in range(n))
+    return HfView(layer_types=types, sliding_window=sw, layer_types_derived=True, sliding_window_dropped=dropped,
+                  sliding_window_defaulted=defaulted)
+
+
+def rope_type_of(doc: dict) -> str:
+    """RoPE type of a config: rope_parameters / rope_scaling ``rope_type`` (or legacy ``type``), else default."""
+    for key in ("rope_parameters", "rope_scaling"):
+        rp = doc.get(key)
+        if isinstance(rp, dict):
+            t = rp.get("rope_type", rp.get("type"))
+            if isinstance(t, str):
+                return t
+    return "default"
 
 
 def parse_drafter(doc: Any) -> tuple[DrafterConfig | None, list[Finding]]:
@@ -356,6 +455,11 @@ def parse_drafter(doc: Any) -> tuple[DrafterConfig | None, list[Finding]]:
         return r.first([(dc, key, dc_path), (doc, key, "$")])
 
     def geometry(*keys: str) -> Val[Any] | None:
+        # Speculators exports: vLLM builds the drafter config from transformer_layer_config alone
+        # (transformers_utils/configs/speculators/base.py extract_transformers_pre_trained_config);
+        # top-level transformer fields are not read.
+        if speculators and tl:
+            return r.first([(tl, k, tl_path) for k in keys])
         return r.first([(doc, k, "$") for k in keys] + [(tl, k, tl_path) for k in keys])
 
     offset = 0
@@ -411,4 +515,65 @@ def parse_drafter(doc: Any) -> tuple[DrafterConfig | None, list[Finding]]:
         dtype=dtype.value if dtype else None,
         dflash_config_path=dc_path if (dc or not speculators) else "$",
     )
+    # the transformer fields: top level (z-lab/SpecForge), or transformer_layer_config (speculators)
+    geo, geo_path = (tl, tl_path) if (tl and (speculators or "num_hidden_layers" not in doc)) else (doc, "$")
+    # Speculators configs load as vLLM's SpeculatorsConfig (plain attributes, no transformers
+    # post-processing); z-lab/SpecForge configs as the config class of their model_type (Qwen3Config).
+    mt = None if speculators else (doc.get("model_type") if isinstance(doc.get("model_type"), str) else None)
+    cfg.model_type = mt
+    cfg.geometry_path = geo_path
+    cfg.max_position_embeddings = r.as_int(geometry("max_position_embeddings"), minimum=1)
+    cfg.rope_type = rope_type_of(geo)
+    cfg.swa_window_key = "swa_window_size" in dc
+    text = doc.get("text_config") if isinstance(doc.get("text_config"), dict) else geo
+    causal = text.get("is_causal")
+    cfg.text_is_causal = causal if isinstance(causal, bool) else None
+    cfg.hf = hf_view(geo, geo_path, mt)
+    top_lt = doc.get("layer_types")
+    cfg.raw_top_layer_types = [x for x in top_lt if isinstance(x, str)] if isinstance(top_lt, list) else None
     return cfg, r.findings
+
+
+# --------------------------------------------------------------------------- context length
+
+_MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+                 "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
+# RoPE types whose max_position_embeddings is already the scaled context (vLLM does not apply `factor`).
+_PRESCALED_ROPE = frozenset({"su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling"})
+
+
+def context_limit(t: TargetConfig) -> Val[int] | None:
+    """The longest context the engine serves the target with by default, as vLLM derives it
+    (config/model.py ``_get_and_verify_max_len`` + model_arch_config_convertor
+    ``derive_max_model_len_and_key``): the smallest of the length keys of the language config
+    (``model_max_length`` wins outright), times the RoPE ``factor`` unless the RoPE type already
+    scales ``max_position_embeddings`` (yarn, llama3, longrope, ...) or the model is Gemma 3."""
+    text = t.text
+    best: Val[int] | None = None
+    for key in _MAX_LEN_KEYS:
+        v = text.get(key)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0 and (best is None or v < best.value):
+            best = Val(v, jpath(t.root, key))
+    mml = text.get("model_max_length")
+    if isinstance(mml, int) and not isinstance(mml, bool) and mml > 0:
+        best = Val(mml, jpath(t.root, "model_max_length"))
+    if best is None:
+        return None
+    factor = 1.0
+    if "gemma3" not in str(text.get("model_type") or ""):
+        for key in ("rope_parameters", "rope_scaling"):
+            rp = text.get(key)
+            if isinstance(rp, dict):
+                kind = rp.get("rope_type", rp.get("type", "default"))
+                kind = kind if isinstance(kind, str) else "default"
+                f = rp.get("factor")
+                if kind not in _PRESCALED_ROPE and isinstance(f, (int, float)) and not isinstance(f, bool) and f > 0:
+                    factor = float(f)
+                break
+    try:
+        scaled = best.value * factor
+    except OverflowError:  # absurd lengths: keep the unscaled value, the checks stay advisory
+        return best
+    if factor != 1.0 and math.isfinite(scaled) and scaled < MAX_INT:
+        return Val(int(scaled), f"{best.path} x rope factor {factor:g}")
+    return best

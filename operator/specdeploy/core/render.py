@@ -43,8 +43,9 @@ _RESTRICTED = {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True
 class RenderError(Exception):
     """The pair or spec has errors; nothing may be rendered. Carries every finding."""
 
-    def __init__(self, findings: list[Finding]):
+    def __init__(self, findings: list[Finding], accepted: list[Finding] | None = None):
         self.findings = findings
+        self.accepted = list(accepted or [])
         super().__init__("; ".join(f.one_line() for f in findings if f.severity.value == "error"))
 
 
@@ -170,6 +171,8 @@ def _sglang_args(spec, d: Derived, row: eng.EngineRelease, target: str, drafter:
     a += [f["num_draft_tokens"], str(d.block_size)]
     if d.draft_window is not None:
         a += [f["draft_window"], str(d.draft_window)]
+    if d.max_model_len is not None:
+        a += [f["max_model_len"], str(d.max_model_len)]
     if d.draft_attention_backend:
         a += [f["draft_attention_backend"], d.draft_attention_backend]
     a.append(f["enable_metrics"])
@@ -191,6 +194,8 @@ def _vllm_args(spec, d: Derived, row: eng.EngineRelease, target: str, drafter: s
     a += [f["tensor_parallel"], str(spec.gpu.count), f["host"], "0.0.0.0", f["port"], str(eng.VLLM.port)]
     if spec.target.trust_remote_code:
         a.append(f["trust_remote_code"])
+    if d.max_model_len is not None:
+        a += [f["max_model_len"], str(d.max_model_len)]
     sc: dict[str, Any] = {"method": "dflash", "model": drafter, "num_speculative_tokens": d.num_speculative_tokens}
     if _hub_revision(spec.drafter, baked):
         sc["revision"] = spec.drafter.revision
@@ -203,6 +208,22 @@ def _vllm_args(spec, d: Derived, row: eng.EngineRelease, target: str, drafter: s
     leader = a + dist + list(spec.engine.extra_args)
     worker = a + dist + ["--headless"] + list(spec.engine.extra_args)
     return leader, worker
+
+
+# (engine, method) -> the argv builder. The renderer refuses any method it has no entry for, so a
+# capability row that gains a method (DDTree) cannot be served as plain DFlash under its name.
+ARG_BUILDERS = {("sglang", "dflash"): _sglang_args, ("vllm", "dflash"): _vllm_args}
+DDTREE_PULLS = "sgl-project/sglang PR #29907 (open), liranringel/ddtree; no vLLM pull request yet"
+
+
+def method_render_problem(engine: str, method: str) -> Finding | None:
+    """A MethodNotRenderable error when the renderer has no command line for (engine, method)."""
+    if (engine, method) in ARG_BUILDERS:
+        return None
+    why = f" (DDTree is not in any engine release: {DDTREE_PULLS})" if method == "ddtree" else ""
+    return Finding(Severity.ERROR, "MethodNotRenderable", Source.SPEC, "spec.speculation.method",
+                   f"the renderer has no {engine} command line for method {method!r}{why}; it refuses rather than "
+                   "serve another method under that name. Use method dflash")
 
 
 # ----------------------------------------------------------------- objects
@@ -485,8 +506,10 @@ def build_engine_config(cr, analysis: Analysis, target_doc: Any, drafter_doc: An
     target = _model_in_pod(spec.target, "target")
     drafter = _model_in_pod(spec.drafter, "drafter", baked)
     multinode = spec.nodes > 1
-    build = _sglang_args if info.name == "sglang" else _vllm_args
-    args, worker_args = build(spec, d, row, target, drafter, multinode, baked)
+    problem = method_render_problem(info.name, spec.speculation.method)
+    if problem is not None:
+        raise RenderError([problem])
+    args, worker_args = ARG_BUILDERS[(info.name, spec.speculation.method)](spec, d, row, target, drafter, multinode, baked)
     env = dict(d.engine_env)
     env["HF_HOME"] = HF_HOME
     return EngineConfig(
@@ -509,6 +532,10 @@ def build_engine_config(cr, analysis: Analysis, target_doc: Any, drafter_doc: An
             drafter_window=d.drafter_window,
             layer_types=list(d.layer_types),
             target_layer_ids=list(d.target_layer_ids),
+            draft_window_request=spec.speculation.draft_window,
+            native_window=d.native_window,
+            max_model_len=d.max_model_len,
+            accept=list(spec.checks.accept) or None,
         ),
         gpu_profile=spec.gpu.type,
         tensor_parallel_size=spec.gpu.count,
@@ -694,7 +721,10 @@ def render(cr, target_doc: Any, drafter_doc: Any, *, pod_monitor: bool = False,
     """Every child object for a SpeculativeDeployment; raises RenderError when the check fails."""
     analysis = analyze(drafter_doc, target_doc, cr.spec.options())
     if not analysis.ok or analysis.derived is None:
-        raise RenderError(analysis.findings)
+        raise RenderError(analysis.findings, analysis.accepted)
+    problem = method_render_problem(cr.spec.engine.name, cr.spec.speculation.method)
+    if problem is not None:
+        raise RenderError(analysis.findings + [problem], analysis.accepted)
     spec = cr.spec
     prof = gpus.get_profile(spec.gpu.type)
     image, baked_row, warning = choose_image(cr, drafter_doc, image_table)

@@ -1,0 +1,142 @@
+"""The engine capability table against the facts recorded from each release's own code.
+
+``operator/specdeploy/data/facts/<engine>-<version>.json`` is written by
+``e2e/flagdrift/record-facts.sh`` (the release's wheel, its functions run on small inputs).
+Every recorded release must fall into a table row that says exactly what its code does; a
+row change without re-recorded facts, or facts that move under a row, fail here.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from specdeploy.core import enginedata
+from specdeploy.core import engines as eng
+from specdeploy.core.checker import canonical_layer_ids
+from specdeploy.core.versions import in_range, parse_version
+
+FACTS = enginedata.available_facts()
+SGLANG_FACTS = [v for e, v in FACTS if e == "sglang"]
+VLLM_FACTS = [v for e, v in FACTS if e == "vllm"]
+
+
+def facts(engine: str, version: str) -> dict:
+    doc = enginedata.load_facts(engine, version)
+    assert doc is not None and doc["engine"] == engine and doc["version"] == version
+    return doc
+
+
+def f(doc, *path):
+    return enginedata.fact(doc, *path)
+
+
+def test_facts_are_recorded_for_the_pinned_releases_and_every_row():
+    assert "0.5.23" in SGLANG_FACTS and "0.33.0" in VLLM_FACTS
+    for info in eng.ENGINES.values():
+        for row in info.releases:
+            inside = [v for e, v in FACTS if e == info.name and in_range(parse_version(v), row.since, row.until)]
+            assert row.since in inside, f"{info.name} row {row.since}..{row.until}: no facts recorded for {row.since}"
+
+
+@pytest.mark.parametrize("engine, version", FACTS, ids=[f"{e}-{v}" for e, v in FACTS])
+def test_dflash_presence_matches_the_table(engine, version):
+    doc = facts(engine, version)
+    row = eng.ENGINES[engine].release_for(version)
+    assert f(doc, "dflash") == (row is not None), \
+        f"{engine} {version}: facts say dflash={f(doc, 'dflash')}, table row={row and row.since}"
+
+
+@pytest.mark.parametrize("version", SGLANG_FACTS)
+def test_sglang_row_matches_recorded_facts(version):
+    doc = facts("sglang", version)
+    row = eng.SGLANG.release_for(version)
+    if row is None:
+        return
+    assert f(doc, "sliding_window", "native") == row.native_draft_window
+    if row.native_draft_window:
+        # HF windows count the current token: SGLang stores window_left = sliding_window - 1 per sliding layer
+        assert f(doc, "sliding_window", "per_layer_window") == [2047, 2047, -1]
+    assert f(doc, "sliding_window", "reads_use_swa") in (None, False) and row.reads_use_swa is False
+    flags = set(f(doc, "window_flags"))
+    assert flags == {row.flags["draft_window"], *row.aliases}, (flags, row.flags["draft_window"], dict(row.aliases))
+    assert set(f(doc, "drafter_architectures")) == set(row.drafter_architectures)
+    assert f(doc, "compact_cache") == row.compact_cache == "all_layers"
+    backends = f(doc, "draft_attention_backends")
+    assert set(row.draft_attention_backends) <= set(backends), (sorted(row.draft_attention_backends), sorted(backends))
+    for b in row.native_window_backends:
+        assert backends[b]["reads_layer_window"], f"{b} does not read the per-layer window in {version}"
+    cond = f(doc, "trtllm_mha_condition")
+    if row.trtllm_mha_draft is None:
+        assert cond is None
+    elif row.trtllm_mha_draft == "never":
+        assert cond["accepted_when"] == "never"
+    else:
+        assert cond["all_sliding"] and cond["text_config_is_causal"] and not cond["dflash_config_causal"]
+
+
+@pytest.mark.parametrize("version", SGLANG_FACTS)
+def test_canonical_layout_is_sglangs(version):
+    doc = facts("sglang", version)
+    table = f(doc, "default_layer_ids")
+    if table is None:
+        return
+    assert table, version
+    for key, want in table.items():
+        n, k = (int(x) for x in key.split(","))
+        got = canonical_layer_ids(n, k)
+        if isinstance(want, str):  # the engine raises: N too small for several ids
+            assert want.startswith("raises") and got is None, (key, want, got)
+        else:
+            assert got == want, (key, want, got)
+
+
+@pytest.mark.parametrize("version", SGLANG_FACTS)
+def test_sglang_target_classes_capture_layer_outputs(version):
+    doc = facts("sglang", version)
+    if not f(doc, "dflash"):
+        return
+    cap = f(doc, "target_capture")
+    # the targets of the examples: hidden state after layer id (+1), and what each class refuses
+    assert cap["Qwen3ForCausalLM"]["offset"] == 1
+    assert cap["KimiK25ForConditionalGeneration"]["offset"] == 1
+    assert cap["Qwen3_5ForConditionalGeneration"]["offset"] == 1
+    assert cap["Qwen3_5ForConditionalGeneration"]["probes"]["last"].startswith("raises")
+
+
+@pytest.mark.parametrize("version", VLLM_FACTS)
+def test_vllm_row_matches_recorded_facts(version):
+    doc = facts("vllm", version)
+    row = eng.VLLM.release_for(version)
+    if row is None:
+        return
+    assert f(doc, "layer_ids_offset", "v1") == row.layer_ids_offset
+    v2 = f(doc, "layer_ids_offset", "v2")
+    assert v2 in (None, row.layer_ids_offset)
+    sw = f(doc, "sliding_window")
+    assert sw["supported"] == row.sliding_window_layers == row.reads_use_swa == row.native_draft_window
+    if row.sliding_window_layers:
+        cases = sw["cases"]
+        assert cases["all_sliding@v1"] == [2048, True]
+        assert cases["use_swa_only@v1"] == [2048, False]
+        assert cases["sliding_no_window@v1"].startswith("raises ValueError")
+        assert cases["mixed@v1"] == "raises NotImplementedError"
+        assert (cases["mixed@v2"] == [2048, True]) == (row.mixed_layers_env is not None)
+    else:
+        assert row.mixed_layers_env is None
+    archs = f(doc, "drafter_architectures")
+    assert archs["renames_to_dflash"] and row.prefixes_dflash_architecture
+    assert set(archs["registered"]) == set(row.drafter_architectures)
+    assert set(row.draft_attention_backends.values()) <= set(f(doc, "non_causal_backends"))
+    ctx = f(doc, "draft_context")
+    if row.raises_draft_context is None:
+        assert ctx["raises_draft_limit"] is False
+    else:
+        for rope, got in ctx["draft_4096_served_16384"].items():
+            raised = got == 16384
+            assert raised == ("*" in row.raises_draft_context or rope in row.raises_draft_context), (rope, got)
+
+
+def test_every_row_cites_the_engine_code():
+    for info in eng.ENGINES.values():
+        for row in info.releases:
+            assert any(".py" in s for s in row.sources), (info.name, row.since)
