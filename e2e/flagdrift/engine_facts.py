@@ -774,6 +774,20 @@ def vllm_draft_context(src: Source) -> dict:
     if cls is None or not any(isinstance(n, ast.FunctionDef) and n.name == name for n in cls.body):
         return {"value": {"raises_draft_limit": False},
                 "evidence": f"{spec}: no {name}; a draft shorter than the served context keeps its own RoPE cache"}
+    # the call site's condition, evaluated for method "dflash" (0.27-0.32 apply it to eagle/eagle3 only)
+    applies, where = False, "no call site"
+    for node in ast.walk(cls):
+        if isinstance(node, ast.If) and any(isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+                                            and c.func.attr == name for c in ast.walk(node)):
+            try:
+                test = compile(ast.Expression(node.test), "cond", "eval")
+                applies = bool(eval(test, {"__builtins__": {}}, {"self": types.SimpleNamespace(method="dflash")}))
+                where = f"{spec}:{node.lineno} if {ast.unparse(node.test)}"
+            except Exception as e:  # noqa: BLE001 - a condition the probe cannot evaluate
+                where = f"{spec}:{node.lineno} if {ast.unparse(node.test)} ({type(e).__name__})"
+    if not applies:
+        return {"value": {"raises_draft_limit": False, "call_site": where},
+                "evidence": f"{spec}: SpeculativeConfig.{name} is not applied to dflash drafts"}
     fn = src.method(spec, cls, name)
     res = {}
     for rope in ("default", "linear", "yarn", "llama3", "dynamic"):
@@ -781,7 +795,7 @@ def vllm_draft_context(src: Source) -> dict:
         status, _ = _outcome(fn, cfg, 16384)  # staticmethod: (draft_hf_config, target_max_model_len)
         res[rope] = cfg.max_position_embeddings if status == "ok" else status
     node = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == name)
-    return {"value": {"raises_draft_limit": True, "draft_4096_served_16384": res},
+    return {"value": {"raises_draft_limit": True, "call_site": where, "draft_4096_served_16384": res},
             "evidence": _evidence(src, spec, node, f"SpeculativeConfig.{name}")}
 
 

@@ -637,9 +637,7 @@ def _check_context(d: DrafterConfig, t: TargetConfig | None, o: Options, info, r
         return served
     where = "spec.engine.maxModelLen" if o.max_model_len is not None else "the target's context"
     raises = row.raises_draft_context if (info is not None and info.name == "vllm" and row is not None) else None
-    # a raised max_position_embeddings only helps where it merely sizes the RoPE cache (vLLM 0.33
-    # _CACHE_ONLY_ROPE_TYPES); 0.27-0.32 raise it for every type, which for yarn/dynamic does not help
-    if raises is not None and d.rope_type in eng.CACHE_ONLY_ROPE and ("*" in raises or d.rope_type in raises):
+    if raises is not None and d.rope_type in raises:
         out.info("DrafterContextRaisedByEngine", D, mpe.path,
                  f"the drafter's max_position_embeddings {mpe.value} is below the served context {served} ({where}); "
                  f"vLLM {o.engine_version} raises it to the served context for RoPE type {d.rope_type!r} "

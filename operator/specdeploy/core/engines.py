@@ -72,9 +72,6 @@ class EngineRelease:
     raises_draft_context: frozenset[str] | None = None
 
 
-_ALL_ROPE_TYPES = frozenset({"*"})
-
-
 @dataclass(frozen=True)
 class EngineInfo:
     """Facts about an engine that do not change between the versions we support."""
@@ -313,13 +310,12 @@ VLLM = EngineInfo(
         _vllm("0.25.0", "0.26.0", offset=1, swa=True, mixed_env=None, archs=_VARCH_025, backends=_VLLM_FA_FI_TRITON,
               draft_context=None, sources=("_resolve_layer_attention: all-sliding drafters; mixed raise "
                                            "NotImplementedError",)),
-        _vllm("0.26.0", "0.27.0", offset=1, swa=True, mixed_env=_V2_ENV, archs=_VARCH_025, backends=_VLLM_FA_FI_TRITON,
-              draft_context=None, sources=("_resolve_layer_attention: mixed drafters need the V2 model runner",)),
-        _vllm("0.27.0", "0.28.0", offset=1, swa=True, mixed_env=_V2_ENV, archs=_VARCH_025, backends=_VLLM_FA_FI_TRITON,
-              draft_context=_ALL_ROPE_TYPES,
-              sources=("SpeculativeConfig._maybe_override_draft_max_position_embeddings (every RoPE type)",)),
+        _vllm("0.26.0", "0.28.0", offset=1, swa=True, mixed_env=_V2_ENV, archs=_VARCH_025, backends=_VLLM_FA_FI_TRITON,
+              draft_context=None, sources=("_resolve_layer_attention: mixed drafters need the V2 model runner",
+                                           "config/speculative.py: the draft max_position_embeddings override applies "
+                                           "to eagle/eagle3 only (0.27-0.32)")),
         _vllm("0.28.0", "0.33.0", offset=1, swa=True, mixed_env=_V2_ENV, archs=_VARCH_028, backends=_VLLM_FA_FI_TRITON,
-              draft_context=_ALL_ROPE_TYPES),
+              draft_context=None),
         _vllm("0.33.0", None, offset=1, swa=True, mixed_env=_V2_ENV, archs=_VARCH_033, backends=_VLLM_FA_FI_TRITON,
               draft_context=CACHE_ONLY_ROPE,
               sources=("config/speculative.py _CACHE_ONLY_ROPE_TYPES: yarn/dynamic drafters keep their own limit",
