@@ -207,6 +207,38 @@ def _check_digests(ec, target_doc, drafter_doc, files: dict[str, str], res: Pref
                     f"spec.{role}.revision or let the operator re-check (it re-renders when the config changes)")
 
 
+def check_transformers_view(drafter_doc, res: PreflightResult) -> None:
+    """Where the image has transformers (the engines load drafter configs through it), build the drafter
+    config with its own class and compare layer_types / sliding_window with the core's copy of its rules
+    (``modelconfig.hf_view``): a disagreement means the checker judged other values than the engine will read."""
+    from specdeploy.core.modelconfig import HF_SLIDING_RULES, hf_view
+
+    if not isinstance(drafter_doc, dict) or drafter_doc.get("speculators_model_type"):
+        return
+    mt = drafter_doc.get("model_type")
+    if mt not in HF_SLIDING_RULES:
+        return
+    try:
+        import transformers
+    except ImportError:
+        return
+    try:
+        cfg = transformers.AutoConfig.for_model(mt, **{k: v for k, v in drafter_doc.items() if k != "model_type"})
+    except Exception as e:  # noqa: BLE001 - the engine would fail to load it the same way
+        res.add("error", "DrafterConfigRejectedByTransformers", "drafter",
+                f"transformers {transformers.__version__} refuses the drafter config as {mt}: {str(e)[:200]}")
+        return
+    view = hf_view(drafter_doc, "$", mt)
+    got_types = tuple(getattr(cfg, "layer_types", None) or ()) or None
+    got_window = getattr(cfg, "sliding_window", None)
+    want_window = view.sliding_window.value if view.sliding_window is not None else None
+    if got_types != view.layer_types or got_window != want_window:
+        res.add("error", "TransformersViewMismatch", "drafter",
+                f"transformers {transformers.__version__} builds layer_types {list(got_types or [])} and sliding_window "
+                f"{got_window}, the checker assumed {list(view.layer_types or [])} and {want_window}: the engine reads "
+                "transformers' values; update specdeploy.core.modelconfig.hf_view for this transformers release")
+
+
 def _check_plan(ec, d, res: PreflightResult) -> None:
     """What the engine config records vs what the mounted drafter implies."""
     sp = ec.speculation
@@ -404,6 +436,7 @@ def run_preflight(target_dir: str, drafter_dir: str, engine_config: str, *, stri
     from specdeploy.core import engines as eng
     from specdeploy.core.checker import analyze
 
+    check_transformers_view(drafter_doc, res)
     analysis = analyze(drafter_doc, target_doc, _checker_options(ec))
     for f in analysis.findings:
         src = {"drafter": dfile, "target": tfile}.get(f.source.value, "deployment")

@@ -225,3 +225,21 @@ def test_flag_values_forms():
     assert flag_values(argv, ["--b"]) == [("--b", "2")]
     assert flag_values(argv, ["--c-d"]) == [("--c_d", "3")]
     assert flag_values(argv, ["--last"]) == [("--last", None)]
+
+
+def test_transformers_view_is_compared_where_transformers_is_installed(monkeypatch):
+    """The runtime images carry transformers (the engines load drafter configs through it): preflight
+    builds the drafter config with it and compares the sliding-window fields with the core's copy."""
+    from specdeploy.core import modelconfig
+    from specdeploy_runtime.preflight import check_transformers_view
+
+    d, _ = pair("qwen3.6-27b")
+    res = PreflightResult()
+    check_transformers_view(d, res)
+    assert res.problems == []  # transformers 5.19 and the core agree on the example
+    # a core copy that drifted from transformers is caught
+    real = modelconfig.hf_view
+    monkeypatch.setattr(modelconfig, "hf_view", lambda doc, base, mt: real({**doc, "use_sliding_window": False}, base, mt))
+    res = PreflightResult()
+    check_transformers_view(d, res)
+    assert [p.code for p in res.problems] == ["TransformersViewMismatch"]
