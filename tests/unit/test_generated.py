@@ -134,7 +134,7 @@ def test_example_configs_are_the_fixtures():
 
 def _emitted_codes() -> set[str]:
     codes = set()
-    for f in ("core/checker.py", "core/modelconfig.py", "core/render.py"):
+    for f in ("core/checker.py", "core/modelconfig.py", "core/render.py", "core/extraargs.py"):
         tree = ast.parse((ROOT / "operator/specdeploy" / f).read_text())
         for n in ast.walk(tree):
             if not isinstance(n, ast.Call):
@@ -142,7 +142,7 @@ def _emitted_codes() -> set[str]:
             fn, arg = n.func, None
             if isinstance(fn, ast.Attribute) and fn.attr in ("err", "warn", "info") and n.args:
                 arg = n.args[0]
-            elif isinstance(fn, ast.Name) and fn.id == "Finding" and len(n.args) > 1:
+            elif isinstance(fn, ast.Name) and fn.id in ("Finding", "ArgProblem") and len(n.args) > 1:
                 arg = n.args[1]
             if isinstance(arg, ast.Name) and arg.id == "code":
                 continue  # _Out.add: the plumbing every err/warn/info goes through

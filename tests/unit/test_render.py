@@ -309,7 +309,8 @@ def test_owned_extra_arg_raises():
 
 @pytest.mark.parametrize("engine, version", [("sglang", "0.5.23"), ("vllm", "0.33.0")])
 def test_extra_args_appended_as_separate_elements(engine, version):
-    extra = ["--served-model-name", "x --speculative-algorithm EAGLE", "--max-running-requests=32"]
+    limit = "--max-running-requests=32" if engine == "sglang" else "--max-num-seqs=32"
+    extra = ["--served-model-name", "x --speculative-algorithm EAGLE", limit]
     r = do_render(make_cr(engine, version, engine={"name": engine, "version": version, "extraArgs": extra}))
     args = container(r)["args"]
     assert args[-3:] == extra
@@ -725,3 +726,19 @@ def test_a_method_without_rendering_is_refused_not_served_as_dflash(engine):
         assert "29907" in f.message and f.path == "spec.speculation.method"
     finally:
         object.__setattr__(info, "releases", original)
+
+
+@pytest.mark.parametrize("engine, version", [("sglang", "0.5.23"), ("vllm", "0.33.0")])
+def test_user_args_are_not_expanded_by_the_kubelet(engine, version):
+    """$(HF_TOKEN) in extraArgs must reach the engine as written, never as the Secret's value."""
+    from specdeploy.core.render import expand_kubelet_vars
+
+    extra = ["--served-model-name", "$(HF_TOKEN)-$$(X)-$", "--api-key", "a$b"]
+    cr = make_cr(engine, version, engine={"name": engine, "version": version, "extraArgs": extra},
+                 target={"model": "Qwen/Qwen3.6-27B", "tokenSecretRef": {"name": "hub", "key": "token"}})
+    c = container(do_render(cr))
+    env = {e["name"]: "secret-value" for e in c["env"]}
+    assert "HF_TOKEN" in env
+    expanded = [expand_kubelet_vars(a, env) for a in c["args"]]
+    assert expanded[-4:] == extra
+    assert not any("secret-value" in a for a in expanded)

@@ -190,8 +190,9 @@ CATALOG = MappingProxyType({c.code: c for c in (
     _C("AttentionBackendUnavailable", "error", "gpu", "The chosen attention backend has no kernels on this GPU.", "sglang #12178, #24633.",
        "Leave draftAttentionBackend unset to use the profile's."),
     _C("ExtraArgInvalid", "error", "spec", "Arguments are exec-form strings: no NUL or line breaks.", "-", "Remove them."),
-    _C("ExtraArgSetsOwnedFlag", "error", "spec", "Flags derived from the spec and configs (model, parallelism, speculative-*, metrics, host/port, "
-       "config files) cannot be overridden, also not by underscore spellings or abbreviations.",
+    _C("ExtraArgSetsOwnedFlag", "error", "spec", "Flags derived from the spec and configs (model, parallelism, speculative-*, metrics, "
+       "host/port, context length) cannot be overridden, under any spelling the engine's parser accepts (short options, "
+       "--no- negations, underscores, abbreviations, aliases such as SGLang's --nccl-init-addr).",
        "Hand-typed flags that disagree with the drafter config: failure classes 2, 3 and 6.", "Use the spec field instead."),
     _C("AcceptUnknownCode", "error", "spec", "spec.checks.accept lists finding codes.", "-", "Use a code from this table."),
     _C("AcceptNotAllowed", "error", "spec", "Only warnings and judgement errors (heuristics, estimates, speed-up losses) can be "
@@ -201,6 +202,26 @@ CATALOG = MappingProxyType({c.code: c for c in (
     _C("BakedDrafterDigestMismatch", "warning", "drafter", "The image table lists an image carrying this drafter commit, but its "
        "recorded config digest is not the hub's for that commit: the drafter is downloaded instead.", "-",
        "Fix the image table row (core/engines.py)."),
+    _C("ExtraArgUnknown", "error", "spec", "extraArgs are resolved with the engine release's own argument parser (its recorded "
+       "snapshot): a flag it does not know (another engine's flag, wrong case, an ambiguous abbreviation) would stop the "
+       "engine at start-up, after the GPUs were scheduled.", "Failure class 6: flags renamed between releases.",
+       "Use a flag of this release (the message suggests the closest)."),
+    _C("ExtraArgValueMissing", "error", "spec", "A flag that takes a value has none.", "-", "Add the value as the next entry or use --flag=value."),
+    _C("ExtraArgInvalidValue", "error", "spec", "A value outside the flag's choices or type, or a value for a flag that takes none.",
+       "-", "Use a valid value."),
+    _C("ExtraArgUnexpectedValue", "error", "spec", "A stray value that no flag takes (the engine would read it as a positional).",
+       "-", "Remove it or put its flag before it."),
+    _C("ExtraArgChangesModelConfig", "error", "spec", "Flags that rewrite the model configuration (--hf-overrides, "
+       "--json-model-override-args, config files) would make the engine run another config than the one the gate checked.",
+       "-", "Change the config.json the deployment reads instead."),
+    _C("ExtraArgDeprecated", "warning", "spec", "The flag is hidden or deprecated in this release.", "-", "Use its replacement."),
+    _C("ExtraArgsUnchecked", "warning", "spec", "No parser snapshot of this release exists: extraArgs were only checked for owned flags.",
+       "-", "Prefer a verified release, or record this one with e2e/flagdrift/run.sh."),
+    _C("ConflictingDuplicate", "warning", "drafter", "A field is given twice with different values; the engines read one copy "
+       "(named in the message) and so does the check.", "Hand-merged or converted configs.", "Remove the stale copy."),
+    _C("EngineReadsOtherCopy", "error", "drafter", "A field is given twice and the chosen engine reads a different copy than the "
+       "check would (vLLM prefers eagle_aux_hidden_state_layer_ids over target_layer_ids; SGLang sizes the fusion layer "
+       "from hidden_size, not target_hidden_size).", "-", "Make the copies agree, or serve on the engine that reads the right one."),
     _C("ModelReferenceInvalid", "error", "spec", "Model references are hub ids or paths inside the model volume: never flags, never '..'.",
        "Flag injection through a model string.", "Use 'org/name' or a path inside the volume."),
 )})

@@ -257,15 +257,7 @@ def _check_options(o: Options, out: _Out) -> tuple[eng.EngineInfo | None, eng.En
     _check_accept(o, out)
 
     if info is not None:
-        for i, arg in enumerate(o.extra_args):
-            if any(ch in arg for ch in "\x00\n\r"):
-                out.err("ExtraArgInvalid", S, f"spec.engine.extraArgs[{i}]",
-                        "extra arguments may not contain NUL or line breaks; remove them")
-        for i, flag in eng.owned_flag_violations(info, list(o.extra_args)):
-            field_ = eng.OWNED_FLAG_FIELDS.get(flag.replace("_", "-"), "spec.speculation, spec.gpu, spec.target, spec.drafter")
-            out.err("ExtraArgSetsOwnedFlag", S, f"spec.engine.extraArgs[{i}]",
-                    f"{flag} is set by the operator from the spec and the configs; remove it from extraArgs "
-                    f"and use the spec field instead ({field_})")
+        _check_extra_args(o, info, row, out)
 
     if info is not None and prof is not None:
         gap = prof.known_gaps.get(info.name)
@@ -276,6 +268,31 @@ def _check_options(o: Options, out: _Out) -> tuple[eng.EngineInfo | None, eng.En
                     f"{o.draft_attention_backend} kernels do not exist on {prof.display_name} ({prof.sm}); "
                     f"leave draftAttentionBackend unset to use {prof.sglang_draft_attention_backend}")
     return info, row, prof
+
+
+def _check_extra_args(o: Options, info, row, out: _Out) -> None:
+    """extraArgs resolved with the release's own parser (core/extraargs.py): every problem names its index."""
+    from .extraargs import check_extra_args
+
+    bad_chars = False
+    for i, arg in enumerate(o.extra_args):
+        if any(ch in arg for ch in "\x00\n\r"):
+            bad_chars = True
+            out.err("ExtraArgInvalid", S, f"spec.engine.extraArgs[{i}]",
+                    "extra arguments may not contain NUL or line breaks; remove them")
+    if not o.extra_args or bad_chars:
+        return
+    version = o.engine_version if (o.engine_version and row is not None) else info.newest_verified
+    if version is None:
+        return
+    problems, known = check_extra_args(info.name, version, o.extra_args)
+    for p in problems:
+        out.add(Severity(p.severity), p.code, S, f"spec.engine.extraArgs[{p.index}]", p.message)
+    if not known:
+        out.warn("ExtraArgsUnchecked", S, "spec.engine.extraArgs",
+                 f"no argument parser of {info.display_name} {version} is recorded: extraArgs were checked for owned "
+                 "flags only, not for unknown flags or missing values; prefer a verified release "
+                 f"({', '.join(info.verified_versions()) or 'none recorded'})")
 
 
 def _check_accept(o: Options, out: _Out) -> None:
@@ -452,6 +469,64 @@ def _check_drafter(d: DrafterConfig, t: TargetConfig | None, out: _Out) -> None:
                  f"{','.join('S' if x == SLIDING else 'F' for x in hf.layer_types)} (sliding where layer >= "
                  f"max_window_layers {mwl}, since use_sliding_window is true), and the engines read that list. "
                  "Write layer_types out to make it explicit")
+
+
+def _same(a: Any, b: Any) -> bool:
+    return type(a) is type(b) and a == b
+
+
+def _check_duplicates(d: DrafterConfig, t: TargetConfig | None, info, out: _Out) -> None:
+    """A field given twice with different values: which copy each engine reads, and whether the checker agrees."""
+    doc, dc = d.raw, d.raw.get("dflash_config")
+    engine = info.name if info is not None else None
+    if isinstance(dc, dict) and d.format == "dflash":
+        # SGLang parse_dflash_draft_config and vLLM qwen3_dflash.py both prefer dflash_config
+        for key in ("target_layer_ids", "mask_token_id", "num_target_layers", "target_hidden_size"):
+            if key in dc and key in doc and dc[key] is not None and doc[key] is not None and not _same(dc[key], doc[key]):
+                out.warn("ConflictingDuplicate", D, f"$.{key}",
+                         f"$.{key} ({_short(doc[key])}) differs from $.dflash_config.{key} ({_short(dc[key])}); both "
+                         "engines read $.dflash_config and so does this check. Remove the stale copy")
+    aux = doc.get("eagle_aux_hidden_state_layer_ids") if d.format == "dflash" else None
+    if isinstance(aux, list) and d.target_layer_ids is not None:
+        want = [i.value + 1 for i in d.target_layer_ids.value]
+        if aux != want:
+            sev = out.err if engine == "vllm" else out.warn
+            code = "EngineReadsOtherCopy" if engine == "vllm" else "ConflictingDuplicate"
+            sev(code, D, "$.eagle_aux_hidden_state_layer_ids",
+                f"$.eagle_aux_hidden_state_layer_ids {_short(aux)} is not {d.target_layer_ids.path} + 1 ({want}): vLLM "
+                "reads eagle_aux_hidden_state_layer_ids first (v1/worker/gpu_model_runner.py, eagle3_utils.py) and "
+                "ignores target_layer_ids, SGLang reads only target_layer_ids. Remove one copy or make them agree")
+    if d.format == "speculators" and d.geometry_path != "$":
+        tl = doc.get("transformer_layer_config") or {}
+        for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+                    "sliding_window", "vocab_size"):
+            if key in doc and key in tl and doc[key] is not None and not _same(doc[key], tl[key]):
+                out.warn("ConflictingDuplicate", D, f"$.{key}",
+                         f"$.{key} ({_short(doc[key])}) differs from $.transformer_layer_config.{key} ({_short(tl[key])}); "
+                         "vLLM builds the drafter from transformer_layer_config only, and so does this check")
+    hs, ths = d.hidden_size, d.target_hidden_size
+    if engine == "sglang" and hs is not None and ths is not None and t is not None and t.hidden_size \
+            and hs.value != t.hidden_size.value:
+        out.err("EngineReadsOtherCopy", D, hs.path,
+                f"SGLang sizes the fusion layer from the drafter's hidden_size {hs.value} and ignores target_hidden_size "
+                f"{ths.value} (models/dflash.py: fc = Linear(len(ids) x hidden_size)); the target's hidden states are "
+                f"{t.hidden_size.value} wide, so SGLang stops with 'feature dim mismatch'. Serve it on vLLM, which reads "
+                "target_hidden_size")
+    if t is not None and t.root != "$":
+        for key in ("num_hidden_layers", "hidden_size", "vocab_size"):
+            inner, outer = t.text.get(key), t.wrapper.get(key)
+            if inner is not None and outer is not None and not _same(inner, outer):
+                out.warn("ConflictingDuplicate", T, f"$.{key}",
+                         f"$.{key} ({_short(outer)}) differs from {t.root}.{key} ({_short(inner)}); the engines read "
+                         f"the language-model config ({t.root}) and so does this check")
+
+
+def _short(v: Any) -> str:
+    try:
+        text = repr(v)
+    except (ValueError, RecursionError):
+        text = type(v).__name__
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _layer_view(d: DrafterConfig, info, row, out: _Out) -> tuple[tuple[str, ...], int | None]:
@@ -799,6 +874,7 @@ def _check_fit(d: DrafterConfig, t: TargetConfig | None, o: Options, prof, out: 
 
 
 def _derive(d: DrafterConfig, t: TargetConfig | None, o: Options, info, row, prof, out: _Out) -> Derived:
+    _check_duplicates(d, t, info, out)
     types, drafter_window = _layer_view(d, info, row, out)
     block = _block(d, o, out)
     _check_engine_layer_rules(d, t, o, info, row, out)

@@ -320,6 +320,7 @@ class DrafterConfig:
     hf: "HfView | None" = None
     # layer_types at the top level of a speculators config (not read by vLLM)
     raw_top_layer_types: list[str] | None = None
+    raw: dict = field(default_factory=dict)  # the document as given (duplicate-field checks)
 
     def engine_layers(self, engine: str | None = None) -> tuple[list[str] | None, Val[int] | None]:
         """(per-layer attention kind, sliding window) as the engine's DFlash reader resolves them from the
@@ -531,6 +532,7 @@ def parse_drafter(doc: Any) -> tuple[DrafterConfig | None, list[Finding]]:
     cfg.hf = hf_view(geo, geo_path, mt)
     top_lt = doc.get("layer_types")
     cfg.raw_top_layer_types = [x for x in top_lt if isinstance(x, str)] if isinstance(top_lt, list) else None
+    cfg.raw = doc
     return cfg, r.findings
 
 

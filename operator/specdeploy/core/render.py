@@ -140,6 +140,16 @@ def expand_kubelet_vars(arg: str, env: dict[str, str]) -> str:
     return _VAR_REF.sub(sub, arg)
 
 
+def escape_kubelet_vars(arg: str) -> str:
+    """A user string the kubelet must pass through unchanged: every ``$`` doubled, so ``$(HF_TOKEN)``
+    reaches the engine as those characters instead of the Secret's value (kubelet turns ``$$`` into ``$``)."""
+    return arg.replace("$", "$$")
+
+
+def _user_args(spec) -> list[str]:
+    return [escape_kubelet_vars(a) for a in spec.engine.extra_args]
+
+
 def _model_in_pod(src, role: str, baked: bool = False) -> str:
     if baked:
         return eng.BAKED_DRAFTER_PATH
@@ -177,11 +187,11 @@ def _sglang_args(spec, d: Derived, row: eng.EngineRelease, target: str, drafter:
         a += [f["draft_attention_backend"], d.draft_attention_backend]
     a.append(f["enable_metrics"])
     if not multinode:
-        return a + list(spec.engine.extra_args), None
+        return a + _user_args(spec), None
     # Kubelet expands $(VAR) from the container env that LeaderWorkerSet injects: no shell.
     a += [f["nnodes"], str(spec.nodes), f["node_rank"], "$(LWS_WORKER_INDEX)",
           f["dist_init_addr"], f"$(LWS_LEADER_ADDRESS):{SGLANG_DIST_PORT}"]
-    a += list(spec.engine.extra_args)
+    a += _user_args(spec)
     return a, list(a)
 
 
@@ -203,10 +213,10 @@ def _vllm_args(spec, d: Derived, row: eng.EngineRelease, target: str, drafter: s
         sc["attention_backend"] = row.draft_attention_backends[spec.speculation.draft_attention_backend]
     a += [f["speculative_config"], json.dumps(sc, sort_keys=True, separators=(",", ":"))]
     if not multinode:
-        return a + list(spec.engine.extra_args), None
+        return a + _user_args(spec), None
     dist = ["--nnodes", str(spec.nodes), "--node-rank", "$(LWS_WORKER_INDEX)", "--master-addr", "$(LWS_LEADER_ADDRESS)"]
-    leader = a + dist + list(spec.engine.extra_args)
-    worker = a + dist + ["--headless"] + list(spec.engine.extra_args)
+    leader = a + dist + _user_args(spec)
+    worker = a + dist + ["--headless"] + _user_args(spec)
     return leader, worker
 
 
