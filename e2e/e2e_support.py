@@ -53,6 +53,8 @@ RESYNC = 2.0  # seconds: drift repair and idle resyncs are observable quickly
 # 9443 on 0.0.0.0) is not part of these scenarios and a fixed port collides between concurrent
 # runs: off unless the caller's environment sets a port.
 OPERATOR_ENV = {"SPECDEPLOY_WEBHOOK_PORT": os.environ.get("SPECDEPLOY_WEBHOOK_PORT", "0")}
+# the tenancy policy the suite's fixtures need: the hub token Secret and the model claim they name
+OPERATOR_ARGS = ["--allowed-token-secret", "hub-token", "--allowed-pvc", "models"]
 TIMEOUT = 60.0  # default deadline of a wait
 
 embedded_only = pytest.mark.skipif(
@@ -93,7 +95,8 @@ def new_cluster(tag: str, *, resync: float = RESYNC, extra_env: dict[str, str] |
 
 def start_operator(c: Cluster) -> None:
     """(Re)start the operator with the settings new_cluster gave this cluster."""
-    c.start_operator(resync_seconds=c.e2e_resync, extra_env=c.e2e_operator_env)  # type: ignore[attr-defined]
+    c.start_operator(resync_seconds=c.e2e_resync, extra_env=c.e2e_operator_env,  # type: ignore[attr-defined]
+                     extra_args=OPERATOR_ARGS)
 
 
 def stop_cluster(c: Cluster) -> None:

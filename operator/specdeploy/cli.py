@@ -22,10 +22,12 @@ def _load_json_config(path: str, what: str) -> Any:
     import json
     import os
 
+    from .core import safejson
+
     p = os.path.join(path, "config.json") if os.path.isdir(path) else path
     try:
         with open(p, encoding="utf-8") as fh:
-            return json.load(fh)
+            return safejson.loads(fh.read())
     except FileNotFoundError:
         hint = " (a directory must hold config.json)" if os.path.isdir(path) else ""
         raise UsageError(f"{what} config not found: {p}{hint}") from None
@@ -217,7 +219,36 @@ def cmd_operator_run(args: argparse.Namespace) -> int:
         secret=args.webhook_secret, configuration=args.webhook_configuration,
         namespace=args.operator_namespace or os.environ.get("POD_NAMESPACE") or None)
     return run(args.namespace or [], args.all_namespaces, kubeconfig=args.kubeconfig, metrics_port=args.metrics_port,
-               liveness=args.liveness, resync_seconds=args.resync_seconds, verbose=args.verbose, webhook=webhook)
+               liveness=args.liveness, resync_seconds=args.resync_seconds, verbose=args.verbose, webhook=webhook,
+               policy=_policy_args(args))
+
+
+def _policy_args(args: argparse.Namespace):
+    from .api.types import NAME_PATTERN
+    from .core.policy import TenancyPolicy
+
+    import re
+
+    names = {"--engine-service-account": [args.engine_service_account] if args.engine_service_account else [],
+             "--allowed-service-account": args.allowed_service_account or [],
+             "--allowed-token-secret": args.allowed_token_secret or [], "--allowed-pvc": args.allowed_pvc or []}
+    for flag, values in names.items():
+        for v in values:
+            if not re.fullmatch(NAME_PATTERN, v):
+                raise UsageError(f"{flag} {v!r} is not a Kubernetes object name")
+    label = None
+    if args.pvc_label:
+        key, eq, value = args.pvc_label.partition("=")
+        if not eq or not key:
+            raise UsageError(f"--pvc-label {args.pvc_label!r}: expected KEY=VALUE")
+        label = (key, value)
+    kwargs = {}
+    if args.allowed_image_prefix:
+        kwargs["image_prefixes"] = tuple(args.allowed_image_prefix)
+    return TenancyPolicy(engine_service_account=args.engine_service_account,
+                         service_accounts=tuple(args.allowed_service_account or ()),
+                         token_secrets=tuple(args.allowed_token_secret or ()), pvcs=tuple(args.allowed_pvc or ()),
+                         pvc_label=label, **kwargs)
 
 
 def cmd_apiserver(args: argparse.Namespace) -> int:
@@ -316,6 +347,18 @@ def build_parser() -> argparse.ArgumentParser:
     orun.add_argument("--operator-namespace", metavar="NS",
                       help="the operator's namespace (default: $POD_NAMESPACE); without one the self-signed "
                       "certificate is kept in memory only")
+    pol = orun.add_argument_group("tenancy policy (what a SpeculativeDeployment may make the operator do)")
+    pol.add_argument("--allowed-image-prefix", action="append", metavar="PREFIX",
+                     help="image repository engine pods may run (repeatable; default: the project's runtime images, "
+                     "ghcr.io/specdeploy/runtime)")
+    pol.add_argument("--engine-service-account", metavar="NAME",
+                     help="ServiceAccount engine pods run as when spec.pod.serviceAccountName is unset (always allowed)")
+    pol.add_argument("--allowed-service-account", action="append", metavar="NAME",
+                     help="another ServiceAccount spec.pod.serviceAccountName may name (repeatable; default: none)")
+    pol.add_argument("--allowed-token-secret", action="append", metavar="NAME",
+                     help="Secret a tokenSecretRef may name (repeatable; default: none; chart value hub.tokenSecrets)")
+    pol.add_argument("--allowed-pvc", action="append", metavar="NAME", help="claim a spec may mount (repeatable)")
+    pol.add_argument("--pvc-label", metavar="KEY=VALUE", help="claims carrying this label may be mounted too")
     orun.add_argument("--verbose", "-v", action="store_true")
     orun.set_defaults(func=cmd_operator_run)
 

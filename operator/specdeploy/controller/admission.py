@@ -40,6 +40,7 @@ from pydantic import BaseModel
 from .. import API_GROUP, API_VERSION, KIND
 from ..api.types import SpeculativeDeployment, SpeculativeDeploymentSpec, validation_messages
 from ..core.checker import Options, analyze, check_options
+from ..core.policy import TenancyPolicy, check_policy
 from ..core.findings import Finding, Severity, Source, has_errors
 
 log = logging.getLogger("specdeploy.admission")
@@ -372,7 +373,7 @@ def _as_configs(got: Any) -> Configs | None:
 _Flow = Generator[tuple[str, SpeculativeDeploymentSpec, bool], Any, dict]
 
 
-def _validate_flow(req: Request) -> _Flow:
+def _validate_flow(req: Request, policy: TenancyPolicy | None = None) -> _Flow:
     if req.operation in ("DELETE", "CONNECT") or req.sub_resource:
         return _response(req.uid, True)
     meta = req.obj.get("metadata")
@@ -385,10 +386,14 @@ def _validate_flow(req: Request) -> _Flow:
             return _response(req.uid, True, warnings=[_clip(_clean(f"{p}: {m} (spec unchanged by this update)"), WARNING_MAX)
                                                       for p, m, _ in problems][:20])
         return _rejection(req, problems)
+    refused = check_policy(cr.spec, policy if policy is not None else TenancyPolicy())
     opts = cr.spec.options()
     findings = _check_options(opts)
-    if ratchet:
-        return _response(req.uid, True, warnings=[warning_text(f) for f in findings if f.severity is not Severity.INFO][:20])
+    if ratchet:  # a metadata-only update: the reconciler refuses what the policy or the check do not allow
+        return _response(req.uid, True, warnings=[warning_text(f) for f in refused + findings
+                                                  if f.severity is not Severity.INFO][:20])
+    if refused:  # before any config is read on the object's behalf
+        return _reject_findings(req, refused)
 
     got = yield (req.namespace, cr.spec, False)
     unknown = None
@@ -498,13 +503,13 @@ def _mutate(req: Request) -> dict:
 # ----------------------------------------------------------------- drivers
 
 
-def _start(body: Any, webhook: str) -> tuple[Request | None, dict | _Flow]:
+def _start(body: Any, webhook: str, policy: TenancyPolicy | None = None) -> tuple[Request | None, dict | _Flow]:
     parsed = _parse_body(body, webhook)
     if isinstance(parsed, dict):
         return None, parsed
     if parsed.webhook == "mutate":
         return parsed, _mutate(parsed)
-    return parsed, _validate_flow(parsed)
+    return parsed, _validate_flow(parsed, policy)
 
 
 def _call(lookup: ConfigsLookup | None, step: tuple) -> Any:
@@ -517,11 +522,13 @@ def _call(lookup: ConfigsLookup | None, step: tuple) -> Any:
         return e
 
 
-def review(body: Any, *, configs_lookup: ConfigsLookup | None = None, webhook: str = "validate") -> dict:
-    """The AdmissionReview v1 response for a request body (dict, bytes or str). Never raises."""
+def review(body: Any, *, configs_lookup: ConfigsLookup | None = None, webhook: str = "validate",
+           policy: TenancyPolicy | None = None) -> dict:
+    """The AdmissionReview v1 response for a request body (dict, bytes or str). Never raises.
+    ``policy``: the tenancy policy (core/policy.py); None: the default policy."""
     uid: Any = ""
     try:
-        req, flow = _start(body, webhook)
+        req, flow = _start(body, webhook, policy)
         if req is None or isinstance(flow, dict):
             return flow  # type: ignore[return-value]
         uid = req.uid
@@ -540,11 +547,12 @@ def review(body: Any, *, configs_lookup: ConfigsLookup | None = None, webhook: s
         return internal_error(uid, e)
 
 
-async def areview(body: Any, *, configs_lookup: ConfigsLookup | None = None, webhook: str = "validate") -> dict:
+async def areview(body: Any, *, configs_lookup: ConfigsLookup | None = None, webhook: str = "validate",
+                  policy: TenancyPolicy | None = None) -> dict:
     """``review`` with a lookup that may be async (the webhook server's). Never raises."""
     uid: Any = ""
     try:
-        req, flow = _start(body, webhook)
+        req, flow = _start(body, webhook, policy)
         if req is None or isinstance(flow, dict):
             return flow  # type: ignore[return-value]
         uid = req.uid

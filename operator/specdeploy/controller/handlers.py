@@ -13,6 +13,7 @@ import os
 import kopf
 
 from ..api.crd import API_GROUP, API_VERSION
+from ..core.policy import POLICY_ENV, TenancyPolicy
 from .. import PLURAL
 from . import metrics
 from .kube import Kube, load_api_client
@@ -72,6 +73,7 @@ async def on_startup(settings: kopf.OperatorSettings, **_) -> None:
         resync_seconds=float(os.environ.get("SPECDEPLOY_RESYNC_SECONDS", "60")),
         workers=int(os.environ.get("SPECDEPLOY_WORKERS", "4")),
         capability_ttl=float(os.environ.get("SPECDEPLOY_CAPABILITY_TTL", "60")),
+        policy=TenancyPolicy.from_env(os.environ.get(POLICY_ENV)),
     ))
     interval = float(os.environ.get(INTERVAL_ENV) or DEFAULT_INTERVAL)
     if interval > 0:  # 0: no acceptance monitoring

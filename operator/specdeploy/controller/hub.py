@@ -34,6 +34,8 @@ operator's machine (``HF_TOKEN``, ``hf auth login``) is never sent implicitly.
 from __future__ import annotations
 
 import json
+
+from ..core import safejson
 import os
 import re
 import time
@@ -152,8 +154,8 @@ def _read_json(path: str, where: "_Where") -> dict:
         raise HubResolutionError("HubUnreachable", f"cannot read the cached config.json of {where.what} "
                                  f"({_one_line(exc)}): check the operator's hub cache directory", retryable=True)
     try:
-        doc = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        doc = safejson.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
         raise HubResolutionError("ConfigInvalid", f"config.json of {where.what} is not valid JSON "
                                  f"({_one_line(exc)}): fix the file on the hub or pin another revision")
     if not isinstance(doc, dict):

@@ -44,6 +44,7 @@ KINDS: dict[str, Kind] = {k.kind: k for k in (
     Kind("v1", "Service", "services"),
     Kind("v1", "Secret", "secrets"),
     Kind("v1", "Pod", "pods"),
+    Kind("v1", "PersistentVolumeClaim", "persistentvolumeclaims"),
     Kind("v1", "Event", "events"),
     Kind("v1", "Namespace", "namespaces", namespaced=False),
     Kind("apps/v1", "Deployment", "deployments"),

@@ -9,7 +9,7 @@ import os
 
 def run(namespaces: list[str], all_namespaces: bool, *, kubeconfig: str | None = None, metrics_port: int = 8080,
         liveness: str | None = None, resync_seconds: float | None = None, verbose: bool = False,
-        webhook=None) -> int:
+        webhook=None, policy=None) -> int:
     """``webhook``: a ``webhooks.WebhookSettings`` (port 0 or None: no admission webhook server)."""
     if kubeconfig:
         os.environ["KUBECONFIG"] = kubeconfig
@@ -19,6 +19,10 @@ def run(namespaces: list[str], all_namespaces: bool, *, kubeconfig: str | None =
         os.environ["SPECDEPLOY_RESYNC_SECONDS"] = str(resync_seconds)
     if webhook is not None:
         os.environ.update(webhook.to_env())
+    if policy is not None:
+        from ..core.policy import POLICY_ENV
+
+        os.environ[POLICY_ENV] = policy.to_env()
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import kopf

@@ -18,6 +18,7 @@ import pydantic
 
 from ..api.types import SpeculativeDeployment, validation_messages
 from ..core.findings import Severity, errors as error_findings
+from ..core.policy import TenancyPolicy, check_policy, policy_needs_claims
 from ..core.render import TUNING_KEY_ANNOTATION, RenderError, Rendered, build_tuned_configmap, render, selector_labels
 from . import metrics, status as st
 from .kube import Kube, KubeError
@@ -65,6 +66,7 @@ class Settings:
     backoff_min: float = 5.0
     backoff_max: float = 300.0
     capability_ttl: float = 60.0
+    policy: TenancyPolicy = field(default_factory=TenancyPolicy)
 
 
 @dataclass
@@ -200,26 +202,51 @@ class Controller:
             if key is None:
                 return
             metrics.QUEUE_DEPTH.set(len(self.queue))
-            t0 = time.perf_counter()
             try:
-                delay = await self.reconcile(key)
-                if delay is None:  # a returned delay is a retry (e.g. a resolution failure): keep the backoff growing
-                    self.backoff.succeeded(key)
-                metrics.RECONCILES.labels(result="ok").inc()
-            except ResolutionError as e:  # raised only for transient resolution waits
-                delay = e.delay or self.backoff.failed(key)
-                metrics.RECONCILES.labels(result="waiting").inc()
-            except Exception as e:  # API errors, conflicts: retry with backoff
-                reason = type(e).__name__ if not isinstance(e, KubeError) else f"Api{e.status}"
-                metrics.ERRORS.labels(reason=reason).inc()
-                metrics.RECONCILES.labels(result="error").inc()
-                delay = self.backoff.failed(key)
-                log.warning("reconcile %s/%s failed (%s); retrying in %.0fs", key[0], key[1], e, delay)
+                delay = await self.run_once(key)
             finally:
-                metrics.RECONCILE_SECONDS.observe(time.perf_counter() - t0)
                 await self.queue.done(key)
             if delay:
                 await self.queue.add(key, delay)
+
+    async def run_once(self, key: Key) -> float | None:
+        """One reconcile with the worker's error handling; returns the requeue delay, if any."""
+        t0 = time.perf_counter()
+        try:
+            delay = await self.reconcile(key)
+            if delay is None:  # a returned delay is a retry (e.g. a resolution failure): keep the backoff growing
+                self.backoff.succeeded(key)
+            metrics.RECONCILES.labels(result="ok").inc()
+        except ResolutionError as e:  # raised only for transient resolution waits
+            delay = e.delay or self.backoff.failed(key)
+            metrics.RECONCILES.labels(result="waiting").inc()
+        except Exception as e:  # API errors, conflicts: retry with backoff; anything else is a bug: status says so
+            reason = type(e).__name__ if not isinstance(e, KubeError) else f"Api{e.status}"
+            metrics.ERRORS.labels(reason=reason).inc()
+            metrics.RECONCILES.labels(result="error").inc()
+            delay = self.backoff.failed(key)
+            if isinstance(e, KubeError):
+                log.warning("reconcile %s/%s failed (%s); retrying in %.0fs", key[0], key[1], e, delay)
+            else:
+                log.exception("reconcile %s/%s: internal error; retrying in %.0fs", key[0], key[1], delay)
+                await self._internal_error(key, e)
+        finally:
+            metrics.RECONCILE_SECONDS.observe(time.perf_counter() - t0)
+        return delay
+
+    async def _internal_error(self, key: Key, exc: BaseException) -> None:
+        """An unexpected error becomes status: Ready=False reason InternalError, with an Event (never raises)."""
+        body = self.bodies.get(key)
+        if body is None:
+            return
+        gen = (body.get("metadata") or {}).get("generation") or 1
+        text = " ".join(str(exc).split())[:300]
+        obs = self._observation(gen, body, self._workload(*key), None)
+        obs.internal_error = (type(exc).__name__, text)
+        try:
+            await self._write_status(key, body, obs, resolved=None)
+        except Exception:  # noqa: BLE001 - the API itself fails: the next retry writes it
+            log.warning("could not write the InternalError status of %s/%s", *key)
 
     # ------------------------------------------------------------- capabilities
 
@@ -255,6 +282,16 @@ class Controller:
             return None
         cr.metadata.namespace = ns
 
+        # tenancy policy: before anything is read or written on the CR's behalf (a hub token Secret included)
+        refusals = await self._policy(ns, cr)
+        if refusals:
+            msg = "; ".join(f"{f.path}: {f.message}" for f in refusals)
+            obs = self._observation(gen, body, workload, None)
+            obs.blocked_reason = ("PolicyRefused", msg)
+            obs.resolution_error = ("PolicyRefused", msg)
+            await self._write_status(key, body, obs, resolved=None)
+            return None
+
         # resolve both configs
         try:
             target = await self.resolver.resolve(cr, "target")
@@ -270,7 +307,7 @@ class Controller:
         # check + render (pure)
         monitoring = await self.has(PODMONITOR)
         try:
-            rendered = render(cr, target.doc, drafter.doc, pod_monitor=monitoring)
+            rendered = render(cr, target.doc, drafter.doc, pod_monitor=monitoring, policy=self.settings.policy)
         except RenderError as e:
             obs = self._observation(gen, body, workload, e.findings)
             obs.accepted = e.accepted
@@ -302,6 +339,14 @@ class Controller:
         obs.conflicts = conflicts
         await self._write_status(key, body, obs, resolved=self._resolved(target, drafter, rendered, cr))
         return None
+
+    async def _policy(self, ns: str, cr) -> list:
+        policy = self.settings.policy
+        labels: dict[str, dict | None] = {}
+        for claim in policy_needs_claims(cr.spec, policy):
+            pvc = await self.kube.get("PersistentVolumeClaim", ns, claim)
+            labels[claim] = ((pvc.get("metadata") or {}).get("labels") or {}) if pvc else None
+        return check_policy(cr.spec, policy, labels)
 
     def _workload(self, ns: str, name: str) -> dict | None:
         for kind in WORKLOAD_KINDS:

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from ..core import safejson
 from ..core.engineconfig import config_digest
 from ..core import engines as eng
 from .kube import Kube
@@ -41,7 +42,7 @@ class ResolutionError(Exception):
 
 def _parse_json(text: str | bytes, where: str) -> Any:
     try:
-        return json.loads(text)
+        return safejson.loads(text)
     except (ValueError, UnicodeDecodeError) as e:
         raise ResolutionError("ConfigInvalid", f"{where} is not valid JSON ({e}); put the model's config.json there", retryable=False) from None
 
@@ -51,7 +52,7 @@ def decode_inspection(message: str) -> tuple[Any, str]:
     try:
         env = json.loads(message)
         raw = gzip.decompress(base64.b64decode(env["gz"]))
-        doc = json.loads(raw)
+        doc = safejson.loads(raw)
     except (ValueError, KeyError, TypeError, binascii.Error, OSError, EOFError) as e:
         raise ResolutionError("InspectionInvalid", f"the inspector's result could not be read ({e})") from None
     return doc, env.get("digest") or config_digest(doc)

@@ -41,6 +41,7 @@ class Observation:
     updated_replicas: int = 0
     conflicts: list[str] = field(default_factory=list)  # children owned by someone else
     accepted: list[Finding] = field(default_factory=list)  # turned into info by spec.checks.accept
+    internal_error: tuple[str, str] | None = None  # (exception type, one-line message): a bug, retried with backoff
 
 
 def _findings_message(findings: Iterable[Finding]) -> str:
@@ -57,6 +58,14 @@ def _cond(type_: str, status: bool | None, reason: str, message: str) -> dict[st
 
 def compute_conditions(o: Observation) -> list[dict[str, Any]]:
     """The four conditions (without times and generation) for an observation."""
+    if o.internal_error is not None:
+        kind, text = o.internal_error
+        msg = (f"the operator failed unexpectedly ({kind}: {text}); it retries with backoff. This is a bug: please "
+               "report it with the operator log")
+        return [_cond(DRAFTER_COMPATIBLE, None, "InternalError", msg), _cond(PROGRESSING, False, "InternalError", msg),
+                _cond(READY, False, "InternalError", msg),
+                _cond(DEGRADED, o.workload_exists, "InternalError" if o.workload_exists else "AsExpected",
+                      "the last good workload keeps running; " + msg if o.workload_exists else "no workload")]
     errors = [f for f in (o.findings or []) if f.severity is Severity.ERROR]
     warnings = [f for f in (o.findings or []) if f.severity is Severity.WARNING]
 

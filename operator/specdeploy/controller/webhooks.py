@@ -189,6 +189,9 @@ class WebhookServer:
     def __init__(self, *, lookup: Any, ssl_context: ssl.SSLContext | None, addr: str = "", port: int = DEFAULT_PORT,
                  max_body: int = MAX_BODY):
         self.lookup = lookup
+        from ..core.policy import POLICY_ENV, TenancyPolicy
+
+        self.policy = TenancyPolicy.from_env(os.environ.get(POLICY_ENV))
         self.ssl_context = ssl_context
         self.addr = addr
         self.port = port
@@ -221,7 +224,7 @@ class WebhookServer:
         except Exception as e:  # noqa: BLE001 - a broken upload is the client's problem: answer, do not 500
             resp = admission.malformed("", f"the request body could not be read ({type(e).__name__})")
         else:
-            resp = await admission.areview(raw, configs_lookup=self.lookup, webhook=webhook)
+            resp = await admission.areview(raw, configs_lookup=self.lookup, webhook=webhook, policy=self.policy)
         r = resp.get("response") or {}
         if not r.get("allowed"):
             log.info("%s: refused review %s: %s", webhook, r.get("uid") or "-",

@@ -222,6 +222,8 @@ CATALOG = MappingProxyType({c.code: c for c in (
     _C("EngineReadsOtherCopy", "error", "drafter", "A field is given twice and the chosen engine reads a different copy than the "
        "check would (vLLM prefers eagle_aux_hidden_state_layer_ids over target_layer_ids; SGLang sizes the fusion layer "
        "from hidden_size, not target_hidden_size).", "-", "Make the copies agree, or serve on the engine that reads the right one."),
+    _C("TuningSkipped", "warning", "gpu", "spec.tuning.enabled is set but the target's MoE fields cannot be read as numbers, so "
+       "there is nothing to tune; the engine runs with its default kernels.", "-", "Fix the target config or disable tuning."),
     _C("ModelReferenceInvalid", "error", "spec", "Model references are hub ids or paths inside the model volume: never flags, never '..'.",
        "Flag injection through a model string.", "Use 'org/name' or a path inside the volume."),
 )})

@@ -20,6 +20,7 @@ from . import gpus
 from .checker import Analysis, Derived, analyze
 from .engineconfig import (CHECK_REPORT_KEY, ENGINE_CONFIG_KEY, ENGINE_CONFIG_MOUNT, EngineConfig, ModelRef,
                            SpeculationPlan, config_digest)
+from . import tuning as tn
 from .findings import Finding, Severity, Source, report
 
 CONFIG_HASH_ANNOTATION = f"{API_GROUP}/config-hash"
@@ -366,7 +367,8 @@ def _tuning_volumes(tuning: TuningPlan | None) -> list[dict]:
 
 
 def _pod_template(cr, ec: EngineConfig, prof: gpus.GpuProfile, image: str, args: list[str], config_hash: str,
-                  cm_name: str, serve_http: bool, baked: bool = False, tuning: TuningPlan | None = None) -> dict:
+                  cm_name: str, serve_http: bool, baked: bool = False, tuning: TuningPlan | None = None,
+                  service_account: str | None = None) -> dict:
     spec = cr.spec
     labels = child_labels(cr, ec.engine)
     annotations = {CONFIG_HASH_ANNOTATION: config_hash}
@@ -397,8 +399,8 @@ def _pod_template(cr, ec: EngineConfig, prof: gpus.GpuProfile, image: str, args:
     }
     if spec.pod.priority_class_name:
         pod_spec["priorityClassName"] = spec.pod.priority_class_name
-    if spec.pod.service_account_name:
-        pod_spec["serviceAccountName"] = spec.pod.service_account_name
+    if spec.pod.service_account_name or service_account:
+        pod_spec["serviceAccountName"] = spec.pod.service_account_name or service_account
     return {"metadata": {"labels": labels, "annotations": annotations}, "spec": pod_spec}
 
 
@@ -416,7 +418,7 @@ def build_configmap(cr, ec: EngineConfig, analysis: Analysis) -> dict:
 
 
 def build_deployment(cr, ec: EngineConfig, prof, image: str, config_hash: str, *, baked: bool = False,
-                     tuning: TuningPlan | None = None) -> dict:
+                     tuning: TuningPlan | None = None, service_account: str | None = None) -> dict:
     n = names(cr.metadata.name)
     return {
         "apiVersion": "apps/v1",
@@ -429,13 +431,14 @@ def build_deployment(cr, ec: EngineConfig, prof, image: str, config_hash: str, *
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
             "progressDeadlineSeconds": STARTUP_TIMEOUT_SECONDS,
             "revisionHistoryLimit": 3,
-            "template": _pod_template(cr, ec, prof, image, ec.args, config_hash, n["configmap"], True, baked, tuning),
+            "template": _pod_template(cr, ec, prof, image, ec.args, config_hash, n["configmap"], True, baked, tuning,
+                                      service_account),
         },
     }
 
 
 def build_leaderworkerset(cr, ec: EngineConfig, prof, image: str, config_hash: str, *, baked: bool = False,
-                          tuning: TuningPlan | None = None) -> dict:
+                          tuning: TuningPlan | None = None, service_account: str | None = None) -> dict:
     n = names(cr.metadata.name)
     return {
         "apiVersion": LWS_API_VERSION,
@@ -450,9 +453,9 @@ def build_leaderworkerset(cr, ec: EngineConfig, prof, image: str, config_hash: s
                 "size": cr.spec.nodes,
                 "restartPolicy": "RecreateGroupOnPodRestart",
                 "leaderTemplate": _pod_template(cr, ec, prof, image, ec.args, config_hash, n["configmap"], True,
-                                                baked, tuning),
+                                                baked, tuning, service_account),
                 "workerTemplate": _pod_template(cr, ec, prof, image, ec.worker_args or ec.args, config_hash,
-                                                n["configmap"], False, baked, tuning),
+                                                n["configmap"], False, baked, tuning, service_account),
             },
         },
     }
@@ -588,8 +591,6 @@ def _dns_name(prefix: str, suffix: str, limit: int = 63) -> str:
 def tuning_plan(cr, target_doc: Any, image: str | None = None) -> TuningPlan | None:
     """The tuning this deployment gets, or None: tuning off, a dense target, or experts that do not run
     on the Triton fused-MoE kernel (nothing to tune)."""
-    from . import tuning as tn
-
     spec = cr.spec
     if not spec.tuning.enabled:
         return None
@@ -599,6 +600,8 @@ def tuning_plan(cr, target_doc: Any, image: str | None = None) -> TuningPlan | N
         shape = tn.moe_shape(target_doc, info.name, spec.gpu.count)
     except (tn.NotMoE, tn.UnsupportedShape):
         return None
+    except (ValueError, TypeError, ArithmeticError) as e:  # MoE fields of the wrong type or size
+        raise tn.UnsupportedShape(f"the target's MoE fields cannot be read ({type(e).__name__}: {str(e)[:120]})") from None
     image = image or spec.engine.image or info.default_image(spec.engine.version)
     inputs = {"engine": info.name, "engineVersion": spec.engine.version, "image": image,
               "gpuProduct": prof.product_label, "deviceName": prof.device_name, "tp": spec.gpu.count,
@@ -701,7 +704,6 @@ def build_tuning_job(cr, plan: TuningPlan) -> dict:
 def build_tuned_configmap(cr, plan: TuningPlan, termination_message: str) -> dict:
     """The ConfigMap the engine pods mount (storage configMap), from the tuning Job's termination
     message. Raises ValueError for a message that is not a result of this key or would not fit."""
-    from . import tuning as tn
 
     meta, files = tn.decode_envelope(termination_message)
     if meta.get("key") not in (None, plan.key):
@@ -727,7 +729,7 @@ def render_tuning(cr, target_doc: Any, image: str | None = None) -> tuple[Tuning
 
 
 def render(cr, target_doc: Any, drafter_doc: Any, *, pod_monitor: bool = False,
-           image_table: tuple[eng.BakedDrafterImage, ...] | None = None) -> Rendered:
+           image_table: tuple[eng.BakedDrafterImage, ...] | None = None, policy=None) -> Rendered:
     """Every child object for a SpeculativeDeployment; raises RenderError when the check fails."""
     analysis = analyze(drafter_doc, target_doc, cr.spec.options())
     if not analysis.ok or analysis.derived is None:
@@ -743,12 +745,19 @@ def render(cr, target_doc: Any, drafter_doc: Any, *, pod_monitor: bool = False,
     baked = baked_row is not None
     ec = build_engine_config(cr, analysis, target_doc, drafter_doc, baked=baked)
     # the tuning Job runs the engine image without the baked drafter (same engine, same kernels)
-    plan, tuning_objects = render_tuning(cr, target_doc)
+    try:
+        plan, tuning_objects = render_tuning(cr, target_doc)
+    except tn.UnsupportedShape as e:
+        plan, tuning_objects = None, []
+        analysis.findings.append(Finding(
+            Severity.WARNING, "TuningSkipped", Source.TARGET, "$",
+            f"spec.tuning.enabled is true but nothing can be tuned: {e}; the engine runs with its default kernels"))
     config_hash = ec.digest()[:16]
     if plan is not None:
         config_hash = hashlib.sha256(f"{config_hash}|{plan.key}|{plan.storage}".encode()).hexdigest()[:16]
     build = build_leaderworkerset if spec.nodes > 1 else build_deployment
-    workload = build(cr, ec, prof, image, config_hash, baked=baked, tuning=plan)
+    workload = build(cr, ec, prof, image, config_hash, baked=baked, tuning=plan,
+                     service_account=policy.engine_service_account if policy is not None else None)
     objects = [build_configmap(cr, ec, analysis), workload, build_service(cr, ec), build_pdb(cr, ec)]
     if pod_monitor:
         objects.append(build_podmonitor(cr, ec))

@@ -143,7 +143,7 @@ class Cluster:
     # ------------------------------------------------------------ operator
 
     def start_operator(self, *, resync_seconds: float = 60, extra_env: dict[str, str] | None = None,
-                       namespaces: list[str] | None = None) -> subprocess.Popen:
+                       namespaces: list[str] | None = None, extra_args: list[str] | None = None) -> subprocess.Popen:
         self.stop_operator()
         self.operator_metrics_port = free_port()
         ns_args: list[str] = []
@@ -152,7 +152,8 @@ class Cluster:
         log = open(self.operator_log, "a")
         self.operator = subprocess.Popen(
             [str(BIN / "specdeploy"), "operator", "run", "--kubeconfig", self.kubeconfig, *ns_args,
-             "--metrics-port", str(self.operator_metrics_port), "--resync-seconds", str(resync_seconds)],
+             "--metrics-port", str(self.operator_metrics_port), "--resync-seconds", str(resync_seconds),
+             *(extra_args or [])],
             stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env={**self.env(), **(extra_env or {})})
         self._operator_logfile = log
         wait_for(lambda: self.operator_metrics() is not None, 60, "the operator's /metrics endpoint")
