@@ -171,8 +171,10 @@ def test_every_input_ends_with_status(env):
         seen_reasons.update(cond["reason"] for cond in status["conditions"] if cond["type"] == "DrafterCompatible")
 
     prop()
-    # the inputs reached every stage: refused specs, unreadable configs, check failures and passes
-    assert {"InvalidSpec", "ConfigInvalid", "Compatible"} <= seen_reasons, seen_reasons
+    # the inputs reached every stage: refused specs, unreadable configs, check failures and passes (a
+    # generator check; a short local run with a few examples need not reach them all)
+    if EXAMPLES >= 1000:
+        assert {"InvalidSpec", "ConfigInvalid", "PolicyRefused", "Compatible"} <= seen_reasons, seen_reasons
     print(f"status fuzz: {EXAMPLES} examples, DrafterCompatible reasons seen: {sorted(seen_reasons)}")
 
 
