@@ -1,0 +1,91 @@
+"""Issue 12's attacks through the admission webhook over real HTTPS: an author with `create` on
+SpeculativeDeployments gets no more than they already have. The same attacks through the operator on the
+embedded API server: e2e/test_e2e_attacks.py."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from admission_helpers import QWEN, ServerThread, configmap, example_configs, example_cr, review_request, with_spec
+from specdeploy.core.render import expand_kubelet_vars, render
+from specdeploy.api.types import SpeculativeDeployment
+
+TARGET_CM, DRAFTER_CM = "qwen36-27b-target-config", "qwen36-27b-drafter-config"
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = ServerThread().start()
+    t, d = example_configs(QWEN)
+    s.resolver.add(configmap(TARGET_CM, t))
+    s.resolver.add(configmap(DRAFTER_CM, d))
+    dup = copy.deepcopy(d)
+    dup["eagle_aux_hidden_state_layer_ids"] = [1, 16, 31, 46, 61]  # vLLM reads these instead of target_layer_ids
+    s.resolver.add(configmap("dup-drafter", dup))
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def client(server):
+    c = server.client()
+    yield c
+    c.close()
+
+
+def review(client, **changes):
+    return client.review(review_request(with_spec(example_cr(QWEN), **changes)))
+
+
+ATTACKS = [
+    ("foreign image", {"engine.image": "docker.io/attacker/anything:latest"}, "spec.engine.image", "PolicyImageNotAllowed"),
+    ("namespace-admin ServiceAccount", {"pod.serviceAccountName": "namespace-admin"}, "spec.pod.serviceAccountName",
+     "PolicyServiceAccountNotAllowed"),
+    ("any Secret as HF_TOKEN", {"target.tokenSecretRef": {"name": "database-credentials", "key": "password"}},
+     "spec.target.tokenSecretRef.name", "PolicyTokenSecretNotAllowed"),
+    ("vLLM -n", {"engine.extraArgs": ["-n", "4"]}, "spec.engine.extraArgs[0]", "ExtraArgSetsOwnedFlag"),
+    ("vLLM -r", {"engine.extraArgs": ["-r", "3"]}, "spec.engine.extraArgs[0]", "ExtraArgSetsOwnedFlag"),
+    ("--no-trust-remote-code", {"engine.extraArgs": ["--no-trust-remote-code"]}, "spec.engine.extraArgs[0]",
+     "ExtraArgSetsOwnedFlag"),
+    ("unknown flag", {"engine.extraArgs": ["--no-such-flag"]}, "spec.engine.extraArgs[0]", "ExtraArgUnknown"),
+    ("not a vLLM 0.33 flag", {"engine.extraArgs": ["--num-speculative-tokens", "3"]}, "spec.engine.extraArgs[0]",
+     "ExtraArgUnknown"),
+    ("SGLang flag on vLLM", {"engine.extraArgs": ["--enable-metrics"]}, "spec.engine.extraArgs[0]", "ExtraArgUnknown"),
+    ("wrong case", {"engine.extraArgs": ["--PORT", "1"]}, "spec.engine.extraArgs[0]", "ExtraArgUnknown"),
+    ("--hf-overrides", {"engine.extraArgs": ["--hf-overrides", '{"num_hidden_layers": 2}']}, "spec.engine.extraArgs[0]",
+     "ExtraArgChangesModelConfig"),
+    ("SGLang --nccl-init-addr", {"engine": {"name": "sglang", "version": "0.5.23", "extraArgs": ["--nccl-init-addr", "x:1"]}},
+     "spec.engine.extraArgs[0]", "ExtraArgSetsOwnedFlag"),
+    ("SGLang --json-model-override-args", {"engine": {"name": "sglang", "version": "0.5.23",
+                                                      "extraArgs": ["--json-model-override-args", "{}"]}},
+     "spec.engine.extraArgs[0]", "ExtraArgChangesModelConfig"),
+    ("eagle aux ids disagree", {"drafter.configFrom": {"configMapKeyRef": {"name": "dup-drafter"}}},
+     "$.eagle_aux_hidden_state_layer_ids", "EngineReadsOtherCopy"),
+]
+
+
+@pytest.mark.parametrize("what, changes, path, code", ATTACKS, ids=[a[0] for a in ATTACKS])
+def test_attack_is_refused_at_admission(client, what, changes, path, code):
+    r = review(client, **changes)
+    assert r["allowed"] is False, r
+    msg = r["status"]["message"]
+    assert path in msg and code in msg, msg
+    assert r["status"]["code"] in (403, 422)
+
+
+def test_the_same_spec_without_the_attack_is_admitted(client):
+    r = review(client)
+    assert r["allowed"] is True, r
+
+
+def test_secret_reference_in_args_is_not_expanded():
+    """extraArgs ["--served-model-name", "$(HF_TOKEN)"]: admitted (not a flag problem), but the kubelet passes it literally."""
+    t, d = example_configs(QWEN)
+    cr = with_spec(example_cr(QWEN), **{"engine.extraArgs": ["--served-model-name", "$(HF_TOKEN)"],
+                                        "target.tokenSecretRef": {"name": "hub-token"}})
+    r = render(SpeculativeDeployment.model_validate(cr), t, d)
+    c = r.by_kind("Deployment")[0]["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: "the-secret" for e in c["env"]}
+    assert [expand_kubelet_vars(a, env) for a in c["args"]][-2:] == ["--served-model-name", "$(HF_TOKEN)"]
