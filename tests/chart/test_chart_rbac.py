@@ -54,6 +54,8 @@ def _calls() -> dict[str, set[tuple]]:
         "Controller._tuning:patch": {(*gr("ConfigMap"), "patch", "watched")},
         "Controller.has:has_api": set(),  # GET /apis/<group>/<version>: discovery, allowed to every user
         "Resolver._from_configmap:get": {(*gr("ConfigMap"), "get", "watched")},
+        # tenancy policy: a claim's labels, when policy.pvcLabel allows labelled claims (core/policy.py)
+        "Controller._policy:get": {(*gr("PersistentVolumeClaim"), "get", "watched")},
         "Resolver._token:get": {(*gr("Secret"), "get", "token")},
         "Resolver._from_pvc:get": {(*gr("Job"), "get", "watched")},
         "Resolver._from_pvc:create": {(*gr("Job"), "create", "watched")},

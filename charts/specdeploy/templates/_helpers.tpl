@@ -134,6 +134,11 @@ exists, with the code that needs it (operator/specdeploy/controller/):
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list", "watch"]
+# PersistentVolumeClaims: Controller._policy reads a claim's labels for the tenancy policy's pvcLabel
+# rule (core/policy.py). get only: no list, no watch, no write.
+- apiGroups: [""]
+  resources: ["persistentvolumeclaims"]
+  verbs: ["get"]
 # Events: Controller._event posts core/v1 Events on condition transitions (kopf's own posting is off).
 - apiGroups: [""]
   resources: ["events"]
