@@ -30,7 +30,7 @@ class ApiError(Exception):
     """An error answered as a Kubernetes ``Status`` object."""
 
     REASONS = {400: "BadRequest", 403: "Forbidden", 404: "NotFound", 405: "MethodNotAllowed",
-               409: "Conflict", 410: "Expired", 415: "UnsupportedMediaType", 422: "Invalid",
+               406: "NotAcceptable", 409: "Conflict", 413: "RequestEntityTooLarge", 410: "Expired", 415: "UnsupportedMediaType", 422: "Invalid",
                429: "TooManyRequests", 500: "InternalError", 503: "ServiceUnavailable",
                504: "Timeout"}
 

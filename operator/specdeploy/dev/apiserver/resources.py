@@ -28,6 +28,7 @@ class ResourceInfo:
     scale: JSON | None = None  # {specReplicasPath, statusReplicasPath, labelSelectorPath}
     columns: list[JSON] | None = None  # CRD additionalPrinterColumns
     custom: bool = False  # defined by a CRD
+    schema: JSON | None = None  # a CRD version's openAPIV3Schema (validation, defaults, pruning, OpenAPI)
 
     @property
     def api_version(self) -> str:

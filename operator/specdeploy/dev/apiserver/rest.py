@@ -14,6 +14,7 @@ import aiohttp.web
 import yaml
 
 from .common import ApiError, JSON, SERVER_VERSION, _clone, _dumps, _human_age, _meta
+from .protobuf import OPENAPI_V2_PROTOBUF, PROTOBUF, decode_object
 from .patches import _apply_merge, _leaf_paths, _remove_path, json_patch, merge_patch, strategic_merge_patch
 from .resources import _BUILTIN_COLUMNS, ResourceInfo
 from .selectors import _set_path, jsonpath, parse_field_selector, parse_label_selector
@@ -70,8 +71,8 @@ class RestMixin:
                     {"clientCIDR": "0.0.0.0/0", "serverAddress": host}]})
             if path == "/apis":
                 return _json_response(self.api_group_list())
-            if path.startswith("/openapi"):
-                raise ApiError(404, "the stand-in serves no OpenAPI (use kubectl --validate=false)")
+            if path == "/openapi" or path.startswith("/openapi/"):
+                return self.openapi(raw, path)
             parts = path.strip("/").split("/")
             if len(parts) == 2 and parts[0] == "apis":
                 group = self.api_group(parts[1])
@@ -89,6 +90,40 @@ class RestMixin:
         if info is None:
             raise ApiError(404, "the server could not find the requested resource")
         return await self.resource_request(raw, info, parsed, body)
+
+    def openapi(self, raw: aiohttp.web.BaseRequest, path: str) -> aiohttp.web.Response:
+        """``/openapi/v2``, ``/openapi/v3`` and ``/openapi/v3/<gv>`` (see openapi.py)."""
+        infos = list(self.resources.values())
+        gen = self.resources_generation
+        if path == "/openapi/v3":
+            return _json_response(self.openapi_cache.v3_root(gen, infos))
+        if path.startswith("/openapi/v3/"):
+            got = self.openapi_cache.v3_gv(gen, infos, path[len("/openapi/v3/"):])
+            if got is None:
+                raise ApiError(404, "the server could not find the requested resource")
+            data, digest = got
+            headers = {"Etag": f'"{digest}"'}
+            if raw.query.get("hash") == digest:  # the real server marks hashed URLs immutable
+                headers["Cache-Control"] = "public, immutable"
+            else:
+                headers["Cache-Control"] = "no-cache, no-store, must-revalidate"
+            return aiohttp.web.Response(body=data, status=200, content_type="application/json", headers=headers)
+        if path == "/openapi/v2":
+            accept = [t.split(";")[0].strip() for t in (raw.headers.get("Accept") or "*/*").split(",")]
+            for media in accept:
+                if media in (OPENAPI_V2_PROTOBUF, "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"):
+                    data, digest = self.openapi_cache.v2(gen, infos, protobuf=True)
+                    # Answered with the parseable spelling (Go's mime parser refuses the '@' form).
+                    return aiohttp.web.Response(body=data, status=200, headers={
+                        "Content-Type": "application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
+                        "Etag": f'"{digest}"'})
+                if media in ("application/json", "*/*", "application/*"):
+                    data, digest = self.openapi_cache.v2(gen, infos)
+                    return aiohttp.web.Response(body=data, status=200, content_type="application/json",
+                                                headers={"Etag": f'"{digest}"'})
+            raise ApiError(406, f"none of the accepted media types is served: {', '.join(accept)}",
+                           reason="NotAcceptable")
+        raise ApiError(404, "the server could not find the requested resource")
 
     def control(self, method: str, path: str, body: bytes) -> aiohttp.web.Response:
         try:
@@ -411,8 +446,8 @@ def _parse_body(raw: aiohttp.web.BaseRequest, body: bytes) -> Any:
     content_type = (raw.headers.get("Content-Type") or "").split(";")[0].strip()
     if content_type == "application/apply-patch+yaml":
         return None  # parsed by apply()
-    if content_type == "application/vnd.kubernetes.protobuf":
-        raise ApiError(415, "the stand-in does not speak protobuf; use JSON")
+    if content_type == PROTOBUF:
+        return decode_object(body)
     try:
         return json.loads(body)
     except ValueError:

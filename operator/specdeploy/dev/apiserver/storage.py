@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from .common import ApiError, JSON, _FIELDS_IMMUTABLE, _GENERATE_ALPHABET, _NAME_RE, _clone, _meta, _now
 from .faults import FaultInjector
+from .openapi import OpenApiCache
 from .patches import _fields_v1, _leaf_paths
 from .resources import _BUILTINS, ResourceInfo
 if TYPE_CHECKING:
@@ -45,6 +46,8 @@ class Store:
         self.managed: dict[str, dict[str, set[tuple[str, ...]]]] = {}  # uid -> apply manager -> paths
         self.crd_versions: dict[str, list[tuple[str, str, str]]] = {}  # CRD name -> resource keys
         self.faults = FaultInjector(emulator)
+        self.resources_generation = 0  # bumped whenever the set of resources or a schema changes
+        self.openapi_cache = OpenApiCache()
         for g, v, plural, kind, short, namespaced, status, scale, cats in _BUILTINS:
             self.register(ResourceInfo(group=g, version=v, plural=plural, kind=kind, namespaced=namespaced,
                                        short_names=list(short), status=status, scale=scale,
@@ -54,6 +57,7 @@ class Store:
 
     def register(self, info: ResourceInfo) -> None:
         self.resources[(info.group, info.version, info.plural)] = info
+        self.resources_generation += 1
         self.bucket(info)
 
     def bucket(self, info: ResourceInfo) -> _Bucket:
@@ -234,6 +238,8 @@ class Store:
             obj["status"] = {"phase": "Active"}
         elif info.storage_key == ("apiextensions.k8s.io", "customresourcedefinitions"):
             obj["status"] = self._crd_status(obj)
+        elif info.storage_key == ("", "secrets"):
+            obj.setdefault("type", "Opaque")
 
     def _managed_entry(self, info: ResourceInfo, manager: str, paths: Iterable[tuple[str, ...]],
                        sub: str | None = None) -> JSON:
@@ -496,11 +502,13 @@ class Store:
                 namespaced=spec.get("scope", "Namespaced") == "Namespaced",
                 singular=names.get("singular") or kind.lower(), short_names=list(names.get("shortNames") or []),
                 categories=list(names.get("categories") or []), status="status" in subs,
-                scale=subs.get("scale") if "scale" in subs else None, columns=columns, custom=True)
+                scale=subs.get("scale") if "scale" in subs else None, columns=columns, custom=True,
+                schema=((version.get("schema") or spec.get("validation") or {}).get("openAPIV3Schema")))
             self.register(info)
             new_keys.append((group, version["name"], plural))
         for key in old_keys - set(new_keys):
             self.resources.pop(key, None)
+        self.resources_generation += 1
         self.crd_versions[crd["metadata"]["name"]] = new_keys
 
     def _crd_removed(self, crd: JSON) -> None:
@@ -516,6 +524,7 @@ class Store:
             self.buckets.pop(info.storage_key, None)
         for key in keys:
             self.resources.pop(key, None)
+        self.resources_generation += 1
 
     # ---- HTTP dispatch ----
 
