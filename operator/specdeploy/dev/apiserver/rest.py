@@ -15,14 +15,22 @@ import yaml
 
 from .common import ApiError, JSON, SERVER_VERSION, _clone, _dumps, _human_age, _meta
 from .protobuf import OPENAPI_V2_PROTOBUF, PROTOBUF, decode_object
+from .admission import AdmitContext
+from .limits import check_body
 from .patches import _apply_merge, _leaf_paths, _remove_path, json_patch, merge_patch, strategic_merge_patch
 from .resources import _BUILTIN_COLUMNS, ResourceInfo
 from .selectors import _set_path, jsonpath, parse_field_selector, parse_label_selector
 from .watch import _wants_table
 
 
-def _json_response(body: Any, status: int = 200) -> aiohttp.web.Response:
-    return aiohttp.web.Response(body=_dumps(body), status=status, content_type="application/json")
+def _json_response(body: Any, status: int = 200, warnings: list[str] | None = None) -> aiohttp.web.Response:
+    headers = None
+    if warnings:  # RFC 7234 warn-code 299 with the agent "-", as the real server sends them
+        headers = [("Warning", "299 - " + json.dumps(w)) for w in dict.fromkeys(warnings)]
+    response = aiohttp.web.Response(body=_dumps(body), status=status, content_type="application/json")
+    for key, value in headers or []:
+        response.headers.add(key, value)
+    return response
 
 
 def _parse_path(path: str) -> JSON | None:
@@ -248,14 +256,19 @@ class RestMixin:
             if _wants_table(raw):
                 return _json_response(self.table(info, [obj], q.get("includeObject")))
             return _json_response(self._serve(info, obj))
+        check_body(len(body))
         data = _parse_body(raw, body) if body else None
         if verb == "create":
             if name is not None:
                 raise ApiError(405, "POST to a named object is not allowed")
             if not isinstance(data, dict):
                 raise ApiError(400, "the request body is not a JSON object")
-            obj = self.create(info, ns, data, dry_run=dry_run)
-            return _json_response(self._serve(info, obj), 201)
+            ctx = self._admit_context(raw, "CREATE", dry_run, sub)
+            obj = self.prepare_create(info, ns, data, admit=ctx)
+            obj = await self.webhooks(ctx, info, obj, None)
+            if not dry_run:
+                obj = self.commit_create(info, obj)
+            return _json_response(self._serve(info, obj), 201, ctx.warnings)
         if verb == "deletecollection":
             labels = parse_label_selector(q.get("labelSelector"))
             fields = parse_field_selector(q.get("fieldSelector"))
@@ -271,6 +284,10 @@ class RestMixin:
             opts = data if isinstance(data, dict) else {}
             if "All" in (opts.get("dryRun") or []):
                 dry_run = True
+            ctx = self._admit_context(raw, "DELETE", dry_run, sub)
+            await self.admission.run(ctx, info, None, obj, mutating=True)
+            await self.admission.run(ctx, info, None, obj, mutating=False)
+            obj = self.get(info, ns, name)
             result = self.delete(info, obj, opts.get("propagationPolicy") or q.get("propagationPolicy"),
                                  opts.get("preconditions"), dry_run=dry_run)
             if info.custom or _meta(result).get("deletionTimestamp") and self._exists(info, result):
@@ -282,33 +299,77 @@ class RestMixin:
         if verb == "update":
             if not isinstance(data, dict):
                 raise ApiError(400, "the request body is not a JSON object")
-            old = self.get(info, ns, name)
             if sub == "scale":
-                return _json_response(self.set_scale(info, old, data, dry_run))
-            result = self.update(info, old, data, sub, dry_run=dry_run)
-            return _json_response(self._serve(info, result))
+                return _json_response(self.set_scale(info, self.get(info, ns, name), data, dry_run))
+            ctx = self._admit_context(raw, "UPDATE", dry_run, sub)
+            result = await self.write(ctx, info, ns, name, lambda old: self.prepare_update(
+                info, old, _clone(data), sub, admit=ctx), retry=False)
+            return _json_response(self._serve(info, result), 200, ctx.warnings)
         # PATCH
         if content_type == "application/apply-patch+yaml":
-            return self.apply(raw, info, ns, name, sub, body, dry_run)
-        old = self.get(info, ns, name)
-        base = self.scale_of(info, old) if sub == "scale" else old
-        if content_type == "application/json-patch+json":
-            patched = json_patch(base, data)
-        elif content_type == "application/merge-patch+json":
-            patched = merge_patch(_clone(base), data)
-        elif content_type == "application/strategic-merge-patch+json":
-            if info.custom:
-                raise ApiError(415, "the body of the request was in an unknown format - accepted media types include: "
-                                    "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml")
-            patched = strategic_merge_patch(_clone(base), data)
-        else:
+            return await self.apply(raw, info, ns, name, sub, body, dry_run)
+        if content_type == "application/strategic-merge-patch+json" and info.custom:
+            raise ApiError(415, "the body of the request was in an unknown format - accepted media types include: "
+                                "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml")
+        if content_type not in ("application/json-patch+json", "application/merge-patch+json",
+                                "application/strategic-merge-patch+json"):
             raise ApiError(415, f"unsupported patch content type {content_type!r}")
-        if not isinstance(patched, dict):
-            raise ApiError(422, "the patched object is not a JSON object")
+
+        def patch(base: JSON) -> JSON:
+            if content_type == "application/json-patch+json":
+                patched = json_patch(base, data)
+            elif content_type == "application/merge-patch+json":
+                patched = merge_patch(_clone(base), data)
+            else:
+                patched = strategic_merge_patch(_clone(base), data)
+            if not isinstance(patched, dict):
+                raise ApiError(422, "the patched object is not a JSON object")
+            return patched
+
         if sub == "scale":
-            return _json_response(self.set_scale(info, old, patched, dry_run))
-        result = self.update(info, old, patched, sub, dry_run=dry_run)
-        return _json_response(self._serve(info, result))
+            old = self.get(info, ns, name)
+            return _json_response(self.set_scale(info, old, patch(self.scale_of(info, old)), dry_run))
+        ctx = self._admit_context(raw, "UPDATE", dry_run, sub)
+        result = await self.write(ctx, info, ns, name, lambda old: self.prepare_update(
+            info, old, patch(old), sub, admit=ctx))
+        return _json_response(self._serve(info, result), 200, ctx.warnings)
+
+    @staticmethod
+    def _admit_context(raw: aiohttp.web.BaseRequest, op: str, dry_run: bool, sub: str | None) -> AdmitContext:
+        validation = raw.query.get("fieldValidation") or "Warn"  # the real server's default
+        if validation not in ("Ignore", "Warn", "Strict"):
+            raise ApiError(400, f"fieldValidation must be one of Ignore, Warn or Strict, not {validation!r}")
+        return AdmitContext(operation=op, validation=validation, dry_run=dry_run, sub=sub)
+
+    async def webhooks(self, ctx: AdmitContext, info: ResourceInfo, obj: JSON, old: JSON | None) -> JSON:
+        """Mutating webhooks, schema admission again if they changed the object, validating webhooks."""
+        mutated = await self.admission.run(ctx, info, obj, old, mutating=True)
+        if mutated is not None and mutated != obj:
+            self.admit_schema(info, mutated, ctx, old)
+            obj = mutated
+        await self.admission.run(ctx, info, obj, old, mutating=False)
+        return obj
+
+    async def write(self, ctx: AdmitContext, info: ResourceInfo, ns: str | None, name: str,
+                    compute: Callable[[JSON], JSON], retry: bool = True) -> JSON:
+        """An update through admission: compute from the stored object, call the webhooks, store;
+        recomputed (a patch) or refused with 409 (a PUT) when the object changed meanwhile."""
+        for _ in range(5):
+            old = self.get(info, ns, name)
+            result = compute(old)
+            if result is old:
+                return old
+            result = await self.webhooks(ctx, info, result, old)
+            if ctx.dry_run:
+                return result
+            current = self.get(info, ns, name)
+            if current is old:
+                return self.commit_update(info, old, result)
+            if not retry:
+                raise ApiError(409, f'Operation cannot be fulfilled on {info.plural}{"." + info.group if info.group else ""} '
+                                    f'"{name}": the object has been modified; please apply your changes to the latest '
+                                    "version and try again", reason="Conflict")
+        raise ApiError(409, f"the object {name} kept changing during admission", reason="Conflict")
 
     def _exists(self, info: ResourceInfo, obj: JSON) -> bool:
         meta = _meta(obj)
@@ -320,8 +381,8 @@ class RestMixin:
             obj = dict(obj, apiVersion=info.api_version)
         return obj
 
-    def apply(self, raw: aiohttp.web.BaseRequest, info: ResourceInfo, ns: str | None, name: str,
-              sub: str | None, body: bytes, dry_run: bool) -> aiohttp.web.Response:
+    async def apply(self, raw: aiohttp.web.BaseRequest, info: ResourceInfo, ns: str | None, name: str,
+                    sub: str | None, body: bytes, dry_run: bool) -> aiohttp.web.Response:
         manager = raw.query.get("fieldManager")
         if not manager:
             raise ApiError(400, "PATCH with apply-patch+yaml requires the fieldManager parameter")
@@ -342,8 +403,12 @@ class RestMixin:
         if old is None:
             if sub is not None:
                 raise ApiError(404, f'{info.plural} "{name}" not found')
-            obj = self.create(info, ns, _clone(applied), dry_run=dry_run, field_manager=manager, applied=applied)
-            return _json_response(self._serve(info, obj), 201)
+            ctx = self._admit_context(raw, "CREATE", dry_run, sub)
+            obj = self.prepare_create(info, ns, _clone(applied), field_manager=manager, applied=applied, admit=ctx)
+            obj = await self.webhooks(ctx, info, obj, None)
+            if not dry_run:
+                obj = self.commit_create(info, obj, field_manager=manager, applied=applied)
+            return _json_response(self._serve(info, obj), 201, ctx.warnings)
         uid = old["metadata"]["uid"]
         new_paths = _leaf_paths({"status": applied.get("status")} if sub == "status" else
                                 {k: v for k, v in applied.items() if not (info.status and k == "status")})
@@ -356,10 +421,13 @@ class RestMixin:
         new_owners = dict(owners)
         new_owners[manager] = new_paths
         entries = [self._managed_entry(info, m, p) for m, p in sorted(new_owners.items())]
-        result = self.update(info, old, merged, sub, dry_run=dry_run, check_rv=True, managed_fields=entries)
+        ctx = self._admit_context(raw, "UPDATE", dry_run, sub)
+        result = await self.write(ctx, info, ns, name, lambda current: self.prepare_update(
+            info, current, merged if current is old else _clone(current), sub, check_rv=True,
+            managed_fields=entries, admit=ctx), retry=False)
         if not dry_run:
             self.managed[uid] = new_owners
-        return _json_response(self._serve(info, result))
+        return _json_response(self._serve(info, result), 200, ctx.warnings)
 
     def scale_of(self, info: ResourceInfo, obj: JSON) -> JSON:
         paths = info.scale or {}

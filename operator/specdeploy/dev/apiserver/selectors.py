@@ -131,3 +131,23 @@ def _set_path(obj: JSON, path: str, value: Any) -> None:
         cur = cur.setdefault(key, {})
     cur[keys[-1]] = value
 
+
+
+def match_label_selector(selector: Any, labels: dict[str, str]) -> bool:
+    """A metav1.LabelSelector object (matchLabels, matchExpressions); empty or None matches all."""
+    if not selector:
+        return True
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+        if op == "In" and labels.get(key) not in values:
+            return False
+        if op == "NotIn" and key in labels and labels[key] in values:
+            return False
+        if op == "Exists" and key not in labels:
+            return False
+        if op == "DoesNotExist" and key in labels:
+            return False
+    return True

@@ -194,6 +194,7 @@ class ApiServer:
 
     async def stop(self) -> None:
         self.emulator.close_watches()
+        await self.emulator._st.admission.close()
         await asyncio.sleep(0)
         await self._runner.cleanup()
         await self.emulator.__aexit__(None, None, None)

@@ -11,7 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 from .common import ApiError, JSON, _FIELDS_IMMUTABLE, _GENERATE_ALPHABET, _NAME_RE, _clone, _meta, _now
 from .faults import FaultInjector
-from .openapi import OpenApiCache
+from . import crdschema
+from .admission import Admission
+from .limits import check_data, check_size
+from .openapi import OpenApiCache, builtin_definition_name, builtin_definitions
 from .patches import _fields_v1, _leaf_paths
 from .resources import _BUILTINS, ResourceInfo
 if TYPE_CHECKING:
@@ -48,6 +51,7 @@ class Store:
         self.faults = FaultInjector(emulator)
         self.resources_generation = 0  # bumped whenever the set of resources or a schema changes
         self.openapi_cache = OpenApiCache()
+        self.admission = Admission(self)
         for g, v, plural, kind, short, namespaced, status, scale, cats in _BUILTINS:
             self.register(ResourceInfo(group=g, version=v, plural=plural, kind=kind, namespaced=namespaced,
                                        short_names=list(short), status=status, scale=scale,
@@ -176,7 +180,13 @@ class Store:
                                 "characters, '-' or '.'")
 
     def create(self, info: ResourceInfo, namespace: str | None, obj: JSON, dry_run: bool = False,
-               field_manager: str | None = None, applied: JSON | None = None) -> JSON:
+               field_manager: str | None = None, applied: JSON | None = None, admit: Any = None) -> JSON:
+        """Prepare (metadata, defaults, schema admission when ``admit`` is given) and store ``obj``."""
+        obj = self.prepare_create(info, namespace, obj, field_manager, applied, admit)
+        return obj if dry_run else self.commit_create(info, obj, field_manager, applied)
+
+    def prepare_create(self, info: ResourceInfo, namespace: str | None, obj: JSON,
+                       field_manager: str | None = None, applied: JSON | None = None, admit: Any = None) -> JSON:
         if not isinstance(obj, dict):
             raise ApiError(400, "the request body is not a JSON object")
         meta = obj.setdefault("metadata", {})
@@ -213,11 +223,23 @@ class Store:
         meta["creationTimestamp"] = _now()
         meta["generation"] = 1
         self._defaults(info, obj)
+        if admit is not None:
+            self.admit_schema(info, obj, admit, None)
+        check_data(info, obj)
         if field_manager and applied is not None:
             paths = _leaf_paths(applied)
             meta["managedFields"] = [self._managed_entry(info, field_manager, paths)]
-        if dry_run:
-            return obj
+        return obj
+
+    def commit_create(self, info: ResourceInfo, obj: JSON, field_manager: str | None = None,
+                      applied: JSON | None = None) -> JSON:
+        meta = obj["metadata"]
+        namespace, name = meta.get("namespace") if info.namespaced else None, meta["name"]
+        self._check_namespace(info, namespace)
+        if (namespace, name) in self.bucket(info).objects:  # created while admission ran
+            raise ApiError(409, f'{info.plural}{"." + info.group if info.group else ""} "{name}" already exists',
+                           reason="AlreadyExists", details={"name": name, "group": info.group, "kind": info.plural})
+        check_size(info, obj)
         rv = self.next_rv()
         meta["resourceVersion"] = str(rv)
         self._store(info, obj)
@@ -231,6 +253,21 @@ class Store:
         if info.storage_key == ("apiextensions.k8s.io", "customresourcedefinitions"):
             self._crd_changed(obj)
         return obj
+
+    def admit_schema(self, info: ResourceInfo, obj: JSON, admit: Any, old: JSON | None) -> None:
+        """Field validation (unknown fields), and for custom resources pruning, defaults, the
+        structural schema and the CEL rules (crdschema.py); raises the real server's errors."""
+        if info.custom and isinstance(info.schema, dict):
+            crdschema.admit_custom(obj, info.schema, info.kind, info.group, info.version, admit.validation,
+                                   admit.warnings, old)
+        elif not info.custom and admit.validation in ("Strict", "Warn"):
+            name = builtin_definition_name(info.group, info.version, info.kind)
+            if name:
+                defs = builtin_definitions()
+                unknown = crdschema.unknown_fields(obj, defs[name], lambda ref: defs.get(ref.rsplit("/", 1)[-1]))
+                if unknown and admit.validation == "Strict":
+                    raise crdschema.strict_error(info.kind, info.version, unknown)
+                admit.warnings.extend(f'unknown field "{p}"' for p in unknown)
 
     def _defaults(self, info: ResourceInfo, obj: JSON) -> None:
         if info.storage_key == ("", "namespaces"):
@@ -250,8 +287,17 @@ class Store:
         return entry
 
     def update(self, info: ResourceInfo, old: JSON, new: JSON, sub: str | None = None,
-               dry_run: bool = False, check_rv: bool = True, managed_fields: list[JSON] | None = None) -> JSON:
+               dry_run: bool = False, check_rv: bool = True, managed_fields: list[JSON] | None = None,
+               admit: Any = None) -> JSON:
         """Store ``new`` in place of ``old``: immutables kept, status isolation, generation, GC."""
+        result = self.prepare_update(info, old, new, sub, check_rv, managed_fields, admit)
+        if dry_run or result is old:
+            return result
+        return self.commit_update(info, old, result)
+
+    def prepare_update(self, info: ResourceInfo, old: JSON, new: JSON, sub: str | None = None,
+                       check_rv: bool = True, managed_fields: list[JSON] | None = None, admit: Any = None) -> JSON:
+        """The object an update would store (``old`` itself for a no-op), without storing it."""
         if not isinstance(new, dict):
             raise ApiError(400, "the request body is not a JSON object")
         old_meta = old["metadata"]
@@ -306,17 +352,23 @@ class Store:
             meta.pop("finalizers", None)
         if info.storage_key == ("apiextensions.k8s.io", "customresourcedefinitions") and sub != "status":
             result["status"] = self._crd_status(result)
+        if admit is not None:
+            self.admit_schema(info, result, admit, old)
+        check_data(info, result)
         if _content(result, info) != _content(old, info):
             meta["generation"] = int(old_meta.get("generation", 1)) + 1
         if result == old:
             return old  # a no-op write: no new resourceVersion, no event (as the real server)
         if managed_fields is not None:
             meta["managedFields"] = managed_fields
-        if dry_run:
-            return result
+        return result
+
+    def commit_update(self, info: ResourceInfo, old: JSON, result: JSON) -> JSON:
+        meta = result["metadata"]
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
             self._index_owners(meta["uid"], old, result)
             return self.remove(info, result)
+        check_size(info, result)
         rv = self.next_rv()
         meta["resourceVersion"] = str(rv)
         self._store(info, result)
