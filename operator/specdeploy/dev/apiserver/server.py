@@ -195,6 +195,7 @@ class ApiServer:
     async def stop(self) -> None:
         self.emulator.close_watches()
         await self.emulator._st.admission.close()
+        await self.emulator._st.gc.stop()
         await asyncio.sleep(0)
         await self._runner.cleanup()
         await self.emulator.__aexit__(None, None, None)
@@ -210,6 +211,7 @@ async def start(port: int = 0, host: str = "127.0.0.1", **options: Any) -> ApiSe
     """Start the stand-in on ``host:port`` (0: a free port). Options go to ``Emulator``."""
     emulator = Emulator(**options)
     await emulator.__aenter__()
+    emulator._st.gc.start()
     server = _LowLevelServer(emulator, handler_cancellation=True, access_log=None)
     runner = aiohttp.web.ServerRunner(server, shutdown_timeout=0.5, handle_signals=False)
     await runner.setup()

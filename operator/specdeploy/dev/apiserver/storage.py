@@ -13,6 +13,7 @@ from .common import ApiError, JSON, _FIELDS_IMMUTABLE, _GENERATE_ALPHABET, _NAME
 from .faults import FaultInjector
 from . import crdschema
 from .admission import Admission
+from .gc import GarbageCollector
 from .limits import check_data, check_size
 from .openapi import OpenApiCache, builtin_definition_name, builtin_definitions
 from .patches import _fields_v1, _leaf_paths
@@ -52,6 +53,8 @@ class Store:
         self.resources_generation = 0  # bumped whenever the set of resources or a schema changes
         self.openapi_cache = OpenApiCache()
         self.admission = Admission(self)
+        self.gc = GarbageCollector(self)
+        self.gc_owners: set[str] = set()  # uids deleted with Foreground or Orphan propagation
         for g, v, plural, kind, short, namespaced, status, scale, cats in _BUILTINS:
             self.register(ResourceInfo(group=g, version=v, plural=plural, kind=kind, namespaced=namespaced,
                                        short_names=list(short), status=status, scale=scale,
@@ -245,6 +248,8 @@ class Store:
         self._store(info, obj)
         self.uids[meta["uid"]] = (info.storage_key, namespace, name)
         self._index_owners(meta["uid"], None, obj)
+        if meta.get("ownerReferences"):
+            self.gc.wake()
         if namespace:
             self.ns_counts[namespace] += 1
         if field_manager and applied is not None:
@@ -373,6 +378,8 @@ class Store:
         meta["resourceVersion"] = str(rv)
         self._store(info, result)
         self._index_owners(meta["uid"], old, result)
+        if meta.get("ownerReferences") != _meta(old).get("ownerReferences"):
+            self.gc.wake()
         self._emit(info, "MODIFIED", result, old, rv)
         if info.storage_key == ("apiextensions.k8s.io", "customresourcedefinitions"):
             self._crd_changed(result)
@@ -399,14 +406,10 @@ class Store:
             self._crd_removed(obj)
         if info.storage_key == ("", "namespaces"):
             self.ns_counts.pop(meta["name"], None)
-        # Garbage collection of dependents (background), then unblock foreground owners.
-        for child_uid in sorted(self.children.pop(uid, set())):
-            self._collect_child(child_uid, uid)
-        for ref in meta.get("ownerReferences") or []:
-            self._owner_maybe_done(ref.get("uid"))
+        self.gc.wake()  # dependents are collected asynchronously (gc.py)
         return obj
 
-    def _lookup_uid(self, uid: str | None) -> tuple[ResourceInfo, JSON] | None:
+    def lookup_uid(self, uid: str | None) -> tuple[ResourceInfo, JSON] | None:
         where = self.uids.get(uid or "")
         if where is None:
             return None
@@ -417,32 +420,6 @@ class Store:
             return None
         info = next((i for i in self.resources.values() if i.storage_key == key), None)
         return (info, obj) if info else None
-
-    def _collect_child(self, child_uid: str, owner_uid: str) -> None:
-        found = self._lookup_uid(child_uid)
-        if found is None:
-            return
-        info, child = found
-        refs = _meta(child).get("ownerReferences") or []
-        remaining = [r for r in refs if r.get("uid") != owner_uid]
-        if any(self._lookup_uid(r.get("uid")) is not None for r in remaining):
-            new = _clone(child)
-            new["metadata"]["ownerReferences"] = remaining
-            self.update(info, child, new, check_rv=False)
-        else:
-            self.delete(info, child, "Background")
-
-    def _owner_maybe_done(self, owner_uid: str | None) -> None:
-        found = self._lookup_uid(owner_uid)
-        if found is None:
-            return
-        info, owner = found
-        meta = _meta(owner)
-        if meta.get("deletionTimestamp") and "foregroundDeletion" in (meta.get("finalizers") or []) \
-                and not self.children.get(owner_uid or ""):
-            new = _clone(owner)
-            new["metadata"]["finalizers"] = [f for f in meta["finalizers"] if f != "foregroundDeletion"]
-            self.update(info, owner, new, check_rv=False)
 
     def _namespace_maybe_gone(self, ns: str) -> None:
         nsobj = self.buckets[("", "namespaces")].objects.get((None, ns))
@@ -464,22 +441,14 @@ class Store:
         if dry_run:
             return obj
         uid = meta["uid"]
-        if policy == "Orphan":
-            for child_uid in sorted(self.children.get(uid, set())):
-                found = self._lookup_uid(child_uid)
-                if found:
-                    cinfo, child = found
-                    new = _clone(child)
-                    new["metadata"]["ownerReferences"] = [r for r in new["metadata"].get("ownerReferences") or []
-                                                          if r.get("uid") != uid]
-                    if not new["metadata"]["ownerReferences"]:
-                        del new["metadata"]["ownerReferences"]
-                    self.update(cinfo, child, new, check_rv=False)
-            self.children.pop(uid, None)
         finalizers = list(meta.get("finalizers") or [])
         is_namespace = info.storage_key == ("", "namespaces")
-        if policy == "Foreground" and self.children.get(uid) and "foregroundDeletion" not in finalizers:
-            finalizers.append("foregroundDeletion")
+        if policy == "Foreground" and "foregroundDeletion" not in finalizers:
+            finalizers.append("foregroundDeletion")  # the collector removes it when the dependents are gone
+            self.gc_owners.add(uid)
+        elif policy == "Orphan" and "orphan" not in finalizers:
+            finalizers.append("orphan")  # the collector removes it once the dependents are orphaned
+            self.gc_owners.add(uid)
         if is_namespace and self.ns_counts.get(meta["name"]):
             if not meta.get("deletionTimestamp"):
                 new = _clone(obj)
@@ -499,12 +468,7 @@ class Store:
         if finalizers:
             new = _clone(obj)
             result = self._mark_deleting(info, obj, new, finalizers)
-            if policy == "Foreground":
-                for child_uid in sorted(self.children.get(uid, set())):
-                    found = self._lookup_uid(child_uid)
-                    if found and not _meta(found[1]).get("deletionTimestamp"):
-                        self.delete(found[0], found[1], "Background")
-                self._owner_maybe_done(uid)
+            self.gc.wake()
             return result
         return self.remove(info, obj)
 
