@@ -105,10 +105,6 @@ class Cluster:
 
     def kubectl(self, *args: str, check: bool = True, input: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
         argv = ["kubectl", "--kubeconfig", self.kubeconfig, *args]
-        if self.embedded and args and args[0] in ("apply", "replace", "create") and "-f" in args + ("",) \
-                or self.embedded and args and args[0] == "apply":
-            # the embedded API server serves no OpenAPI document to validate against
-            argv = ["kubectl", "--kubeconfig", self.kubeconfig, args[0], "--validate=false", *args[1:]]
         p = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=timeout, env=self.env())
         if check and p.returncode != 0:
             raise HarnessError(f"kubectl {' '.join(args)} failed ({p.returncode}): {p.stderr.strip() or p.stdout.strip()}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import json
 import random
 import uuid
 from collections.abc import Iterable
@@ -175,12 +176,16 @@ class Store:
             raise ApiError(400, f"the apiVersion {api_version!r} does not match the group {info.group!r}")
         name = _meta(obj).get("name")
         if not name:
-            raise ApiError(422, f"{info.kind}.{info.group or 'core'} is invalid: metadata.name: Required value",
-                           details={"kind": info.kind, "causes": [{"field": "metadata.name", "reason": "FieldValueRequired"}]})
+            raise crdschema.invalid(info.kind, info.group, "", [crdschema.Cause(
+                "metadata.name", "FieldValueRequired", "Required value: name or generateName is required")])
         if len(name) > 253 or not _NAME_RE.match(name):
-            raise ApiError(422, f'{info.kind} "{name}" is invalid: metadata.name: Invalid value: {name!r}: '
-                                "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
-                                "characters, '-' or '.'")
+            msg = (f"Invalid value: {json.dumps(name)}: a lowercase RFC 1123 subdomain must consist of lower case "
+                   "alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character "
+                   "(e.g. 'example.com', regex used for validation is "
+                   "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")
+            if len(name) > 253:
+                msg = "Invalid value: " + json.dumps(name) + ": must be no more than 253 characters"
+            raise crdschema.invalid(info.kind, info.group, name, [crdschema.Cause("metadata.name", "FieldValueInvalid", msg)])
 
     def create(self, info: ResourceInfo, namespace: str | None, obj: JSON, dry_run: bool = False,
                field_manager: str | None = None, applied: JSON | None = None, admit: Any = None) -> JSON:
