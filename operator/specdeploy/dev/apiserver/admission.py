@@ -62,12 +62,15 @@ def _match_rule(rule: JSON, op: str, info: ResourceInfo, sub: str | None) -> boo
     versions = rule.get("apiVersions") or []
     if "*" not in versions and info.version not in versions:
         return False
-    want = f"{info.plural}/{sub}" if sub else info.plural
     ok = False
     for res in rule.get("resources") or []:
-        plural, _, rsub = res.partition("/")
-        if res == "*/*" or (plural in ("*", info.plural) and (rsub == (sub or "") or rsub == "*")) or res == want:
+        plural, slash, rsub = res.partition("/")
+        if res == "*/*":
             ok = True
+        elif plural in ("*", info.plural):
+            # "x" is the resource itself, "x/*" any of its subresources, "x/status" that one
+            ok = (not slash and sub is None) or (rsub == "*" and sub is not None) or (bool(slash) and rsub == sub)
+        if ok:
             break
     if not ok:
         return False

@@ -103,7 +103,8 @@ class Emulator(kmock.KubernetesEmulator):
                 "history_limit": self.history_limit,
                 "objects": sum(len(b.objects) for b in st.buckets.values()),
                 "watchers": sum(len(b.watchers) for b in st.buckets.values()),
-                "resource_version": st.rv, "faults_pending": len(st.faults.pending())}
+                "resource_version": st.rv, "faults_pending": len(st.faults.pending()),
+                "gc_passes": st.gc.passes, "gc_deleted": st.gc.deleted}
 
     def close_watches(self) -> int:
         return self._signal_watchers("*", None, "end")
