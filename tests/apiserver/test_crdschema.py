@@ -193,3 +193,18 @@ def test_widget_crd_without_schema_constraints_accepts_anything(widgets: Http):
                                  "spec": {"anything": {"goes": 1}}})
     assert status == 201 and body["spec"]["anything"] == {"goes": 1}
     assert WIDGET_CRD["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["x-kubernetes-preserve-unknown-fields"]
+
+
+def test_validation_ratcheting_lets_unchanged_values_through():
+    """CRDValidationRatcheting (beta, on by default since 1.30): an update that leaves an invalid
+    value as it was stored (e.g. after the CRD was tightened) is not refused for it."""
+    stored = crdschema.apply_defaults(cr(speculation={"blockSize": 1}), SCHEMA)
+    update = copy.deepcopy(stored)
+    update["spec"]["replicas"] = 3
+    assert crdschema.validate(update, SCHEMA, stored, True) == []
+    update["spec"]["speculation"]["blockSize"] = 0
+    assert [c.field for c in crdschema.validate(update, SCHEMA, stored, True)] == ["spec.speculation.blockSize"]
+    # Unknown-field checks of an update walk only what changed.
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}}
+    assert crdschema.unknown_fields({"a": "x", "b": 1}, schema, old={"a": "y", "b": 1}) == []
+    assert crdschema.unknown_fields({"a": "x", "b": 2}, schema, old={"a": "x", "b": 1}) == ["b"]

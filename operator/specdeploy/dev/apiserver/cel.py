@@ -21,7 +21,9 @@ Pure: no I/O. Programs are compiled once per rule text.
 
 from __future__ import annotations
 
+import collections
 import functools
+import json
 from typing import Any
 
 import celpy
@@ -133,8 +135,37 @@ def uses_old_self(text: str) -> bool:
     return "oldSelf" in text
 
 
+_RESULTS: collections.OrderedDict[tuple[str, str], Any] = collections.OrderedDict()
+_RESULTS_MAX = 4096
+
+
 def evaluate(text: str, value: Any, old: Any = None, has_old: bool = False) -> Any:
-    """The rule's result (a Python value) with ``self`` (and ``oldSelf`` when ``has_old``)."""
+    """The rule's result (a Python value) with ``self`` (and ``oldSelf`` when ``has_old``).
+
+    Rules are pure functions of their inputs: results of rules without ``oldSelf`` are memoized
+    by (rule, value) in a bounded LRU (the same spec seen again costs one JSON encoding)."""
+    if has_old:
+        return _evaluate(text, value, old, True)
+    key = (text, json.dumps(value, sort_keys=True, separators=(",", ":")))
+    if key in _RESULTS:
+        _RESULTS.move_to_end(key)
+        hit = _RESULTS[key]
+        if isinstance(hit, RuleError):
+            raise hit
+        return hit
+    try:
+        result = _evaluate(text, value, None, False)
+    except RuleError as e:
+        result = e
+    _RESULTS[key] = result
+    if len(_RESULTS) > _RESULTS_MAX:
+        _RESULTS.popitem(last=False)
+    if isinstance(result, RuleError):
+        raise result
+    return result
+
+
+def _evaluate(text: str, value: Any, old: Any, has_old: bool) -> Any:
     program = compile_rule(text)
     activation: JSON = {"self": celpy.json_to_cel(value)}
     if has_old:

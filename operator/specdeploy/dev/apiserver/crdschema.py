@@ -98,11 +98,31 @@ def _deref(schema: Any, resolve: Resolver | None) -> JSON:
 
 # ------------------------------------------------------------------ 1. unknown fields / pruning
 
+_UNSET: Any = object()
+
+
 def unknown_fields(obj: Any, schema: JSON, resolve: Resolver | None = None, prune: bool = False,
-                   root: bool = True, path: list[str] | None = None) -> list[str]:
+                   root: bool = True, path: list[str] | None = None, old: Any = _UNSET) -> list[str]:
     """Dotted paths of fields the schema does not declare (``x-kubernetes-preserve-unknown-fields``
-    and ``additionalProperties`` allow them); with ``prune`` they are also removed from ``obj``."""
+    and ``additionalProperties`` allow them); with ``prune`` they are also removed from ``obj``.
+    With ``old`` (an update), parts equal to the stored object are not walked again."""
     path = path or []
+    if old is not _UNSET and not prune:
+        if obj == old:
+            return []
+        if isinstance(obj, dict) and isinstance(old, dict):
+            schema = _deref(schema, resolve)
+            props = schema.get("properties") or {}
+            addl = schema.get("additionalProperties")
+            found: list[str] = []
+            for key, value in obj.items():
+                if key in old and old[key] == value:
+                    continue
+                sub = {"properties": {key: props[key]}} if key in props else \
+                    {"properties": {}, "additionalProperties": addl} if addl is not None else \
+                    {"properties": {k: v for k, v in props.items()}, **{k: v for k, v in schema.items() if k.startswith("x-")}}
+                found += unknown_fields({key: value}, sub, resolve, False, root, path)
+            return found
     schema = _deref(schema, resolve)
     found: list[str] = []
     if isinstance(obj, dict):
@@ -189,6 +209,8 @@ def validate(obj: Any, schema: JSON, old: Any = None, has_old: bool = False) -> 
 def _validate(value: Any, schema: JSON, path: list[str], causes: list[Cause], old: Any, has_old: bool) -> None:
     if not isinstance(schema, dict):
         return
+    if has_old and path and value == old and not _has_transition_rules(schema):
+        return  # validation ratcheting (CRDValidationRatcheting, on since 1.30): an unchanged value passes
     where = _path(path)
     body = f"{where or 'body'} in body" if where else "body"
     type_ = schema.get("type")
@@ -292,6 +314,21 @@ def _validate(value: Any, schema: JSON, path: list[str], causes: list[Cause], ol
 
 
 _MISSING = object()
+
+
+def _has_transition_rules(schema: JSON) -> bool:
+    """Whether a transition rule sits at or below this schema node (those must still run)."""
+    key = id(schema)
+    hit = _TRANSITION_CACHE.get(key)
+    if hit is None or hit[0] is not schema:
+        found = "oldSelf" in json.dumps(schema)
+        if len(_TRANSITION_CACHE) > 100_000:
+            _TRANSITION_CACHE.clear()
+        _TRANSITION_CACHE[key] = hit = (schema, found)
+    return hit[1]
+
+
+_TRANSITION_CACHE: dict[int, tuple[JSON, bool]] = {}
 
 
 def _correlate_list(old: Any, new: list[Any], schema: JSON) -> dict[int, Any]:

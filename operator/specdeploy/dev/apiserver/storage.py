@@ -274,7 +274,9 @@ class Store:
             name = builtin_definition_name(info.group, info.version, info.kind)
             if name:
                 defs = builtin_definitions()
-                unknown = crdschema.unknown_fields(obj, defs[name], lambda ref: defs.get(ref.rsplit("/", 1)[-1]))
+                resolve = lambda ref: defs.get(ref.rsplit("/", 1)[-1])  # noqa: E731
+                unknown = crdschema.unknown_fields(obj, defs[name], resolve) if old is None else \
+                    crdschema.unknown_fields(obj, defs[name], resolve, old=old)
                 if unknown and admit.validation == "Strict":
                     raise crdschema.strict_error(info.kind, info.version, unknown)
                 admit.warnings.extend(f'unknown field "{p}"' for p in unknown)
