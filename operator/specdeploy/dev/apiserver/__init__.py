@@ -1,96 +1,67 @@
 """The embedded Kubernetes API server ("stand-in") for the demo and the operator/e2e tests.
 
-It is ``kmock.KubernetesEmulator`` (kmock==0.8, by kopf's author) with a shim that replaces its
-request path and its object store, because raw kmock 0.8 breaks kubectl and kopf and slows down
-linearly with traffic. One file on purpose: everything that leans on kmock lives here.
+``specdeploy dev apiserver --kubeconfig PATH`` serves it; kubectl (validation on), Helm 3 and 4,
+the kubernetes client, kopf and the real operator use it as a cluster. It is
+``kmock.KubernetesEmulator`` (kmock==0.8, by kopf's author) with its request path and object store
+replaced. docs/how-to/develop-locally.md says what it does and does not do, for users.
 
-What the shim fixes (numbered as in the test-stack reference, "The stand-in API server needs a shim"):
+Modules, one concern each (each with its tests under tests/apiserver/):
 
-1. POSTing (or applying/patching) a CRD registers its resource for every served version: group,
-   version, plural, kind, listKind, singular, shortNames, categories, scope, verbs, the status
-   and scale subresources and additionalPrinterColumns (served as server-side Tables for
-   ``kubectl get``). The CRD gets Established/NamesAccepted conditions. Deleting it removes the
-   resource and all its objects.
-2. ``GET /api/v1`` is an APIResourceList with ``groupVersion: v1`` (plus ``<plural>/status`` and
-   ``<plural>/scale`` entries), so kubectl finds the core resources.
-3. ``/api/v1/namespaces`` and ``/api/v1/namespaces/<name>[/status]`` are the Namespace resource,
-   parsed by our own path parser (kmock's returns 500).
-4. Lists carry ``kind: <Kind>List``, ``apiVersion`` and a numeric ``metadata.resourceVersion``.
-5. Objects get their namespace from the URL, a uid, a global monotonic resourceVersion,
-   creationTimestamp, ``generation`` (1 on create; +1 when anything outside metadata changes,
-   status excluded for resources with a status subresource, as the real server does; +1 when
-   deletionTimestamp is set), and ``generateName`` (5 random characters, as the real server).
-6. Watches are ``application/json`` chunked, one JSON event per line.
-7. No watch race: the snapshot and the subscription happen in one synchronous step on the event
-   loop, so no event can fall in between. ``resourceVersion`` is honoured (events after it are
-   replayed from a per-resource event log; too old -> ERROR 410 Expired), ``timeoutSeconds`` ends
-   the stream cleanly. Events are ADDED/MODIFIED/DELETED only (no BOOKMARKs, except the
-   ``k8s.io/initial-events-end`` one a client asks for with ``sendInitialEvents=true``); an
-   object that starts/stops matching a label or field selector is sent as ADDED/DELETED.
-8. A failed JSON-patch ``test`` op (and any invalid JSON patch) is 422 Unprocessable Entity.
-9. Trailing slashes are ignored (``/version/``); PUT replaces (409 on a resourceVersion
-   mismatch); ``?dryRun=All`` computes and returns the result without storing it, bumping the
-   resourceVersion or notifying watchers; label selectors (``=``, ``==``, ``!=``, ``in``,
-   ``notin``, ``key``, ``!key``) and field selectors (``=``, ``==``, ``!=`` on any dotted path,
-   e.g. ``metadata.name``, ``metadata.namespace``, ``involvedObject.uid``) on list, watch and
-   deletecollection.
+- ``server``: the Emulator (the kmock subclass; every kmock private name is used here), start/stop,
+  ``serve_in_thread``, ``write_kubeconfig``, the CLI.
+- ``storage``: the indexed store and object semantics: create/update/delete as prepare + commit,
+  metadata (uid, resourceVersion, generation, generateName), status isolation, finalizers,
+  namespaces, CRD registration, field and schema admission hooks.
+- ``rest``: routing, discovery, verbs, content negotiation (JSON, YAML, protobuf bodies, Tables),
+  patches, server-side apply, scale, dry runs, warnings, the order of admission.
+- ``watch``: watch streams (resourceVersion replay, 410 Expired, bookmarks, selector transitions).
+- ``openapi``: OpenAPI v3 and v2 from the upstream schemas (kubernetes-validate) and CRD schemas.
+- ``protobuf``: the protobuf wire format: request bodies of core kinds, the v2 document.
+- ``crdschema`` and ``cel``: structural schema (unknown fields, pruning, defaults, validation with
+  the real server's messages, ratcheting) and ``x-kubernetes-validations`` with cel-python.
+- ``admission``: Mutating/ValidatingWebhookConfigurations called over HTTPS.
+- ``limits``: request (3 MiB), ConfigMap/Secret data (1 MiB) and object (1.5 MiB) limits.
+- ``gc``: the asynchronous garbage collector (background, foreground, orphan, dangling owners).
+- ``selectors``, ``patches``, ``faults``, ``resources``, ``common``: selectors and JSONPath,
+  merge/strategic/JSON patch and SSA helpers, fault injection, built-in kinds, errors.
 
-Also: status subresource isolation (writes to ``/status`` change only ``.status``; writes to the
-main resource keep the stored ``.status`` when the resource has a status subresource, and a create
-drops it), the scale subresource (autoscaling/v1 Scale), merge patch (RFC 7386), strategic merge
-patch (merge patch plus merging of the usual keyed lists: containers/env/volumes by name,
-volumeMounts by mountPath, ports by containerPort/port, conditions by type, and ``$patch``/
-``$setElementOrder``/``$retainKeys``/``$deleteFromPrimitiveList`` directives; 415 for custom
-resources, like the real server), JSON patch (RFC 6902), server-side apply, DELETE with
-finalizers (deletionTimestamp, removal when the last finalizer goes), deletion preconditions,
-cascading deletion through ownerReferences (Background, Foreground via the
-``foregroundDeletion`` finalizer, Orphan), deletecollection, namespace deletion (its objects go,
-then the namespace), 404 for objects in a missing namespace and 403 in a terminating one,
-discovery (``/api``, ``/apis``, ``/apis/<group>``, ``/apis/<group>/<version>``), ``/version``,
-``/healthz``, ``/livez``, ``/readyz``, both core v1 and ``events.k8s.io/v1`` Events, and the
-``default``, ``kube-system`` and ``kube-public`` namespaces seeded at start.
+What the original shim fixed in raw kmock 0.8 (numbered as in the test-stack reference; one test
+each in tests/apiserver/test_defects.py, a strict xfail against raw kmock):
 
-Simplifications (deliberate; say so when a test depends on them):
+1. POSTing (or applying/patching) a CRD registers its resource for every served version (names,
+   scope, verbs, status and scale subresources, printer columns, the schema); Established and
+   NamesAccepted conditions; deleting it removes the resource and its objects.
+2. ``GET /api/v1`` is an APIResourceList with ``groupVersion: v1``.
+3. ``/api/v1/namespaces[/<name>[/status]]`` is the Namespace resource.
+4. Lists carry ``kind``, ``apiVersion`` and a numeric ``metadata.resourceVersion``.
+5. Objects get their namespace from the URL, a uid, a global resourceVersion, creationTimestamp,
+   ``generation`` (+1 when anything outside metadata and status changes) and ``generateName``.
+6. Watches are ``application/json`` chunked, one event per line.
+7. No watch race (snapshot and subscription in one step); ``resourceVersion`` replays from an
+   event log (too old: ERROR 410); ``timeoutSeconds`` ends the stream.
+8. A failed JSON-patch ``test`` op (any invalid JSON patch) is 422.
+9. Trailing slashes, PUT (409 on a stale resourceVersion), ``?dryRun=All``, label and field
+   selectors on list, watch and deletecollection.
 
-- Server-side apply: a PATCH with ``application/apply-patch+yaml`` creates the object when absent,
-  otherwise merges the applied configuration (keyed lists merged as in strategic merge patch) and
-  removes the fields that the same ``fieldManager`` applied last time but no longer applies (unless
-  another apply manager still applies them). Field ownership is tracked per manager as a set of
-  leaf paths (lists are leaves); conflicts between managers are never reported, so ``force``
-  changes nothing. ``managedFields`` is filled for Apply operations only.
-- No OpenAPI (``/openapi/v2`` and ``/openapi/v3`` are 404): kubectl needs ``--validate=false``.
-  No protobuf, no CRD schema validation/defaulting/pruning, no conversion between versions (versions
-  of a CRD share one storage, objects are served with the requested apiVersion), no admission
-  webhooks, no RBAC, no authentication (any token works), no controllers (Deployments never get
-  pods; tests patch ``/status`` like controller tests on a bare API server), no ``limit``/
-  ``continue`` paging (lists are always complete, which clients accept), no graceful pod deletion.
-- The garbage collector runs synchronously inside the DELETE that removes an owner; owners are
-  matched by uid only and dangling ownerReferences are not collected.
+Simplifications (deliberate; docs/how-to/develop-locally.md lists them for users): no controllers,
+scheduler or kubelet; no authentication or RBAC; no CRD version conversion (versions share one
+storage); no paging; server-side apply never reports conflicts; protobuf bodies for the kinds in
+``protobuf.KINDS`` only; schema validation runs before mutating webhooks; no webhook
+``matchConditions``; Endpoints are written by whoever plays the controller.
 
-Scale: kmock 0.8 records every request and evaluates its filter DSL over that whole history on
-each request. Here the history is a ``deque(maxlen=history_limit)`` (default 64, 0 disables it),
-the DSL is consulted only when a test added its own reactions (``emulator['get /x'] << ...``),
-and objects live in a per-resource index: ``{(group, plural): bucket}`` where a bucket holds
-``{(namespace, name): object}`` plus ``{namespace: {name: object}}`` and its event log. Versions
-of one resource share a bucket, as they share storage on a real cluster. Stored objects are never
-mutated in place: each write stores a new dict, so watch events can reference them safely.
+Scale: kmock records every request and evaluates its DSL over that history; here the history is a
+``deque(maxlen=history_limit)`` (default 64, 0 disables it), the DSL is consulted only when a test
+added reactions (``emulator['get /x'] << ...``), and objects live in a per-resource index. Stored
+objects are never mutated in place (each write stores a new dict), so watch events can share them.
 
-Fault injection: ``emulator.faults.add(verb=..., resource=..., name=..., status=..., count=N)``
-in-process, or ``POST /_specdeploy/faults`` with the same JSON over HTTP (see ``Fault``), plus
-``POST /_specdeploy/watches/drop`` and ``/_specdeploy/watches/expire`` for open watches, and
-``GET /_specdeploy/stats``.
+Fault injection: ``emulator.faults.add(verb=..., resource=..., status=..., count=N)`` in-process,
+or ``POST /_specdeploy/faults`` with the same JSON, plus ``POST /_specdeploy/watches/drop`` and
+``/_specdeploy/watches/expire``, and ``GET /_specdeploy/stats``.
 
-kmock private names this module relies on (hence ``kmock==0.8`` exactly in pyproject.toml):
-
-- ``kmock._internal.apps.RawHandler._handle``: runs test-defined DSL reactions (only when a test
-  added some); it raises ``NotImplementedError`` when none matches.
-- ``kmock._internal.dsl.Root._requests`` (replaced by a bounded deque) and ``Root._payloads``
-  (read to know whether any reactions exist).
-- ``KubernetesEmulator.__attrs_post_init__`` is deliberately NOT called: it would register
-  kmock's own fallback reactions, which this shim replaces.
-- ``attrs.define`` slotted classes: the subclass declares its fields with attrs too.
-Public names used: ``kmock.KubernetesEmulator``, ``kmock.Request``, ``kmock.resource``,
-``kmock.method``, ``kmock.action``.
+kmock private names relied on (hence ``kmock==0.8`` exactly in pyproject.toml), all in server.py:
+``kmock._internal.apps.RawHandler._handle`` (test-defined reactions), ``kmock._internal.dsl.Root.
+_requests`` (replaced by a bounded deque) and ``Root._payloads``; ``KubernetesEmulator.
+__attrs_post_init__`` is deliberately not called; ``attrs.define`` slotted classes.
 
 Entry points: ``await start(port=0)`` -> ``ApiServer`` (``.url``, ``.port``, ``.emulator``,
 ``await .stop()``); ``serve_in_thread()`` -> ``ThreadedApiServer`` for synchronous tests;
