@@ -225,7 +225,7 @@ class Admission:
                 self._session = aiohttp.ClientSession()
             sep = "&" if "?" in url else "?"
             async with self._session.post(f"{url}{sep}timeout={timeout}s", json=self.review(ctx, info, obj, old),
-                                          ssl=sslctx if url.startswith("https://") else None,
+                                          ssl=sslctx,
                                           server_hostname=server_name,
                                           timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
                 if resp.status != 200:
