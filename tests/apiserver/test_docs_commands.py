@@ -61,7 +61,10 @@ NEEDS_INSTALL = {"docs/concepts/status-conditions.md", "docs/how-to/troubleshoot
 # upgrade.md: "Roll back" follows the plain upgrade; the crds.install=false path comes last (Helm
 # itself refuses to roll back across the switch to crds.install=false: the CRD is no longer in the
 # current release, "no CustomResourceDefinition with the name ... found", on any cluster).
-ORDER = {"docs/how-to/upgrade.md": [
+ORDER = {"docs/getting-started.md": [  # the demo's description comes first in the prose, the install later
+    "kubectl apply -f crds/", ".venv/bin/specdeploy crd | kubectl apply -f -", "kubectl apply -k examples/<name>",
+    "kubectl get specdeploy -o wide",
+], "docs/how-to/upgrade.md": [
     "helm upgrade specdeploy charts/specdeploy -n specdeploy-system --reuse-values",
     "kubectl -n specdeploy-system rollout status deployment/specdeploy",
     "kubectl get specdeploy -A",
