@@ -1,9 +1,9 @@
 """The webhook as served by a real `specdeploy operator run` process against the embedded API server.
 
-The embedded API server does not call admission webhooks, so the tests play its part: they
-POST AdmissionReview v1 requests over HTTPS to the operator's port, verifying the served
-certificate against the CA that the operator wrote into the webhook configurations' caBundle
-(for the Service's DNS name), and store what the API server would store.
+The tests POST AdmissionReview v1 requests over HTTPS to the operator's port themselves, verifying
+the served certificate against the CA that the operator wrote into the webhook configurations'
+caBundle (for the Service's DNS name). The embedded API server calls the same webhooks on writes
+(the webhook Service's Endpoints point at the operator's port, as the endpoints controller would).
 """
 
 from __future__ import annotations
@@ -130,6 +130,14 @@ def env():
         cluster.apply_crds()
         cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OP_NS}}))
         e = Env(cluster)
+        for path, obj in ((f"/api/v1/namespaces/{OP_NS}/services", {
+                "apiVersion": "v1", "kind": "Service", "metadata": {"name": SERVICE},
+                "spec": {"ports": [{"name": "webhook", "port": 443, "targetPort": "webhook"}]}}),
+                (f"/api/v1/namespaces/{OP_NS}/endpoints", {
+                    "apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": SERVICE},
+                    "subsets": [{"addresses": [{"ip": "127.0.0.1"}], "ports": [{"name": "webhook", "port": e.port}]}]})):
+            st, body = e.api("POST", path, obj)
+            assert st == 201, body
         for kind, wh in (("ValidatingWebhookConfiguration", "validate"), ("MutatingWebhookConfiguration", "mutate")):
             plural = kind.lower() + "s"
             st, body = e.api("POST", f"{ADM}/{plural}", _configuration(kind, wh))

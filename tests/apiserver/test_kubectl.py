@@ -1,4 +1,4 @@
-"""Real kubectl against the stand-in (kubectl needs --validate=false: the stand-in has no OpenAPI)."""
+"""Real kubectl against the stand-in (validation on: the stand-in serves OpenAPI v2 and v3)."""
 
 from __future__ import annotations
 
@@ -23,11 +23,11 @@ spec:
 
 def test_apply_get_describe_patch_delete(kubectl, tmp_path):
     (tmp_path / "crd.yaml").write_text(yaml.safe_dump(WIDGET_CRD))
-    kubectl("apply", "--validate=false", "-f", str(tmp_path / "crd.yaml"))
+    kubectl("apply", "-f", str(tmp_path / "crd.yaml"))
     kubectl("wait", "--for=condition=Established", "crd/widgets.test.specdeploy.io", "--timeout=10s")
     (tmp_path / "w.yaml").write_text(WIDGET_YAML)
-    assert "widget.test.specdeploy.io/w1 created" in kubectl("apply", "--validate=false", "-f", str(tmp_path / "w.yaml")).stdout
-    assert "unchanged" in kubectl("apply", "--validate=false", "-f", str(tmp_path / "w.yaml")).stdout
+    assert "widget.test.specdeploy.io/w1 created" in kubectl("apply", "-f", str(tmp_path / "w.yaml")).stdout
+    assert "unchanged" in kubectl("apply", "-f", str(tmp_path / "w.yaml")).stdout
 
     table = kubectl("get", "widgets").stdout.splitlines()
     assert table[0].split() == ["NAME", "SIZE", "PHASE", "AGE"] and table[1].split()[:2] == ["w1", "3"]
@@ -50,7 +50,7 @@ def test_apply_get_describe_patch_delete(kubectl, tmp_path):
     described = kubectl("describe", "widget", "w1").stdout
     assert "Name:" in described and "w1" in described and "Ready" in described
 
-    dry = kubectl("apply", "--validate=false", "--dry-run=server", "-f", "-", stdin=WIDGET_YAML.replace("w1", "w2")).stdout
+    dry = kubectl("apply", "--dry-run=server", "-f", "-", stdin=WIDGET_YAML.replace("w1", "w2")).stdout
     assert "(server dry run)" in dry
     assert kubectl("get", "widget", "w2", check=False).returncode != 0
 
@@ -59,11 +59,12 @@ def test_apply_get_describe_patch_delete(kubectl, tmp_path):
 
 
 def test_server_side_apply_and_real_crd(kubectl, tmp_path):
-    kubectl("apply", "--server-side", "--validate=false", "-f", str(REAL_CRD))
+    kubectl("apply", "--server-side", "-f", str(REAL_CRD))
     kubectl("wait", "--for=condition=Established", "crd/speculativedeployments.specdeploy.io", "--timeout=10s")
-    sd = {"apiVersion": "specdeploy.io/v1alpha1", "kind": "SpeculativeDeployment",
-          "metadata": {"name": "demo"}, "spec": {"replicas": 1, "engine": {"name": "sglang"}}}
-    kubectl("apply", "--server-side", "--validate=false", "-f", "-", stdin=json.dumps(sd))
+    sd = yaml.safe_load((REAL_CRD.parents[1] / "examples" / "kimi-k2.6-rtx-pro-6000-sglang" /
+                         "speculativedeployment.yaml").read_text())
+    sd["metadata"] = {"name": "demo"}
+    kubectl("apply", "--server-side", "-f", "-", stdin=json.dumps(sd))
     out = kubectl("get", "specdeploy").stdout.splitlines()
     assert out[0].split()[:3] == ["NAME", "ENGINE", "TARGET"] and out[1].split()[:2] == ["demo", "sglang"]
     managed = json.loads(kubectl("get", "specdeploy", "demo", "-o", "json", "--show-managed-fields").stdout)
@@ -72,7 +73,7 @@ def test_server_side_apply_and_real_crd(kubectl, tmp_path):
 
 def test_configmap_get_watch_and_wait(kubectl, tmp_path):
     cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"k": "v"}}
-    kubectl("apply", "--validate=false", "-f", "-", stdin=json.dumps(cm))
+    kubectl("apply", "-f", "-", stdin=json.dumps(cm))
     cmd = [KUBECTL, "--kubeconfig", str(tmp_path / "kubeconfig"), "--cache-dir", str(tmp_path / "kube-cache"),
            "get", "configmaps", "-w", "-o", "name", "--request-timeout=4s"]
     watcher = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -100,8 +101,8 @@ def test_configmap_get_watch_and_wait(kubectl, tmp_path):
 
 
 def test_namespaces_and_events(kubectl):
-    kubectl("create", "namespace", "team-b", check=False)  # protobuf body: may be refused (documented)
-    kubectl("apply", "--validate=false", "-f", "-", stdin='{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"team-c"}}')
+    kubectl("create", "namespace", "team-b")  # a protobuf body (kubectl's typed client)
+    kubectl("apply", "-f", "-", stdin='{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"team-c"}}')
     names = kubectl("get", "namespaces", "-o", "name").stdout.split()
     assert "namespace/team-c" in names and "namespace/default" in names
     wait_for(lambda: "Active" in kubectl("get", "ns", "team-c").stdout, timeout=5)

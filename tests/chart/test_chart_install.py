@@ -1,9 +1,9 @@
 """Install test: `helm template | kubectl apply` into the embedded API server, then the operator started with the
 rendered Deployment's own arguments and environment reconciles an example.
 
-The embedded API server runs no pods, admission webhooks or RBAC, and `helm install` cannot talk to it
-(protobuf bodies), so the chart is applied with kubectl and the operator runs as a local process with
-the container's args; only in-cluster values are replaced (ports: free local ones; the kubeconfig).
+The embedded API server runs no pods and enforces no RBAC, so the operator runs as a local process with
+the container's args (only in-cluster values are replaced: ports are free local ones; the kubeconfig), and
+the test plays the endpoints controller for the webhook Service, which the API server then calls.
 """
 
 from __future__ import annotations
@@ -93,6 +93,11 @@ def test_helm_template_kubectl_apply_then_the_operator_reconciles(tmp_path):
                 wait_for(lambda: all(w.get("clientConfig", {}).get("caBundle") == secret["data"]["ca.crt"]
                                      for w in cluster.get_json(kind, "specdeploy")["webhooks"]), 30, f"caBundle of {kind}")
 
+            # the endpoints controller's part: the webhook Service's Endpoints are the operator's port
+            svc = one(objs, "ValidatingWebhookConfiguration")["webhooks"][0]["clientConfig"]["service"]
+            cluster.kubectl("apply", "-f", "-", input=json.dumps({
+                "apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": svc["name"], "namespace": svc["namespace"]},
+                "subsets": [{"addresses": [{"ip": "127.0.0.1"}], "ports": [{"name": "webhook", "port": ports["webhook"]}]}]}))
             cluster.kubectl("apply", "-n", WATCHED, "-k", str(EXAMPLE))
             cluster.wait_condition("qwen36-27b", "DrafterCompatible", "True", timeout=60, namespace=WATCHED)
             dep = cluster.get_json("deployment", "qwen36-27b", "-n", WATCHED)

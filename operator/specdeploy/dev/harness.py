@@ -105,10 +105,6 @@ class Cluster:
 
     def kubectl(self, *args: str, check: bool = True, input: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
         argv = ["kubectl", "--kubeconfig", self.kubeconfig, *args]
-        if self.embedded and args and args[0] in ("apply", "replace", "create") and "-f" in args + ("",) \
-                or self.embedded and args and args[0] == "apply":
-            # the embedded API server serves no OpenAPI document to validate against
-            argv = ["kubectl", "--kubeconfig", self.kubeconfig, args[0], "--validate=false", *args[1:]]
         p = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=timeout, env=self.env())
         if check and p.returncode != 0:
             raise HarnessError(f"kubectl {' '.join(args)} failed ({p.returncode}): {p.stderr.strip() or p.stdout.strip()}")
@@ -157,6 +153,49 @@ class Cluster:
             stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env={**self.env(), **(extra_env or {})})
         self._operator_logfile = log
         wait_for(lambda: self.operator_metrics() is not None, 60, "the operator's /metrics endpoint")
+        return self.operator
+
+    def play_operator_pod(self, namespace: str, deployment: str, *, extra_env: dict[str, str] | None = None,
+                          timeout: float = 60) -> subprocess.Popen:
+        """Play the kubelet and the endpoints controller for an installed operator Deployment (the
+        chart's): run its container's args as a local ``specdeploy`` process (ports rewritten to
+        free loopback ports, ``--kubeconfig`` added, ``POD_NAMESPACE`` set as the Downward API
+        would), and write the Endpoints of its webhook Service so the API server reaches it.
+        The embedded cluster runs no pods; on a real cluster use the Deployment itself."""
+        if not self.embedded:
+            raise HarnessError("play_operator_pod is for the embedded API server (a real cluster runs the pod)")
+        dep = self.get_json("deployment", deployment, "-n", namespace)
+        container = dep["spec"]["template"]["spec"]["containers"][0]
+        args = list(container.get("args") or [])
+        ports: dict[str, int] = {}
+
+        def rewrite(flag: str, make: Callable[[int], str], name: str) -> None:
+            if flag in args:
+                i = args.index(flag)
+                ports[name] = free_port()
+                args[i + 1] = make(ports[name])
+
+        rewrite("--metrics-port", str, "metrics")
+        rewrite("--webhook-port", str, "webhook")
+        rewrite("--liveness", lambda p: f"http://127.0.0.1:{p}/healthz", "health")
+        self.stop_operator()
+        self.operator_metrics_port = ports.get("metrics")
+        log = open(self.operator_log, "a")
+        env = {**self.env(), "POD_NAMESPACE": namespace, **(extra_env or {})}
+        self.operator = subprocess.Popen([str(BIN / "specdeploy"), *args, "--kubeconfig", self.kubeconfig],
+                                         stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+        self._operator_logfile = log
+        if "--webhook-service" in args and "webhook" in ports:
+            svc = args[args.index("--webhook-service") + 1].split(".")[0]
+            service = self.get_json("service", svc, "-n", namespace)
+            names = [p.get("name") for p in service["spec"].get("ports") or [] if p.get("name")]
+            endpoints = {"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": svc, "namespace": namespace},
+                         "subsets": [{"addresses": [{"ip": "127.0.0.1"}],
+                                      "ports": [{"name": n, "port": ports["webhook"], "protocol": "TCP"} for n in names]
+                                      or [{"port": ports["webhook"], "protocol": "TCP"}]}]}
+            self.kubectl("apply", "-f", "-", input=json.dumps(endpoints))
+        if "metrics" in ports:
+            wait_for(lambda: self.operator_metrics() is not None, timeout, "the operator's /metrics endpoint")
         return self.operator
 
     def stop_operator(self, kill: bool = False) -> None:

@@ -1,0 +1,113 @@
+"""The chart's admission path on the embedded cluster: `helm template charts/specdeploy | kubectl
+apply -f -`, the operator run with the rendered Deployment's own args (the harness plays the
+kubelet and the endpoints controller), then every CR of the negative set refused by `kubectl apply`
+with the message a real API server + our webhook give: schema (OpenAPI), CEL
+(x-kubernetes-validations) and webhook (drafter/target check) refusals.
+
+Embedded only: on a real cluster the operator runs as the chart's pod from its image.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+
+import pytest
+
+from e2e_support import QWEN, ROOT, Cluster, embedded_only, example_cr, example_doc, configmap, new_cluster, \
+    stop_cluster, wait_for
+from e2e_support import diagnostics_on_failure  # noqa: F401  (autouse fixture)
+
+HELM = ROOT / ".venv" / "tools" / "helm3"
+RELEASE_NS = "specdeploy-system"
+
+pytestmark = [embedded_only, pytest.mark.skipif(not HELM.exists(), reason="helm3 is installed by .ci/setup")]
+
+
+@pytest.fixture(scope="module")
+def chart_cluster():
+    c = new_cluster("admission-chart", operator=False)
+    try:
+        c.kubectl("create", "namespace", RELEASE_NS)
+        rendered = subprocess.run([str(HELM), "template", "specdeploy", str(ROOT / "charts" / "specdeploy"),
+                                   "-n", RELEASE_NS], capture_output=True, text=True, timeout=60, check=True).stdout
+        c.kubectl("apply", "-n", RELEASE_NS, "-f", "-", input=rendered)  # validation on: the cluster serves OpenAPI
+        yield c
+    finally:
+        stop_cluster(c)
+
+
+def _apply(c: Cluster, doc: dict) -> subprocess.CompletedProcess:
+    return c.kubectl("apply", "-n", c.namespace, "-f", "-", input=json.dumps(doc), check=False)
+
+
+def _variant(name: str, change) -> dict:
+    doc = example_cr(QWEN, name)
+    change(doc["spec"])
+    return doc
+
+
+def test_no_operator_means_failed_webhook_call(chart_cluster):
+    """failurePolicy Fail and no endpoints: refused as on a cluster whose operator is down."""
+    p = _apply(chart_cluster, example_cr(QWEN, "early"))
+    assert p.returncode != 0
+    assert 'failed calling webhook "mutate.specdeploy.io"' in p.stderr
+    assert 'no endpoints available for service "specdeploy-webhook"' in p.stderr
+
+
+NEGATIVE = [
+    ("block-one", lambda s: s.setdefault("speculation", {}).update(blockSize=1),
+     'The SpeculativeDeployment "block-one" is invalid: spec.speculation.blockSize: Invalid value: 1: '
+     "spec.speculation.blockSize in body should be greater than or equal to 2"),
+    ("window-below-block", lambda s: s.setdefault("speculation", {}).update(blockSize=16, draftWindow=8),
+     'The SpeculativeDeployment "window-below-block" is invalid: spec.speculation.draftWindow: '
+     'Invalid value: "object": draftWindow must be >= blockSize'),
+    ("gpus-per-node", lambda s: (s["gpu"].update(count=3), s.update(nodes=2)),
+     'The SpeculativeDeployment "gpus-per-node" is invalid: spec.gpu.count: Invalid value: "object": '
+     "gpu.count (GPUs per replica) must be a multiple of nodes"),
+    ("ddtree-on-dflash", lambda s: s.setdefault("speculation", {}).update(method="dflash", ddtree={"budget": 8}),
+     'The SpeculativeDeployment "ddtree-on-dflash" is invalid: spec.speculation.ddtree: Invalid value: "object": '
+     "ddtree settings apply only to method ddtree"),
+    ("bad-engine", lambda s: s["engine"].update(name="tgi"),
+     'The SpeculativeDeployment "bad-engine" is invalid: spec.engine.name: Unsupported value: "tgi": '
+     'supported values: "sglang", "vllm"'),
+]
+
+
+def test_operator_webhooks_and_the_negative_set(chart_cluster):
+    c = chart_cluster
+    c.play_operator_pod(RELEASE_NS, "specdeploy")
+    wait_for(lambda: c.get_json("validatingwebhookconfiguration", "specdeploy")["webhooks"][0]
+             ["clientConfig"].get("caBundle"), 60, "the operator to publish its caBundle")
+    wait_for(lambda: c.get_json("mutatingwebhookconfiguration", "specdeploy")["webhooks"][0]
+             ["clientConfig"].get("caBundle"), 60, "the operator to publish its caBundle (mutating)")
+    target, drafter = example_doc(QWEN, "target"), example_doc(QWEN, "drafter")
+    for doc in (configmap("qwen36-27b-target-config", target), configmap("qwen36-27b-drafter-config", drafter)):
+        c.kubectl("apply", "-n", c.namespace, "-f", "-", input=json.dumps(doc))
+
+    ok = _apply(c, example_cr(QWEN, "good"))
+    assert ok.returncode == 0, ok.stderr
+    applied = c.get_json("specdeploy", "good", "-n", c.namespace)
+    # Defaults: the CRD's (schema) and the mutating webhook's.
+    assert applied["spec"]["replicas"] == 1 and applied["spec"]["nodes"] == 1
+
+    for name, change, message in NEGATIVE:
+        p = _apply(c, _variant(name, change))
+        assert p.returncode != 0, f"{name} was accepted"
+        assert p.stderr.strip() == message, p.stderr
+
+    # The webhook: a drafter that does not fit its target (the drafter's config read as the target's).
+    wrong = example_cr(QWEN, "wrong-pair", target_cm="qwen36-27b-drafter-config")
+    p = _apply(c, wrong)
+    assert p.returncode != 0
+    assert p.stderr.startswith('The SpeculativeDeployment "wrong-pair" is invalid:'), p.stderr
+    assert "outside the target's" in p.stderr or "differs from the target" in p.stderr, p.stderr
+    assert c.kubectl("get", "specdeploy", "wrong-pair", "-n", c.namespace, check=False).returncode != 0
+
+    # Strict field validation (kubectl's default): an unknown field.
+    unknown = copy.deepcopy(example_cr(QWEN, "typo"))
+    unknown["spec"]["replica"] = 2
+    p = _apply(c, unknown)
+    assert p.returncode != 0
+    assert 'strict decoding error: unknown field "spec.replica"' in p.stderr, p.stderr

@@ -1,0 +1,202 @@
+"""Every kubectl and helm command of README.md, charts/README.md and docs/ runs against the embedded
+cluster (``specdeploy dev apiserver``), document by document, in the order the document gives them.
+
+What the test changes, and only that: the documents' placeholders get values (``NAME`` -> the
+example's CR, ``examples/<name>`` -> an example, ``...`` -> an example config file), and the
+harness plays what a real cluster runs by itself: the chart's operator pod after ``helm
+install``/``upgrade``/``rollback`` (its own args, see ``Cluster.play_operator_pod``) with its
+Deployment marked ready. Commands that need what the embedded cluster has not (pods, container
+logs, port-forwarding, prometheus-operator CRDs) are listed in ``REAL_CLUSTER_ONLY`` with the reason;
+prose mentions that are not whole commands are listed in ``MENTIONS``. A command found in the docs
+and in none of the three sets fails the test, so a new command gets a decision.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from specdeploy.dev.harness import Cluster, wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+HELM3 = ROOT / ".venv" / "tools" / "helm3"
+CR = "qwen36-27b"
+EXAMPLE = "examples/qwen3.6-27b-b300-vllm"
+RELEASE_NS = "specdeploy-system"
+DOCS = [ROOT / "README.md", ROOT / "charts" / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+_CMD = re.compile(r"^(?:\$ )?((?:\.venv/bin/specdeploy crd \| )?(?:kubectl|helm) .*)$")
+
+# Placeholders of the docs -> values (applied in order).
+SUBSTITUTIONS = [
+    ("examples/<name>", EXAMPLE),
+    ("--from-file=config.json=...", f"--from-file=config.json={EXAMPLE}/target.config.json"),
+    ("create configmap NAME", "create configmap troubleshooting-target"),
+    ("OPERATOR_NAMESPACE", RELEASE_NS), ("OPERATOR_DEPLOYMENT", "specdeploy"),
+    ("pod/POD", "pod/engine-0"), ("NAME", CR),
+]
+# Commands a real cluster is needed for: the reason is printed in the test report.
+REAL_CLUSTER_ONLY = {
+    "kubectl port-forward pod/POD 8000:8000 &": "needs a running pod (the embedded cluster runs none)",
+    "kubectl get podmonitor NAME": "needs the monitoring.coreos.com CRDs of prometheus-operator",
+    "kubectl -n OPERATOR_NAMESPACE logs deploy/OPERATOR_DEPLOYMENT": "container logs come from a kubelet",
+    "kubectl -n specdeploy-system logs deployment/specdeploy | tail": "container logs come from a kubelet",
+    "kubectl logs job/NAME-inspect-target": "container logs come from a kubelet",
+    "kubectl logs deploy/specdeploy-operator": "container logs come from a kubelet",
+    "kubectl create deployment": "its protobuf Deployment body is not decoded here (415; `kubectl apply` works)",
+}
+# Prose mentions (a verb without its arguments); each has a whole command elsewhere in the docs.
+MENTIONS = {"kubectl apply -k", "kubectl describe pod", "helm install", "helm template", "helm upgrade",
+            "helm uninstall", "helm lint --strict", "helm template | kubectl apply", "kubectl apply", "kubectl get",
+            "kubectl explain", "kubectl edit", "kubectl logs", "kubectl port-forward", "kubectl exec"}
+WATCHES = {"kubectl get specdeploy -w"}  # run until the first rows, then stopped (as a user does)
+# Documents whose commands assume the README's install (chart + the Qwen example).
+NEEDS_INSTALL = {"docs/concepts/status-conditions.md", "docs/how-to/troubleshooting.md",
+                 "docs/how-to/troubleshoot-low-acceptance.md", "docs/how-to/upgrade.md"}
+# Documents whose sections are alternative paths, not one sequence: the order they are run in.
+# upgrade.md: "Roll back" follows the plain upgrade; the crds.install=false path comes last (Helm
+# itself refuses to roll back across the switch to crds.install=false: the CRD is no longer in the
+# current release, "no CustomResourceDefinition with the name ... found", on any cluster).
+ORDER = {"docs/getting-started.md": [  # the demo's description comes first in the prose, the install later
+    "kubectl apply -f crds/", ".venv/bin/specdeploy crd | kubectl apply -f -", "kubectl apply -k examples/<name>",
+    "kubectl get specdeploy -o wide",
+], "docs/how-to/upgrade.md": [
+    "helm upgrade specdeploy charts/specdeploy -n specdeploy-system --reuse-values",
+    "kubectl -n specdeploy-system rollout status deployment/specdeploy",
+    "kubectl get specdeploy -A",
+    "helm rollback specdeploy -n specdeploy-system",
+    "kubectl apply --server-side -f crds/specdeploy.io_speculativedeployments.yaml",
+    "helm upgrade specdeploy charts/specdeploy -n specdeploy-system --set crds.install=false",
+    "kubectl apply -f crds/",
+    "kubectl label crd speculativedeployments.specdeploy.io app.kubernetes.io/managed-by=Helm",
+    "kubectl annotate crd speculativedeployments.specdeploy.io meta.helm.sh/release-name=specdeploy "
+    "meta.helm.sh/release-namespace=specdeploy-system",
+]}
+README_INSTALL = ["helm install specdeploy charts/specdeploy --namespace specdeploy-system --create-namespace",
+                  "kubectl apply -k examples/qwen3.6-27b-b300-vllm"]
+
+
+def doc_commands(path: Path) -> list[str]:
+    """Whole command lines of code blocks (continuations joined, comments dropped), in order, then
+    the commands in inline code (prose refers to what the blocks set up)."""
+    out: list[str] = []
+    inline: list[str] = []
+    in_code = False
+    pending = ""
+    for line in path.read_text().splitlines():
+        if line.strip().startswith("```"):
+            in_code = not in_code
+            continue
+        if in_code:
+            text = pending + line.strip() if pending else line.strip()
+            if text.endswith("\\"):
+                pending = text[:-1].rstrip() + " " if pending or _CMD.match(text) else ""
+                continue
+            pending = ""
+            m = _CMD.match(text)
+            if m:
+                out.append(re.sub(r"\s+#.*$", "", m.group(1)).strip())
+        else:
+            for m in re.finditer(r"`((?:\.venv/bin/specdeploy crd \| )?(?:kubectl|helm) [^`]+)`", line):
+                inline.append(m.group(1).strip())
+    return out + inline
+
+
+def substitute(cmd: str) -> str:
+    for old, new in SUBSTITUTIONS:
+        cmd = cmd.replace(old, new)
+    return cmd
+
+
+def test_every_doc_command_is_classified():
+    found = {c for p in DOCS for c in doc_commands(p)}
+    assert found, "no commands found: the extraction is broken"
+    assert "kubectl apply -k examples/qwen3.6-27b-b300-vllm" in found
+    assert any(c.startswith("kubectl annotate crd speculativedeployments.specdeploy.io meta.helm.sh") for c in found)
+    stale = (set(REAL_CLUSTER_ONLY) | MENTIONS | WATCHES) - found
+    assert not stale, f"listed here but no longer in the docs: {sorted(stale)}"
+
+
+class Session:
+    """One document's commands on a fresh embedded cluster, from a scratch directory with the
+    repository's charts/, crds/, examples/ and .venv/ (so `> specdeploy.yaml` lands there)."""
+
+    def __init__(self, tmp: Path):
+        self.work = tmp / "work"
+        self.work.mkdir()
+        for name in ("charts", "crds", "examples", ".venv"):
+            (self.work / name).symlink_to(ROOT / name)
+        (self.work / "my-values.yaml").write_text("{}\n")
+        bindir = tmp / "bin"
+        bindir.mkdir()
+        (bindir / "helm").symlink_to(HELM3)
+        self.cluster = Cluster(workdir=tmp / "cluster").start()
+        self.env = {**os.environ, "KUBECONFIG": self.cluster.kubeconfig, "HOME": str(tmp),
+                    "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}",
+                    "HELM_CACHE_HOME": str(tmp / "helm-cache"), "HELM_CONFIG_HOME": str(tmp / "helm-config"),
+                    "HELM_DATA_HOME": str(tmp / "helm-data")}
+        self.log: list[str] = []
+
+    def run(self, cmd: str, watch: bool = False) -> None:
+        real = substitute(cmd)
+        try:
+            p = subprocess.run(["bash", "-o", "pipefail", "-c", real], cwd=self.work, env=self.env,
+                               capture_output=True, text=True, timeout=6 if watch else 120)
+        except subprocess.TimeoutExpired as e:
+            if watch and e.stdout:
+                self.log.append(f"$ {real}  (stopped)\n{e.stdout if isinstance(e.stdout, str) else e.stdout.decode()}")
+                return
+            raise AssertionError(f"`{real}` did not finish") from None
+        self.log.append(f"$ {real}\n{p.stdout}{p.stderr}")
+        assert p.returncode == 0, f"`{real}` failed ({p.returncode}):\n{p.stdout}\n{p.stderr}"
+        self.after(real)
+
+    def after(self, cmd: str) -> None:
+        """What a real cluster does by itself after the command."""
+        if re.match(r"helm (install|upgrade|rollback) ", cmd) and " specdeploy " in f"{cmd} ":
+            self.cluster.play_operator_pod(RELEASE_NS, "specdeploy")
+            self.cluster.mark_workload_ready("specdeploy", "deployment", RELEASE_NS)
+        elif cmd.startswith("helm uninstall"):
+            self.cluster.stop_operator()
+        elif cmd.startswith("kubectl apply -k examples/") and self.cluster.operator is not None:
+            wait_for(lambda: self.cluster.kubectl("get", "configmap", f"{CR}-engine", check=False).returncode == 0,
+                     60, "the operator to render the example")
+
+    def stop(self) -> None:
+        self.cluster.stop()
+
+
+@pytest.mark.skipif(not HELM3.exists(), reason=".ci/setup installs .venv/tools/helm3")
+@pytest.mark.parametrize("doc", [str(p.relative_to(ROOT)) for p in DOCS if doc_commands(p)])
+def test_doc_commands_run_on_the_embedded_cluster(doc, tmp_path, capsys):
+    commands = doc_commands(ROOT / doc)
+    todo = [c for c in commands if c not in REAL_CLUSTER_ONLY and c not in MENTIONS]
+    for c in commands:
+        if c in REAL_CLUSTER_ONLY:
+            print(f"real cluster only: `{c}`: {REAL_CLUSTER_ONLY[c]}")
+    if not todo:
+        pytest.skip(f"{doc} has only mentions and real-cluster commands")
+    if doc in ORDER:
+        assert set(ORDER[doc]) == set(todo), f"ORDER[{doc!r}] is out of date: {sorted(set(todo) ^ set(ORDER[doc]))}"
+        todo = ORDER[doc]
+    session = Session(tmp_path)
+    try:
+        if doc in NEEDS_INSTALL:
+            for c in README_INSTALL:
+                session.run(c)
+        seen: set[str] = set()
+        for c in todo:
+            if c in seen:
+                continue
+            seen.add(c)
+            session.run(c, watch=c in WATCHES)
+    except BaseException:
+        print("\n".join(session.log[-10:]))
+        print(session.cluster.diagnostics())
+        raise
+    finally:
+        session.stop()
