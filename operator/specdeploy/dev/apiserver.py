@@ -126,6 +126,8 @@ import kmock
 import yaml
 from kmock._internal import apps as _kmock_apps
 
+from . import podlogs
+
 logger = logging.getLogger("specdeploy.dev.apiserver")
 
 JSON = dict[str, Any]
@@ -1650,6 +1652,10 @@ class _State:
         ns, name, sub = parsed["namespace"], parsed["name"], parsed["sub"]
         if info.namespaced is False and ns is not None:
             raise ApiError(404, "the server could not find the requested resource")
+        if sub == "log" and info.plural == "pods" and method == "GET" and name:  # proxied to the node's kubelet
+            pod, nodes = self.get(info, ns, name), self.find_resource("nodes")
+            node = self.bucket(nodes).objects.get((None, (pod.get("spec") or {}).get("nodeName"))) if nodes else None
+            return await podlogs.proxy(raw, pod, node)
         if sub is not None and not ((sub == "status" and info.status) or (sub == "scale" and info.scale is not None)
                                     or (sub == "finalize" and info.plural == "namespaces")):
             raise ApiError(404, "the server could not find the requested resource")
