@@ -189,7 +189,9 @@ def kill_leftovers(root: Path) -> int:
 
 
 def _port_free(ip: str, port: int) -> bool:
+    """Whether a server could listen on ip:port (SO_REUSEADDR, as servers set it: TIME_WAIT does not count)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((ip, port))
         except OSError:
@@ -242,8 +244,12 @@ class ContainerRunner:
                 return False
             if code == 0 and policy == "OnFailure":
                 return True
+            if code is None:  # not started (its waiting reason says why): try again later, no restart counted
+                await self.w.sleep(self.w.k.settings.backoff)
+                continue
             failures = 0 if time.monotonic() - began >= self.w.k.settings.backoff_max else failures + 1
             delay = min(self.w.k.settings.backoff * 2 ** max(failures - 1, 0), self.w.k.settings.backoff_max)
+            self.view.last_terminated = self.view.terminated()  # the run that just ended becomes lastState
             self.view.state, self.view.reason = "waiting", "CrashLoopBackOff"
             self.view.message = f"back-off {delay:g}s restarting failed container={self.name} pod={self.w.name}"
             self.view.ready = self.view.started = False
@@ -310,7 +316,6 @@ class ContainerRunner:
         v.state, v.exit_code, v.finished_at = "terminated", exit_code, _stamp()
         v.reason = "Completed" if not failed else "Error"
         v.message, v.ready, v.started = message, False, False
-        v.last_terminated = v.terminated()
         await self.w.push_status()
         return exit_code
 
@@ -701,7 +706,7 @@ class Kubelet:
         for dep in deployments:
             try:
                 await self.apply_plan(dep, ro.plan_deployment(dep, replicasets, pods, s.node_name, now))
-            except KubeError as e:
+            except (KubeError, ValueError) as e:  # ValueError: e.g. a maxSurge that is not an int or a percentage
                 logger.warning("deployment %s/%s: %s", dep["metadata"].get("namespace"), dep["metadata"]["name"], e)
         mine = {p["metadata"]["uid"]: p for p in pods
                 if (p.get("spec") or {}).get("nodeName") == s.node_name and not p["metadata"].get("deletionTimestamp")}

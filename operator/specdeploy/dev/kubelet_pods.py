@@ -19,8 +19,9 @@ A container is not pulled or isolated here: it becomes a local process. What tha
   refused. A ``subPath`` must stay inside its volume.
 - **Paths.** A process sees the host file system, so every occurrence of a ``mountPath`` at a
   path boundary in the arguments and environment values (JSON inside an argument included) is
-  rewritten to the local directory; ``terminationMessagePath`` is given to the process as
-  ``SPECDEPLOY_TERMINATION_LOG`` (the runtime writes its verdict there).
+  rewritten to the local directory; ``terminationMessagePath`` becomes a per-container file,
+  translated the same way and given to the process as ``SPECDEPLOY_TERMINATION_LOG`` (the
+  runtime writes its verdict there).
 - **Network.** Each pod gets a loopback address ``127.0.0.x``. ``--host`` (or ``--host=``) with
   a wildcard value (``0.0.0.0``, ``::``, ``[::]``) is rewritten to the pod's address, so nothing
   listens beyond loopback; ``--port N`` is rewritten only when ``N`` had to be remapped (the
@@ -309,8 +310,10 @@ def build_process(container: dict, env: Mapping[str, str], mounts: list[tuple[st
                              f"container {name!r} has no command: image entrypoints are not known to the dev kubelet")
     argv = [expand_kubelet_vars(a, dict(env)) for a in command + [str(a) for a in container.get("args") or []]]
     exe = table.resolve(argv[0], container.get("image") or "")
-    argv = [exe] + [translate_paths(a, mounts) for a in _rewrite_bind(argv[1:], pod_ip, port_map)]
     termination = os.path.join(container_dir, "termination-log")
+    message_path = posixpath.normpath(container.get("terminationMessagePath") or DEFAULT_TERMINATION_PATH)
+    mounts = sorted([*mounts, (message_path, termination)], key=lambda x: len(x[0]), reverse=True)
+    argv = [exe] + [translate_paths(a, mounts) for a in _rewrite_bind(argv[1:], pod_ip, port_map)]
     full_env = {"PATH": f"{os.path.dirname(exe)}:{BASE_PATH}", "HOME": os.path.join(container_dir, "home"),
                 "LANG": "C.UTF-8", **(node_env or {})}
     for k, v in env.items():
@@ -396,7 +399,8 @@ def pod_status(pod: dict, inits: list[ContainerView], mains: list[ContainerView]
     elif mains and all(c.state == "terminated" for c in mains) and restart != "Always" and init_done \
             and (restart == "Never" or all(c.exit_code == 0 for c in mains)):
         phase = "Succeeded" if all(c.exit_code == 0 for c in mains) else "Failed"
-    elif init_done and any(c.state in ("running", "terminated") for c in mains):
+    elif init_done and any(c.state in ("running", "terminated") or c.restart_count or c.last_terminated
+                           for c in mains):  # a container restarting (CrashLoopBackOff) keeps the pod Running
         phase = "Running"
     else:
         phase = "Pending"
