@@ -111,6 +111,13 @@ def test_translate_paths(value, want):
     assert kp.translate_paths(value, mounts) == want
 
 
+def test_translated_paths_are_not_translated_again():
+    # the kubelet's root under /tmp, and a volume mounted at /tmp: the engine config's local path stays as is
+    mounts = [("/etc/specdeploy", "/tmp/root/pods/u/volumes/engine-config"), ("/tmp", "/tmp/root/pods/u/volumes/s/tmp")]
+    assert kp.translate_paths("/etc/specdeploy/engine-config.json /tmp/x", mounts) == \
+        "/tmp/root/pods/u/volumes/engine-config/engine-config.json /tmp/root/pods/u/volumes/s/tmp/x"
+
+
 def test_build_process():
     c = {"name": "engine", "image": "vllm/vllm-openai:v0.33.0", "command": ["vllm", "serve"],
          "args": ["/models/target", "--host", "0.0.0.0", "--port", "8000", "--speculative-config",

@@ -210,11 +210,15 @@ _PATH_CHARS = r"A-Za-z0-9_.\-/"
 
 
 def translate_paths(value: str, mounts: list[tuple[str, str]]) -> str:
-    """Rewrite each mountPath occurring at a path boundary in ``value`` to its local directory."""
-    for mount_path, local in mounts:
-        pattern = rf"(?<![{_PATH_CHARS}]){re.escape(mount_path)}(?=/|$|[^{_PATH_CHARS}])"
-        value = re.sub(pattern, lambda _m: local, value)
-    return value
+    """Rewrite each mountPath occurring at a path boundary in ``value`` to its local directory, in one pass
+    (longest mountPath first; a rewritten path is never rewritten again, e.g. when the local root is under a
+    mounted /tmp)."""
+    if not mounts:
+        return value
+    local = dict(mounts)
+    alternatives = "|".join(re.escape(m) for m in sorted(local, key=len, reverse=True))
+    pattern = rf"(?<![{_PATH_CHARS}])(?:{alternatives})(?=/|$|[^{_PATH_CHARS}])"
+    return re.sub(pattern, lambda m: local[m.group(0)], value)
 
 
 # ----------------------------------------------------------------------------- environment
