@@ -25,15 +25,19 @@ APP = str(Path(__file__).with_name("kubelet_app.py"))
 MANAGED = {"app.kubernetes.io/managed-by": "specdeploy"}
 
 
+def start_kubelet(c: Cluster, root: Path, log, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([str(Path(sys.executable).parent / "specdeploy"), "dev", "kubelet", "--kubeconfig",
+                             c.kubeconfig, "--root", str(root), "--exec", f"python3={sys.executable}",
+                             "--probe-period-cap", "0.2", "--backoff", "0.2", "--max-grace", "5", *args],
+                            stdout=log, stderr=subprocess.STDOUT)
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     work = tmp_path_factory.mktemp("kubelet")
     c = Cluster(workdir=work).start()
     log = open(work / "kubelet.log", "w")
-    p = subprocess.Popen([str(Path(sys.executable).parent / "specdeploy"), "dev", "kubelet", "--kubeconfig",
-                          c.kubeconfig, "--root", str(work / "root"), "--exec", f"python3={sys.executable}",
-                          "--probe-period-cap", "0.2", "--backoff", "0.2", "--max-grace", "5",
-                          "--env", "NODE_LEVEL=from-the-node"], stdout=log, stderr=subprocess.STDOUT)
+    p = start_kubelet(c, work / "root", log, "--namespace", "default", "--env", "NODE_LEVEL=from-the-node")
     try:
         wait_for(lambda: c.kubectl("get", "node", "specdeploy-dev", check=False).returncode == 0, 30, "the Node")
         c.kubelet = p  # type: ignore[attr-defined]
@@ -270,3 +274,48 @@ def test_deleting_a_deployment_stops_its_processes(cluster):
         return False
     wait_for(gone, 30, f"process {pid} to stop")
     assert pods(c, "gone") == []
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_kubelet_stop_and_crash_leave_no_processes(cluster, tmp_path):
+    """A second kubelet (its own node, namespace and root): SIGTERM stops its pods' processes; after a SIGKILL
+    the processes outlive it, and the next kubelet on that root kills them before running the pod again."""
+    c = cluster
+    apply(c, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "solo"}})
+    log = open(tmp_path / "solo.log", "w")
+    args = ("--namespace", "solo", "--node-name", "solo-node")
+    k = start_kubelet(c, tmp_path / "root", log, *args)
+    try:
+        c.kubectl("apply", "-n", "solo", "-f", "-", input=json.dumps(
+            deployment("solo", [container("app", "--host", "0.0.0.0", "--port", "8080",
+                                          readinessProbe={"tcpSocket": {"port": 8080}})])))
+
+        def ready_pid():
+            ps = c.get_json("pods", "-n", "solo", "-l", "app=solo")["items"]
+            ok = [p for p in ps if any(x["type"] == "Ready" and x["status"] == "True"
+                                       for x in (p.get("status") or {}).get("conditions") or [])]
+            return ok and int(status_of(ok[0], "app")["containerID"].removeprefix("local://"))
+        pid = wait_for(ready_pid, 60, "the solo pod")
+        k.send_signal(signal.SIGTERM)
+        assert k.wait(30) == 0
+        assert not alive(pid)
+        k = start_kubelet(c, tmp_path / "root", log, *args)
+        pid2 = wait_for(lambda: (x := ready_pid()) and x != pid and x, 60, "the pod running again")
+        k.kill()  # SIGKILL: no clean-up; the container survives in its own process group
+        k.wait(30)
+        assert alive(pid2)
+        k = start_kubelet(c, tmp_path / "root", log, *args)
+        wait_for(lambda: not alive(pid2), 30, f"the leftover process {pid2} to be killed")
+        wait_for(lambda: (x := ready_pid()) and x not in (pid, pid2), 60, "the pod running a third time")
+    finally:
+        k.send_signal(signal.SIGTERM)
+        k.wait(30)
+        log.close()
+        c.kubectl("delete", "namespace", "solo", check=False)
