@@ -404,6 +404,9 @@ def build_parser() -> argparse.ArgumentParser:
     kl.add_argument("--log-port", type=int, default=0, metavar="N", help="log endpoint port on 127.0.0.1 "
                     "(default: any free port; advertised in the Node's status)")
     kl.add_argument("--max-pods", type=int, default=16, metavar="N", help="pods run at most (default 16)")
+    kl.add_argument("--ip-range", default="2-254", metavar="FIRST-LAST",
+                    help="pod addresses 127.0.0.FIRST..127.0.0.LAST (default 2-254; give two kubelets on one "
+                    "machine disjoint ranges)")
     kl.add_argument("--probe-period-cap", type=float, metavar="S",
                     help="shorten probe periods and initial delays above S seconds to S (dev loops)")
     kl.add_argument("--backoff", type=float, default=10.0, metavar="S",

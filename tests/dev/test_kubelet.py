@@ -37,7 +37,8 @@ def cluster(tmp_path_factory):
     work = tmp_path_factory.mktemp("kubelet")
     c = Cluster(workdir=work).start()
     log = open(work / "kubelet.log", "w")
-    p = start_kubelet(c, work / "root", log, "--namespace", "default", "--env", "NODE_LEVEL=from-the-node")
+    p = start_kubelet(c, work / "root", log, "--namespace", "default", "--ip-range", "2-199",
+                      "--env", "NODE_LEVEL=from-the-node")
     try:
         wait_for(lambda: c.kubectl("get", "node", "specdeploy-dev", check=False).returncode == 0, 30, "the Node")
         c.kubelet = p  # type: ignore[attr-defined]
@@ -290,7 +291,7 @@ def test_kubelet_stop_and_crash_leave_no_processes(cluster, tmp_path):
     c = cluster
     apply(c, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "solo"}})
     log = open(tmp_path / "solo.log", "w")
-    args = ("--namespace", "solo", "--node-name", "solo-node")
+    args = ("--namespace", "solo", "--node-name", "solo-node", "--ip-range", "200-210", "--max-pods", "4")
     k = start_kubelet(c, tmp_path / "root", log, *args)
     try:
         c.kubectl("apply", "-n", "solo", "-f", "-", input=json.dumps(
@@ -303,6 +304,8 @@ def test_kubelet_stop_and_crash_leave_no_processes(cluster, tmp_path):
                                        for x in (p.get("status") or {}).get("conditions") or [])]
             return ok and int(status_of(ok[0], "app")["containerID"].removeprefix("local://"))
         pid = wait_for(ready_pid, 60, "the solo pod")
+        ip = c.get_json("pods", "-n", "solo", "-l", "app=solo")["items"][0]["status"]["podIP"]
+        assert 200 <= int(ip.rsplit(".", 1)[1]) <= 210, ip  # --ip-range
         k.send_signal(signal.SIGTERM)
         assert k.wait(30) == 0
         assert not alive(pid)
@@ -314,8 +317,31 @@ def test_kubelet_stop_and_crash_leave_no_processes(cluster, tmp_path):
         k = start_kubelet(c, tmp_path / "root", log, *args)
         wait_for(lambda: not alive(pid2), 30, f"the leftover process {pid2} to be killed")
         wait_for(lambda: (x := ready_pid()) and x not in (pid, pid2), 60, "the pod running a third time")
+    except BaseException:
+        log.flush()
+        print("== solo kubelet log\n" + (tmp_path / "solo.log").read_text()[-6000:])
+        for p in c.get_json("pods", "-n", "solo")["items"]:
+            print(json.dumps(p.get("status"))[:3000])
+            prev = c.kubectl("logs", "-n", "solo", p["metadata"]["name"], "--previous", check=False)
+            print(f"== previous log\n{prev.stdout}{prev.stderr}")
+        raise
     finally:
         k.send_signal(signal.SIGTERM)
         k.wait(30)
         log.close()
         c.kubectl("delete", "namespace", "solo", check=False)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--ip-range", "1-300"], "--ip-range 1-300: expected FIRST-LAST"),
+    (["--ip-range", "10-12", "--max-pods", "4"], "--max-pods 4: must be 1..3"),
+    (["--exec", "vllm=relative/path"], "not an absolute path to an executable"),
+    (["--env", "NOVALUE"], "expected NAME=VALUE"),
+    (["--backoff", "0"], "must be > 0"),
+])
+def test_bad_arguments_are_one_line(tmp_path, args, message):
+    kc = tmp_path / "kc"
+    kc.write_text("apiVersion: v1\nkind: Config\n")
+    p = subprocess.run([str(Path(sys.executable).parent / "specdeploy"), "dev", "kubelet", "--kubeconfig", str(kc),
+                        "--root", str(tmp_path / "r"), *args], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and message in p.stderr and p.stderr.count("\n") == 1, p.stderr

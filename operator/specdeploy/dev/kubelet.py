@@ -81,6 +81,7 @@ class Settings:
     node_env: dict[str, str] = field(default_factory=dict)
     log_port: int = 0
     max_pods: int = 16
+    ip_range: tuple[int, int] = (2, 254)  # pod addresses 127.0.0.FIRST .. 127.0.0.LAST
     probe_period_cap: float | None = None
     backoff: float = 10.0
     backoff_max: float = 300.0
@@ -257,9 +258,20 @@ class ContainerRunner:
             await self.w.sleep(delay)
         return False
 
+    async def ensure_ports(self) -> None:
+        """Before each start: every declared port free on the pod's address, else another one (recorded)."""
+        if self.init:
+            return
+        for p in self.spec.get("ports") or []:
+            port = int(p.get("containerPort") or 0)
+            if port and not _port_free(self.w.ip, self.port_map.get(port, port)):
+                self.port_map[port] = _free_port(self.w.ip)
+        await self.w.annotate_ports()
+
     async def run_once(self) -> int | None:
         v = self.view
         try:
+            await self.ensure_ports()
             ps = self.w.process_spec(self)
         except kp.PodConfigError as e:
             v.state, v.reason, v.message = "waiting", e.reason, e.message
@@ -520,17 +532,14 @@ class PodWorker:
                 target = Path(vol.path) / rel
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(data)
-        maps = {}
-        for c in self.mains:
-            for p in c.spec.get("ports") or []:
-                port = int(p.get("containerPort") or 0)
-                if port and not _port_free(self.ip, port):
-                    c.port_map[port] = _free_port(self.ip)
-            maps[c.name] = c.port_map
-        annotation = kp.port_map_annotation(maps)
-        if annotation:
+
+    async def annotate_ports(self) -> None:
+        """Record the remapped ports on the pod (only when they changed)."""
+        annotation = kp.port_map_annotation({c.name: c.port_map for c in self.mains})
+        if annotation and annotation != self._annotated:
             await self.k.api.merge(_path("v1", "pods", self.ns, self.name),
                                    {"metadata": {"annotations": {PORT_MAP_ANNOTATION: annotation}}})
+            self._annotated = annotation
 
     def process_spec(self, c: ContainerRunner) -> kp.ProcessSpec:
         env = kp.resolve_env(self.pod, c.spec, self.configmaps, self.secrets, self.ip, self.k.host_ip)
@@ -603,7 +612,8 @@ class Kubelet:
         self.by_name: dict[tuple[str, str], PodWorker] = {}
         self.wake = asyncio.Event()
         self.log_port = 0
-        self._free_ips = [f"127.0.0.{i}" for i in range(2, 255)]
+        first, last = settings.ip_range
+        self._free_ips = [f"127.0.0.{i}" for i in range(first, last + 1)]
         self._runner: web.AppRunner | None = None
 
     # -- node and log server
@@ -830,8 +840,14 @@ def main(a: argparse.Namespace) -> int:
             selector=None if a.all_deployments else (a.selector or None), exec_table=table,
             node_env=_pairs(a.env, "--env"), log_port=a.log_port, max_pods=a.max_pods,
             probe_period_cap=a.probe_period_cap, backoff=a.backoff, max_grace=a.max_grace)
-        if not 0 < settings.max_pods <= 253:
-            raise ValueError(f"--max-pods {a.max_pods}: must be 1..253 (one loopback address each)")
+        first, _, last = a.ip_range.partition("-")
+        if not (first.isdigit() and last.isdigit() and 2 <= int(first) <= int(last) <= 254):
+            raise ValueError(f"--ip-range {a.ip_range}: expected FIRST-LAST with 2 <= FIRST <= LAST <= 254 "
+                             "(pods get 127.0.0.FIRST .. 127.0.0.LAST)")
+        settings.ip_range = (int(first), int(last))
+        if not 0 < settings.max_pods <= int(last) - int(first) + 1:
+            raise ValueError(f"--max-pods {a.max_pods}: must be 1..{int(last) - int(first) + 1} "
+                             "(one loopback address each, --ip-range)")
         if not 0 <= a.log_port < 65536:
             raise ValueError(f"--log-port {a.log_port} is not a port")
         if a.backoff <= 0 or a.max_grace < 0 or (a.probe_period_cap is not None and a.probe_period_cap <= 0):
