@@ -345,3 +345,19 @@ def test_bad_arguments_are_one_line(tmp_path, args, message):
     p = subprocess.run([str(Path(sys.executable).parent / "specdeploy"), "dev", "kubelet", "--kubeconfig", str(kc),
                         "--root", str(tmp_path / "r"), *args], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and message in p.stderr and p.stderr.count("\n") == 1, p.stderr
+
+
+def test_bare_pods_bound_to_the_node_run_or_are_refused(cluster):
+    c = cluster
+
+    def pod(name: str, cname: str) -> dict:
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+                "spec": {"nodeName": "specdeploy-dev", "restartPolicy": "Never",
+                         "containers": [container(cname, "--exit-after", "0", "--code", "0")]}}
+    apply(c, pod("bare-ok", "app"), pod("bare-bad", "Bad_Name"))
+    ok = wait_for(lambda: (p := c.get_json("pod", "bare-ok"))["status"].get("phase") == "Succeeded" and p, 30,
+                  "the bare pod to succeed")
+    assert status_of(ok, "app")["state"]["terminated"]["reason"] == "Completed"
+    bad = wait_for(lambda: (p := c.get_json("pod", "bare-bad")).get("status", {}).get("phase") == "Failed" and p, 30,
+                   "the bad pod to be refused")
+    assert bad["status"]["reason"] == "UnsupportedPod" and "is not a DNS label" in bad["status"]["message"]

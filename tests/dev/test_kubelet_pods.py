@@ -235,3 +235,17 @@ def test_pod_log_target():
     remote = {"status": {**NODE["status"], "addresses": [{"type": "InternalIP", "address": "10.0.0.5"}]}}
     assert "loopback only" in kubelet_url(pod, remote, None)[1]
     assert "not found" in kubelet_url(pod, None, None)[1]
+
+
+@pytest.mark.parametrize("pod, problem", [
+    ({"metadata": {"uid": "0b1c-22"}, "spec": {"containers": [{"name": "a"}], "initContainers": [{"name": "b"}]}},
+     None),
+    ({"metadata": {"uid": "../../etc"}, "spec": {"containers": [{"name": "a"}]}}, "is not a UUID"),
+    ({"metadata": {"uid": "u"}, "spec": {"containers": [{"name": "../x"}]}}, "is not a DNS label"),
+    ({"metadata": {"uid": "u"}, "spec": {"containers": [{"name": "a"}], "initContainers": [{"name": "a"}]}},
+     "not unique"),
+    ({"metadata": {"uid": "u"}, "spec": {"containers": []}}, "no containers"),
+])
+def test_validate_pod(pod, problem):
+    got = kp.validate_pod(pod)
+    assert (got is None) if problem is None else (problem in got)

@@ -48,6 +48,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from . import kubelet_pods as kp
 from . import kubelet_rollout as ro
 from .kubelet_run import PodWorker, api_path, kill_leftovers, stamp
 
@@ -157,6 +158,7 @@ class Kubelet:
         self.api = Api(settings.kubeconfig)
         self.host_ip = "127.0.0.1"
         self.workers: dict[str, PodWorker] = {}  # pod uid -> worker
+        self.refused: set[str] = set()  # pod uids marked Failed by validate_pod
         self.by_name: dict[tuple[str, str], PodWorker] = {}
         self.wake = asyncio.Event()
         self.log_port = 0
@@ -272,7 +274,15 @@ class Kubelet:
             if uid not in mine:
                 await self.stop_worker(w)
         for uid, pod in mine.items():
-            if uid not in self.workers and len(self.workers) < s.max_pods and self._free_ips:
+            if uid in self.refused:
+                continue
+            problem = kp.validate_pod(pod)
+            if problem is not None and uid not in self.workers:
+                self.refused.add(uid)
+                await self.api.merge(api_path("v1", "pods", pod["metadata"].get("namespace"), pod["metadata"]["name"],
+                                              "status"),
+                                     {"status": {"phase": "Failed", "reason": "UnsupportedPod", "message": problem}})
+            elif uid not in self.workers and len(self.workers) < s.max_pods and self._free_ips:
                 self.start_worker(pod)
             elif uid not in self.workers:
                 logger.warning("pod %s/%s: not started: %d pods already run here (--max-pods)",

@@ -328,6 +328,25 @@ def build_process(container: dict, env: Mapping[str, str], mounts: list[tuple[st
     return ProcessSpec(argv=argv, env=full_env, cwd=cwd, termination_log=termination, port_map=dict(port_map))
 
 
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+def validate_pod(pod: dict) -> str | None:
+    """Why the dev kubelet will not run ``pod`` (names it uses in local paths), or None."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    if not re.fullmatch(r"[0-9A-Za-z-]{1,64}", str(meta.get("uid") or "")):
+        return f"uid {meta.get('uid')!r} is not a UUID"
+    names = [c.get("name") for c in (spec.get("initContainers") or []) + (spec.get("containers") or [])]
+    if not spec.get("containers"):
+        return "the pod has no containers"
+    for name in names:
+        if not isinstance(name, str) or len(name) > 63 or not _DNS_LABEL.fullmatch(name):
+            return f"container name {name!r} is not a DNS label"
+    if len(set(names)) != len(names):
+        return "container names are not unique"
+    return None
+
+
 def named_port(pod: dict, container: dict, port: Any) -> int | None:
     """A probe's port: a number, or the name of one of the container's ports."""
     if isinstance(port, int):
