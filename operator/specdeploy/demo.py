@@ -122,6 +122,24 @@ def flag_commands(root: str = "examples") -> list[dict]:
                     lws = {**LWS_SAMPLE_ENV, "LWS_WORKER_INDEX": rank}
                     out.append({"name": name + suffix, "engine": info.name, "version": version,
                                 "argv": [expand_kubelet_vars(a, lws) for a in argv], "env": ec.env})
+        # the CPU pool: each engine's CPU build at its newest verified release (checked with its own parser)
+        for info in eng.ENGINES.values():
+            build = eng.cpu_build(info.name)
+            versions = eng.cpu_verified_versions(info.name)
+            if build is None or not versions:
+                continue
+            spec = ex.cr.spec.model_copy(deep=True)
+            spec.engine.name, spec.engine.version, spec.engine.extra_args = info.name, versions[-1], []
+            spec.engine.max_model_len = 2048
+            spec.gpu.type, spec.gpu.count, spec.nodes = "cpu", 1, 1
+            spec.pod.memory = "8Gi"
+            try:
+                r = render(ex.cr.model_copy(update={"spec": spec}), ex.target, ex.drafter)
+            except RenderError:
+                continue
+            ec = r.engine_config
+            out.append({"name": f"{ex.name}/{build.snapshot}-{versions[-1]}/nodes-1", "engine": build.snapshot,
+                        "version": versions[-1], "argv": list(ec.args), "env": ec.env})
     return out
 
 

@@ -360,9 +360,11 @@ def _check_env(ec, d, res: PreflightResult) -> None:
 def _check_flag_snapshot(ec, argv: Sequence[str], where: str, res: PreflightResult) -> None:
     """Flags the recorded parser of this engine version would reject (when a snapshot exists)."""
     from specdeploy import flagdrift
+    from specdeploy.core.engines import cpu_build
 
+    build = cpu_build(ec.engine) if ec.gpu_profile == "cpu" else None
     try:
-        problems = flagdrift.check_argv(ec.engine, ec.engine_version, list(argv), ec.env)
+        problems = flagdrift.check_argv(build.snapshot if build else ec.engine, ec.engine_version, list(argv), ec.env)
     except LookupError:
         return
     for p in problems[:5]:

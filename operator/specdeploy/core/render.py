@@ -141,6 +141,22 @@ def expand_kubelet_vars(arg: str, env: dict[str, str]) -> str:
     return _VAR_REF.sub(sub, arg)
 
 
+_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)([EPTGMK]i?|[mk])?$")
+_UNIT = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60, "k": 1e3, "K": 1e3,
+         "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18, "m": 1e-3}
+CPU_KV_FRACTION = 0.5  # of the pod's memory for the CPU build's KV cache; the rest holds weights and activations
+
+
+def cpu_kv_cache_gib(memory: str | None) -> int:
+    """GiB of KV cache for the CPU build (VLLM_CPU_KVCACHE_SPACE) from spec.pod.memory: half of it,
+    at least 1 (also when no memory is set)."""
+    m = _QUANTITY.match(memory or "")
+    if not m:
+        return 1
+    size = float(m.group(1)) * _UNIT.get(m.group(2) or "", 1)
+    return max(1, int(size * CPU_KV_FRACTION // 2**30))
+
+
 def escape_kubelet_vars(arg: str) -> str:
     """A user string the kubelet must pass through unchanged: every ``$`` doubled, so ``$(HF_TOKEN)``
     reaches the engine as those characters instead of the Secret's value (kubelet turns ``$$`` into ``$``)."""
@@ -202,7 +218,9 @@ def _vllm_args(spec, d: Derived, row: eng.EngineRelease, target: str, drafter: s
     a = [target]  # `vllm serve MODEL`: the model is positional
     if spec.target.revision and spec.target.pvc is None:
         a += [f["revision"], spec.target.revision]
-    a += [f["tensor_parallel"], str(spec.gpu.count), f["host"], "0.0.0.0", f["port"], str(eng.VLLM.port)]
+    if gpus.get_profile(spec.gpu.type).accelerator:  # the CPU build gets no GPU flag
+        a += [f["tensor_parallel"], str(spec.gpu.count)]
+    a += [f["host"], "0.0.0.0", f["port"], str(eng.VLLM.port)]
     if spec.target.trust_remote_code:
         a.append(f["trust_remote_code"])
     if d.max_model_len is not None:
@@ -260,8 +278,9 @@ def _container(spec, ec: EngineConfig, image: str, args: list[str], serve_http: 
         env.append({"name": tuning.env_var, "value": TUNED_MOUNT})
     env += _token_env(spec)
     per_node = spec.gpu.count // spec.nodes
-    limits: dict[str, str] = {gpus.GPU_RESOURCE: str(per_node)}
-    requests: dict[str, str] = {gpus.GPU_RESOURCE: str(per_node)}
+    accelerated = gpus.get_profile(spec.gpu.type).accelerator
+    limits: dict[str, str] = {gpus.GPU_RESOURCE: str(per_node)} if accelerated else {}
+    requests: dict[str, str] = {gpus.GPU_RESOURCE: str(per_node)} if accelerated else {}
     for key, val in (("cpu", spec.pod.cpu), ("memory", spec.pod.memory)):
         if val:
             limits[key] = requests[key] = val
@@ -386,10 +405,12 @@ def _pod_template(cr, ec: EngineConfig, prof: gpus.GpuProfile, image: str, args:
             volumes.append({"name": f"{role}-model",
                             "persistentVolumeClaim": {"claimName": src.pvc.claim_name, "readOnly": True}})
     volumes += _tuning_volumes(tuning)
-    tolerations = [dict(t) for t in gpus.GPU_TOLERATIONS]
+    tolerations = [dict(t) for t in gpus.GPU_TOLERATIONS] if prof.accelerator else []
     tolerations += [t.model_dump(exclude_none=True) for t in spec.pod.tolerations]
+    selector = {**spec.pod.node_selector, gpus.PRODUCT_LABEL_KEY: prof.product_label} if prof.accelerator \
+        else dict(spec.pod.node_selector)
     pod_spec: dict[str, Any] = {
-        "nodeSelector": {**spec.pod.node_selector, gpus.PRODUCT_LABEL_KEY: prof.product_label},
+        "nodeSelector": selector,
         "tolerations": tolerations,
         "terminationGracePeriodSeconds": 120,
         # the engine container starts only after every init container exited 0
@@ -525,6 +546,9 @@ def build_engine_config(cr, analysis: Analysis, target_doc: Any, drafter_doc: An
     args, worker_args = ARG_BUILDERS[(info.name, spec.speculation.method)](spec, d, row, target, drafter, multinode, baked)
     env = dict(d.engine_env)
     env["HF_HOME"] = HF_HOME
+    build = eng.cpu_build(info.name) if not gpus.get_profile(spec.gpu.type).accelerator else None
+    if build is not None:
+        env[build.kv_cache_env] = str(cpu_kv_cache_gib(spec.pod.memory))
     return EngineConfig(
         engine=info.name,
         engine_version=spec.engine.version,
@@ -559,10 +583,12 @@ def build_engine_config(cr, analysis: Analysis, target_doc: Any, drafter_doc: An
 def choose_image(cr, drafter_doc: Any, table: tuple[eng.BakedDrafterImage, ...] | None = None
                  ) -> tuple[str, eng.BakedDrafterImage | None, Finding | None]:
     """(image, baked-drafter row or None, a warning or None). ``spec.engine.image`` wins; else an image
-    from the image table that carries exactly the requested drafter commit; else the default runtime image."""
+    from the image table that carries exactly the requested drafter commit; else the default runtime image
+    (the CPU build's on the CPU pool)."""
     spec = cr.spec
     info = eng.get_engine(spec.engine.name)
-    default = info.default_image(spec.engine.version)
+    build = eng.cpu_build(info.name) if not gpus.get_profile(spec.gpu.type).accelerator else None
+    default = build.image(spec.engine.version) if build is not None else info.default_image(spec.engine.version)
     if spec.engine.image:
         return spec.engine.image, None, None
     if spec.drafter.pvc is not None:
@@ -596,6 +622,8 @@ def tuning_plan(cr, target_doc: Any, image: str | None = None) -> TuningPlan | N
         return None
     info = eng.get_engine(spec.engine.name)
     prof = gpus.get_profile(spec.gpu.type)
+    if not prof.accelerator:
+        raise tn.UnsupportedShape("the CPU pool has no fused-MoE GPU kernels to tune")
     try:
         shape = tn.moe_shape(target_doc, info.name, spec.gpu.count)
     except (tn.NotMoE, tn.UnsupportedShape):
