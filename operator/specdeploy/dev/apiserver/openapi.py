@@ -255,6 +255,10 @@ def _operations(info: ResourceInfo, names: dict[tuple[str, str, str], str], pref
     lst = names.get((info.group, info.version, info.list_kind))
     gvk = {"group": info.group, "version": info.version, "kind": info.kind}
     kind = info.kind
+    # Custom resources take no strategic merge patch (the API server answers 415); kubectl apply reads
+    # this list (apply/patcher.go gvkSupportsPatchOpenAPIV3) to choose between strategic and JSON merge.
+    patch_types = ["application/json-patch+json", "application/merge-patch+json",
+                   *([] if info.custom else ["application/strategic-merge-patch+json"]), "application/apply-patch+yaml"]
 
     def response(ref: str | None) -> JSON:
         if ref is None:
@@ -265,8 +269,7 @@ def _operations(info: ResourceInfo, names: dict[tuple[str, str, str], str], pref
 
     def body(ref: str | None, patch: bool = False) -> JSON | None:
         if v3:
-            types = ["application/json-patch+json", "application/merge-patch+json",
-                     "application/strategic-merge-patch+json", "application/apply-patch+yaml"] if patch else ["*/*"]
+            types = patch_types if patch else ["*/*"]
             schema = {"$ref": prefix + (META + "Patch" if patch else ref)} if (patch or ref) else {"type": "object"}
             return {"requestBody": {"required": True, "content": {t: {"schema": schema} for t in types}}}
         return None
@@ -294,8 +297,7 @@ def _operations(info: ResourceInfo, names: dict[tuple[str, str, str], str], pref
             o["parameters"].append({"name": "body", "in": "body", "required": True,
                                     "schema": {"$ref": prefix + (META + "Patch" if patch else ref)} if (patch or ref) else {"type": "object"}})
         if not v3:
-            o["consumes"] = ["application/json-patch+json", "application/merge-patch+json",
-                             "application/strategic-merge-patch+json", "application/apply-patch+yaml"] if patch else ["*/*"]
+            o["consumes"] = patch_types if patch else ["*/*"]
             o["produces"] = ["application/json", "application/yaml", "application/vnd.kubernetes.protobuf"]
         return o
 
