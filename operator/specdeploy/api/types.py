@@ -166,8 +166,11 @@ class Speculation(_Model):
 class Gpu(_Model):
     """GPUs of one replica."""
 
-    type: GpuType = Field(description="GPU profile: selects nodes by `nvidia.com/gpu.product`.")
-    count: int = Field(default=1, ge=1, le=64, description="GPUs per replica (the tensor-parallel size).")
+    type: GpuType = Field(description="GPU profile: selects nodes by `nvidia.com/gpu.product`. `cpu`: no accelerator "
+                          "(development, CI, GPU-less clusters): the engine's CPU build (vLLM only), no GPU request, "
+                          "node selector or GPU flag, KV cache from `spec.pod.memory`.")
+    count: int = Field(default=1, ge=1, le=64, description="GPUs per replica (the tensor-parallel size); 1 on the "
+                       "CPU pool.")
 
 
 class Toleration(_Model):
@@ -189,8 +192,10 @@ class Pod(_Model):
     tolerations: list[Toleration] = Field(default_factory=list, max_length=32, description="Extra tolerations.")
     priority_class_name: Optional[str] = Field(default=None, pattern=NAME_PATTERN, description="Pod priority class.")
     service_account_name: Optional[str] = Field(default=None, pattern=NAME_PATTERN, description="Engine pods' service account.")
-    cpu: Optional[str] = Field(default=None, pattern=QUANTITY_PATTERN, description="CPU request and limit of the engine container.")
-    memory: Optional[str] = Field(default=None, pattern=QUANTITY_PATTERN, description="Memory request and limit of the engine container.")
+    cpu: Optional[str] = Field(default=None, pattern=QUANTITY_PATTERN, description="CPU request and limit of the engine "
+                               "container (CPU pool default: 2).")
+    memory: Optional[str] = Field(default=None, pattern=QUANTITY_PATTERN, description="Memory request and limit of the "
+                                  "engine container (CPU pool default: 4Gi; half of it is the KV cache there).")
 
 
 class Monitoring(_Model):

@@ -114,16 +114,15 @@ class Load:
         return round(self.tokens / self.seconds, 1) if self.seconds else 0.0
 
 
-def cpu_cr(name: str, target: str, drafter: str, *, extra: dict | None = None) -> dict:
-    """A SpeculativeDeployment of (target, drafter) from the hub on the CPU pool."""
-    spec: dict[str, Any] = {
-        "engine": {"name": "vllm", "version": ENGINE_VERSION, "maxModelLen": 2048, "extraArgs": ["--enforce-eager"]},
-        "target": {"model": target}, "drafter": {"model": drafter}, "gpu": {"type": "cpu"},
-        "pod": {"cpu": "2", "memory": "4Gi"},
-    }
-    spec.update(extra or {})
-    return {"apiVersion": "specdeploy.io/v1alpha1", "kind": "SpeculativeDeployment", "metadata": {"name": name},
-            "spec": spec}
+EXAMPLE = ROOT / "examples" / "dev" / "tiny-cpu.yaml"  # the documented SpeculativeDeployment of the loop
+
+
+def cpu_cr(name: str, target: str, drafter: str) -> dict:
+    """examples/dev/tiny-cpu.yaml with this name, target and drafter (models on the hub stand-in)."""
+    cr = yaml.safe_load(EXAMPLE.read_text())
+    cr["metadata"]["name"] = name
+    cr["spec"]["target"]["model"], cr["spec"]["drafter"]["model"] = target, drafter
+    return cr
 
 
 @dataclass
