@@ -458,7 +458,12 @@ class PodWorker:
         env = {**self.k.settings.node_env, "HOSTNAME": self.name,
                **kp.resolve_env(self.pod, c.spec, self.configmaps, self.secrets, self.ip, self.k.host_ip)}
         termination = str(c.dir / "termination-log")
-        argv = kpm.podman_run_argv(self.pod, c.spec, env=env, mounts=kpm.plan_mounts(c.spec, self.volumes),
+        mounts = kpm.plan_mounts(c.spec, self.volumes)
+        for m in mounts:  # a subPath directory is made as kubelet makes it (a bind mount needs it to exist)
+            if not os.path.exists(m.local):
+                os.makedirs(m.local, exist_ok=True)
+                os.chmod(m.local, 0o777)
+        argv = kpm.podman_run_argv(self.pod, c.spec, env=env, mounts=mounts,
                                    pod_ip=self.ip, port_map=c.port_map, termination_log=termination,
                                    image_user=image_user, root_label=str(self.k.settings.root),
                                    podman=self.k.settings.podman)
