@@ -56,6 +56,9 @@ KINDS: dict[str, Kind] = {k.kind: k for k in (
 )}
 
 
+FIELD_MANAGER = "specdeploy"  # every write names it: managedFields show what the operator owns
+
+
 class KubeError(Exception):
     def __init__(self, status: int, reason: str, message: str):
         self.status, self.reason = status, reason
@@ -122,12 +125,22 @@ class Kube:
     async def create(self, obj: dict) -> dict:
         k = KINDS[obj["kind"]]
         self.on_write("create", obj["kind"])
-        return await self.call("POST", k.path(obj["metadata"].get("namespace")), body=obj)
+        return await self.call("POST", k.path(obj["metadata"].get("namespace")), body=obj,
+                               query=[("fieldManager", FIELD_MANAGER)])
 
-    async def patch(self, kind: str, namespace: str | None, name: str, patch: dict, sub: str | None = None) -> dict:
+    async def patch(self, kind: str, namespace: str | None, name: str, patch: dict | list, sub: str | None = None,
+                    content_type: str = "application/merge-patch+json") -> dict:
         self.on_write("patch" if not sub else f"patch-{sub}", kind)
         return await self.call("PATCH", KINDS[kind].path(namespace, name, sub), body=patch,
-                               content_type="application/merge-patch+json")
+                               query=[("fieldManager", FIELD_MANAGER)], content_type=content_type)
+
+    async def apply(self, obj: dict, force: bool = False) -> dict:
+        """Server-side apply of a whole object as field manager ``specdeploy`` (creates it when missing)."""
+        k = KINDS[obj["kind"]]
+        self.on_write("apply", obj["kind"])
+        query = [("fieldManager", FIELD_MANAGER)] + ([("force", "true")] if force else [])
+        return await self.call("PATCH", k.path(obj["metadata"].get("namespace"), obj["metadata"]["name"]), body=obj,
+                               query=query, content_type="application/apply-patch+yaml")
 
     async def delete(self, kind: str, namespace: str | None, name: str, propagation: str = "Background") -> None:
         self.on_write("delete", kind)
