@@ -234,6 +234,7 @@ class Store:
         self._defaults(info, obj)
         if admit is not None:
             self.admit_schema(info, obj, admit, None)
+        _check_controller(info, obj)
         check_data(info, obj)
         types = self.types_for(info)
         if field_manager and applied is not None:  # an apply that creates
@@ -405,6 +406,7 @@ class Store:
             result["status"] = self._crd_status(result)
         if admit is not None:
             self.admit_schema(info, result, admit, old)
+        _check_controller(info, result)
         check_data(info, result)
         if _content(result, info) != _content(old, info):
             meta["generation"] = int(old_meta.get("generation", 1)) + 1
@@ -606,3 +608,12 @@ def _content(obj: JSON, info: ResourceInfo) -> JSON:
     return {k: v for k, v in obj.items() if k not in skip}
 
 
+def _check_controller(info: ResourceInfo, obj: JSON) -> None:
+    """ValidateOwnerReferences (apimachinery): at most one owner reference is the controller."""
+    refs = [r for r in _meta(obj).get("ownerReferences") or [] if isinstance(r, dict) and r.get("controller")]
+    if len(refs) > 1:
+        names = " and ".join(f"{r.get('kind')}/{r.get('name')}" for r in refs[:2])
+        raise crdschema.invalid(info.kind, info.group, _meta(obj).get("name") or "", [crdschema.Cause(
+            "metadata.ownerReferences", "FieldValueInvalid",
+            f'Invalid value: []v1.OwnerReference{{...}}: Only one reference can have Controller set to true. '
+            f'Found "true" in references for {names}')])
