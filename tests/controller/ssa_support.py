@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from specdeploy.controller.kube import KINDS, Kube, load_api_client
-from specdeploy.controller.reconciler import MANAGED_KINDS, Controller, Settings
+from specdeploy.controller.reconciler import Controller, Settings
 from specdeploy.controller.resolve import Resolver
 from specdeploy.dev.harness import Cluster
 
@@ -20,6 +20,11 @@ ROOT = Path(__file__).resolve().parents[2]
 EX = ROOT / "examples" / "qwen3.6-27b-b300-vllm"
 CONTENT = {"merge": "application/merge-patch+json", "json": "application/json-patch+json",
            "apply": "application/apply-patch+yaml", "strategic": "application/strategic-merge-patch+json"}
+
+
+def CHILDREN(name: str) -> list[tuple[str, str]]:
+    """The children of a single-node CR without PodMonitor (what the watches would feed)."""
+    return [("ConfigMap", f"{name}-engine"), ("Deployment", name), ("Service", name), ("PodDisruptionBudget", name)]
 
 
 class Env:
@@ -84,15 +89,12 @@ class Env:
             self.ctl.bodies.pop(key, None)
         else:
             self.ctl.bodies[key] = body
-        for kind in MANAGED_KINDS:
-            if kind in ("LeaderWorkerSet", "PodMonitor"):
-                continue
-            for cname in (name, f"{name}-engine"):
-                live = self.get(kind, cname)
-                if live is None:
-                    self.ctl.children.pop((kind, self.ns, cname), None)
-                else:
-                    self.ctl.children[(kind, self.ns, cname)] = {**live, "kind": kind}
+        for kind, cname in CHILDREN(name):
+            live = self.get(kind, cname)
+            if live is None:
+                self.ctl.children.pop((kind, self.ns, cname), None)
+            else:
+                self.ctl.children[(kind, self.ns, cname)] = {**live, "kind": kind}
 
     def reconcile(self, name: str) -> list[tuple[str, str]]:
         """One reconcile from fresh caches; returns the writes it made."""
@@ -100,7 +102,6 @@ class Env:
         before = len(self.writes)
         delay = self.run(self.ctl.run_once((self.ns, name)))
         assert delay is None, f"reconcile of {name} asked for a retry in {delay}s"
-        self.sync_cache(name)
         return self.writes[before:]
 
     def converge(self, name: str, rounds: int = 4) -> None:
