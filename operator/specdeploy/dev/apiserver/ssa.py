@@ -425,17 +425,19 @@ def update_managers(managers: Managers, me: tuple, old: JSON, new: JSON, types: 
 
 
 def conflict_error(conflicts: dict[tuple, FieldSet]) -> ApiError:
+    """409 worded as the real server (fieldmanager/internal/conflict.go, merge/conflict.go)."""
     n = sum(len(p) for p in conflicts.values())
     causes, lines = [], []
     for mid, paths in conflicts.items():
-        who = f'conflict with "{mid[0]}"' + (f" using {mid[2]}" if mid[2] else "")
+        who = f'"{mid[0]}"' + (f" using {mid[2]}" if mid[2] else "")
+        lines.append(f"conflicts with {who}:")
         for p in sorted(paths):
-            causes.append({"type": "FieldManagerConflict", "message": who, "field": path_string(p)})
-            lines.append((who, path_string(p)))
+            causes.append({"type": "FieldManagerConflict", "message": f"conflict with {who}", "field": path_string(p)})
+            lines.append(f"- {path_string(p)}")
     if n == 1:
-        msg = f"Apply failed with 1 conflict: {lines[0][0]}: {lines[0][1]}"
+        msg = f"Apply failed with 1 conflict: {causes[0]['message']}: {causes[0]['field']}"
     else:
-        msg = f"Apply failed with {n} conflicts: " + "\n".join(f"{w}: {f}" for w, f in lines)
+        msg = f"Apply failed with {n} conflicts: " + "\n".join(lines)
     return ApiError(409, msg, reason="Conflict", details={"causes": causes})
 
 
