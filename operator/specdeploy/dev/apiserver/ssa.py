@@ -107,16 +107,18 @@ def _untyped_kind(value: Any) -> str:
     return MAP if isinstance(value, dict) else ATOMIC if isinstance(value, list) else SCALAR
 
 
+# Key fields the real server has defaulted before it computes field sets (the embedded server does
+# not default them on stored objects): a port's protocol.
+_KEY_DEFAULTS = {"protocol": "TCP"}
+
+
 def _item_pe(schema: JSON | None, kind: str, item: Any, index: int) -> str:
     if kind == LIST_MAP:
         keys = schema.get("x-kubernetes-list-map-keys") or []
         if not isinstance(item, dict):
             raise ApiError(422, f"associative list item {item!r} is not an object")
-        missing = [k for k in keys if k not in item]
-        if missing:
-            raise ApiError(422, f"associative list with keys has an element that omits key field {missing[0]!r} "
-                                f"(and doesn't have default value)")
-        return "k:" + json.dumps({k: item[k] for k in sorted(keys)}, separators=(",", ":"))
+        key = {k: item[k] if k in item else _KEY_DEFAULTS.get(k) for k in sorted(keys)}
+        return "k:" + json.dumps({k: v for k, v in key.items() if v is not None}, separators=(",", ":"))
     if kind == LIST_SET:
         return "v:" + json.dumps(item, separators=(",", ":"))
     return f"i:{index}"
