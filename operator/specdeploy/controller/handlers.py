@@ -81,7 +81,13 @@ async def on_startup(settings: kopf.OperatorSettings, **_) -> None:
     election = LeaderElectionSettings.from_env()
     kube = base
     if election.enabled:
-        _elector = LeaderElector(base, election.namespace, identity, name=election.name, timing=election.timing)
+        from concurrent.futures import ThreadPoolExecutor
+
+        # its own connection pool and threads: renewals never wait behind the reconciler's requests
+        lease_api = load_api_client(os.environ.get("SPECDEPLOY_KUBECONFIG") or None)
+        lease_api.user_agent = api.user_agent
+        lease_kube = Kube(lease_api, executor=ThreadPoolExecutor(2, thread_name_prefix="specdeploy-lease"))
+        _elector = LeaderElector(lease_kube, election.namespace, identity, name=election.name, timing=election.timing)
         kube = base.fenced(Fence(_elector.may_write, _elector.write_budget))
     resolver = Resolver(kube, hub_endpoint=os.environ.get("HF_ENDPOINT") or None)
     _controller = Controller(kube, resolver, Settings(

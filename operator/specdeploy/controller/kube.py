@@ -90,14 +90,17 @@ def load_api_client(kubeconfig: str | None = None) -> k8s.ApiClient:
 
 class Kube:
     def __init__(self, api: k8s.ApiClient, on_write: Callable[[str, str], None] | None = None,
-                 fence: Fence | None = None):
+                 fence: Fence | None = None, executor: Any = None):
         self.api = api
         self.on_write = on_write or (lambda verb, kind: None)
         self.fence = fence  # None: every write is sent (a single operator, or the webhook's TLS upkeep)
+        # None: asyncio's default thread pool. The leader elector gets threads of its own, so that its
+        # renewals never queue behind the reconciler's requests (a late renewal closes the fence).
+        self.executor = executor
 
     def fenced(self, fence: Fence | None) -> "Kube":
         """The same client with a write fence (the leader's reconciler uses one)."""
-        return Kube(self.api, self.on_write, fence)
+        return Kube(self.api, self.on_write, fence, self.executor)
 
     def _write_timeout(self, verb: str, kind: str) -> float:
         """The request timeout of a write: 30 s, or less when the fence says the lease ends sooner."""
@@ -135,7 +138,10 @@ class Kube:
 
     async def call(self, method: str, path: str, body: Any = None, query: list | None = None,
                    content_type: str = "application/json", timeout: float = 30.0) -> Any:
-        return await asyncio.to_thread(self._call, method, path, body, query, content_type, timeout)
+        if self.executor is None:
+            return await asyncio.to_thread(self._call, method, path, body, query, content_type, timeout)
+        return await asyncio.get_running_loop().run_in_executor(
+            self.executor, self._call, method, path, body, query, content_type, timeout)
 
     async def get(self, kind: str, namespace: str | None, name: str) -> dict | None:
         try:
