@@ -168,6 +168,32 @@ class Controller:
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+
+    @property
+    def running(self) -> bool:
+        return bool(self._tasks)
+
+    async def lead(self) -> None:
+        """This replica became the leader: start the workers and the monitor, reconcile every cached CR.
+
+        The caches (CR bodies, children, ConfigMaps, engine pods) were kept warm by the watches
+        while following, so the first reconciles read nothing and write only what drifted."""
+        if not self._tasks:
+            self.start()
+        for key in list(self.bodies):
+            await self.queue.add(key)
+
+    async def follow(self) -> None:
+        """This replica lost (or never had) the lead: stop the workers and the monitor, keep the caches.
+
+        Writes are already refused by the fence (kube.Fence) at this point; this stops the work."""
+        tasks, self._tasks = self._tasks, []
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        old, self.queue = self.queue, WorkQueue(self.clock)
+        await old.close()
 
     async def _resync(self) -> None:
         while True:
