@@ -114,29 +114,31 @@ exists, with the code that needs it (operator/specdeploy/controller/):
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
-# Services: the engine Service child; watched (handlers.on_service), get/create/patch/delete in Controller._apply.
+# Services: the engine Service child; watched (handlers.on_service), server-side apply (patch, create when
+# missing) and delete in Controller._apply.
 - apiGroups: [""]
   resources: ["services"]
-  verbs: ["get", "list", "watch", "create", "patch", "delete"]
-# Deployments: the single-node engine workload; watched (handlers.on_deployment), get/create/patch/delete
-# in Controller._apply (deleted when the CR switches to multi-node).
+  verbs: ["list", "watch", "create", "patch", "delete"]
+# Deployments: the single-node engine workload; watched (handlers.on_deployment), server-side apply and
+# delete in Controller._apply (deleted when the CR switches to multi-node).
 - apiGroups: ["apps"]
   resources: ["deployments"]
-  verbs: ["get", "list", "watch", "create", "patch", "delete"]
-# PodDisruptionBudgets: the engine PDB child; watched (handlers.on_pdb), get/create/patch/delete in Controller._apply.
+  verbs: ["list", "watch", "create", "patch", "delete"]
+# PodDisruptionBudgets: the engine PDB child; watched (handlers.on_pdb), server-side apply and delete in
+# Controller._apply.
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
-  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
 # LeaderWorkerSets: the multi-node engine workload (spec.nodes > 1); watched (handlers.on_leaderworkerset),
-# get/create/patch/delete in Controller._apply. Harmless when the LWS CRD is not installed.
+# server-side apply and delete in Controller._apply. Harmless when the LWS CRD is not installed.
 - apiGroups: ["leaderworkerset.x-k8s.io"]
   resources: ["leaderworkersets"]
-  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
 # PodMonitors: the engine's prometheus-operator scrape config, created only when the CRD is served;
-# watched (handlers.on_podmonitor), get/create/patch/delete in Controller._apply.
+# watched (handlers.on_podmonitor), server-side apply and delete in Controller._apply.
 - apiGroups: ["monitoring.coreos.com"]
   resources: ["podmonitors"]
-  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
 # Jobs: the config inspector that reads config.json from a PVC (Resolver._from_pvc: get, create, and
 # delete when its inputs changed); watched so its completion requeues the owner (handlers.on_inspector_job).
 - apiGroups: ["batch"]

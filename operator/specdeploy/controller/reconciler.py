@@ -496,8 +496,8 @@ class Controller:
         job = self.children.get(("Job", ns, plan.job_name))
         if job is None:
             job = await self.kube.get("Job", ns, plan.job_name)
-            if job is None:  # applied once: a Job's pod template is immutable, a new key names a new Job
-                created = await self.kube.apply(rendered.tuning_objects[0])
+            if job is None:  # created once: a Job's pod template is immutable, a new key names a new Job
+                created = await self.kube.create(rendered.tuning_objects[0])
                 self.children[("Job", ns, plan.job_name)] = {**(created or rendered.tuning_objects[0]), "kind": "Job"}
                 return
             self.children[("Job", ns, plan.job_name)] = {**job, "kind": "Job"}
