@@ -28,6 +28,17 @@ ACCEPTANCE_RATE = Gauge("specdeploy_acceptance_rate", "Accepted / drafted tokens
 ACCEPTANCE_PER_POSITION = Gauge("specdeploy_acceptance_per_position",
                                 "Acceptance rate per draft position over the last window (vLLM).",
                                 ACCEPTANCE_LABELS + ("position",), registry=REGISTRY)
+# The baseline the monitor judges regressions against (core/baseline.py; status.acceptance.baseline)
+# and the deployment's spec.monitoring.regressionFraction: the SpecdeployAcceptanceRegressed alert
+# compares specdeploy_acceptance_length with them. Exported beside the length, while a baseline exists.
+ACCEPTANCE_BASELINE = Gauge("specdeploy_acceptance_baseline_length",
+                            "Baseline acceptance length the deployment settled at (status.acceptance.baseline).",
+                            ACCEPTANCE_LABELS, registry=REGISTRY)
+ACCEPTANCE_REGRESSION_FRACTION = Gauge("specdeploy_acceptance_regression_fraction",
+                                       "spec.monitoring.regressionFraction: tau below baseline x (1 - this) "
+                                       "is a regression.", ACCEPTANCE_LABELS, registry=REGISTRY)
+ACCEPTANCE_GAUGES = (ACCEPTANCE_LENGTH, ACCEPTANCE_RATE, ACCEPTANCE_PER_POSITION, ACCEPTANCE_BASELINE,
+                     ACCEPTANCE_REGRESSION_FRACTION)
 
 
 def count_write(verb: str, kind: str) -> None:

@@ -66,6 +66,7 @@ CLIFF_LOW = 0.05  # a position below this is "near zero"
 # Health reasons (also the `reason` of the SpeculationHealthy condition).
 HEALTHY = "Healthy"
 COLLAPSED = "AcceptanceCollapsed"
+REGRESSED = "AcceptanceRegressed"  # tau below the deployment's baseline (core/baseline.py)
 CLIFF = "AcceptanceCliff"
 NO_METRICS = "NoMetrics"
 NO_TRAFFIC = "NoTraffic"
@@ -460,7 +461,7 @@ def combine(items: Iterable[Acceptance | None]) -> Acceptance | None:
 
 class Health(NamedTuple):
     status: str  # Healthy | Degraded | Unknown
-    reason: str  # Healthy | AcceptanceCollapsed | AcceptanceCliff | NoMetrics | NoTraffic
+    reason: str  # Healthy | AcceptanceCollapsed | AcceptanceRegressed | AcceptanceCliff | NoMetrics | NoTraffic
 
 
 def cliff_position(per_position: Iterable[float], high: float = CLIFF_HIGH, low: float = CLIFF_LOW) -> int | None:

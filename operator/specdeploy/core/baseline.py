@@ -1,0 +1,266 @@
+"""Acceptance baseline and regression (pure: standard library only).
+
+An absolute floor (``spec.monitoring.minAcceptanceLength``) catches a collapse (tau ~1), not
+a regression: a deployment that falls from tau 4.0 to 2.5 after a drafter or engine change
+still clears 1.5. So the acceptance monitor keeps, per SpeculativeDeployment, a **baseline**:
+the tau the deployment settled at, stored in ``status.acceptance.baseline`` (an operator
+restart reads it back), and judges every window against it:
+
+    regressed  <=>  tau < baseline * (1 - spec.monitoring.regressionFraction)
+
+**Revisions.** A baseline belongs to a *speculation revision*: a digest of everything that
+changes what speculation accepts (``REVISION_FIELDS``: engine name, version and image, target
+and drafter repository, revision, resolved commit and config.json digest (which covers the
+drafter's ``target_layer_ids``), the speculation settings, extra engine arguments). It is not
+a digest of the whole spec: replicas, pod settings, monitoring thresholds and accepted
+findings change nothing that acceptance depends on.
+
+**Learning** (``step``): a revision without a baseline *settles*: tau is averaged over the
+windows with traffic (vLLM: weighted by drafts, so the mean is 1 + accepted/drafts over the
+whole settling period; SGLang: equal weight, its gauges carry no draft counts) until at least
+``settle_seconds`` have passed since its first window, ``min_drafts`` drafts were seen
+(vLLM; SGLang has no draft counts) and ``MIN_SAMPLES`` windows were averaged. Windows taken
+while the engine pods do not all run the current config (a rollout, or a spec the gate
+refused while the previous workload keeps running) are not averaged: they measure another
+revision. Settling progress lives in memory only (it would otherwise be a status write per
+window): an operator restart during settling starts it again.
+
+**A new revision carries the old baseline over.** A spec change that lowers acceptance
+(target_layer_ids shifted by one, an engine that forgets its +1, a worse drafter revision)
+must be flagged, not silently become the new normal. So while a new revision settles, tau is
+judged against the previous revision's baseline (the condition message says so), and when it
+has settled:
+- its mean is within the fraction of the carried baseline (or above it): it becomes the
+  baseline (a better drafter raises the bar; a harmless change keeps it);
+- it is below: the carried baseline stays and the deployment stays ``AcceptanceRegressed``.
+
+**Accepting a lower baseline** is a person's decision: set (or change) the annotation
+``specdeploy.io/reset-acceptance-baseline`` on the SpeculativeDeployment to any new value.
+The monitor then drops the baseline and learns the current revision's afresh; the value it
+acted on is stored with the new baseline (``resetToken``), so the same value never resets
+twice, across operator restarts too.
+
+A baseline is learned once per revision and then fixed: a slow drift within one revision
+(e.g. traffic that drafts worse) shows as a regression, as it should; reset to accept it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, replace
+from typing import Any, Mapping
+
+from .. import API_GROUP
+from . import acceptance as acc
+
+DEFAULT_REGRESSION_FRACTION = 0.25
+DEFAULT_SETTLE_SECONDS = 600
+DEFAULT_MIN_DRAFTS = 1000
+MIN_SAMPLES = 3  # windows with traffic averaged before a baseline is taken
+RESET_ANNOTATION = f"{API_GROUP}/reset-acceptance-baseline"
+MAX_TOKEN = 128  # characters of the reset annotation's value kept in status
+
+# What a speculation revision is made of: (where, field path). `spec` paths are read from the
+# SpeculativeDeployment's spec, `resolved` paths from status.resolved (what the operator
+# resolved for the current generation: hub commits, config.json digests, the image in use).
+REVISION_FIELDS: tuple[tuple[str, str], ...] = (
+    ("spec", "engine.name"), ("spec", "engine.version"), ("spec", "engine.image"), ("spec", "engine.extraArgs"),
+    ("spec", "target.model"), ("spec", "target.revision"),
+    ("spec", "drafter.model"), ("spec", "drafter.revision"),
+    ("spec", "speculation"),
+    ("resolved", "image"), ("resolved", "targetRevision"), ("resolved", "targetConfigDigest"),
+    ("resolved", "drafterRevision"), ("resolved", "drafterConfigDigest"),
+    ("resolved", "blockSize"), ("resolved", "numSpeculativeTokens"), ("resolved", "draftWindow"),
+    ("resolved", "nativeWindow"),
+)
+
+
+def _get(doc: Any, path: str) -> Any:
+    for part in path.split("."):
+        if not isinstance(doc, Mapping):
+            return None
+        doc = doc.get(part)
+    return doc
+
+
+def speculation_revision(spec: Mapping[str, Any] | None, resolved: Mapping[str, Any] | None) -> str:
+    """A 12-hex-digit digest of ``REVISION_FIELDS`` (absent fields count as absent, not as a
+    change of anything else). Same inputs, same digest, across processes."""
+    facts = {f"{where}.{path}": _get(spec if where == "spec" else resolved, path) for where, path in REVISION_FIELDS}
+    facts = {k: v for k, v in facts.items() if v is not None}
+    text = json.dumps(facts, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+# ----------------------------------------------------------------- parameters
+
+
+@dataclass(frozen=True)
+class Params:
+    regression_fraction: float = DEFAULT_REGRESSION_FRACTION
+    settle_seconds: float = DEFAULT_SETTLE_SECONDS
+    min_drafts: float = DEFAULT_MIN_DRAFTS
+
+
+def _number(v: Any, default: float, lo: float, hi: float) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi:
+        return default
+    return float(v)
+
+
+def params_from_spec(spec: Mapping[str, Any] | None) -> Params:
+    """spec.monitoring's baseline settings; a missing or out-of-range value (the CRD schema
+    rejects those) falls back to its default."""
+    m = _get(spec, "monitoring")
+    m = m if isinstance(m, Mapping) else {}
+    return Params(
+        regression_fraction=_number(m.get("regressionFraction"), DEFAULT_REGRESSION_FRACTION, 0.01, 0.99),
+        settle_seconds=_number(m.get("baselineSettleSeconds"), DEFAULT_SETTLE_SECONDS, 0, 7 * 86400),
+        min_drafts=_number(m.get("baselineMinDrafts"), DEFAULT_MIN_DRAFTS, 0, 1e12),
+    )
+
+
+# ----------------------------------------------------------------- state
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """status.acceptance.baseline."""
+
+    length: float  # tau, bonus token included
+    revision: str  # the speculation revision it was learned on
+    since: str  # when it was learned (RFC 3339)
+    drafts: float | None = None  # drafts averaged (vLLM); None for SGLang
+    reset_token: str | None = None  # the reset annotation's value when it was learned
+
+    def to_status(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"length": round(self.length, 2), "revision": self.revision, "since": self.since}
+        if self.drafts is not None:
+            out["drafts"] = int(self.drafts)
+        if self.reset_token is not None:
+            out["resetToken"] = self.reset_token
+        return out
+
+    @classmethod
+    def from_status(cls, doc: Any) -> "Baseline | None":
+        """The stored baseline, or None when there is none or it is unusable."""
+        if not isinstance(doc, Mapping):
+            return None
+        length, revision, since = doc.get("length"), doc.get("revision"), doc.get("since")
+        if isinstance(length, bool) or not isinstance(length, (int, float)) or not math.isfinite(length) \
+                or length < 1.0 or not isinstance(revision, str) or not revision or not isinstance(since, str):
+            return None
+        drafts = doc.get("drafts")
+        token = doc.get("resetToken")
+        return cls(float(length), revision, since,
+                   float(drafts) if isinstance(drafts, (int, float)) and not isinstance(drafts, bool) else None,
+                   token if isinstance(token, str) else None)
+
+
+@dataclass(frozen=True)
+class Settling:
+    """A revision's baseline being learned (in memory only)."""
+
+    revision: str
+    started: float  # clock seconds of its first window
+    samples: int = 0
+    weight: float = 0.0  # drafts (vLLM) or windows (SGLang)
+    weighted: float = 0.0  # sum of tau x weight
+    drafts: float | None = None  # drafts seen (vLLM)
+
+    @property
+    def mean(self) -> float | None:
+        return self.weighted / self.weight if self.weight > 0 else None
+
+    def add(self, length: float, drafts: float | None) -> "Settling":
+        w = drafts if drafts is not None else 1.0
+        return replace(self, samples=self.samples + 1, weight=self.weight + w, weighted=self.weighted + length * w,
+                       drafts=(self.drafts or 0.0) + drafts if drafts is not None else self.drafts)
+
+    def settled(self, now: float, p: Params) -> bool:
+        return (self.samples >= MIN_SAMPLES and now - self.started >= p.settle_seconds
+                and (self.drafts is None or self.drafts >= p.min_drafts))
+
+
+def reset_token(annotations: Mapping[str, Any] | None) -> str | None:
+    """The reset annotation's value (trimmed to ``MAX_TOKEN`` characters), or None."""
+    v = (annotations or {}).get(RESET_ANNOTATION) if isinstance(annotations, Mapping) else None
+    return v[:MAX_TOKEN] if isinstance(v, str) and v else None
+
+
+def wants_reset(token: str | None, baseline: Baseline | None, handled: str | None) -> bool:
+    """Whether the reset annotation asks for a reset not yet done: its value differs from the
+    one stored with the baseline and from the one this process last acted on."""
+    if token is None:
+        return False
+    return token != handled and (baseline is None or token != baseline.reset_token)
+
+
+def regressed(length: float | None, baseline: Baseline | None, fraction: float) -> bool:
+    return length is not None and baseline is not None and length < baseline.length * (1.0 - fraction)
+
+
+def step(baseline: Baseline | None, settling: Settling | None, acceptance: "acc.Acceptance | None", *,
+         revision: str, now: float, now_text: str, params: Params, current_config: bool = True,
+         token: str | None = None) -> tuple[Baseline | None, Settling | None]:
+    """One window's effect on (baseline, settling); see the module docstring.
+
+    ``current_config``: every reporting pod runs the deployment's current config (False during
+    a rollout: the window is judged, never averaged into a baseline)."""
+    if acceptance is None or acceptance.length is None or (acceptance.drafts is not None and acceptance.drafts <= 0):
+        return baseline, settling  # no evidence
+    if baseline is not None and baseline.revision == revision:
+        return baseline, None  # this revision has its baseline
+    if not current_config:
+        return baseline, None  # another revision's pods are in the window: start over later
+    if settling is None or settling.revision != revision:
+        settling = Settling(revision, now)
+    settling = settling.add(acceptance.length, acceptance.drafts)
+    if not settling.settled(now, params):
+        return baseline, settling
+    mean = settling.mean
+    assert mean is not None
+    learned = Baseline(mean, revision, now_text, settling.drafts, token)
+    if baseline is not None and regressed(mean, baseline, params.regression_fraction):
+        return baseline, settling  # a worse revision does not lower the bar; keep averaging
+    return learned, None
+
+
+# ----------------------------------------------------------------- verdict
+
+
+def judge(acceptance: "acc.Acceptance | None", min_length: float, baseline: Baseline | None, *,
+          revision: str | None, fraction: float = DEFAULT_REGRESSION_FRACTION) -> tuple[acc.Health, str]:
+    """(health, message): ``acceptance.health`` with ``AcceptanceRegressed`` between a collapse
+    (which wins: it is the stronger statement) and a cliff."""
+    h = acc.health(acceptance, min_length)
+    msg = acc.health_message(acceptance, min_length)
+    if acceptance is None or acceptance.length is None or h.reason in (acc.NO_METRICS, acc.NO_TRAFFIC):
+        return h, msg
+    if baseline is not None and h.reason != acc.COLLAPSED and regressed(acceptance.length, baseline, fraction):
+        return acc.Health(acc.DEGRADED, acc.REGRESSED), regression_message(acceptance.length, baseline, fraction,
+                                                                           revision)
+    if baseline is not None:
+        msg += f"; {_baseline_text(baseline, revision)}"
+    return h, msg
+
+
+def _baseline_text(b: Baseline, revision: str | None) -> str:
+    if revision is None or b.revision == revision:
+        return f"baseline {b.length:.2f} (this revision {b.revision}, since {b.since})"
+    return f"baseline {b.length:.2f} carried over from revision {b.revision} (now {revision}, since {b.since})"
+
+
+def regression_message(length: float, b: Baseline, fraction: float, revision: str | None) -> str:
+    drop = 1.0 - length / b.length
+    head = (f"acceptance length {length:.2f} is {drop:.0%} below the baseline {b.length:.2f} "
+            f"(more than the {fraction:.0%} allowed by spec.monitoring.regressionFraction)")
+    if revision is not None and b.revision != revision:
+        why = (f"; the baseline was learned on revision {b.revision} (since {b.since}) and the deployment now runs "
+               f"revision {revision}: the drafter, target, engine or speculation settings changed since")
+    else:
+        why = f"; the baseline was learned on this revision ({b.revision}) since {b.since}"
+    return (head + why + f". If the lower acceptance is expected, accept it as the new baseline by setting the "
+            f"annotation {RESET_ANNOTATION} to a new value")
