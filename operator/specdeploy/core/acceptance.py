@@ -58,6 +58,15 @@ SGLANG_DP_LABEL = "dp_rank"
 SGLANG_GENERATION_TOKENS = "sglang:generation_tokens_total"
 SGLANG_REQUESTS_RUNNING = "sglang:num_running_reqs"
 
+# The operator's own acceptance gauges (controller/metrics.py registers them; the rules and
+# dashboards read them): the acceptance monitor's figures per SpeculativeDeployment.
+OP_LABELS = ("namespace", "deployment", "engine", "drafter")
+OP_LENGTH = "specdeploy_acceptance_length"
+OP_RATE = "specdeploy_acceptance_rate"
+OP_PER_POSITION = "specdeploy_acceptance_per_position"  # + label position
+OP_BASELINE = "specdeploy_acceptance_baseline_length"
+OP_REGRESSION_FRACTION = "specdeploy_acceptance_regression_fraction"
+
 # ----------------------------------------------------------------- health thresholds
 DEFAULT_MIN_LENGTH = 1.5  # tau below this: AcceptanceCollapsed
 CLIFF_HIGH = 0.30  # a position at or above this is "healthy"
