@@ -625,6 +625,30 @@ def test_write_status_carries_the_monitor_part_and_posts_transition_events():
     run(scenario())
 
 
+def test_a_reset_baseline_is_removed_from_the_stored_status():
+    """status is written with a JSON merge patch: a key left out is kept, so a dropped
+    baseline must be sent as null."""
+    async def scenario():
+        stored_b = {"length": 3.96, "revision": "old-revision", "since": "T0", "drafts": 300}
+        body = cr_b(annotations={"specdeploy.io/reset-acceptance-baseline": "accept-1"})
+        body["status"]["acceptance"] = {"length": 1.99, "baseline": stored_b}
+        r = Rig(body)
+        r.serve(pod_h(), EngineStandin("vllm", "regressed"))
+        await r.tick()
+        await r.tick()
+        assert "baseline" not in r.acceptance() and r.cond()["reason"] == "Healthy"
+        obs = st.Observation(generation=1, findings=[], workload_exists=True, workload_updated=True,
+                             desired_replicas=1, replicas=1, ready_replicas=1, updated_replicas=1)
+        await r.c._write_status(KEY, body, obs, resolved=None)
+        sent = r.kube.patches[-1]["status"]["acceptance"]
+        assert sent["baseline"] is None and sent["length"] == 1.99 and sent["revision"]
+        assert "baseline" not in body["status"]["acceptance"]
+        assert st.merge_patch_of({"a": 1, "b": 2}, {"a": 3}) == {"a": 3, "b": None}
+        assert st.merge_patch_of(None, {"a": 3}) == {"a": 3}
+
+    run(scenario())
+
+
 def test_deleting_the_cr_drops_the_monitor_state():
     async def scenario():
         r = Rig()

@@ -181,15 +181,16 @@ def test_reset_token_is_recorded_with_the_learned_baseline():
 
 
 @pytest.mark.parametrize("token,baseline,handled,want", [
-    (None, B(), None, False),
-    ("a", B(), None, True),
-    ("a", B(reset_token="a"), None, False),  # acted on before the restart
-    ("a", None, "a", False),  # acted on by this process, relearning
-    ("b", B(reset_token="a"), "a", True),  # a new value
-    ("a", None, None, True),
+    (None, B(), None, (B(), False)),  # no annotation: the baseline stands
+    ("a", B(), None, (None, True)),  # a baseline learned before the annotation: reset
+    ("a", B(reset_token="a"), None, (B(reset_token="a"), False)),  # learned after this reset (restart-safe)
+    ("a", B(), "a", (None, False)),  # acted on, status not written yet: still gone, settling goes on
+    ("b", B(reset_token="a"), "a", (None, True)),  # a new value
+    ("a", None, None, (None, True)),
+    ("a", None, "a", (None, False)),  # relearning
 ])
-def test_wants_reset(token, baseline, handled, want):
-    assert bl.wants_reset(token, baseline, handled) is want
+def test_apply_reset(token, baseline, handled, want):
+    assert bl.apply_reset(baseline, token, handled) == want
 
 
 def test_reset_token_from_annotations():

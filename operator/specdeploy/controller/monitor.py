@@ -259,15 +259,15 @@ class AcceptanceMonitor:
     # ------------------------------------------------------------- judging
 
     def _baseline(self, key: Key, body: dict, prev_acc: Any) -> bl.Baseline | None:
-        """The stored baseline, or None once the reset annotation asks for a new one."""
-        baseline = bl.Baseline.from_status(prev_acc.get("baseline") if isinstance(prev_acc, dict) else None)
+        """The stored baseline, or None while the reset annotation asks for a new one."""
+        stored = bl.Baseline.from_status(prev_acc.get("baseline") if isinstance(prev_acc, dict) else None)
         token = bl.reset_token((body.get("metadata") or {}).get("annotations"))
-        if bl.wants_reset(token, baseline, self._reset_done.get(key)):
+        baseline, news = bl.apply_reset(stored, token, self._reset_done.get(key))
+        if news:
             assert token is not None
             log.info("acceptance baseline of %s/%s reset by %s=%s", key[0], key[1], bl.RESET_ANNOTATION, token)
             self._reset_done[key] = token
             self._settling.pop(key, None)
-            return None
         return baseline
 
     async def _judge(self, key: Key, body: dict, scrapes: list[tuple[Target, str | None, str | None]]) -> None:

@@ -271,6 +271,13 @@ def acceptance_status(acceptance: "acc.Acceptance | None", pods_reporting: int, 
     return out or None
 
 
+def merge_patch_of(current: Any, desired: dict[str, Any]) -> dict[str, Any]:
+    """A JSON merge patch that turns ``current`` into ``desired`` (one level deep): keys of
+    ``current`` that ``desired`` lacks are sent as null (e.g. a reset ``baseline``)."""
+    gone = {k: None for k in (current if isinstance(current, dict) else {}) if k not in desired}
+    return {**gone, **desired}
+
+
 def accepted_findings(o: Observation) -> list[dict[str, str]] | None:
     """status.acceptedFindings: the accepted findings as they were (None: not checked this time)."""
     if o.findings is None:

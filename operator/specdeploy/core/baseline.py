@@ -190,12 +190,14 @@ def reset_token(annotations: Mapping[str, Any] | None) -> str | None:
     return v[:MAX_TOKEN] if isinstance(v, str) and v else None
 
 
-def wants_reset(token: str | None, baseline: Baseline | None, handled: str | None) -> bool:
-    """Whether the reset annotation asks for a reset not yet done: its value differs from the
-    one stored with the baseline and from the one this process last acted on."""
-    if token is None:
-        return False
-    return token != handled and (baseline is None or token != baseline.reset_token)
+def apply_reset(baseline: Baseline | None, token: str | None, handled: str | None) -> tuple[Baseline | None, bool]:
+    """(the baseline that still stands, whether the reset is news) for the reset annotation's
+    value ``token``: a baseline stands unless a token is set that it was not learned under; the
+    reset is news (settling starts over) unless this process already acted on that value
+    (``handled``): the status may not have been written since."""
+    if token is None or (baseline is not None and baseline.reset_token == token):
+        return baseline, False
+    return None, token != handled
 
 
 def regressed(length: float | None, baseline: Baseline | None, fraction: float) -> bool:
