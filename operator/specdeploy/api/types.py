@@ -212,8 +212,9 @@ class Monitoring(_Model):
     )
     baseline_settle_seconds: int = Field(
         default=baseline.DEFAULT_SETTLE_SECONDS, ge=0, le=7 * 86400,
-        description="Seconds a speculation revision (drafter, target, engine, speculation settings) is measured, "
-        "from its first window with traffic, before its mean acceptance length becomes the baseline.",
+        description="A speculation revision's (drafter, target, engine, speculation settings) baseline is the mean "
+        "acceptance length of its latest windows with traffic that span at least this many seconds (and hold "
+        "`baselineMinDrafts` drafts and 3 windows).",
     )
     baseline_min_drafts: int = Field(
         default=baseline.DEFAULT_MIN_DRAFTS, ge=0, le=10**12,

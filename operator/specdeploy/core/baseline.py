@@ -15,11 +15,13 @@ drafter's ``target_layer_ids``), the speculation settings, extra engine argument
 a digest of the whole spec: replicas, pod settings, monitoring thresholds and accepted
 findings change nothing that acceptance depends on.
 
-**Learning** (``step``): a revision without a baseline *settles*: tau is averaged over the
-windows with traffic (vLLM: weighted by drafts, so the mean is 1 + accepted/drafts over the
-whole settling period; SGLang: equal weight, its gauges carry no draft counts) until at least
-``settle_seconds`` have passed since its first window, ``min_drafts`` drafts were seen
-(vLLM; SGLang has no draft counts) and ``MIN_SAMPLES`` windows were averaged. Windows taken
+**Learning** (``step``): a revision without a baseline *settles*: its windows with traffic are
+kept until the latest of them span at least ``settle_seconds`` and hold ``min_drafts`` drafts
+(vLLM; SGLang has no draft counts) and ``MIN_SAMPLES`` windows; their mean is the baseline
+(vLLM: weighted by drafts, so it is 1 + accepted/drafts over them; SGLang: equal weight, its
+gauges carry no draft counts). Only the latest such run counts, so what the deployment did
+earlier in its life (a collapse that was fixed without a spec change) does not linger in it.
+Windows taken
 while the engine pods do not all run the current config (a rollout, or a spec the gate
 refused while the previous workload keeps running) are not averaged: they measure another
 revision. Settling progress lives in memory only (it would otherwise be a status write per
@@ -159,29 +161,43 @@ class Baseline:
                    token if isinstance(token, str) else None)
 
 
+Sample = tuple[float, float, float, "float | None"]  # (clock seconds, tau, weight, drafts or None)
+
+
 @dataclass(frozen=True)
 class Settling:
-    """A revision's baseline being learned (in memory only)."""
+    """A revision's baseline being learned (in memory only): its recent windows with traffic."""
 
     revision: str
-    started: float  # clock seconds of its first window
-    samples: int = 0
-    weight: float = 0.0  # drafts (vLLM) or windows (SGLang)
-    weighted: float = 0.0  # sum of tau x weight
-    drafts: float | None = None  # drafts seen (vLLM)
+    samples: tuple[Sample, ...] = ()
+    MAX_SAMPLES = 10_000  # a bound for deployments with almost no traffic
 
-    @property
-    def mean(self) -> float | None:
-        return self.weighted / self.weight if self.weight > 0 else None
+    def add(self, now: float, length: float, drafts: float | None) -> "Settling":
+        sample: Sample = (now, length, drafts if drafts is not None else 1.0, drafts)
+        return replace(self, samples=(self.samples + (sample,))[-self.MAX_SAMPLES:])
 
-    def add(self, length: float, drafts: float | None) -> "Settling":
-        w = drafts if drafts is not None else 1.0
-        return replace(self, samples=self.samples + 1, weight=self.weight + w, weighted=self.weighted + length * w,
-                       drafts=(self.drafts or 0.0) + drafts if drafts is not None else self.drafts)
+    def window(self, now: float, p: Params) -> tuple[Sample, ...] | None:
+        """The shortest run of the latest samples that spans ``settle_seconds``, holds
+        ``MIN_SAMPLES`` samples and ``min_drafts`` drafts (vLLM); None while there is none."""
+        drafts = 0.0
+        counted = False
+        for i in range(len(self.samples) - 1, -1, -1):
+            t, _tau, _w, d = self.samples[i]
+            if d is not None:
+                drafts += d
+                counted = True
+            n = len(self.samples) - i
+            if n >= MIN_SAMPLES and now - t >= p.settle_seconds and (not counted or drafts >= p.min_drafts):
+                return self.samples[i:]
+        return None
 
-    def settled(self, now: float, p: Params) -> bool:
-        return (self.samples >= MIN_SAMPLES and now - self.started >= p.settle_seconds
-                and (self.drafts is None or self.drafts >= p.min_drafts))
+
+def _mean(samples: tuple[Sample, ...]) -> tuple[float, float | None]:
+    """(weighted mean tau, drafts or None) of samples: vLLM weighs by drafts (so the mean is
+    1 + accepted / drafts over them), SGLang gives each window one vote."""
+    weight = sum(w for _t, _tau, w, _d in samples)
+    drafts = [d for _t, _tau, _w, d in samples if d is not None]
+    return sum(tau * w for _t, tau, w, _d in samples) / weight, (sum(drafts) if drafts else None)
 
 
 def reset_token(annotations: Mapping[str, Any] | None) -> str | None:
@@ -218,16 +234,16 @@ def step(baseline: Baseline | None, settling: Settling | None, acceptance: "acc.
     if not current_config:
         return baseline, None  # another revision's pods are in the window: start over later
     if settling is None or settling.revision != revision:
-        settling = Settling(revision, now)
-    settling = settling.add(acceptance.length, acceptance.drafts)
-    if not settling.settled(now, params):
+        settling = Settling(revision)
+    settling = settling.add(now, acceptance.length, acceptance.drafts)
+    window = settling.window(now, params)
+    if window is None:
         return baseline, settling
-    mean = settling.mean
-    assert mean is not None
-    learned = Baseline(mean, revision, now_text, settling.drafts, token)
+    settling = replace(settling, samples=window)  # older windows are of no further use
+    mean, drafts = _mean(window)
     if baseline is not None and regressed(mean, baseline, params.regression_fraction):
-        return baseline, settling  # a worse revision does not lower the bar; keep averaging
-    return learned, None
+        return baseline, settling  # a worse revision does not lower the bar; keep measuring
+    return Baseline(mean, revision, now_text, drafts, token), None
 
 
 # ----------------------------------------------------------------- verdict
