@@ -266,6 +266,8 @@ def judge(acceptance: "acc.Acceptance | None", min_length: float, baseline: Base
 
 
 def _baseline_text(b: Baseline, revision: str | None) -> str:
+    if not b.revision:  # given by hand (`specdeploy acceptance --baseline`)
+        return f"baseline {b.length:.2f}"
     if revision is None or b.revision == revision:
         return f"baseline {b.length:.2f} (this revision {b.revision}, since {b.since})"
     return f"baseline {b.length:.2f} carried over from revision {b.revision} (now {revision}, since {b.since})"
@@ -275,6 +277,8 @@ def regression_message(length: float, b: Baseline, fraction: float, revision: st
     drop = 1.0 - length / b.length
     head = (f"acceptance length {length:.2f} is {drop:.0%} below the baseline {b.length:.2f} "
             f"(more than the {fraction:.0%} allowed by spec.monitoring.regressionFraction)")
+    if not b.revision:  # given by hand (`specdeploy acceptance --baseline`)
+        return head
     if revision is not None and b.revision != revision:
         why = (f"; the baseline was learned on revision {b.revision} (since {b.since}) and the deployment now runs "
                f"revision {revision}: the drafter, target, engine or speculation settings changed since")
