@@ -99,7 +99,8 @@ def test_mutation_patch_fills_documented_defaults_only(client):
     out = jsonpatch.apply_patch(cr, ops)
     spec = out["spec"]
     assert spec["nodes"] == 1 and spec["replicas"] == 1 and spec["gpu"]["count"] == 1
-    assert spec["speculation"] == {"method": "dflash"} and spec["monitoring"] == {"minAcceptanceLength": 1.5}
+    assert spec["speculation"] == {"method": "dflash"} and spec["monitoring"] == {
+        "minAcceptanceLength": 1.5, "regressionFraction": 0.25, "baselineSettleSeconds": 600, "baselineMinDrafts": 1000}
     assert spec["pod"]["shmSize"] == "32Gi"  # set by the user: kept
     assert spec["target"]["configFrom"]["configMapKeyRef"]["key"] == "config.json"
     assert spec["target"]["trustRemoteCode"] is True and spec["drafter"]["configFrom"]["configMapKeyRef"]["key"] == "config.json"

@@ -221,7 +221,7 @@ def test_cert_manager_variant():
     assert all(metrics["metadata"]["labels"].get(k) == v for k, v in sm["spec"]["selector"]["matchLabels"].items())
     assert not all(one(objs, "Service", "specdeploy-webhook")["metadata"]["labels"].get(k) == v
                    for k, v in sm["spec"]["selector"]["matchLabels"].items())
-    assert sm["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "30s"}]
+    assert sm["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "30s", "honorLabels": True}]
 
 
 def test_cert_manager_with_an_issuer():

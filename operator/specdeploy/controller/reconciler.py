@@ -543,7 +543,10 @@ class Controller:
             desired["acceptance"] = spec_status.get("acceptance")  # None: cleared (merge patch null)
         if not st.status_changed(current, desired):
             return
-        await self.kube.patch("SpeculativeDeployment", ns, name, {"status": desired}, sub="status")
+        patch = dict(desired)
+        if isinstance(desired.get("acceptance"), dict):  # a merge patch keeps keys it does not name: null them
+            patch["acceptance"] = st.merge_patch_of(current.get("acceptance"), desired["acceptance"])
+        await self.kube.patch("SpeculativeDeployment", ns, name, {"status": patch}, sub="status")
         body["status"] = {**current, **desired}  # our view until the watch delivers the write
         for c in st.transitions(current.get("conditions"), conds):
             ev = st.event_for(c)
