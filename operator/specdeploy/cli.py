@@ -501,6 +501,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="first restart back-off, doubled per failure up to 300 s (default 10)")
     kl.add_argument("--max-grace", type=float, default=30.0, metavar="S",
                     help="cap on terminationGracePeriodSeconds before SIGKILL (default 30)")
+    kl.add_argument("--runtime", choices=("process", "podman"), default="process",
+                    help="process (default): each container is a local process (--exec maps command[0]); podman: "
+                    "each container runs from its image (never pulled) with its securityContext, volumes as bind "
+                    "mounts, resource limits, host network (a loopback address per pod)")
     kl.add_argument("--verbose", "-v", action="store_true")
     kl.set_defaults(func=cmd_kubelet)
     b = dsub.add_parser("bench", help="print benchmark figures")

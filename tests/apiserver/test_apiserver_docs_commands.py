@@ -84,7 +84,8 @@ ORDER = {"docs/getting-started.md": [  # the demo's description comes first in t
     "kubectl annotate crd speculativedeployments.specdeploy.io meta.helm.sh/release-name=specdeploy "
     "meta.helm.sh/release-namespace=specdeploy-system",
 ]}
-README_INSTALL = ["helm install specdeploy charts/specdeploy --namespace specdeploy-system --create-namespace",
+README_INSTALL = ["helm install specdeploy charts/specdeploy --namespace specdeploy-system --create-namespace "
+                  "--set 'watch.namespaces={default}'",
                   "kubectl apply -k examples/qwen3.6-27b-b300-vllm"]
 
 

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from chart_helpers import (CHART, HELMS, NAMESPACE, RELEASE, VALUE_SETS, arg_value, container, find, one, render,
-                           render_text, run_helm, values_file)
+                           render_text, run_helm, values_file, watched_namespaces)
 from specdeploy.api.crd import build_crd
 
 HELM_NAMES = sorted(HELMS)
@@ -79,7 +79,7 @@ def test_default_objects():
     assert kinds == sorted([
         ("ServiceAccount", "specdeploy"), ("CustomResourceDefinition", "speculativedeployments.specdeploy.io"),
         ("ClusterRole", "specdeploy-cluster"), ("ClusterRoleBinding", "specdeploy-cluster"),
-        ("ClusterRole", "specdeploy-workloads"), ("ClusterRoleBinding", "specdeploy-workloads"),
+        ("Role", "specdeploy-workloads"), ("RoleBinding", "specdeploy-workloads"),
         ("Role", "specdeploy-webhook-tls"), ("RoleBinding", "specdeploy-webhook-tls"),
         ("Role", "specdeploy-leader-election"), ("RoleBinding", "specdeploy-leader-election"),
         ("PodDisruptionBudget", "specdeploy"),
@@ -131,7 +131,9 @@ def test_deployment_pod_security_and_probes():
 
 def test_operator_args_default():
     args = container(render())["args"]
-    assert args[:2] == ["operator", "run"] and "--all-namespaces" in args and "--namespace" not in args
+    # the release namespace only, by default
+    assert args[:2] == ["operator", "run"] and "--all-namespaces" not in args
+    assert arg_value(args, "--namespace") == [NAMESPACE]
     assert arg_value(args, "--metrics-port") == ["8080"]
     assert arg_value(args, "--health-port") == ["8081"] and "--liveness" not in args
     assert "--leader-elect" in args and arg_value(args, "--leader-election-namespace") == [NAMESPACE]
@@ -180,7 +182,9 @@ def test_webhook_service_and_configurations():
                                                   "port": 443}}
         assert wh["admissionReviewVersions"] == ["v1"] and wh["sideEffects"] == "None"
         assert wh["failurePolicy"] == "Fail" and wh["timeoutSeconds"] == 5
-        assert "namespaceSelector" not in wh and "objectSelector" not in wh
+        assert wh["namespaceSelector"] == {"matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "In", "values": [NAMESPACE]}]}
+        assert "objectSelector" not in wh
         assert wh["rules"] == [{"apiGroups": ["specdeploy.io"], "apiVersions": ["v1alpha1"],
                                 "operations": ["CREATE", "UPDATE"], "resources": ["speculativedeployments"],
                                 "scope": "Namespaced"}]
@@ -208,7 +212,9 @@ def test_cert_manager_variant():
     assert vols["certs"]["secret"]["secretName"] == "specdeploy-webhook-tls"
     assert c["image"] == "ghcr.io/specdeploy/operator@sha256:" + "0" * 64
     # no Secret or webhook-configuration access for the operator: cert-manager does both (the Lease only)
-    assert [r["metadata"]["name"] for r in find(objs, "Role")] == ["specdeploy-leader-election"]
+    assert not find(objs, "Role", "specdeploy-webhook-tls")
+    assert sorted(o["metadata"]["name"] for o in find(objs, "Role")) == ["specdeploy-leader-election",
+                                                                          "specdeploy-workloads"]
     sm = one(objs, "ServiceMonitor")
     assert sm["metadata"]["labels"]["release"] == "prometheus"
     metrics = one(objs, "Service", "specdeploy-metrics")
@@ -230,7 +236,7 @@ def test_minimal_variant():
     objs = render(VALUE_SETS["minimal"])
     assert not find(objs, "ServiceAccount") and not find(objs, "CustomResourceDefinition")
     assert not find(objs, "ValidatingWebhookConfiguration") and not find(objs, "MutatingWebhookConfiguration")
-    assert not find(objs, "Service", "sd-webhook") and not find(objs, "Role")
+    assert not find(objs, "Service", "sd-webhook") and not find(objs, "Role", "sd-webhook-tls")
     dep = one(objs, "Deployment", "sd")
     assert dep["spec"]["template"]["spec"]["serviceAccountName"] == "existing-sa"
     c = container(objs)
@@ -281,9 +287,12 @@ def test_notes_say_what_to_apply_next(values, tmp_path):
                  "-f", values_file(v), env={"KUBECONFIG": str(tmp_path / "none")})
     notes = p.stdout.split("NOTES:", 1)[1]
     name = v.get("fullnameOverride") or RELEASE
-    ns = (v.get("watch", {}).get("namespaces") or ["default"])[0]
+    ns = (watched_namespaces(v) or ["default"])[0]
     assert f"kubectl -n {NAMESPACE} rollout status deployment/{name}" in notes
     assert f"kubectl apply -n {ns} -k examples/qwen3.6-27b-b300-vllm" in notes
     assert f"kubectl get specdeploy -n {ns} -w" in notes
     assert ("crds/specdeploy.io_speculativedeployments.yaml" in notes) == (not v.get("crds", {}).get("install", True))
     assert "<no value>" not in notes
+    cluster_wide = v.get("rbac", {}).get("clusterWide", False)
+    assert ("WARNING: rbac.clusterWide=true" in notes) == cluster_wide
+    assert ("no cluster-wide write access" in notes) == (not cluster_wide)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from chart_helpers import CHART, NAMESPACE, VALUE_SETS, find, render
+from chart_helpers import CHART, NAMESPACE, VALUE_SETS, find, render, watched_namespaces
 from specdeploy.controller import kube as kube_mod
 from specdeploy.controller import reconciler
 
@@ -198,7 +198,7 @@ def test_rbac_grants_exactly_what_the_code_uses(values):
     webhook = v.get("webhook", {}).get("enabled", True)
     self_managed = webhook and not v.get("webhook", {}).get("certManager", {}).get("enabled", False)
     prefix = v.get("fullnameOverride") or "specdeploy"
-    want = expected(v, v.get("hub", {}).get("tokenSecrets", []), v.get("watch", {}).get("namespaces", []),
+    want = expected(v, v.get("hub", {}).get("tokenSecrets", []), watched_namespaces(v),
                     self_managed, configuration=prefix, tls_secret=f"{prefix}-webhook-tls")
     got = granted(objs)
     assert got - want == set(), f"granted but never used: {sorted(got - want)}"
@@ -262,6 +262,60 @@ def test_namespaced_mode_has_no_cluster_wide_workload_rules():
     resources = {r for rule in cr["rules"] for r in rule["resources"]}
     assert resources == {"customresourcedefinitions", "validatingwebhookconfigurations", "mutatingwebhookconfigurations"}
     assert {o["metadata"]["namespace"] for o in find(objs, "Role", "specdeploy-workloads")} == {"team-a", "team-b"}
+
+
+WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection", "escalate", "bind", "impersonate"}
+
+
+def cluster_wide_writes(objs: list[dict]) -> set[tuple]:
+    """(group, resource, verb, resourceNames) of every write a ClusterRole bound by a ClusterRoleBinding grants."""
+    bound = {b["roleRef"]["name"] for b in find(objs, "ClusterRoleBinding")}
+    return {(g, r, v, n) for (g, r, v, where, n) in granted([o for o in find(objs, "ClusterRole")
+                                                              if o["metadata"]["name"] in bound])
+            if v in WRITE_VERBS}
+
+
+@pytest.mark.parametrize("values", sorted(k for k, v in VALUE_SETS.items() if not v.get("rbac", {}).get("clusterWide")))
+def test_no_cluster_wide_write_unless_asked(values):
+    """Issue 12: by default (and with every value set but rbac.clusterWide) the operator can write nothing
+    cluster-wide except caBundle of its own two webhook configurations, by name."""
+    v = VALUE_SETS[values]
+    objs = render(v)
+    prefix = v.get("fullnameOverride") or "specdeploy"
+    for g, r, verb, names in cluster_wide_writes(objs):
+        assert (g, verb, names) == ("admissionregistration.k8s.io", "patch", (prefix,)), (g, r, verb, names)
+        assert r in ("validatingwebhookconfigurations", "mutatingwebhookconfigurations")
+    # the workload rules are Roles, in the watched namespaces only (the release namespace by default)
+    roles = find(objs, "Role", f"{prefix}-workloads")
+    assert sorted(o["metadata"]["namespace"] for o in roles) == sorted(watched_namespaces(v))
+    assert not find(objs, "ClusterRole", f"{prefix}-workloads")
+
+
+def test_default_watches_the_release_namespace_only():
+    objs = render()
+    assert [o["metadata"]["namespace"] for o in find(objs, "Role", "specdeploy-workloads")] == [NAMESPACE]
+    assert [o["metadata"]["namespace"] for o in find(objs, "RoleBinding", "specdeploy-workloads")] == [NAMESPACE]
+
+
+def test_cluster_wide_is_explicit_and_writes_everywhere():
+    objs = render(VALUE_SETS["cluster-wide"])
+    writes = cluster_wide_writes(objs)
+    assert ("apps", "deployments", "create", ()) in writes and ("", "configmaps", "delete", ()) in writes
+    assert not find(objs, "Role", "specdeploy-workloads")
+    (crb,) = find(objs, "ClusterRoleBinding", "specdeploy-workloads")
+    assert crb["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "specdeploy-workloads"}
+    # the token Secret rule follows the workload rules: cluster-wide, still by name only
+    (cr,) = find(objs, "ClusterRole", "specdeploy-workloads")
+    [secret_rule] = [r for r in cr["rules"] if "secrets" in r["resources"]]
+    assert secret_rule["resourceNames"] == ["hf-token"] and secret_rule["verbs"] == ["get"]
+
+
+def test_cluster_wide_with_listed_namespaces_is_refused():
+    from chart_helpers import run_helm, values_file
+
+    p = run_helm("helm3", "template", "specdeploy", str(CHART), "-n", NAMESPACE, "-f",
+                 values_file({"rbac": {"clusterWide": True}, "watch": {"namespaces": ["team-a"]}}), check=False)
+    assert p.returncode != 0 and "rbac.clusterWide=true watches every namespace" in p.stderr
 
 
 def test_every_rule_in_the_chart_says_why():

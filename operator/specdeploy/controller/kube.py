@@ -56,6 +56,9 @@ KINDS: dict[str, Kind] = {k.kind: k for k in (
 )}
 
 
+FIELD_MANAGER = "specdeploy"  # every write names it: managedFields show what the operator owns
+
+
 class KubeError(Exception):
     def __init__(self, status: int, reason: str, message: str):
         self.status, self.reason = status, reason
@@ -160,13 +163,24 @@ class Kube:
         k = KINDS[obj["kind"]]
         timeout = self._write_timeout("create", obj["kind"])
         self.on_write("create", obj["kind"])
-        return await self.call("POST", k.path(obj["metadata"].get("namespace")), body=obj, timeout=timeout)
+        return await self.call("POST", k.path(obj["metadata"].get("namespace")), body=obj,
+                               query=[("fieldManager", FIELD_MANAGER)], timeout=timeout)
 
-    async def patch(self, kind: str, namespace: str | None, name: str, patch: dict, sub: str | None = None) -> dict:
+    async def patch(self, kind: str, namespace: str | None, name: str, patch: dict | list, sub: str | None = None,
+                    content_type: str = "application/merge-patch+json") -> dict:
         timeout = self._write_timeout("patch", kind)
         self.on_write("patch" if not sub else f"patch-{sub}", kind)
         return await self.call("PATCH", KINDS[kind].path(namespace, name, sub), body=patch,
-                               content_type="application/merge-patch+json", timeout=timeout)
+                               query=[("fieldManager", FIELD_MANAGER)], content_type=content_type, timeout=timeout)
+
+    async def apply(self, obj: dict, force: bool = False) -> dict:
+        """Server-side apply of a whole object as field manager ``specdeploy`` (creates it when missing)."""
+        k = KINDS[obj["kind"]]
+        timeout = self._write_timeout("apply", obj["kind"])
+        self.on_write("apply", obj["kind"])
+        query = [("fieldManager", FIELD_MANAGER)] + ([("force", "true")] if force else [])
+        return await self.call("PATCH", k.path(obj["metadata"].get("namespace"), obj["metadata"]["name"]), body=obj,
+                               query=query, content_type="application/apply-patch+yaml", timeout=timeout)
 
     async def delete(self, kind: str, namespace: str | None, name: str, propagation: str = "Background") -> None:
         timeout = self._write_timeout("delete", kind)

@@ -45,7 +45,8 @@ each in tests/apiserver/test_defects.py, a strict xfail against raw kmock):
 
 Simplifications (deliberate; docs/how-to/develop-locally.md lists them for users): no controllers,
 scheduler or kubelet; no authentication or RBAC; no CRD version conversion (versions share one
-storage); no paging; server-side apply never reports conflicts; protobuf bodies for the kinds in
+storage); no paging; field ownership (ssa.py) without the 10-Update-manager cap or version
+conversion of managedFields; protobuf bodies for the kinds in
 ``protobuf.KINDS`` only; schema validation runs before mutating webhooks; no webhook
 ``matchConditions``; Endpoints are written by whoever plays the controller.
 
