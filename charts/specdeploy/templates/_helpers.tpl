@@ -109,8 +109,8 @@ exists, with the code that needs it (operator/specdeploy/controller/):
   verbs: ["update"]
 # ConfigMaps: watched (handlers.on_configmap: the target/drafter config.json sources and the engine
 # ConfigMap child); get on a cache miss (Resolver._from_configmap, and the admission webhook's
-# OperatorConfigs._configmap) and after a 409 (Controller._apply); create/patch/delete the engine
-# ConfigMap child (Controller._apply).
+# OperatorConfigs._configmap); server-side apply (patch, and create when it creates) and delete of the
+# engine ConfigMap child (Controller._apply_child, Controller._apply).
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
