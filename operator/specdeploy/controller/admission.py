@@ -422,7 +422,8 @@ def _validate_flow(req: Request, policy: TenancyPolicy | None = None) -> _Flow:
         return _reject_findings(req, findings)
     warnings = _warnings(findings)
     note = "spec.target/spec.drafter: config.json not known at admission"
-    note += f" ({unknown})" if unknown else ""
+    if unknown:  # the reason is clipped, never the note on what happens next
+        note += f" ({_clip(str(unknown), WARNING_MAX - len(note) - len(CONFIGS_UNKNOWN_NOTE) - 5)})"
     warnings.append(_clip(_clean(f"{note}; {CONFIGS_UNKNOWN_NOTE}"), WARNING_MAX))
     return _response(req.uid, True, warnings=warnings)
 
