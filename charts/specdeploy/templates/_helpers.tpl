@@ -81,6 +81,15 @@ watch.namespaces, else the release namespace; [] with rbac.clusterWide (every na
 {{- end }}
 {{- end }}
 
+{{/* The engine pods' ServiceAccount name, or "" when the operator should not name one. */}}
+{{- define "specdeploy.engineServiceAccount" -}}
+{{- if .Values.policy.engineServiceAccount.name }}
+{{- .Values.policy.engineServiceAccount.name }}
+{{- else if and .Values.policy.engineServiceAccount.create (not .Values.rbac.clusterWide) }}
+{{- printf "%s-engine" (include "specdeploy.fullname" .) }}
+{{- end }}
+{{- end }}
+
 {{/* True (non-empty) when the operator itself issues the webhook certificate and patches caBundle. */}}
 {{- define "specdeploy.selfManagedCerts" -}}
 {{- if and .Values.webhook.enabled (not .Values.webhook.certManager.enabled) }}true{{- end }}
