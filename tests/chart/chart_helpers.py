@@ -72,6 +72,8 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "fullnameOverride": "sd",
         "metrics": {"port": 9090},
         "health": {"port": 9091},
+        "replicaCount": 1,
+        "leaderElection": {"enabled": False},
     },
 }
 # Kinds the chart may render that are not built into Kubernetes (validated elsewhere, not by kubernetes-validate).

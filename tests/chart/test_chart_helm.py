@@ -82,6 +82,8 @@ def test_default_objects():
         ("ClusterRole", "specdeploy-cluster"), ("ClusterRoleBinding", "specdeploy-cluster"),
         ("Role", "specdeploy-workloads"), ("RoleBinding", "specdeploy-workloads"),
         ("Role", "specdeploy-webhook-tls"), ("RoleBinding", "specdeploy-webhook-tls"),
+        ("Role", "specdeploy-leader-election"), ("RoleBinding", "specdeploy-leader-election"),
+        ("PodDisruptionBudget", "specdeploy"),
         ("Service", "specdeploy-webhook"), ("Service", "specdeploy-metrics"), ("Deployment", "specdeploy"),
         ("ValidatingWebhookConfiguration", "specdeploy"), ("MutatingWebhookConfiguration", "specdeploy"),
     ])
@@ -103,7 +105,8 @@ def test_crd_template_is_the_generated_crd():
 def test_deployment_pod_security_and_probes():
     dep = one(render(), "Deployment")
     spec = dep["spec"]["template"]["spec"]
-    assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"] == {"type": "Recreate"}
+    assert dep["spec"]["replicas"] == 2
+    assert dep["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
     psc = spec["securityContext"]
     assert psc["runAsNonRoot"] is True and psc["runAsUser"] != 0 and psc["seccompProfile"] == {"type": "RuntimeDefault"}
     c = container(render())
@@ -114,12 +117,14 @@ def test_deployment_pod_security_and_probes():
     assert c["resources"]["requests"]["cpu"] and c["resources"]["requests"]["memory"] and c["resources"]["limits"]["memory"]
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     assert ports == {"metrics": 8080, "health": 8081, "webhook": 9443}
-    for probe in ("livenessProbe", "readinessProbe"):
-        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    # ready only when the webhook serves and the caches synced (controller/health.py), leader or not
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
     assert {"name": "tmp", "mountPath": "/tmp"} in c["volumeMounts"]
     assert {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}} in spec["volumes"]
     env = {e["name"]: e for e in c["env"]}
     assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     assert env["HF_HOME"]["value"].startswith("/tmp/")
     assert "HF_ENDPOINT" not in env
     assert c["image"] == "ghcr.io/specdeploy/operator:0.1.0"
@@ -131,7 +136,11 @@ def test_operator_args_default():
     assert args[:2] == ["operator", "run"] and "--all-namespaces" not in args
     assert arg_value(args, "--namespace") == [NAMESPACE]
     assert arg_value(args, "--metrics-port") == ["8080"]
-    assert arg_value(args, "--liveness") == ["http://0.0.0.0:8081/healthz"]
+    assert arg_value(args, "--health-port") == ["8081"] and "--liveness" not in args
+    assert "--leader-elect" in args and arg_value(args, "--leader-election-namespace") == [NAMESPACE]
+    assert arg_value(args, "--leader-election-id") == ["specdeploy-leader"]
+    assert (arg_value(args, "--lease-duration"), arg_value(args, "--renew-deadline"),
+            arg_value(args, "--retry-period")) == (["15"], ["10"], ["2"])
     assert arg_value(args, "--resync-seconds") == ["60"]
     assert arg_value(args, "--webhook-port") == ["9443"]
     assert arg_value(args, "--webhook-service") == [f"specdeploy-webhook.{NAMESPACE}"]
@@ -203,9 +212,10 @@ def test_cert_manager_variant():
     vols = {v["name"]: v for v in one(objs, "Deployment")["spec"]["template"]["spec"]["volumes"]}
     assert vols["certs"]["secret"]["secretName"] == "specdeploy-webhook-tls"
     assert c["image"] == "ghcr.io/specdeploy/operator@sha256:" + "0" * 64
-    # no Secret or webhook-configuration access for the operator: cert-manager does both
+    # no Secret or webhook-configuration access for the operator: cert-manager does both (the Lease only)
     assert not find(objs, "Role", "specdeploy-webhook-tls")
-    assert [o["metadata"]["name"] for o in find(objs, "Role")] == ["specdeploy-workloads"]
+    assert sorted(o["metadata"]["name"] for o in find(objs, "Role")) == ["specdeploy-leader-election",
+                                                                          "specdeploy-workloads"]
     sm = one(objs, "ServiceMonitor")
     assert sm["metadata"]["labels"]["release"] == "prometheus"
     metrics = one(objs, "Service", "specdeploy-metrics")
@@ -234,7 +244,10 @@ def test_minimal_variant():
     assert [a for a in c["args"] if a.startswith("--webhook")] == ["--webhook-port"]
     assert arg_value(c["args"], "--webhook-port") == ["0"]
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"metrics": 9090, "health": 9091}
-    assert arg_value(c["args"], "--liveness") == ["http://0.0.0.0:9091/healthz"]
+    assert arg_value(c["args"], "--health-port") == ["9091"]
+    # one replica without leader election: no Lease, no PDB, and never two operators during a rollout
+    assert "--leader-elect" not in c["args"] and not find(objs, "PodDisruptionBudget")
+    assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"] == {"type": "Recreate"}
     for b in find(objs, "ClusterRoleBinding"):
         assert b["subjects"] == [{"kind": "ServiceAccount", "name": "existing-sa", "namespace": NAMESPACE}]
 

@@ -68,6 +68,13 @@ def _calls() -> dict[str, set[tuple]]:
         "SelfSigned.ensure:patch": {(*gr("Secret"), "patch", "tls")},
         "SelfSigned.sync_ca_bundle:call:get": {("admissionregistration.k8s.io", r, "get", "cluster") for r in WEBHOOK_CONFIGS},
         "SelfSigned.sync_ca_bundle:call:patch": {("admissionregistration.k8s.io", r, "patch", "cluster") for r in WEBHOOK_CONFIGS},
+        # readiness: one list of the CRs, compared with the watch cache (health.CacheSync)
+        "CacheSync.run:list": {("specdeploy.io", "speculativedeployments", "list", "watched")},
+        # leader election: the operator's Lease in its own namespace, by name (leader.LeaderElector)
+        "LeaderElector._try:call:get": {("coordination.k8s.io", "leases", "get", "lease")},
+        "LeaderElector._try:call:create": {("coordination.k8s.io", "leases", "create", "lease")},
+        "LeaderElector._try:call:update": {("coordination.k8s.io", "leases", "update", "lease")},
+        "LeaderElector.release:call:update": {("coordination.k8s.io", "leases", "update", "lease")},
     }
 
 
@@ -107,7 +114,7 @@ def call_sites() -> dict[str, list[str]]:
     return sites
 
 
-def used(tokens: bool, self_managed_tls: bool) -> set[tuple]:
+def used(tokens: bool, self_managed_tls: bool, leader_election: bool = True) -> set[tuple]:
     """Everything the operator needs for a configuration, as (group, resource, verb, scope)."""
     import kopf
     from kopf._cogs.structs import references
@@ -127,7 +134,8 @@ def used(tokens: bool, self_managed_tls: bool) -> set[tuple]:
         out.add(("specdeploy.io", "speculativedeployments/finalizers", "update", "watched"))
     for needs in _calls().values():
         for g, r, v, scope in needs:
-            if scope == "token" and not tokens or scope in ("tls", "cluster") and not self_managed_tls:
+            if scope == "token" and not tokens or scope in ("tls", "cluster") and not self_managed_tls \
+                    or scope == "lease" and not leader_election:
                 continue
             out.add((g, r, v, scope))
     return out
@@ -166,7 +174,8 @@ def expected(values: dict, tokens: list[str], watched: list[str], self_managed_t
              configuration: str = CONFIGURATION, tls_secret: str = TLS_SECRET) -> set[tuple]:
     out = set()
     where_watched = watched or ["*cluster*"]
-    for g, r, v, scope in used(bool(tokens), self_managed_tls):
+    election = values.get("leaderElection", {}).get("enabled", True)
+    for g, r, v, scope in used(bool(tokens), self_managed_tls, election):
         if scope == "watched":
             out |= {(g, r, v, w, ()) for w in where_watched}
         elif scope == "token":
@@ -177,6 +186,8 @@ def expected(values: dict, tokens: list[str], watched: list[str], self_managed_t
             out.add((g, r, v, "*cluster*", (configuration,)))
         elif scope == "cluster-read":
             out.add((g, r, v, "*cluster*", ()))
+        elif scope == "lease":  # the release namespace only, by name except create
+            out.add((g, r, v, NAMESPACE, () if v == "create" else (f"{configuration}-leader",)))
     return out
 
 
