@@ -118,39 +118,43 @@ exists, with the code that needs it (operator/specdeploy/controller/):
   verbs: ["update"]
 # ConfigMaps: watched (handlers.on_configmap: the target/drafter config.json sources and the engine
 # ConfigMap child); get on a cache miss (Resolver._from_configmap, and the admission webhook's
-# OperatorConfigs._configmap) and after a 409 (Controller._apply); create/patch/delete the engine
-# ConfigMap child (Controller._apply).
+# OperatorConfigs._configmap); server-side apply (patch; create when missing) and delete of the engine
+# ConfigMap child and the tuned-kernels ConfigMap (Controller._apply_child, Controller._apply).
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
-# Services: the engine Service child; watched (handlers.on_service), get/create/patch/delete in Controller._apply.
+# Services: the engine Service child; watched (handlers.on_service, the children's cache: no get),
+# server-side apply (patch; create when missing: Controller._apply_child) and delete (Controller._apply).
 - apiGroups: [""]
   resources: ["services"]
-  verbs: ["get", "list", "watch", "create", "patch", "delete"]
-# Deployments: the single-node engine workload; watched (handlers.on_deployment), get/create/patch/delete
-# in Controller._apply (deleted when the CR switches to multi-node).
+  verbs: ["list", "watch", "create", "patch", "delete"]
+# Deployments: the single-node engine workload; watched (handlers.on_deployment), applied by
+# Controller._apply_child, deleted by Controller._apply when the CR switches to multi-node.
 - apiGroups: ["apps"]
   resources: ["deployments"]
-  verbs: ["get", "list", "watch", "create", "patch", "delete"]
-# PodDisruptionBudgets: the engine PDB child; watched (handlers.on_pdb), get/create/patch/delete in Controller._apply.
+  verbs: ["list", "watch", "create", "patch", "delete"]
+# PodDisruptionBudgets: the engine PDB child; watched (handlers.on_pdb), applied by Controller._apply_child,
+# deleted by Controller._apply.
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
-  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
 # LeaderWorkerSets: the multi-node engine workload (spec.nodes > 1); watched (handlers.on_leaderworkerset),
-# get/create/patch/delete in Controller._apply. Harmless when the LWS CRD is not installed.
+# applied by Controller._apply_child, deleted by Controller._apply. Harmless when the LWS CRD is not installed.
 - apiGroups: ["leaderworkerset.x-k8s.io"]
   resources: ["leaderworkersets"]
-  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
 # PodMonitors: the engine's prometheus-operator scrape config, created only when the CRD is served;
-# watched (handlers.on_podmonitor), get/create/patch/delete in Controller._apply.
+# watched (handlers.on_podmonitor), applied by Controller._apply_child, deleted by Controller._apply.
 - apiGroups: ["monitoring.coreos.com"]
   resources: ["podmonitors"]
-  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
 # Jobs: the config inspector that reads config.json from a PVC (Resolver._from_pvc: get, create, and
 # delete when its inputs changed); watched so its completion requeues the owner (handlers.on_inspector_job).
+# The kernel-tuning Job: get, and created once by server-side apply (Controller._tuning: patch, which
+# creates it).
 - apiGroups: ["batch"]
   resources: ["jobs"]
-  verbs: ["get", "list", "watch", "create", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # Pods: list the inspector Job's pods (label job-name=...) to read the termination message that
 # carries config.json (Resolver._from_pvc); list and watch the engine pods (label selector
 # app.kubernetes.io/managed-by=specdeploy,app.kubernetes.io/component=engine: handlers.on_engine_pod)
