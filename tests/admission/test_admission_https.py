@@ -320,8 +320,16 @@ def test_object_that_is_not_a_speculativedeployment_is_refused_with_paths(client
 
 
 def test_oversized_body_and_unknown_paths_are_not_server_errors(client, server):
-    status, doc = client.post("/validate", b" " * (5 << 20))
-    assert status == 200 and doc["response"]["allowed"] is False and "exceeds" in doc["response"]["status"]["message"]
+    # a review over the limit: refused with its uid (read from the start of the body) and code 413
+    big = review_request(qwen(**{"pod.nodeSelector": {"pad": "x" * (5 << 20)}}), uid="uid-big")
+    status, doc = client.post("/validate", big)
+    assert status == 200 and doc["response"]["uid"] == "uid-big", doc
+    assert doc["response"]["allowed"] is False and doc["response"]["status"]["code"] == 413
+    assert "exceeds" in doc["response"]["status"]["message"]
+    client.close()
+    # no uid to answer with: plain HTTP 413
+    status, text = client.post("/validate", b" " * (5 << 20))
+    assert status == 413 and "exceeds" in text
     client.close()
     status, _ = client.post("/convert", b"{}")
     assert status == 404

@@ -81,6 +81,15 @@ watch.namespaces, else the release namespace; [] with rbac.clusterWide (every na
 {{- end }}
 {{- end }}
 
+{{/* The engine pods' ServiceAccount name, or "" when the operator should not name one. */}}
+{{- define "specdeploy.engineServiceAccount" -}}
+{{- if .Values.policy.engineServiceAccount.name }}
+{{- .Values.policy.engineServiceAccount.name }}
+{{- else if and .Values.policy.engineServiceAccount.create (not .Values.rbac.clusterWide) }}
+{{- printf "%s-engine" (include "specdeploy.fullname" .) }}
+{{- end }}
+{{- end }}
+
 {{/* True (non-empty) when the operator itself issues the webhook certificate and patches caBundle. */}}
 {{- define "specdeploy.selfManagedCerts" -}}
 {{- if and .Values.webhook.enabled (not .Values.webhook.certManager.enabled) }}true{{- end }}
@@ -141,6 +150,7 @@ exists, with the code that needs it (operator/specdeploy/controller/):
   verbs: ["list", "watch", "create", "patch", "delete"]
 # Jobs: the config inspector that reads config.json from a PVC (Resolver._from_pvc: get, create, and
 # delete when its inputs changed); watched so its completion requeues the owner (handlers.on_inspector_job).
+# The kernel-tuning Job: get, and created once (Controller._tuning; a Job's template is immutable).
 - apiGroups: ["batch"]
   resources: ["jobs"]
   verbs: ["get", "list", "watch", "create", "delete"]
