@@ -182,6 +182,7 @@ class Cluster:
         rewrite("--metrics-port", str, "metrics")
         rewrite("--webhook-port", str, "webhook")
         rewrite("--liveness", lambda p: f"http://127.0.0.1:{p}/healthz", "health")
+        rewrite("--health-port", str, "health")
         self.stop_operator()
         self.operator_metrics_port = ports.get("metrics")
         log = open(self.operator_log, "a")
