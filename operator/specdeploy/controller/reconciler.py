@@ -429,9 +429,10 @@ class Controller:
         by an object another controller owns.
         """
         kind, cname = obj["kind"], obj["metadata"]["name"]
-        body, digest = ownership.intent(obj)
-        if actual is not None and ownership.in_sync(actual, body, digest):
+        digest = ownership.digest(obj)
+        if actual is not None and ownership.in_sync(actual, obj, digest):
             return actual
+        body, _ = ownership.intent(obj, digest)
         if actual is not None:
             takeover = ownership.takeover_patch(actual)
             if takeover is not None:  # children of a version before server-side apply: fields move to our entry
