@@ -66,6 +66,30 @@ app.kubernetes.io/part-of: specdeploy
 {{- printf "%s-webhook" (include "specdeploy.fullname" .) }}
 {{- end }}
 
+{{/*
+The namespaces the operator watches and holds workload rules in, as JSON (read with fromJsonArray):
+watch.namespaces, else the release namespace; [] with rbac.clusterWide (every namespace).
+*/}}
+{{- define "specdeploy.watchedNamespaces" -}}
+{{- if .Values.rbac.clusterWide }}
+{{- if .Values.watch.namespaces }}
+{{- fail "rbac.clusterWide=true watches every namespace: leave watch.namespaces empty, or set rbac.clusterWide=false to watch only the listed namespaces" }}
+{{- end }}
+{{- toJson list }}
+{{- else }}
+{{- toJson (default (list .Release.Namespace) .Values.watch.namespaces) }}
+{{- end }}
+{{- end }}
+
+{{/* The engine pods' ServiceAccount name, or "" when the operator should not name one. */}}
+{{- define "specdeploy.engineServiceAccount" -}}
+{{- if .Values.policy.engineServiceAccount.name }}
+{{- .Values.policy.engineServiceAccount.name }}
+{{- else if and .Values.policy.engineServiceAccount.create (not .Values.rbac.clusterWide) }}
+{{- printf "%s-engine" (include "specdeploy.fullname" .) }}
+{{- end }}
+{{- end }}
+
 {{/* True (non-empty) when the operator itself issues the webhook certificate and patches caBundle. */}}
 {{- define "specdeploy.selfManagedCerts" -}}
 {{- if and .Values.webhook.enabled (not .Values.webhook.certManager.enabled) }}true{{- end }}
@@ -94,8 +118,8 @@ exists, with the code that needs it (operator/specdeploy/controller/):
   verbs: ["update"]
 # ConfigMaps: watched (handlers.on_configmap: the target/drafter config.json sources and the engine
 # ConfigMap child); get on a cache miss (Resolver._from_configmap, and the admission webhook's
-# OperatorConfigs._configmap) and after a 409 (Controller._apply); create/patch/delete the engine
-# ConfigMap child (Controller._apply).
+# OperatorConfigs._configmap); server-side apply (patch, and create when it creates) and delete of the
+# engine ConfigMap child (Controller._apply_child, Controller._apply).
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
@@ -126,6 +150,7 @@ exists, with the code that needs it (operator/specdeploy/controller/):
   verbs: ["list", "watch", "create", "patch", "delete"]
 # Jobs: the config inspector that reads config.json from a PVC (Resolver._from_pvc: get, create, and
 # delete when its inputs changed); watched so its completion requeues the owner (handlers.on_inspector_job).
+# The kernel-tuning Job: get, and created once (Controller._tuning; a Job's template is immutable).
 - apiGroups: ["batch"]
   resources: ["jobs"]
   verbs: ["get", "list", "watch", "create", "delete"]
@@ -182,13 +207,13 @@ timeoutSeconds: {{ .Values.webhook.timeoutSeconds }}
 {{- if .Values.webhook.namespaceSelector }}
 namespaceSelector:
   {{- toYaml .Values.webhook.namespaceSelector | nindent 2 }}
-{{- else if .Values.watch.namespaces }}
+{{- else if not .Values.rbac.clusterWide }}
 # Only the watched namespaces (webhook.namespaceSelector overrides this).
 namespaceSelector:
   matchExpressions:
     - key: kubernetes.io/metadata.name
       operator: In
-      values: {{ toJson .Values.watch.namespaces }}
+      values: {{ include "specdeploy.watchedNamespaces" . }}
 {{- end }}
 {{- with .Values.webhook.objectSelector }}
 objectSelector:

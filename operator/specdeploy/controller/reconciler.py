@@ -168,6 +168,32 @@ class Controller:
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+
+    @property
+    def running(self) -> bool:
+        return bool(self._tasks)
+
+    async def lead(self) -> None:
+        """This replica became the leader: start the workers and the monitor, reconcile every cached CR.
+
+        The caches (CR bodies, children, ConfigMaps, engine pods) were kept warm by the watches
+        while following, so the first reconciles read nothing and write only what drifted."""
+        if not self._tasks:
+            self.start()
+        for key in list(self.bodies):
+            await self.queue.add(key)
+
+    async def follow(self) -> None:
+        """This replica lost (or never had) the lead: stop the workers and the monitor, keep the caches.
+
+        Writes are already refused by the fence (kube.Fence) at this point; this stops the work."""
+        tasks, self._tasks = self._tasks, []
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        old, self.queue = self.queue, WorkQueue(self.clock)
+        await old.close()
 
     async def _resync(self) -> None:
         while True:
@@ -518,7 +544,10 @@ class Controller:
             desired["acceptance"] = spec_status.get("acceptance")  # None: cleared (merge patch null)
         if not st.status_changed(current, desired):
             return
-        await self.kube.patch("SpeculativeDeployment", ns, name, {"status": desired}, sub="status")
+        patch = dict(desired)
+        if isinstance(desired.get("acceptance"), dict):  # a merge patch keeps keys it does not name: null them
+            patch["acceptance"] = st.merge_patch_of(current.get("acceptance"), desired["acceptance"])
+        await self.kube.patch("SpeculativeDeployment", ns, name, {"status": patch}, sub="status")
         body["status"] = {**current, **desired}  # our view until the watch delivers the write
         for c in st.transitions(current.get("conditions"), conds):
             ev = st.event_for(c)

@@ -57,7 +57,11 @@ objects are never mutated in place (each write stores a new dict), so watch even
 
 Fault injection: ``emulator.faults.add(verb=..., resource=..., status=..., count=N)`` in-process,
 or ``POST /_specdeploy/faults`` with the same JSON, plus ``POST /_specdeploy/watches/drop`` and
-``/_specdeploy/watches/expire``, and ``GET /_specdeploy/stats``.
+``/_specdeploy/watches/expire``, and ``GET /_specdeploy/stats``. A fault with ``agent`` matches one
+client's User-Agent only (``verb="*", action="drop"``: that client is partitioned from the server;
+``DELETE /_specdeploy/faults {"agent": ...}`` heals it). ``emulator.writes`` and ``GET
+/_specdeploy/writes`` list every write request with its User-Agent, start and end (wall clock) and
+status: the leader-election tests prove from it that no two operator replicas wrote at once.
 
 kmock private names relied on (hence ``kmock==0.8`` exactly in pyproject.toml), all in server.py:
 ``kmock._internal.apps.RawHandler._handle`` (test-defined reactions), ``kmock._internal.dsl.Root.

@@ -143,8 +143,8 @@ class RestMixin:
             if method == "GET":
                 return _json_response({"pending": self.faults.pending(), "fired": self.faults.fired})
             if method == "DELETE":
-                self.faults.clear()
-                return _json_response({"pending": []})
+                self.faults.clear(data.get("agent") if isinstance(data, dict) else None)
+                return _json_response({"pending": self.faults.pending()})
             if method == "POST":
                 specs = data if isinstance(data, list) else [data]
                 try:
@@ -156,6 +156,8 @@ class RestMixin:
             fn = self.faults.drop_watches if path.endswith("drop") else self.faults.expire_watches
             n = fn(data.get("resource", "*"), data.get("group"))
             return _json_response({"watches": n})
+        if path == "/_specdeploy/writes" and method == "GET":
+            return _json_response({"writes": list(self.writes)})
         if path == "/_specdeploy/stats" and method == "GET":
             return _json_response(self.emulator.stats())
         raise ApiError(404, f"unknown control endpoint {method} {path}")
@@ -233,7 +235,7 @@ class RestMixin:
             fs = q.get("fieldSelector") or ""
             m = re.search(r"(?:^|,)metadata\.name==?([^,]*)", fs)
             field_name = m.group(1) if m else None
-        fault = self.faults.take(verb, info, sub, ns, name or field_name)
+        fault = self.faults.take(verb, info, sub, ns, name or field_name, raw.headers.get("User-Agent") or "")
         if fault is not None and not (verb == "watch" and (fault.action == "drop" or fault.status == 410)):
             if fault.action == "drop":
                 if raw.transport is not None:

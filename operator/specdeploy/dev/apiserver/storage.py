@@ -51,6 +51,9 @@ class Store:
         self._types: dict[tuple, ssa.Types] = {}  # field ownership view of each resource's schema
         self.crd_versions: dict[str, list[tuple[str, str, str]]] = {}  # CRD name -> resource keys
         self.faults = FaultInjector(emulator)
+        # every write request (POST/PUT/PATCH/DELETE of a resource) with its User-Agent, wall-clock
+        # start and end, and the status answered (faulted ones included): who wrote when (writes.py)
+        self.writes: collections.deque[JSON] = collections.deque(maxlen=200_000)
         self.resources_generation = 0  # bumped whenever the set of resources or a schema changes
         self.openapi_cache = OpenApiCache()
         self.admission = Admission(self)
