@@ -158,7 +158,7 @@ class Controller:
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._worker(i)) for i in range(self.settings.workers)]
+        self._tasks = [loop.create_task(self._worker(i, self.queue)) for i in range(self.settings.workers)]
         self._tasks.append(loop.create_task(self._resync()))
         if self.monitor is not None:
             self._tasks.append(loop.create_task(self.monitor.run()))
@@ -189,11 +189,13 @@ class Controller:
 
         Writes are already refused by the fence (kube.Fence) at this point; this stops the work."""
         tasks, self._tasks = self._tasks, []
+        # Close the workers' queue first: its get() returns None and each worker ends after its current
+        # key, even when a cancellation is lost (Python 3.11's asyncio.wait_for can swallow one).
+        old, self.queue = self.queue, WorkQueue(self.clock)
+        await old.close()
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        old, self.queue = self.queue, WorkQueue(self.clock)
-        await old.close()
 
     async def _resync(self) -> None:
         while True:
@@ -201,18 +203,18 @@ class Controller:
             for key in list(self.bodies):
                 await self.queue.add(key)
 
-    async def _worker(self, i: int) -> None:
+    async def _worker(self, i: int, queue: WorkQueue) -> None:
         while True:
-            key = await self.queue.get()
+            key = await queue.get()
             if key is None:
                 return
-            metrics.QUEUE_DEPTH.set(len(self.queue))
+            metrics.QUEUE_DEPTH.set(len(queue))
             try:
                 delay = await self.run_once(key)
             finally:
-                await self.queue.done(key)
+                await queue.done(key)
             if delay:
-                await self.queue.add(key, delay)
+                await queue.add(key, delay)
 
     async def run_once(self, key: Key) -> float | None:
         """One reconcile with the worker's error handling; returns the requeue delay, if any."""
