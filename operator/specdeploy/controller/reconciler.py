@@ -404,6 +404,11 @@ class Controller:
                 out["servedContext"] = served
             from ..core.gpus import get_profile
             out["gpuProduct"] = get_profile(cr.spec.gpu.type).product_label
+            from ..core.cache import weight_source
+            out["cache"] = rendered.cache.label()
+            out["targetWeights"] = weight_source(cr.spec.target, "target", rendered.cache)
+            out["drafterWeights"] = weight_source(cr.spec.drafter, "drafter", rendered.cache,
+                                                  rendered.image if rendered.baked_drafter is not None else None)
         return out
 
     async def _apply(self, ns: str, name: str, desired: list[dict]) -> list[str]:
