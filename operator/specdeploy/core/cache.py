@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .findings import Finding, Severity, Source
+
 EMPTY_DIR, PVC, NODE_PATH = "emptyDir", "pvc", "nodePath"
 CACHE_KINDS = (EMPTY_DIR, PVC, NODE_PATH)
 RUNTIME_GID = 65532  # the runtime images' user and group (images/runtime/*/Dockerfile)
@@ -49,6 +51,18 @@ class CachePlan:
 class CacheError(ValueError):
     """spec.cache names a node path the administrator did not list (the policy check reports it first)."""
 
+    def __init__(self, finding: Finding):
+        super().__init__(finding.message)
+        self.finding = finding
+
+
+def node_path_refusal(name: str, policy=None) -> Finding:
+    listed = ", ".join(n for n, _ in policy.cache_node_paths) if policy is not None else ""
+    return Finding(Severity.ERROR, "PolicyCacheNodePathNotAllowed", Source.SPEC, "spec.cache.nodePath",
+                   f"node cache path {name!r} is not one an administrator listed (listed: {listed or 'none'}). Name a "
+                   "listed one, use type pvc or emptyDir, or ask an administrator to add it to the chart value "
+                   "cache.nodePaths (operator flag --cache-node-path NAME=PATH)")
+
 
 def plan_cache(spec, policy=None) -> CachePlan:
     """The cache of ``spec`` under ``policy`` (core/policy.py TenancyPolicy; None: no default, no node paths)."""
@@ -65,7 +79,7 @@ def plan_cache(spec, policy=None) -> CachePlan:
     if kind == NODE_PATH:
         path = policy.node_path(name) if policy is not None else None
         if path is None:
-            raise CacheError(f"node cache path {name!r} is not listed in the chart value cache.nodePaths")
+            raise CacheError(node_path_refusal(name, policy))
         return CachePlan(NODE_PATH, node_path_name=name, host_path=path, from_default=default)
     return CachePlan(EMPTY_DIR, from_default=default)
 

@@ -28,6 +28,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
+from .cache import node_path_refusal
 from .engines import RUNTIME_IMAGE_REPO
 from .findings import Finding, Severity, Source
 
@@ -125,11 +126,7 @@ def check_policy(spec, policy: TenancyPolicy, pvc_labels: Mapping[str, Mapping[s
     if cache is not None and cache.pvc is not None:
         claims.append(("spec.cache.pvc.claimName", cache.pvc.claim_name))
     if cache is not None and cache.node_path is not None and policy.node_path(cache.node_path) is None:
-        listed = ", ".join(n for n, _ in policy.cache_node_paths) or "none"
-        refuse("PolicyCacheNodePathNotAllowed", "spec.cache.nodePath",
-               f"node cache path {cache.node_path!r} is not one an administrator listed (listed: {listed}). Name a "
-               "listed one, use type pvc or emptyDir, or ask an administrator to add it to the chart value "
-               "cache.nodePaths (operator flag --cache-node-path NAME=PATH)")
+        out.append(node_path_refusal(cache.node_path, policy))
     for path, claim in claims:
         if claim in policy.pvcs:
             continue

@@ -810,8 +810,7 @@ def render(cr, target_doc: Any, drafter_doc: Any, *, pod_monitor: bool = False,
     try:
         cache = plan_cache(spec, policy)
     except CacheError as e:
-        raise RenderError(analysis.findings + [Finding(Severity.ERROR, "PolicyCacheNodePathNotAllowed", Source.SPEC,
-                                                       "spec.cache.nodePath", str(e))], analysis.accepted) from None
+        raise RenderError(analysis.findings + [e.finding], analysis.accepted) from None
     ec = build_engine_config(cr, analysis, target_doc, drafter_doc, baked=baked, cache=cache)
     # the tuning Job runs the engine image without the baked drafter (same engine, same kernels)
     try:
