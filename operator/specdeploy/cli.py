@@ -247,13 +247,30 @@ def _policy_args(args: argparse.Namespace):
         if not eq or not key:
             raise UsageError(f"--pvc-label {args.pvc_label!r}: expected KEY=VALUE")
         label = (key, value)
+    node_paths = []
+    for item in getattr(args, "cache_node_path", None) or []:
+        name, eq, path = item.partition("=")
+        if not eq or not re.fullmatch(NAME_PATTERN, name) or len(name) > 63:
+            raise UsageError(f"--cache-node-path {item!r}: expected NAME=PATH with NAME a lowercase name")
+        if not path.startswith("/") or any(seg in (".", "..") for seg in path.split("/")) or path.rstrip("/") == "":
+            raise UsageError(f"--cache-node-path {item!r}: PATH must be an absolute directory without '.' or '..' "
+                             "segments, and not /")
+        node_paths.append((name, path))
+    default = None
+    if getattr(args, "default_cache", None) and args.default_cache != "emptyDir":
+        kind, slash, ref = args.default_cache.partition("/")
+        if kind not in ("pvc", "nodePath") or not slash or not re.fullmatch(NAME_PATTERN, ref):
+            raise UsageError(f"--default-cache {args.default_cache!r}: expected emptyDir, pvc/CLAIM or nodePath/NAME")
+        if kind == "nodePath" and ref not in dict(node_paths):
+            raise UsageError(f"--default-cache {args.default_cache!r}: no --cache-node-path named {ref!r}")
+        default = (kind, ref)
     kwargs = {}
     if args.allowed_image_prefix:
         kwargs["image_prefixes"] = tuple(args.allowed_image_prefix)
     return TenancyPolicy(engine_service_account=args.engine_service_account,
                          service_accounts=tuple(args.allowed_service_account or ()),
                          token_secrets=tuple(args.allowed_token_secret or ()), pvcs=tuple(args.allowed_pvc or ()),
-                         pvc_label=label, **kwargs)
+                         pvc_label=label, cache_node_paths=tuple(node_paths), default_cache=default, **kwargs)
 
 
 def cmd_apiserver(args: argparse.Namespace) -> int:
@@ -402,6 +419,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="Secret a tokenSecretRef may name (repeatable; default: none; chart value hub.tokenSecrets)")
     pol.add_argument("--allowed-pvc", action="append", metavar="NAME", help="claim a spec may mount (repeatable)")
     pol.add_argument("--pvc-label", metavar="KEY=VALUE", help="claims carrying this label may be mounted too")
+    pol.add_argument("--cache-node-path", action="append", metavar="NAME=PATH",
+                     help="a node-local directory engine pods may use as their hub cache, named NAME "
+                     "(spec.cache.nodePath: NAME); repeatable; chart value cache.nodePaths")
+    pol.add_argument("--default-cache", metavar="emptyDir|pvc/CLAIM|nodePath/NAME",
+                     help="hub cache of engine pods whose spec has no cache (default emptyDir); chart value "
+                     "cache.default")
     orun.add_argument("--verbose", "-v", action="store_true")
     orun.set_defaults(func=cmd_operator_run)
 
