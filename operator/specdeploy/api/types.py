@@ -439,18 +439,3 @@ class SpeculativeDeployment(BaseModel):
 def parse(obj: Any) -> SpeculativeDeployment:
     """Parse a SpeculativeDeployment object (dict); raises pydantic.ValidationError."""
     return SpeculativeDeployment.model_validate(obj)
-
-
-def validation_messages(exc: Any) -> list[tuple[str, str]]:
-    """(field path, message) pairs from a pydantic ValidationError, in camelCase field paths."""
-    out = []
-    for e in exc.errors():
-        loc = [p for p in e.get("loc", ()) if not (isinstance(p, str) and p.startswith(("function-", "literal[", "int")))]
-        path = ""
-        for p in loc:
-            path += f"[{p}]" if isinstance(p, int) else (f".{p}" if path else str(p))
-        msg = e.get("msg", "invalid")
-        if e.get("type") == "extra_forbidden":
-            msg = "unknown field; check the spelling against the API reference (docs/reference/api.md)"
-        out.append((path or "(object)", msg))
-    return out
