@@ -17,12 +17,12 @@ ATTACKS = [
      "spec.pod.serviceAccountName"),
     ("secret", {"target": {"tokenSecretRef": {"name": "database-credentials", "key": "password"}}}, "Progressing",
      "PolicyRefused", "spec.target.tokenSecretRef.name"),
-    ("owned-n", {"engine": {"extraArgs": ["-n", "4"]}}, "DrafterCompatible", "ExtraArgSetsOwnedFlag",
+    ("owned-n", {"engine": {"extraArgs": ["-n", "4"]}}, "Progressing", "InvalidSpec",
      "spec.engine.extraArgs[0]"),
-    ("unknown", {"engine": {"extraArgs": ["--no-such-flag"]}}, "DrafterCompatible", "ExtraArgUnknown",
+    ("unknown", {"engine": {"extraArgs": ["--no-such-flag"]}}, "Progressing", "InvalidSpec",
      "spec.engine.extraArgs[0]"),
-    ("overrides", {"engine": {"extraArgs": ["--hf-overrides", '{"num_hidden_layers": 2}']}}, "DrafterCompatible",
-     "ExtraArgChangesModelConfig", "spec.engine.extraArgs[0]"),
+    ("overrides", {"engine": {"extraArgs": ["--hf-overrides", '{"num_hidden_layers": 2}']}}, "Progressing",
+     "InvalidSpec", "spec.engine.extraArgs[0]"),
 ]
 
 
