@@ -709,10 +709,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         print(f"{PROG}: error: choose a command", file=sys.stderr)
         return 2
+    label = " ".join(filter(None, (args.command, getattr(args, "dev_command", None),
+                                   getattr(args, "operator_command", None))))
     try:
         return args.func(args)
     except UsageError as e:
-        return print_error(args.command, str(e), as_json)
+        return print_error(label, str(e), as_json)
     except BrokenPipeError:
         return 0
 
