@@ -9,6 +9,7 @@ import pytest
 from conftest import pair
 from specdeploy.api.types import SpeculativeDeployment
 from specdeploy.core.cache import CacheError, CachePlan, plan_cache, weight_source
+from specdeploy.core.podsecurity import RUNTIME_UID
 from specdeploy.core.policy import TenancyPolicy, check_policy
 from specdeploy.core.render import HF_HOME, RenderError, render
 
@@ -77,10 +78,10 @@ def test_bad_cache_specs(cache, message):
 def test_rendered_volumes():
     d, t = pair("qwen3.6-27b")
     plain = pod_spec(render(cr(), t, d))
-    assert {"name": "hf-cache", "emptyDir": {}} in plain["volumes"] and "securityContext" not in plain
+    assert {"name": "hf-cache", "emptyDir": {}} in plain["volumes"]
     pvc = pod_spec(render(cr(cache={"type": "pvc", "pvc": {"claimName": "hf-cache"}}), t, d, policy=LISTED))
     assert {"name": "hf-cache", "persistentVolumeClaim": {"claimName": "hf-cache"}} in pvc["volumes"]
-    assert pvc["securityContext"]["fsGroup"] == 65532
+    assert pvc["securityContext"]["fsGroup"] == RUNTIME_UID  # the claim is writable by the runtime user
     pre = pvc["initContainers"][0]
     assert {"name": "hf-cache", "mountPath": HF_HOME} in pre["volumeMounts"]
     assert {"name": "HF_HOME", "value": HF_HOME} in pre["env"]

@@ -65,7 +65,7 @@ def test_test_setup_chain_adds_the_tools_and_the_demo_does_not():
     assert "bash .ci/setup\n" in demo and "setup-test" not in demo
     assert "install-tools" not in setup and "install-prometheus" not in setup and "apt" not in setup
     chain = (ROOT / ".ci" / "setup-test").read_text()
-    assert "bash .ci/install-tools" in chain and "bash .ci/install-prometheus" in chain
+    assert "bash .ci/install-tools" in chain and "bash .ci/install-prometheus" in chain and "bash .ci/install-checkov" in chain
     assert "bash .ci/setup-test" in (ROOT / ".ci" / "test").read_text()
 
 

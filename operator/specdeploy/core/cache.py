@@ -17,7 +17,6 @@ from .findings import Finding, Severity, Source
 
 EMPTY_DIR, PVC, NODE_PATH = "emptyDir", "pvc", "nodePath"
 CACHE_KINDS = (EMPTY_DIR, PVC, NODE_PATH)
-RUNTIME_GID = 65532  # the runtime images' user and group (images/runtime/*/Dockerfile)
 
 
 @dataclass(frozen=True)
