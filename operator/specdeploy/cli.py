@@ -13,7 +13,8 @@ import argparse
 import sys
 from typing import Any, Sequence
 
-from .cli_common import PROG, ArgumentError, Parser, UsageError, epilog, need_action, print_error, wants_json
+from .cli_common import (PROG, ArgumentError, Parser, UsageError, VersionAction, epilog, known_engine_versions,
+                         need_action, print_error, wants_json)
 
 __all__ = ["PROG", "UsageError", "build_parser", "main"]
 
@@ -130,20 +131,6 @@ def cmd_check(args: argparse.Namespace) -> int:
                   f"layers {','.join('S' if x == 'sliding_attention' else 'F' for x in d.layer_types)}, "
                   f"target layer ids {list(d.target_layer_ids)}")
     return 0 if a.ok else 1
-
-
-def known_engine_versions(engine: str, gpu: str | None = None) -> list[str]:
-    """Releases the engine table knows: recorded facts or a recorded flag snapshot (CPU pool: the CPU build's)."""
-    from .core import enginedata
-    from .core import engines as eng
-    from .core.versions import parse_version
-
-    info = eng.get_engine(engine)
-    if gpu == "cpu" and eng.cpu_build(engine) is not None:
-        vs = set(eng.cpu_verified_versions(engine))
-    else:
-        vs = {v for e, v in enginedata.available_facts() if e == engine} | set(info.verified_versions())
-    return sorted(vs, key=lambda v: parse_version(v) or (0, 0, 0))
 
 
 def _known_engine_version(engine: str, version: str, gpu: str | None) -> None:
@@ -413,7 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
                               "specdeploy demo", "specdeploy COMMAND --help"],
                              ok="success", findings="findings: the check found errors, generated files are out of "
                              "date, acceptance collapsed", json_errors=True))
-    p.add_argument("--version", action=_VersionAction, help="print the package and engine-table versions and exit")
+    p.add_argument("--version", action=VersionAction, help="print the package and engine-table versions and exit")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
 
     c = sub.add_parser("check", help="check a drafter config.json against its target's",
@@ -676,35 +663,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_acceptance_parser(sub)
     return p
-
-
-class _VersionAction(argparse.Action):
-    """--version: the package and the engine table it carries (computed only when asked)."""
-
-    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
-        super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0, help=help)
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        print(version_text())
-        parser.exit(0)
-
-
-def version_text() -> str:
-    from . import __version__
-    from .core import engines as eng
-
-    lines = [f"{PROG} {__version__}", "engine table:"]
-    for name in eng.ENGINE_NAMES:
-        info = eng.get_engine(name)
-        known = known_engine_versions(name)
-        line = (f"  {name}: DFlash from {info.oldest}; facts recorded for {known[0]} .. {known[-1]} ({len(known)} "
-                f"releases); flags verified for {', '.join(info.verified_versions()) or 'none'} "
-                f"(default {info.newest_verified})")
-        build = eng.cpu_build(name)
-        if build is not None:
-            line += f"; CPU build {build.distribution} verified for {', '.join(eng.cpu_verified_versions(name))}"
-        lines.append(line)
-    return "\n".join(lines)
 
 
 def _env_int(name: str, default: int) -> int:

@@ -95,3 +95,46 @@ def epilog(examples: list[str], ok: str | None, findings: str | None = None, jso
         "  2  unusable input (missing or unreadable file, invalid JSON/YAML, a bad flag value): one line on stderr"
         + ("; with -o json also a JSON document {ok: false, error, exitCode} on stdout" if json_errors else "")]
     return f"{ex}\n\nexit codes:\n" + "\n".join(codes)
+
+
+def known_engine_versions(engine: str, gpu: str | None = None) -> list[str]:
+    """Releases the engine table knows: recorded facts or a recorded flag snapshot (CPU pool: the CPU build's)."""
+    from .core import enginedata
+    from .core import engines as eng
+    from .core.versions import parse_version
+
+    info = eng.get_engine(engine)
+    if gpu == "cpu" and eng.cpu_build(engine) is not None:
+        vs = set(eng.cpu_verified_versions(engine))
+    else:
+        vs = {v for e, v in enginedata.available_facts() if e == engine} | set(info.verified_versions())
+    return sorted(vs, key=lambda v: parse_version(v) or (0, 0, 0))
+
+
+class VersionAction(argparse.Action):
+    """--version: the package and the engine table it carries (computed only when asked)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_text())
+        parser.exit(0)
+
+
+def version_text() -> str:
+    from . import __version__
+    from .core import engines as eng
+
+    lines = [f"{PROG} {__version__}", "engine table:"]
+    for name in eng.ENGINE_NAMES:
+        info = eng.get_engine(name)
+        known = known_engine_versions(name)
+        line = (f"  {name}: DFlash from {info.oldest}; facts recorded for {known[0]} .. {known[-1]} ({len(known)} "
+                f"releases); flags verified for {', '.join(info.verified_versions()) or 'none'} "
+                f"(default {info.newest_verified})")
+        build = eng.cpu_build(name)
+        if build is not None:
+            line += f"; CPU build {build.distribution} verified for {', '.join(eng.cpu_verified_versions(name))}"
+        lines.append(line)
+    return "\n".join(lines)
