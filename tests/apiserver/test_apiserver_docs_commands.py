@@ -63,7 +63,7 @@ MENTIONS = {"kubectl apply -k", "kubectl describe pod", "helm install", "helm te
             "kubectl explain", "kubectl edit", "kubectl logs", "kubectl port-forward", "kubectl exec"}
 WATCHES = {"kubectl get specdeploy -w"}  # run until the first rows, then stopped (as a user does)
 # Documents whose commands assume the README's install (chart + the Qwen example).
-NEEDS_INSTALL = {"docs/concepts/status-conditions.md", "docs/how-to/troubleshooting.md",
+NEEDS_INSTALL = {"docs/concepts/acceptance.md", "docs/concepts/status-conditions.md", "docs/how-to/troubleshooting.md",
                  "docs/how-to/troubleshoot-low-acceptance.md", "docs/how-to/upgrade.md"}
 # Documents whose sections are alternative paths, not one sequence: the order they are run in.
 # upgrade.md: "Roll back" follows the plain upgrade; the crds.install=false path comes last (Helm

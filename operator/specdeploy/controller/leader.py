@@ -21,7 +21,7 @@ from typing import Awaitable, Callable
 
 from ..core import lease as L
 from . import metrics
-from .kube import Kube, KubeError
+from .kube import Fence, Kube, KubeError, load_api_client
 
 log = logging.getLogger("specdeploy.leader")
 
@@ -63,6 +63,17 @@ def default_identity() -> str:
     return f"{base}_{uuid.uuid4().hex[:8]}"
 
 
+def new_elector(settings: LeaderElectionSettings, identity: str, *, user_agent: str,
+                kubeconfig: str | None = None) -> "LeaderElector":
+    """An elector on its own API client and threads: renewals never wait behind the reconciler's requests."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    api = load_api_client(kubeconfig or os.environ.get("SPECDEPLOY_KUBECONFIG") or None)
+    api.user_agent = user_agent
+    kube = Kube(api, executor=ThreadPoolExecutor(2, thread_name_prefix="specdeploy-lease"))
+    return LeaderElector(kube, settings.namespace, identity, name=settings.name, timing=settings.timing)
+
+
 class LeaderElector:
     def __init__(self, kube: Kube, namespace: str, identity: str, *, name: str = L.LEASE_NAME,
                  timing: L.LeaseTiming = L.DEFAULT_TIMING,
@@ -82,6 +93,10 @@ class LeaderElector:
         self._task: asyncio.Task | None = None
 
     # ------------------------------------------------------------- the fence
+
+    def fence(self) -> Fence:
+        """What the reconciler's client checks before every write (kube.Kube.fenced)."""
+        return Fence(self.may_write, self.write_budget)
 
     def may_write(self) -> bool:
         return L.may_write(self.leading, self.renew_started_at, self.clock(), self.timing)

@@ -502,8 +502,8 @@ class Controller:
         job = self.children.get(("Job", ns, plan.job_name))
         if job is None:
             job = await self.kube.get("Job", ns, plan.job_name)
-            if job is None:  # applied once: a Job's pod template is immutable, a new key names a new Job
-                created = await self.kube.apply(rendered.tuning_objects[0])
+            if job is None:  # created once: a Job's pod template is immutable, a new key names a new Job
+                created = await self.kube.create(rendered.tuning_objects[0])
                 self.children[("Job", ns, plan.job_name)] = {**(created or rendered.tuning_objects[0]), "kind": "Job"}
                 return
             self.children[("Job", ns, plan.job_name)] = {**job, "kind": "Job"}
@@ -549,7 +549,10 @@ class Controller:
             desired["acceptance"] = spec_status.get("acceptance")  # None: cleared (merge patch null)
         if not st.status_changed(current, desired):
             return
-        await self.kube.patch("SpeculativeDeployment", ns, name, {"status": desired}, sub="status")
+        patch = dict(desired)
+        if isinstance(desired.get("acceptance"), dict):  # a merge patch keeps keys it does not name: null them
+            patch["acceptance"] = st.merge_patch_of(current.get("acceptance"), desired["acceptance"])
+        await self.kube.patch("SpeculativeDeployment", ns, name, {"status": patch}, sub="status")
         body["status"] = {**current, **desired}  # our view until the watch delivers the write
         for c in st.transitions(current.get("conditions"), conds):
             ev = st.event_for(c)

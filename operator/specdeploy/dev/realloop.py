@@ -207,12 +207,12 @@ class RealLoop:
             return
         rules = self.workdir / "prometheus-rules.yaml"
         rules.write_text(R.render_rules_yaml(R.RuleParams(window=self.rule_window, collapse_for=self.alert_for,
-                                                          cliff_for=self.alert_for)))
+                                                          cliff_for=self.alert_for, regression_for=self.alert_for)))
         self.targets_file.write_text("[]")
         engines = {"job_name": "engine-pods", "metrics_path": "/metrics",
                    "file_sd_configs": [{"files": [str(self.targets_file)], "refresh_interval": "1s"}]}
-        op = scrape_job("specdeploy-operator", f"127.0.0.1:{self.cluster.operator_metrics_port}",
-                        labels={"namespace": "specdeploy-system", "pod": "specdeploy-operator-0"})
+        op = scrape_job("specdeploy-operator", f"127.0.0.1:{self.cluster.operator_metrics_port}", honor_labels=True,
+                        labels={"namespace": "specdeploy-system", "pod": "specdeploy-operator-0"})  # as the chart's
         self.prom = Prometheus([engines, op], [rules], exe=exe).start()
         self._stack.callback(self.prom.stop)
 
