@@ -14,9 +14,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Hashable
 
-import pydantic
 
-from ..api.types import SpeculativeDeployment, validation_messages
+from ..api.validation import INVALID_SPEC, problems_message, validate
 from ..core.findings import Severity, errors as error_findings
 from ..core.policy import TenancyPolicy, check_policy, policy_needs_claims
 from ..core.render import TUNING_KEY_ANNOTATION, RenderError, Rendered, build_tuned_configmap, render, selector_labels
@@ -278,13 +277,15 @@ class Controller:
         state = self.state.setdefault(key, _State())
         workload = self._workload(ns, name)
 
-        try:
-            cr = SpeculativeDeployment.model_validate(body)
-        except pydantic.ValidationError as e:
-            msg = "; ".join(f"{p}: {m}" for p, m in validation_messages(e))
+        # every spec problem (the schema's or the object-level check's) lands here, in the words of the
+        # spec message catalog (api/validation.py) the webhook and the CLI use: DrafterCompatible=Unknown and
+        # Progressing=False, reason InvalidSpec; nothing is resolved or applied
+        cr, problems = validate(body)
+        if cr is None:
+            msg = problems_message(problems)
             obs = self._observation(gen, body, workload, None)
-            obs.blocked_reason = ("InvalidSpec", msg)
-            obs.resolution_error = ("InvalidSpec", msg)
+            obs.blocked_reason = (INVALID_SPEC, msg)
+            obs.resolution_error = (INVALID_SPEC, msg)
             await self._write_status(key, body, obs, resolved=None)
             return None
         cr.metadata.namespace = ns
@@ -411,6 +412,11 @@ class Controller:
                 out["servedContext"] = served
             from ..core.gpus import get_profile
             out["gpuProduct"] = get_profile(cr.spec.gpu.type).product_label
+            from ..core.cache import weight_source
+            out["cache"] = rendered.cache.label()
+            out["targetWeights"] = weight_source(cr.spec.target, "target", rendered.cache)
+            out["drafterWeights"] = weight_source(cr.spec.drafter, "drafter", rendered.cache,
+                                                  rendered.image if rendered.baked_drafter is not None else None)
         return out
 
     async def _apply(self, ns: str, name: str, desired: list[dict]) -> list[str]:
