@@ -57,13 +57,13 @@ MANIFEST = "tiny-trained.json"
 @dataclass(frozen=True)
 class TrainSpec:
     seed: int = 0
-    words: int = 32
+    words: int = 16
     target_layers: int = 6
     intermediate_size: int = 256
     seq_len: int = 64
-    target_steps: int = 160
-    target_batch: int = 32
-    target_lr: float = 3e-3
+    target_steps: int = 200
+    target_batch: int = 16
+    target_lr: float = 1e-2
     prompt_len: int = 8
     drafter_sequences: int = 1536
     drafter_steps: int = 300
