@@ -513,7 +513,7 @@ def build_parser() -> argparse.ArgumentParser:
     tt.add_argument("directory", metavar="DIR", help="models directory (what the hub stand-in serves)")
     tt.add_argument("--seed", type=int, default=0)
     tt.add_argument("--threads", type=_positive, default=1, help="torch CPU threads (part of the cache key; default 1)")
-    tt.add_argument("--target-steps", type=_positive, default=None, help="target training steps (default 200)")
+    tt.add_argument("--target-steps", type=_positive, default=None, help="target training steps (default 300)")
     tt.add_argument("--drafter-steps", type=_positive, default=None, help="drafter training steps (default 300)")
     tt.add_argument("--no-cache", action="store_true", help="train even when the cache holds this output")
     tt.add_argument("--output", "-o", choices=["text", "json"], default="text")
