@@ -1,6 +1,7 @@
 """`specdeploy acceptance`: speculative-decoding acceptance from engine /metrics scrapes.
 
     specdeploy acceptance --engine vllm|sglang SCRAPE [SCRAPE2] [--interval SECONDS] [--output text|json]
+                          [--min-length TAU] [--baseline TAU [--regression-fraction F]]
 
 SCRAPE is a file holding a /metrics exposition, '-' for stdin, or an http(s) URL.
 - SGLang: one scrape; its gauges are the answer.
@@ -9,8 +10,11 @@ SCRAPE is a file holding a /metrics exposition, '-' for stdin, or an http(s) URL
   the average since the engine started.
 --interval with two scrapes is the seconds between them (for drafts per second).
 
-Exit: 0 healthy (or no traffic to judge); 1 collapsed, cliff, or no speculative metrics;
-2 unusable input (one line on stderr, never a traceback).
+--baseline judges a regression as the operator does against status.acceptance.baseline
+(core/baseline.py): tau more than --regression-fraction (default 0.25) below it.
+
+Exit: 0 healthy (or no traffic to judge); 1 collapsed, regressed, cliff, or no speculative
+metrics; 2 unusable input (one line on stderr, never a traceback).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import sys
 import time
 
 from .core import acceptance as acc
+from .core import baseline as bl
 
 PROG = "specdeploy acceptance"
 MAX_BYTES = 64 * 1024 * 1024
@@ -78,6 +83,26 @@ def _interval(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
     if not math.isfinite(v) or v <= 0:
         raise argparse.ArgumentTypeError(f"{text} must be a positive number of seconds")
+    return v
+
+
+def _baseline(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (math.isfinite(v) and v >= 1.0):
+        raise argparse.ArgumentTypeError(f"{text} is no acceptance length: tau is at least 1 (bonus token included)")
+    return v
+
+
+def _fraction(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (math.isfinite(v) and 0 < v < 1):
+        raise argparse.ArgumentTypeError(f"{text} must be between 0 and 1 (0.25: 25% below the baseline)")
     return v
 
 
@@ -155,15 +180,17 @@ def _run(args: argparse.Namespace) -> int:
     a = acc.acceptance_from_scrapes(engine, prev, cur, interval)
     if a is None and not acc.parse_exposition(cur):
         raise InputError(f"{scrapes[-1]}: no Prometheus samples in it (is it a /metrics scrape?)")
-    h = acc.health(a, args.min_length)
-    msg = acc.health_message(a, args.min_length)
+    base = bl.Baseline(args.baseline, "", "") if args.baseline is not None else None
+    h, msg = bl.judge(a, args.min_length, base, revision=None, fraction=args.regression_fraction)
     if args.output == "json":
-        doc = {"engine": engine, "found": a is not None, "acceptance": a.to_dict() if a else None,
-               "health": {"status": h.status, "reason": h.reason, "message": msg, "min_length": args.min_length}}
+        health = {"status": h.status, "reason": h.reason, "message": msg, "min_length": args.min_length}
+        if base is not None:
+            health.update(baseline=args.baseline, regression_fraction=args.regression_fraction)
+        doc = {"engine": engine, "found": a is not None, "acceptance": a.to_dict() if a else None, "health": health}
         print(json.dumps(_finite(doc), indent=2, allow_nan=False, default=str))
     else:
         print(_text(a, h, msg, engine))
-    return 1 if h.reason in (acc.COLLAPSED, acc.CLIFF, acc.NO_METRICS) else 0
+    return 1 if h.reason in (acc.COLLAPSED, acc.REGRESSED, acc.CLIFF, acc.NO_METRICS) else 0
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -171,7 +198,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "acceptance", help="speculative-decoding acceptance from engine /metrics scrapes",
         description="Acceptance length (tau, bonus token included), acceptance rate and per-position rates from "
                     "one SGLang scrape or two vLLM scrapes (a file, '-' for stdin, or an http(s) URL). Exit 0: "
-                    "healthy or no traffic; 1: collapsed, cliff, or no speculative metrics; 2: unusable input.")
+                    "healthy or no traffic; 1: collapsed, regressed (with --baseline), cliff, or no speculative "
+                    "metrics; 2: unusable input.")
     p.add_argument("--engine", required=True, choices=acc.ENGINES, help="the engine that wrote the scrapes")
     p.add_argument("scrape", nargs="+", metavar="SCRAPE",
                    help="SCRAPE [SCRAPE2]: /metrics text (file, '-', or URL); vLLM: older first")
@@ -179,6 +207,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="seconds between the two scrapes; with one vLLM URL: scrape it twice this far apart")
     p.add_argument("--min-length", type=_interval, default=acc.DEFAULT_MIN_LENGTH, metavar="TAU",
                    help=f"collapse threshold for tau (default {acc.DEFAULT_MIN_LENGTH})")
+    p.add_argument("--baseline", type=_baseline, metavar="TAU",
+                   help="judge a regression against this tau (e.g. the deployment's status.acceptance.baseline.length)")
+    p.add_argument("--regression-fraction", type=_fraction, default=bl.DEFAULT_REGRESSION_FRACTION, metavar="F",
+                   help=f"with --baseline: tau below baseline x (1 - F) is a regression (default "
+                        f"{bl.DEFAULT_REGRESSION_FRACTION})")
     p.add_argument("--output", "-o", choices=["text", "json"], default="text")
     p.set_defaults(func=cmd_acceptance)
     return p

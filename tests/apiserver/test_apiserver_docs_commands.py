@@ -44,6 +44,8 @@ REAL_CLUSTER_ONLY = {
     "kubectl port-forward pod/POD 8000:8000 &": "needs a running pod (the embedded cluster runs none)",
     "kubectl get podmonitor NAME": "needs the monitoring.coreos.com CRDs of prometheus-operator",
     "kubectl -n OPERATOR_NAMESPACE logs deploy/OPERATOR_DEPLOYMENT": "container logs come from a kubelet",
+    'kubectl -n OPERATOR_NAMESPACE logs deploy/OPERATOR_DEPLOYMENT | grep "leader election"':
+        "container logs come from a kubelet",
     "kubectl -n specdeploy-system logs deployment/specdeploy | tail": "container logs come from a kubelet",
     "kubectl logs job/NAME-inspect-target": "container logs come from a kubelet",
     "kubectl logs deploy/specdeploy-operator": "container logs come from a kubelet",
@@ -61,7 +63,7 @@ MENTIONS = {"kubectl apply -k", "kubectl describe pod", "helm install", "helm te
             "kubectl explain", "kubectl edit", "kubectl logs", "kubectl port-forward", "kubectl exec"}
 WATCHES = {"kubectl get specdeploy -w"}  # run until the first rows, then stopped (as a user does)
 # Documents whose commands assume the README's install (chart + the Qwen example).
-NEEDS_INSTALL = {"docs/concepts/status-conditions.md", "docs/how-to/troubleshooting.md",
+NEEDS_INSTALL = {"docs/concepts/acceptance.md", "docs/concepts/status-conditions.md", "docs/how-to/troubleshooting.md",
                  "docs/how-to/troubleshoot-low-acceptance.md", "docs/how-to/upgrade.md"}
 # Documents whose sections are alternative paths, not one sequence: the order they are run in.
 # upgrade.md: "Roll back" follows the plain upgrade; the crds.install=false path comes last (Helm
@@ -82,7 +84,8 @@ ORDER = {"docs/getting-started.md": [  # the demo's description comes first in t
     "kubectl annotate crd speculativedeployments.specdeploy.io meta.helm.sh/release-name=specdeploy "
     "meta.helm.sh/release-namespace=specdeploy-system",
 ]}
-README_INSTALL = ["helm install specdeploy charts/specdeploy --namespace specdeploy-system --create-namespace",
+README_INSTALL = ["helm install specdeploy charts/specdeploy --namespace specdeploy-system --create-namespace "
+                  "--set 'watch.namespaces={default}'",
                   "kubectl apply -k examples/qwen3.6-27b-b300-vllm"]
 
 

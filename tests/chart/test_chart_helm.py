@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from chart_helpers import (CHART, HELMS, NAMESPACE, RELEASE, VALUE_SETS, arg_value, container, find, one, render,
-                           render_text, run_helm, values_file)
+                           render_text, run_helm, values_file, watched_namespaces)
 from specdeploy.api.crd import build_crd
 
 HELM_NAMES = sorted(HELMS)
@@ -77,10 +77,13 @@ def test_default_objects():
     objs = render()
     kinds = sorted((o["kind"], o["metadata"]["name"]) for o in objs)
     assert kinds == sorted([
-        ("ServiceAccount", "specdeploy"), ("CustomResourceDefinition", "speculativedeployments.specdeploy.io"),
+        ("ServiceAccount", "specdeploy"), ("ServiceAccount", "specdeploy-engine"),
+        ("CustomResourceDefinition", "speculativedeployments.specdeploy.io"),
         ("ClusterRole", "specdeploy-cluster"), ("ClusterRoleBinding", "specdeploy-cluster"),
-        ("ClusterRole", "specdeploy-workloads"), ("ClusterRoleBinding", "specdeploy-workloads"),
+        ("Role", "specdeploy-workloads"), ("RoleBinding", "specdeploy-workloads"),
         ("Role", "specdeploy-webhook-tls"), ("RoleBinding", "specdeploy-webhook-tls"),
+        ("Role", "specdeploy-leader-election"), ("RoleBinding", "specdeploy-leader-election"),
+        ("PodDisruptionBudget", "specdeploy"),
         ("Service", "specdeploy-webhook"), ("Service", "specdeploy-metrics"), ("Deployment", "specdeploy"),
         ("ValidatingWebhookConfiguration", "specdeploy"), ("MutatingWebhookConfiguration", "specdeploy"),
     ])
@@ -102,7 +105,8 @@ def test_crd_template_is_the_generated_crd():
 def test_deployment_pod_security_and_probes():
     dep = one(render(), "Deployment")
     spec = dep["spec"]["template"]["spec"]
-    assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"] == {"type": "Recreate"}
+    assert dep["spec"]["replicas"] == 2
+    assert dep["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
     psc = spec["securityContext"]
     assert psc["runAsNonRoot"] is True and psc["runAsUser"] != 0 and psc["seccompProfile"] == {"type": "RuntimeDefault"}
     c = container(render())
@@ -113,12 +117,14 @@ def test_deployment_pod_security_and_probes():
     assert c["resources"]["requests"]["cpu"] and c["resources"]["requests"]["memory"] and c["resources"]["limits"]["memory"]
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     assert ports == {"metrics": 8080, "health": 8081, "webhook": 9443}
-    for probe in ("livenessProbe", "readinessProbe"):
-        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    # ready only when the webhook serves and the caches synced (controller/health.py), leader or not
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
     assert {"name": "tmp", "mountPath": "/tmp"} in c["volumeMounts"]
     assert {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}} in spec["volumes"]
     env = {e["name"]: e for e in c["env"]}
     assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     assert env["HF_HOME"]["value"].startswith("/tmp/")
     assert "HF_ENDPOINT" not in env
     assert c["image"] == "ghcr.io/specdeploy/operator:0.1.0"
@@ -126,9 +132,15 @@ def test_deployment_pod_security_and_probes():
 
 def test_operator_args_default():
     args = container(render())["args"]
-    assert args[:2] == ["operator", "run"] and "--all-namespaces" in args and "--namespace" not in args
+    # the release namespace only, by default
+    assert args[:2] == ["operator", "run"] and "--all-namespaces" not in args
+    assert arg_value(args, "--namespace") == [NAMESPACE]
     assert arg_value(args, "--metrics-port") == ["8080"]
-    assert arg_value(args, "--liveness") == ["http://0.0.0.0:8081/healthz"]
+    assert arg_value(args, "--health-port") == ["8081"] and "--liveness" not in args
+    assert "--leader-elect" in args and arg_value(args, "--leader-election-namespace") == [NAMESPACE]
+    assert arg_value(args, "--leader-election-id") == ["specdeploy-leader"]
+    assert (arg_value(args, "--lease-duration"), arg_value(args, "--renew-deadline"),
+            arg_value(args, "--retry-period")) == (["15"], ["10"], ["2"])
     assert arg_value(args, "--resync-seconds") == ["60"]
     assert arg_value(args, "--webhook-port") == ["9443"]
     assert arg_value(args, "--webhook-service") == [f"specdeploy-webhook.{NAMESPACE}"]
@@ -171,7 +183,9 @@ def test_webhook_service_and_configurations():
                                                   "port": 443}}
         assert wh["admissionReviewVersions"] == ["v1"] and wh["sideEffects"] == "None"
         assert wh["failurePolicy"] == "Fail" and wh["timeoutSeconds"] == 5
-        assert "namespaceSelector" not in wh and "objectSelector" not in wh
+        assert wh["namespaceSelector"] == {"matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "In", "values": [NAMESPACE]}]}
+        assert "objectSelector" not in wh
         assert wh["rules"] == [{"apiGroups": ["specdeploy.io"], "apiVersions": ["v1alpha1"],
                                 "operations": ["CREATE", "UPDATE"], "resources": ["speculativedeployments"],
                                 "scope": "Namespaced"}]
@@ -198,15 +212,17 @@ def test_cert_manager_variant():
     vols = {v["name"]: v for v in one(objs, "Deployment")["spec"]["template"]["spec"]["volumes"]}
     assert vols["certs"]["secret"]["secretName"] == "specdeploy-webhook-tls"
     assert c["image"] == "ghcr.io/specdeploy/operator@sha256:" + "0" * 64
-    # no Secret or webhook-configuration access for the operator: cert-manager does both
-    assert not find(objs, "Role")
+    # no Secret or webhook-configuration access for the operator: cert-manager does both (the Lease only)
+    assert not find(objs, "Role", "specdeploy-webhook-tls")
+    assert sorted(o["metadata"]["name"] for o in find(objs, "Role")) == ["specdeploy-leader-election",
+                                                                          "specdeploy-workloads"]
     sm = one(objs, "ServiceMonitor")
     assert sm["metadata"]["labels"]["release"] == "prometheus"
     metrics = one(objs, "Service", "specdeploy-metrics")
     assert all(metrics["metadata"]["labels"].get(k) == v for k, v in sm["spec"]["selector"]["matchLabels"].items())
     assert not all(one(objs, "Service", "specdeploy-webhook")["metadata"]["labels"].get(k) == v
                    for k, v in sm["spec"]["selector"]["matchLabels"].items())
-    assert sm["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "30s"}]
+    assert sm["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "30s", "honorLabels": True}]
 
 
 def test_cert_manager_with_an_issuer():
@@ -219,16 +235,19 @@ def test_cert_manager_with_an_issuer():
 
 def test_minimal_variant():
     objs = render(VALUE_SETS["minimal"])
-    assert not find(objs, "ServiceAccount") and not find(objs, "CustomResourceDefinition")
+    assert not find(objs, "ServiceAccount", "existing-sa") and not find(objs, "CustomResourceDefinition")
     assert not find(objs, "ValidatingWebhookConfiguration") and not find(objs, "MutatingWebhookConfiguration")
-    assert not find(objs, "Service", "sd-webhook") and not find(objs, "Role")
+    assert not find(objs, "Service", "sd-webhook") and not find(objs, "Role", "sd-webhook-tls")
     dep = one(objs, "Deployment", "sd")
     assert dep["spec"]["template"]["spec"]["serviceAccountName"] == "existing-sa"
     c = container(objs)
     assert [a for a in c["args"] if a.startswith("--webhook")] == ["--webhook-port"]
     assert arg_value(c["args"], "--webhook-port") == ["0"]
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"metrics": 9090, "health": 9091}
-    assert arg_value(c["args"], "--liveness") == ["http://0.0.0.0:9091/healthz"]
+    assert arg_value(c["args"], "--health-port") == ["9091"]
+    # one replica without leader election: no Lease, no PDB, and never two operators during a rollout
+    assert "--leader-elect" not in c["args"] and not find(objs, "PodDisruptionBudget")
+    assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"] == {"type": "Recreate"}
     for b in find(objs, "ClusterRoleBinding"):
         assert b["subjects"] == [{"kind": "ServiceAccount", "name": "existing-sa", "namespace": NAMESPACE}]
 
@@ -269,9 +288,52 @@ def test_notes_say_what_to_apply_next(values, tmp_path):
                  "-f", values_file(v), env={"KUBECONFIG": str(tmp_path / "none")})
     notes = p.stdout.split("NOTES:", 1)[1]
     name = v.get("fullnameOverride") or RELEASE
-    ns = (v.get("watch", {}).get("namespaces") or ["default"])[0]
+    ns = (watched_namespaces(v) or ["default"])[0]
     assert f"kubectl -n {NAMESPACE} rollout status deployment/{name}" in notes
     assert f"kubectl apply -n {ns} -k examples/qwen3.6-27b-b300-vllm" in notes
     assert f"kubectl get specdeploy -n {ns} -w" in notes
     assert ("crds/specdeploy.io_speculativedeployments.yaml" in notes) == (not v.get("crds", {}).get("install", True))
     assert "<no value>" not in notes
+    cluster_wide = v.get("rbac", {}).get("clusterWide", False)
+    assert ("WARNING: rbac.clusterWide=true" in notes) == cluster_wide
+    assert ("no cluster-wide write access" in notes) == (not cluster_wide)
+
+
+def test_tenancy_policy_values_become_operator_flags():
+    """The chart wires the tenancy policy (core/policy.py): every value to its operator flag."""
+    args = container(render())["args"]
+    assert arg_value(args, "--engine-service-account") == ["specdeploy-engine"]
+    for flag in ("--allowed-image-prefix", "--allowed-service-account", "--allowed-token-secret", "--allowed-pvc",
+                 "--pvc-label"):
+        assert flag not in args  # the operator's defaults: the runtime images only, nothing else allowed
+    v = {"hub": {"tokenSecrets": ["hf-token", "hf-gated"]},
+         "policy": {"allowedImagePrefixes": ["registry.example.com/ml/"], "allowedServiceAccounts": ["reader"],
+                    "allowedPVCs": ["models"], "pvcLabel": "specdeploy.io/models=true",
+                    "engineServiceAccount": {"name": "engines"}}}
+    args = container(render(v))["args"]
+    assert arg_value(args, "--allowed-token-secret") == ["hf-token", "hf-gated"]
+    assert arg_value(args, "--allowed-image-prefix") == ["registry.example.com/ml/"]
+    assert arg_value(args, "--allowed-service-account") == ["reader"]
+    assert arg_value(args, "--allowed-pvc") == ["models"]
+    assert arg_value(args, "--pvc-label") == ["specdeploy.io/models=true"]
+    assert arg_value(args, "--engine-service-account") == ["engines"]
+    # the flags parse as the operator's own CLI parses them
+    from specdeploy.cli import _policy_args, build_parser
+
+    ns = build_parser().parse_args(args)
+    pol = _policy_args(ns)
+    assert pol.token_secrets == ("hf-token", "hf-gated") and pol.pvc_label == ("specdeploy.io/models", "true")
+    assert pol.engine_service_account == "engines" and pol.image_prefixes == ("registry.example.com/ml/",)
+
+
+@pytest.mark.parametrize("values", sorted(VALUE_SETS))
+def test_engine_service_account_in_each_watched_namespace_without_token(values):
+    v = VALUE_SETS[values]
+    objs = render(v)
+    prefix = v.get("fullnameOverride") or "specdeploy"
+    sas = find(objs, "ServiceAccount", f"{prefix}-engine")
+    assert sorted(o["metadata"]["namespace"] for o in sas) == sorted(watched_namespaces(v))
+    for sa in sas:
+        assert sa["automountServiceAccountToken"] is False
+    args = container(objs)["args"]
+    assert arg_value(args, "--engine-service-account") == ([f"{prefix}-engine"] if sas else [])

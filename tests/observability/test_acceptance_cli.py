@@ -48,6 +48,22 @@ def test_collapsed_exits_1_and_stdin_works(scrapes):
     assert r.returncode == 1 and "AcceptanceCollapsed" in r.stdout
 
 
+def test_baseline_judges_a_regression_as_the_operator_does(scrapes):
+    a = scrapes("a.prom", vllm_scrape(drafts=1000, accepted=2500))
+    b = scrapes("b.prom", vllm_scrape(drafts=1100, accepted=2650))  # tau 2.50 between them
+    assert run_acceptance("--engine", "vllm", a, b).returncode == 0  # above the floor: healthy alone
+    r = run_acceptance("--engine", "vllm", a, b, "--baseline", "4.0")
+    assert r.returncode == 1 and "AcceptanceRegressed" in r.stdout
+    assert "2.50 is 38% below the baseline 4.00" in r.stdout and "revision" not in r.stdout
+    ok = run_acceptance("--engine", "vllm", a, b, "--baseline", "4.0", "--regression-fraction", "0.5", "-o", "json")
+    doc = json.loads(ok.stdout)
+    assert ok.returncode == 0 and doc["health"]["reason"] == "Healthy" and doc["health"]["baseline"] == 4.0
+    assert "baseline 4.00" in doc["health"]["message"]
+    for bad in (["--baseline", "0.5"], ["--baseline", "x"], ["--baseline", "4", "--regression-fraction", "1.5"]):
+        e = run_acceptance("--engine", "vllm", a, b, *bad)
+        assert e.returncode == 2 and "Traceback" not in e.stderr and e.stderr.strip()
+
+
 def test_no_spec_metrics_exits_1(scrapes):
     s = scrapes("plain.prom", 'vllm:num_requests_running{engine="0",model_name="m"} 1.0\n')
     r = run_acceptance("--engine", "vllm", s)

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, m
 from pydantic.alias_generators import to_camel
 
 from .. import API_GROUP, API_VERSION, KIND
-from ..core import engines, gpus
+from ..core import baseline, engines, gpus
 from ..core.checker import MAX_BLOCK_SIZE, WINDOW_OFF, Options, model_reference_problem
 
 EngineName = Literal[engines.ENGINE_NAMES]  # type: ignore[valid-type]
@@ -199,11 +199,27 @@ class Pod(_Model):
 
 
 class Monitoring(_Model):
-    """Acceptance monitoring thresholds."""
+    """Acceptance monitoring thresholds (docs/concepts/acceptance.md)."""
 
     min_acceptance_length: float = Field(
         default=1.5, ge=1.0, le=64.0,
         description="Acceptance length (tokens per step, bonus included) below which speculation counts as collapsed.",
+    )
+    regression_fraction: float = Field(
+        default=baseline.DEFAULT_REGRESSION_FRACTION, ge=0.01, le=0.99,
+        description="Fraction below the learned baseline acceptance length (`status.acceptance.baseline`) at which "
+        "speculation counts as regressed (`AcceptanceRegressed`): 0.25 flags tau 4.0 falling under 3.0.",
+    )
+    baseline_settle_seconds: int = Field(
+        default=baseline.DEFAULT_SETTLE_SECONDS, ge=0, le=7 * 86400,
+        description="A speculation revision's (drafter, target, engine, speculation settings) baseline is the mean "
+        "acceptance length of its latest windows with traffic that span at least this many seconds (and hold "
+        "`baselineMinDrafts` drafts and 3 windows).",
+    )
+    baseline_min_drafts: int = Field(
+        default=baseline.DEFAULT_MIN_DRAFTS, ge=0, le=10**12,
+        description="Drafts (speculative steps) a baseline must average at least (vLLM; SGLang exports no draft "
+        f"counts and settles on time and {baseline.MIN_SAMPLES} windows alone).",
     )
 
 
@@ -329,6 +345,19 @@ class Resolved(_Model):
     config_hash: Optional[str] = Field(default=None, description="Hash of the rendered engine config (rolls pods on change).")
 
 
+class AcceptanceBaseline(_Model):
+    """The acceptance length a deployment settled at: what `AcceptanceRegressed` compares with."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    length: float = Field(description="Baseline acceptance length (tokens per step, bonus included).")
+    revision: str = Field(description="Speculation revision it was learned on (compare `status.acceptance.revision`).")
+    since: str = Field(description="When it was learned (RFC 3339).")
+    drafts: Optional[int] = Field(default=None, ge=0, description="Drafts averaged (vLLM).")
+    reset_token: Optional[str] = Field(
+        default=None, description=f"Value of the `{baseline.RESET_ANNOTATION}` annotation when it was learned.")
+
+
 class Acceptance(_Model):
     """Speculative acceptance measured from the engines' metrics."""
 
@@ -336,10 +365,18 @@ class Acceptance(_Model):
 
     length: Optional[float] = Field(default=None, description="Mean acceptance length (tokens per step, bonus included).")
     rate: Optional[float] = Field(default=None, description="Accepted / drafted tokens.")
-    per_position: list[float] = Field(default_factory=list, description="Acceptance rate per draft position.")
+    per_position: list[float] = Field(
+        default_factory=list, description="Acceptance rate per draft position (vLLM): accepted at position k / drafts, "
+        "non-increasing in k; SGLang exports none.")
     window: Optional[str] = Field(default=None, description="Window the figures cover, e.g. `5m`.")
     sampled_at: Optional[str] = Field(default=None, description="When the figures were computed (RFC 3339).")
     pods_reporting: Optional[int] = Field(default=None, ge=0, description="Engine pods whose metrics were used.")
+    revision: Optional[str] = Field(
+        default=None, description="Speculation revision the figures were measured on: a digest of the drafter, "
+        "target, engine and speculation settings.")
+    baseline: Optional[AcceptanceBaseline] = Field(
+        default=None, description="Learned baseline; kept across revisions until a new revision settles within "
+        "`spec.monitoring.regressionFraction` of it or the reset annotation asks for a new one.")
 
 
 class AcceptedFinding(_Model):

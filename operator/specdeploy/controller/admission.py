@@ -92,6 +92,12 @@ def malformed(uid: Any, message: str) -> dict:
     return _response(uid, False, status={"status": "Failure", "code": 400, "reason": "BadRequest", "message": _clip(msg, MESSAGE_MAX)})
 
 
+def too_large(uid: Any, message: str) -> dict:
+    """The answer to a review whose body is over the server's limit (its uid read from the start): code 413."""
+    return _response(uid, False, status={"status": "Failure", "code": 413, "reason": "RequestEntityTooLarge",
+                                         "message": _clip(message, MESSAGE_MAX)})
+
+
 def internal_error(uid: Any, exc: BaseException) -> dict:
     """Last resort (a bug): refused with code 500 in the review, still HTTP 200."""
     msg = f"internal error in the specdeploy admission webhook ({type(exc).__name__}: {str(exc)[:200]}); please report it"
@@ -416,7 +422,8 @@ def _validate_flow(req: Request, policy: TenancyPolicy | None = None) -> _Flow:
         return _reject_findings(req, findings)
     warnings = _warnings(findings)
     note = "spec.target/spec.drafter: config.json not known at admission"
-    note += f" ({unknown})" if unknown else ""
+    if unknown:  # the reason is clipped, never the note on what happens next
+        note += f" ({_clip(str(unknown), WARNING_MAX - len(note) - len(CONFIGS_UNKNOWN_NOTE) - 5)})"
     warnings.append(_clip(_clean(f"{note}; {CONFIGS_UNKNOWN_NOTE}"), WARNING_MAX))
     return _response(req.uid, True, warnings=warnings)
 

@@ -8,7 +8,8 @@ dashboard sidecar watches for).
 - ``speculative-decoding`` (uid ``specdeploy-acceptance``): acceptance length over time per
   deployment, acceptance rate, the per-position acceptance heatmap and bars, draft vs
   accepted tokens per second, drafts per second, SGLang's raw gauges by rank, speculation
-  alerts (pending and firing). Reads only the ``specdeploy:*`` vocabulary of ``rules.py``,
+  alerts (pending and firing), tau against the learned baseline and its regression threshold,
+  and the operator's tau / baseline ratio. Reads only the ``specdeploy:*`` vocabulary of ``rules.py``,
   so one dashboard serves vLLM and SGLang deployments.
 - ``engines`` (uid ``specdeploy-engines``): generation throughput, time to first token and
   inter-token latency (p50/p95 from the engines' histograms), running and waiting
@@ -31,6 +32,7 @@ import json
 from typing import Any, Callable
 
 from ..core import acceptance as acc
+from ..core import baseline as bl
 from . import rules as R
 
 DASHBOARDS_DIR = "charts/specdeploy/files/dashboards"
@@ -63,6 +65,8 @@ OP_API_WRITES = "specdeploy_api_writes_total"
 OP_CHECK_FAILURES = "specdeploy_check_failures_total"
 OP_QUEUE_DEPTH = "specdeploy_queue_depth"
 OP_MANAGED = "specdeploy_managed_deployments"
+OP_LEADER = R.LEADER_METRIC
+OP_LEADER_TRANSITIONS = "specdeploy_leader_transitions_total"
 # Engine pods of a deployment: every engine pod exports one of these (scraped by the PodMonitor).
 ENGINE_UP = f'{{__name__=~"{acc.VLLM_REQUESTS_RUNNING}|{acc.SGLANG_REQUESTS_RUNNING}"}}'
 ENGINE_PODS = (f'group by (namespace, pod, job) ({{__name__=~"{acc.VLLM_REQUESTS_RUNNING}|'
@@ -179,6 +183,21 @@ def build_acceptance_dashboard() -> dict:
                [_target('ALERTS{alertname=~"Speculative.*|Specdeploy.*"}',
                         "{{alertname}} {{alertstate}} {{namespace}}/{{job}}", format="table", instant=True)],
                12, 24, kind="table"),
+        _panel(9, "Acceptance length vs baseline",
+               "tau (engines, 5m) against the baseline the deployment settled at (status.acceptance.baseline, "
+               "exported by the operator) and the regression threshold, baseline x (1 - "
+               f"spec.monitoring.regressionFraction). tau under the threshold for 10m fires {R.A_REGRESSED}; "
+               "after a drafter, engine or speculation change the baseline of the previous revision stays until the "
+               "new one settles within the fraction, so a change that costs acceptance shows here as a gap.",
+               [_target(f"{R.LENGTH}{{{SEL}}}", "{{namespace}}/{{job}} tau"),
+                _target(f"{R.BASELINE}{{{SEL}}}", "{{namespace}}/{{job}} baseline", "B"),
+                _target(f"{R.REGRESSION_THRESHOLD}{{{SEL}}}", "{{namespace}}/{{job}} regression threshold", "C")],
+               0, 32),
+        _panel(10, "Acceptance length / baseline (operator)",
+               "The operator's tau over its baseline, what the regression alert compares with 1 - "
+               "spec.monitoring.regressionFraction (0.75 by default): 1 = as learned.",
+               [_target(f"{R.BASELINE_RATIO}{{{SEL}}}", "{{namespace}}/{{job}}")], 12, 32, unit="percentunit",
+               thresholds=[("red", None), ("orange", 1 - bl.DEFAULT_REGRESSION_FRACTION), ("green", 0.9)]),
     ]
     return _dashboard(UID, "specdeploy / Speculative decoding",
                       "Speculative-decoding acceptance of SpeculativeDeployments (vLLM and SGLang), from the "
@@ -286,9 +305,19 @@ def build_operator_dashboard() -> dict:
                unit="ops"),
         _panel(8, "Drafter/target check failures", f"rate of {checks} by first error code (see the check catalog).",
                [_target(f"sum by (code) (rate({checks}[{RI}]))", "{{code}}")], 16, 13, w=8, unit="ops"),
+        _panel(9, "Leader", f"{OP_LEADER} per replica: 1 = holds the leader Lease (reconciles, runs the acceptance "
+               f"monitor); every replica serves the admission webhooks. {R.A_NO_LEADER} fires when replicas are up "
+               "and none leads for longer than a takeover takes.",
+               [_target(f'max by (namespace, pod) ({OP_LEADER}{{job=~"{OPERATOR_JOB}"}})', "{{namespace}}/{{pod}}",
+                        instant=True)], 0, 21, w=12, h=5, kind="stat",
+               thresholds=[("text", None), ("green", 1)], extra=stat),
+        _panel(10, "Leader changes", f"increase of {OP_LEADER_TRANSITIONS} (holder changes each replica observed): "
+               "a steady stream means replicas keep losing the Lease (API server latency above the renew deadline).",
+               [_target(f'max by (namespace) (increase({OP_LEADER_TRANSITIONS}{{job=~"{OPERATOR_JOB}"}}[{RI}]))',
+                        "{{namespace}}")], 12, 21, w=12, h=5),
     ]
     return _dashboard("specdeploy-operator", "specdeploy / Operator",
-                      "Health of the specdeploy operator: scrape status, reconciles, errors, API writes.",
+                      "Health of the specdeploy operator: scrape status, reconciles, errors, API writes, leader election.",
                       ["operator"], [_datasource_var()], panels)
 
 
