@@ -130,7 +130,9 @@ def test_operator_args_default():
     assert arg_value(args, "--metrics-port") == ["8080"]
     assert arg_value(args, "--liveness") == ["http://0.0.0.0:8081/healthz"]
     assert arg_value(args, "--resync-seconds") == ["60"]
-    assert arg_value(args, "--webhook-port") == ["9443"]
+    assert arg_value(args, "--webhook-port") == ["9443"] and "--webhook" in args
+    # a pod's every interface (outside a cluster the operator defaults to loopback)
+    assert arg_value(args, "--metrics-bind-address") == ["0.0.0.0"] and arg_value(args, "--bind-address") == ["0.0.0.0"]
     assert arg_value(args, "--webhook-service") == [f"specdeploy-webhook.{NAMESPACE}"]
     assert arg_value(args, "--webhook-secret") == ["specdeploy-webhook-tls"]
     assert arg_value(args, "--webhook-configuration") == ["specdeploy"]
@@ -225,8 +227,9 @@ def test_minimal_variant():
     dep = one(objs, "Deployment", "sd")
     assert dep["spec"]["template"]["spec"]["serviceAccountName"] == "existing-sa"
     c = container(objs)
-    assert [a for a in c["args"] if a.startswith("--webhook")] == ["--webhook-port"]
-    assert arg_value(c["args"], "--webhook-port") == ["0"]
+    # no webhook server: no --webhook (it is off unless asked for), nothing to bind
+    assert not [a for a in c["args"] if a.startswith("--webhook")] and "--bind-address" not in c["args"]
+    assert arg_value(c["args"], "--metrics-bind-address") == ["0.0.0.0"]
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"metrics": 9090, "health": 9091}
     assert arg_value(c["args"], "--liveness") == ["http://0.0.0.0:9091/healthz"]
     for b in find(objs, "ClusterRoleBinding"):
@@ -275,3 +278,28 @@ def test_notes_say_what_to_apply_next(values, tmp_path):
     assert f"kubectl get specdeploy -n {ns} -w" in notes
     assert ("crds/specdeploy.io_speculativedeployments.yaml" in notes) == (not v.get("crds", {}).get("install", True))
     assert "<no value>" not in notes
+
+
+def test_policy_values_become_the_operators_policy_flags():
+    """policy.* and hub.tokenSecrets reach the operator as its tenancy-policy flags, and the operator's
+    own parser turns them into the policy it enforces (docs/concepts/security.md)."""
+    from specdeploy import cli
+
+    values = {"policy": {"allowedImagePrefixes": ["registry.example.com/specdeploy/runtime", "ghcr.io/specdeploy/runtime"],
+                         "engineServiceAccount": "engine", "allowedServiceAccounts": ["engine-gpu"],
+                         "allowedPVCs": ["models"], "pvcLabel": "specdeploy.io/models=true"},
+              "hub": {"tokenSecrets": ["hf-token"]}}
+    args = container(render(values))["args"]
+    assert arg_value(args, "--allowed-image-prefix") == values["policy"]["allowedImagePrefixes"]
+    assert arg_value(args, "--engine-service-account") == ["engine"]
+    assert arg_value(args, "--allowed-service-account") == ["engine-gpu"]
+    assert arg_value(args, "--allowed-token-secret") == ["hf-token"]
+    assert arg_value(args, "--allowed-pvc") == ["models"]
+    assert arg_value(args, "--pvc-label") == ["specdeploy.io/models=true"]
+    policy = cli._policy_args(cli.build_parser().parse_args(args))
+    assert policy.image_prefixes == tuple(values["policy"]["allowedImagePrefixes"])
+    assert (policy.engine_service_account, policy.service_accounts, policy.token_secrets, policy.pvcs,
+            policy.pvc_label) == ("engine", ("engine-gpu",), ("hf-token",), ("models",), ("specdeploy.io/models", "true"))
+    # defaults: no policy flag, so the operator's defaults (the project's runtime images only)
+    default_args = container(render())["args"]
+    assert not [a for a in default_args if a.startswith(("--allowed-", "--engine-service-account", "--pvc-label"))]

@@ -84,7 +84,9 @@ async def on_startup(settings: kopf.OperatorSettings, **_) -> None:
     if port:
         from prometheus_client import start_http_server
 
-        start_http_server(port, addr=os.environ.get("SPECDEPLOY_METRICS_ADDR", "0.0.0.0"), registry=metrics.REGISTRY)
+        addr = os.environ.get("SPECDEPLOY_METRICS_ADDR") or "127.0.0.1"
+        start_http_server(port, addr=addr, registry=metrics.REGISTRY)
+        logging.getLogger("specdeploy.operator").info("metrics on http://%s:%s/metrics", addr, port)
 
 
 async def _start_webhook(kube: Kube, resolver: Resolver) -> None:

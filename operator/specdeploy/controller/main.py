@@ -8,13 +8,14 @@ import os
 
 
 def run(namespaces: list[str], all_namespaces: bool, *, kubeconfig: str | None = None, metrics_port: int = 8080,
-        liveness: str | None = None, resync_seconds: float | None = None, verbose: bool = False,
+        metrics_addr: str = "127.0.0.1", liveness: str | None = None, resync_seconds: float | None = None, verbose: bool = False,
         webhook=None, policy=None) -> int:
     """``webhook``: a ``webhooks.WebhookSettings`` (port 0 or None: no admission webhook server)."""
     if kubeconfig:
         os.environ["KUBECONFIG"] = kubeconfig
         os.environ["SPECDEPLOY_KUBECONFIG"] = kubeconfig
     os.environ["SPECDEPLOY_METRICS_PORT"] = str(metrics_port)
+    os.environ["SPECDEPLOY_METRICS_ADDR"] = metrics_addr
     if resync_seconds is not None:
         os.environ["SPECDEPLOY_RESYNC_SECONDS"] = str(resync_seconds)
     if webhook is not None:

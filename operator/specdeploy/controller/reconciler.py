@@ -97,6 +97,10 @@ class Controller:
         # _write_status writes it with the reconciler's own conditions: one status writer per key.
         self.monitor = None
         self.speculation: dict[Key, dict[str, Any]] = {}
+        # What the running reconcile of each key changed (children written, status transitions)
+        # and the errors it reported: logged as one line when it ends (_log_outcome).
+        self._changes: dict[Key, list[str]] = {}
+        self._errors: dict[Key, list[tuple[str, str]]] = {}
 
     # ------------------------------------------------------------- watch feeds
 
@@ -212,6 +216,7 @@ class Controller:
     async def run_once(self, key: Key) -> float | None:
         """One reconcile with the worker's error handling; returns the requeue delay, if any."""
         t0 = time.perf_counter()
+        self._changes[key], self._errors[key] = [], []
         try:
             delay = await self.reconcile(key)
             if delay is None:  # a returned delay is a retry (e.g. a resolution failure): keep the backoff growing
@@ -232,7 +237,22 @@ class Controller:
                 await self._internal_error(key, e)
         finally:
             metrics.RECONCILE_SECONDS.observe(time.perf_counter() - t0)
+            self._log_outcome(key)
         return delay
+
+    def _note(self, key: Key, change: str) -> None:
+        self._changes.setdefault(key, []).append(change)
+
+    def _log_outcome(self, key: Key) -> None:
+        """One INFO line per reconcile that changed something, one WARNING line per error it
+        reported (a condition turning bad, with its reason and message). Quiet otherwise: an
+        idle resync or a failure that is already in the status logs nothing."""
+        changes, errors = self._changes.pop(key, []), self._errors.pop(key, [])
+        who = f"{key[0]}/{key[1]}"
+        for reason, message in errors:
+            log.warning("%s: %s: %s", who, reason, " ".join(message.split())[:600])
+        if changes:
+            log.info("%s: %s", who, "; ".join(changes))
 
     async def _internal_error(self, key: Key, exc: BaseException) -> None:
         """An unexpected error becomes status: Ready=False reason InternalError, with an Event (never raises)."""
@@ -417,6 +437,7 @@ class Controller:
                 try:
                     created = await self.kube.create(obj)
                     self.children[(kind, ns, cname)] = {**created, "kind": kind} if isinstance(created, dict) else obj
+                    self._note((ns, name), f"created {kind}/{cname}")
                     continue
                 except KubeError as e:
                     if e.status != 409:
@@ -435,6 +456,7 @@ class Controller:
             if not is_subset(part, actual):
                 patched = await self.kube.patch(kind, ns, cname, part)
                 self.children[(kind, ns, cname)] = {**patched, "kind": kind} if isinstance(patched, dict) else actual
+                self._note((ns, name), f"updated {kind}/{cname}")
         # obsolete children of this instance (e.g. the Deployment after switching to multi-node):
         # children are named NAME or NAME-engine, so look those up instead of scanning all.
         for kind in MANAGED_KINDS:
@@ -449,6 +471,7 @@ class Controller:
                         and labels.get("app.kubernetes.io/component") == "engine":
                     await self.kube.delete(kind, ns, cname)
                     self.children.pop((kind, ns, cname), None)
+                    self._note((ns, name), f"deleted obsolete {kind}/{cname}")
         return conflicts
 
     async def _tuning(self, ns: str, cr, rendered: Rendered) -> None:
@@ -465,6 +488,7 @@ class Controller:
             if job is None:
                 created = await self.kube.create(rendered.tuning_objects[0])
                 self.children[("Job", ns, plan.job_name)] = {**(created or rendered.tuning_objects[0]), "kind": "Job"}
+                self._note((ns, cr.metadata.name), f"created tuning Job/{plan.job_name}")
                 return
             self.children[("Job", ns, plan.job_name)] = {**job, "kind": "Job"}
         if plan.storage != "configMap" or not (job.get("status") or {}).get("succeeded"):
@@ -516,10 +540,18 @@ class Controller:
             return
         await self.kube.patch("SpeculativeDeployment", ns, name, {"status": desired}, sub="status")
         body["status"] = {**current, **desired}  # our view until the watch delivers the write
-        for c in st.transitions(current.get("conditions"), conds):
+        in_reconcile = key in self._changes
+        changed = st.transitions(current.get("conditions"), conds)
+        if changed:
+            self._note(key, "status " + ", ".join(f"{c['type']}={c['status']} ({c['reason']})" for c in changed))
+        for c in changed:
             ev = st.event_for(c)
             if ev is not None:
+                if ev[0] == "Warning":
+                    self._errors.setdefault(key, []).append((f"{c['type']}={c['status']} {ev[1]}", ev[2]))
                 await self._event(body, *ev)
+        if not in_reconcile:  # written outside a reconcile: log it now
+            self._log_outcome(key)
 
     async def _event(self, body: dict, type_: str, reason: str, message: str) -> None:
         meta = body.get("metadata") or {}
