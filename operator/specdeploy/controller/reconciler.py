@@ -244,13 +244,16 @@ class Controller:
         self._changes.setdefault(key, []).append(change)
 
     def _log_outcome(self, key: Key) -> None:
-        """One INFO line per reconcile that changed something, one WARNING line per error it
-        reported (a condition turning bad, with its reason and message). Quiet otherwise: an
-        idle resync or a failure that is already in the status logs nothing."""
+        """One INFO line per reconcile that changed something (children written, condition
+        transitions), or instead one WARNING line per error it reported (a condition turning bad,
+        with its reason and message). Quiet otherwise: an idle resync or a failure that is
+        already in the status logs nothing."""
         changes, errors = self._changes.pop(key, []), self._errors.pop(key, [])
         who = f"{key[0]}/{key[1]}"
         for reason, message in errors:
             log.warning("%s: %s: %s", who, reason, " ".join(message.split())[:600])
+        if errors:  # the warning says what the status says; the writes, if any, still get their line
+            changes = [c for c in changes if not c.startswith("status ")]
         if changes:
             log.info("%s: %s", who, "; ".join(changes))
 
