@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import yaml
 
-from chart_helpers import (CHART, HELMS, NAMESPACE, RELEASE, VALUE_SETS, arg_value, container, find, one, render,
-                           render_text, run_helm, values_file)
+from chart_helpers import (CHART, HELMS, NAMESPACE, RELEASE, ROOT, VALUE_SETS, arg_value, container, find, one,
+                           render, render_text, run_helm, values_file)
 from specdeploy.api.crd import build_crd
 
 HELM_NAMES = sorted(HELMS)
@@ -303,3 +304,30 @@ def test_policy_values_become_the_operators_policy_flags():
     # defaults: no policy flag, so the operator's defaults (the project's runtime images only)
     default_args = container(render())["args"]
     assert not [a for a in default_args if a.startswith(("--allowed-", "--engine-service-account", "--pvc-label"))]
+
+
+def test_every_value_the_docs_set_exists():
+    """`--set key=...` in README, docs/ and the chart's NOTES/README names a key of values.schema.json
+    (a documented key that does not exist fails `helm install` with the schema error)."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    pages = [ROOT / "README.md", ROOT / "charts" / "README.md", CHART / "templates" / "NOTES.txt",
+             *sorted((ROOT / "docs").rglob("*.md"))]
+    found = []
+    for page in pages:
+        for m in re.finditer(r"--set[ =]'?([A-Za-z][A-Za-z0-9_.]*)[={]", page.read_text()):
+            if m.group(1) != "key":  # helm-values.md: "--set key=value", the syntax itself
+                found.append((page.relative_to(ROOT), m.group(1)))
+    assert len(found) >= 15
+    missing = []
+    for page, key in found:
+        node = schema
+        for part in key.split("."):
+            props = node.get("properties") or {}
+            if part in props:
+                node = props[part]
+            elif isinstance(node.get("additionalProperties"), dict):  # a free map, e.g. serviceMonitor.labels.X
+                node = node["additionalProperties"]
+            else:
+                missing.append(f"{page}: {key}")
+                break
+    assert not missing, missing
