@@ -30,9 +30,11 @@ def chart_cluster():
     c = new_cluster("admission-chart", operator=False)
     try:
         c.kubectl("create", "namespace", RELEASE_NS)
+        # the test's namespace is the watched one (the chart's default is its own namespace only)
         rendered = subprocess.run([str(HELM), "template", "specdeploy", str(ROOT / "charts" / "specdeploy"),
-                                   "-n", RELEASE_NS], capture_output=True, text=True, timeout=60, check=True).stdout
-        c.kubectl("apply", "-n", RELEASE_NS, "-f", "-", input=rendered)  # validation on: the cluster serves OpenAPI
+                                   "-n", RELEASE_NS, "--set", f"watch.namespaces={{{c.namespace}}}"],
+                                  capture_output=True, text=True, timeout=60, check=True).stdout
+        c.kubectl("apply", "-f", "-", input=rendered)  # validation on; each object names its namespace
         yield c
     finally:
         stop_cluster(c)

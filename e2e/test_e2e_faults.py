@@ -22,9 +22,10 @@ def pending_faults(c) -> list[dict]:
 
 def test_converges_under_faults(cluster):
     c = cluster
-    c.fault(verb="create", resource="deployments", status=409, count=1)
+    # children are applied (PATCH): a 409 there is a field conflict, answered by a forced apply
+    c.fault(verb="patch", resource="deployments", status=409, count=1)
     c.fault(verb="patch", resource="speculativedeployments/status", status=500, count=2)
-    c.fault(verb="create", resource="services", status=503, count=2)
+    c.fault(verb="patch", resource="services", status=503, count=2)
     for ex in NAMES.values():
         c.kubectl("apply", "-k", str(ex), "-n", c.namespace)
     # every open watch breaks; the next deployments watch gets 410 Gone and must re-list
@@ -39,7 +40,7 @@ def test_converges_under_faults(cluster):
             wait_for(lambda: get(c, kind, cname), DEADLINE, f"{kind}/{cname}")
     wait_for(lambda: not pending_faults(c), 30, "every injected fault to fire")
     fired = {(f["verb"], f["resource"], f["status"]) for f in fired_faults(c)}
-    assert {("create", "deployments", 409), ("patch", "speculativedeployments", 500), ("create", "services", 503),
+    assert {("patch", "deployments", 409), ("patch", "speculativedeployments", 500), ("patch", "services", 503),
             ("watch", "deployments", 410)} <= fired, fired
 
     # exactly the right children, once each

@@ -24,14 +24,14 @@ def test_kill_and_restart_converges(cluster):
           configmap("r-kimi-drafter", example_doc(KIMI, "drafter")))
     prefix = {QWEN: "r-qwen", KIMI: "r-kimi"}
     if EMBEDDED:
-        # hold every CR mid-reconcile: its ConfigMap and Deployment created, the Service create
-        # failing (then a 5 s backoff), no status written yet
-        c.fault(verb="create", resource="services", status=503, count=10_000)
+        # hold every CR mid-reconcile: its ConfigMap and Deployment applied, the Service apply (a
+        # PATCH) failing (then a 5 s backoff), no status written yet
+        c.fault(verb="patch", resource="services", status=503, count=10_000)
     apply(c, *[example_cr(ex, n, target_cm=f"{prefix[ex]}-target", drafter_cm=f"{prefix[ex]}-drafter")
                for n, ex in NAMES.items()])
     if EMBEDDED:
         wait_for(lambda: len([f for f in fired_faults(c) if f["resource"] == "services"]) >= len(NAMES) and all(
-            get(c, "deployment", n) for n in NAMES), 30, "every CR to be stuck at its Service create")
+            get(c, "deployment", n) for n in NAMES), 30, "every CR to be stuck at its Service apply")
     else:  # a real cluster: kill as soon as the first child exists
         wait_for(lambda: c.get_json("configmaps", "-n", c.namespace, "-l", "app.kubernetes.io/managed-by=specdeploy"
                                     )["items"], 30, "the operator's first child", interval=0.05)

@@ -259,8 +259,28 @@ def cmd_operator_run(args: argparse.Namespace) -> int:
         secret=args.webhook_secret, configuration=args.webhook_configuration,
         namespace=args.operator_namespace or os.environ.get("POD_NAMESPACE") or None)
     return run(args.namespace or [], args.all_namespaces, kubeconfig=args.kubeconfig, metrics_port=args.metrics_port,
-               metrics_addr=metrics_bind, liveness=args.liveness, resync_seconds=args.resync_seconds,
-               verbose=args.verbose, webhook=webhook, policy=_policy_args(args))
+               metrics_addr=metrics_bind, bind_addr=bind, liveness=args.liveness, resync_seconds=args.resync_seconds,
+               verbose=args.verbose, webhook=webhook, policy=_policy_args(args),
+               election=_election_args(args, webhook.namespace), health_port=args.health_port)
+
+
+def _election_args(args: argparse.Namespace, operator_namespace: str | None):
+    from .controller.leader import LeaderElectionSettings
+    from .core.lease import LeaseTiming
+
+    if args.health_port and not 0 < args.health_port < 65536:
+        raise UsageError(f"--health-port {args.health_port} is not a port (1-65535, or 0 to disable)")
+    timing = LeaseTiming(args.lease_duration, args.renew_deadline, args.retry_period)
+    if not args.leader_elect:
+        return LeaderElectionSettings(enabled=False, timing=timing)
+    problems = timing.problems()
+    if problems:
+        raise UsageError("; ".join(problems))
+    ns = args.leader_election_namespace or operator_namespace
+    if not ns:
+        raise UsageError("--leader-elect needs the namespace of the Lease: set --leader-election-namespace, "
+                         "--operator-namespace or $POD_NAMESPACE")
+    return LeaderElectionSettings(enabled=True, namespace=ns, name=args.leader_election_id, timing=timing)
 
 
 def _policy_args(args: argparse.Namespace):
@@ -410,8 +430,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="address /metrics listens on (default: 127.0.0.1 outside a cluster, 0.0.0.0 in a pod; "
                       "the chart passes 0.0.0.0)")
     orun.add_argument("--bind-address", metavar="ADDR",
-                      help="address the admission webhook server listens on (default: 127.0.0.1 outside a cluster, "
-                      "0.0.0.0 in a pod; the chart passes 0.0.0.0)")
+                      help="address the admission webhook server and the health probes (--health-port) listen on "
+                      "(default: 127.0.0.1 outside a cluster, 0.0.0.0 in a pod; the chart passes 0.0.0.0)")
     orun.add_argument("--liveness", metavar="URL", help="kopf liveness endpoint, e.g. http://0.0.0.0:8081/healthz")
     orun.add_argument("--resync-seconds", type=float, metavar="S", help="full resync period (default 60)")
     orun.add_argument("--webhook", action="store_true",
@@ -433,6 +453,23 @@ def build_parser() -> argparse.ArgumentParser:
     orun.add_argument("--operator-namespace", metavar="NS",
                       help="the operator's namespace (default: $POD_NAMESPACE); without one the self-signed "
                       "certificate is kept in memory only")
+    orun.add_argument("--health-port", type=int, default=0, metavar="N",
+                      help="port of /healthz and /readyz (ready: webhook serving and caches synced; 0: off)")
+    le = orun.add_argument_group("leader election (several replicas: one reconciles, every one serves the webhooks; "
+                                 "docs/concepts/high-availability.md)")
+    le.add_argument("--leader-elect", action=argparse.BooleanOptionalAction, default=False,
+                    help="hold a coordination.k8s.io/v1 Lease before reconciling (default: off, a single process; "
+                    "the chart turns it on)")
+    le.add_argument("--leader-election-namespace", metavar="NS",
+                    help="namespace of the Lease (default: --operator-namespace, else $POD_NAMESPACE)")
+    le.add_argument("--leader-election-id", default="specdeploy-operator", metavar="NAME", help="name of the Lease")
+    le.add_argument("--lease-duration", type=float, default=15.0, metavar="S",
+                    help="how long followers wait after the last renewal they saw before taking over (default 15)")
+    le.add_argument("--renew-deadline", type=float, default=10.0, metavar="S",
+                    help="the leader stops writing when it has not renewed for this long (default 10; "
+                    "< --lease-duration)")
+    le.add_argument("--retry-period", type=float, default=2.0, metavar="S",
+                    help="time between tries to acquire or renew (default 2)")
     pol = orun.add_argument_group("tenancy policy (what a SpeculativeDeployment may make the operator do)")
     pol.add_argument("--allowed-image-prefix", action="append", metavar="PREFIX",
                      help="image repository engine pods may run (repeatable; default: the project's runtime images, "
@@ -507,6 +544,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="first restart back-off, doubled per failure up to 300 s (default 10)")
     kl.add_argument("--max-grace", type=float, default=30.0, metavar="S",
                     help="cap on terminationGracePeriodSeconds before SIGKILL (default 30)")
+    kl.add_argument("--runtime", choices=("process", "podman"), default="process",
+                    help="process (default): each container is a local process (--exec maps command[0]); podman: "
+                    "each container runs from its image (never pulled) with its securityContext, volumes as bind "
+                    "mounts, resource limits, host network (a loopback address per pod)")
     kl.add_argument("--verbose", "-v", action="store_true")
     kl.set_defaults(func=cmd_kubelet)
     b = dsub.add_parser("bench", help="print benchmark figures")

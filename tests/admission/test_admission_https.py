@@ -518,3 +518,52 @@ def test_operator_run_flags_are_checked_and_passed_on(monkeypatch):
     assert (back.port, back.services, back.secret, back.configuration, back.namespace, back.cert_dir) == \
         (ws.port, ws.services, ws.secret, ws.configuration, ws.namespace, ws.cert_dir)
     assert WebhookSettings.from_env({}).port == 0  # handlers imported elsewhere serve no webhook
+
+
+def test_replicas_sharing_the_secret_serve_a_rotated_certificate_without_restart():
+    """Two webhook servers (two operator replicas) on one Secret: both serve its certificate; after the
+    Secret is rotated (a new CA and serving certificate, e.g. by an administrator or a renewal on the
+    other replica) both serve the new one within cert_check_seconds, and caBundle follows at once."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    from admission_helpers import Client
+    from specdeploy.controller.webhooks import OperatorConfigs, WebhookRuntime, WebhookSettings
+
+    kube = MemoryKube()
+    vwc = f"{certs.ADMISSION_API}/validatingwebhookconfigurations/specdeploy"
+    kube.objects[vwc] = {"webhooks": [{"name": "validate.specdeploy.io", "clientConfig": {}}]}
+    der = lambda m: x509.load_pem_x509_certificate(m.cert_pem).public_bytes(Encoding.DER)  # noqa: E731
+
+    async def main():
+        settings = dict(port=0, addr="127.0.0.1", namespace="ops", secret="wh-tls", services=[],
+                        configuration="specdeploy", cert_check_seconds=0.2, resync_seconds=300)
+        replicas = [WebhookRuntime(WebhookSettings(**settings), kube=kube, lookup=OperatorConfigs(None, FakeResolver()))
+                    for _ in range(2)]
+        for rt in replicas:
+            rt.start()
+            await asyncio.wait_for(rt.ready.wait(), 10)
+        first = certs.SelfSigned._from_secret(await kube.get("Secret", "ops", "wh-tls"))
+        assert kube.writes.count(("create", "Secret")) == 1  # one replica created it, the other one serves it
+        served1 = [await asyncio.to_thread(lambda p=rt.server.port: Client(p, first.ca_pem).peer_certificate())
+                   for rt in replicas]
+        rotated = certs.new_material(certs.service_dns_names([]), ["127.0.0.1"])
+        kube.objects["Secret/ops/wh-tls"]["data"] = {
+            "tls.crt": certs._b64(rotated.cert_pem), "tls.key": certs._b64(rotated.key_pem),
+            "ca.crt": certs._b64(rotated.ca_pem), "ca.key": certs._b64(rotated.ca_key_pem)}
+        deadline = asyncio.get_running_loop().time() + 10
+        while any(rt.loaded != rotated.cert_pem for rt in replicas):
+            assert asyncio.get_running_loop().time() < deadline, "a replica did not load the rotated certificate"
+            await asyncio.sleep(0.05)
+        served2 = [await asyncio.to_thread(lambda p=rt.server.port: Client(p, rotated.ca_pem).peer_certificate())
+                   for rt in replicas]
+        while kube.objects[vwc]["webhooks"][0]["clientConfig"].get("caBundle") != rotated.ca_bundle:
+            assert asyncio.get_running_loop().time() < deadline, "caBundle did not follow the rotated CA"
+            await asyncio.sleep(0.05)
+        ports = [rt.server.port for rt in replicas]
+        for rt in replicas:
+            await rt.stop()
+        return first, served1, rotated, served2, ports
+
+    first, served1, rotated, served2, ports = asyncio.run(main())
+    assert served1 == [der(first)] * 2 and served2 == [der(rotated)] * 2 and first.ca_pem != rotated.ca_pem

@@ -45,6 +45,8 @@ REAL_CLUSTER_ONLY = {
     "kubectl port-forward pod/POD 8000:8000 &": "needs a running pod (the embedded cluster runs none)",
     "kubectl get podmonitor NAME": "needs the monitoring.coreos.com CRDs of prometheus-operator",
     "kubectl -n OPERATOR_NAMESPACE logs deploy/OPERATOR_DEPLOYMENT": "container logs come from a kubelet",
+    'kubectl -n OPERATOR_NAMESPACE logs deploy/OPERATOR_DEPLOYMENT | grep "leader election"':
+        "container logs come from a kubelet",
     "kubectl -n specdeploy-system logs deployment/specdeploy | tail": "container logs come from a kubelet",
     "kubectl logs job/NAME-inspect-target": "container logs come from a kubelet",
     "kubectl -n specdeploy-system logs deploy/specdeploy --tail=50": "container logs come from a kubelet",
@@ -115,7 +117,8 @@ ORDER = {"docs/getting-started.md": [  # the demo's description comes first in t
     "kubectl annotate crd speculativedeployments.specdeploy.io meta.helm.sh/release-name=specdeploy "
     "meta.helm.sh/release-namespace=specdeploy-system",
 ]}
-README_INSTALL = ["helm install specdeploy charts/specdeploy --namespace specdeploy-system --create-namespace",
+README_INSTALL = ["helm install specdeploy charts/specdeploy --namespace specdeploy-system --create-namespace "
+                  "--set 'watch.namespaces={default}'",
                   "kubectl apply -k examples/qwen3.6-27b-b300-vllm"]
 
 

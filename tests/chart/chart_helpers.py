@@ -25,6 +25,14 @@ RELEASE, NAMESPACE = "specdeploy", "specdeploy-system"
 # The oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and the newest kubernetes-validate knows.
 KUBE_VERSIONS = ("1.28", "1.37")
 
+
+def watched_namespaces(values: dict) -> list[str]:
+    """The namespaces a value set watches ([] = every namespace, with rbac.clusterWide)."""
+    if values.get("rbac", {}).get("clusterWide"):
+        return []
+    return values.get("watch", {}).get("namespaces") or [NAMESPACE]
+
+
 # Value sets every rendering test runs over: the defaults and the non-default corners.
 VALUE_SETS: dict[str, dict[str, Any]] = {
     "defaults": {},
@@ -55,6 +63,8 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
                     "namespaceSelector": {"matchLabels": {"specdeploy.io/enabled": "true"}}},
         "watch": {"namespaces": ["inference"]},
     },
+    # the explicit opt-in to cluster-wide write access (NOTES.txt warns)
+    "cluster-wide": {"rbac": {"clusterWide": True}, "hub": {"tokenSecrets": ["hf-token"]}},
     "minimal": {
         "webhook": {"enabled": False},
         "crds": {"install": False},
@@ -62,6 +72,8 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "fullnameOverride": "sd",
         "metrics": {"port": 9090},
         "health": {"port": 9091},
+        "replicaCount": 1,
+        "leaderElection": {"enabled": False},
     },
 }
 # Kinds the chart may render that are not built into Kubernetes (validated elsewhere, not by kubernetes-validate).

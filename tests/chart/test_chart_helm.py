@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from chart_helpers import (CHART, HELMS, NAMESPACE, RELEASE, ROOT, VALUE_SETS, arg_value, container, find, one,
-                           render, render_text, run_helm, values_file)
+                           render, render_text, run_helm, values_file, watched_namespaces)
 from specdeploy.api.crd import build_crd
 
 HELM_NAMES = sorted(HELMS)
@@ -80,8 +80,10 @@ def test_default_objects():
     assert kinds == sorted([
         ("ServiceAccount", "specdeploy"), ("CustomResourceDefinition", "speculativedeployments.specdeploy.io"),
         ("ClusterRole", "specdeploy-cluster"), ("ClusterRoleBinding", "specdeploy-cluster"),
-        ("ClusterRole", "specdeploy-workloads"), ("ClusterRoleBinding", "specdeploy-workloads"),
+        ("Role", "specdeploy-workloads"), ("RoleBinding", "specdeploy-workloads"),
         ("Role", "specdeploy-webhook-tls"), ("RoleBinding", "specdeploy-webhook-tls"),
+        ("Role", "specdeploy-leader-election"), ("RoleBinding", "specdeploy-leader-election"),
+        ("PodDisruptionBudget", "specdeploy"),
         ("Service", "specdeploy-webhook"), ("Service", "specdeploy-metrics"), ("Deployment", "specdeploy"),
         ("ValidatingWebhookConfiguration", "specdeploy"), ("MutatingWebhookConfiguration", "specdeploy"),
     ])
@@ -103,7 +105,8 @@ def test_crd_template_is_the_generated_crd():
 def test_deployment_pod_security_and_probes():
     dep = one(render(), "Deployment")
     spec = dep["spec"]["template"]["spec"]
-    assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"] == {"type": "Recreate"}
+    assert dep["spec"]["replicas"] == 2
+    assert dep["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
     psc = spec["securityContext"]
     assert psc["runAsNonRoot"] is True and psc["runAsUser"] != 0 and psc["seccompProfile"] == {"type": "RuntimeDefault"}
     c = container(render())
@@ -114,12 +117,14 @@ def test_deployment_pod_security_and_probes():
     assert c["resources"]["requests"]["cpu"] and c["resources"]["requests"]["memory"] and c["resources"]["limits"]["memory"]
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     assert ports == {"metrics": 8080, "health": 8081, "webhook": 9443}
-    for probe in ("livenessProbe", "readinessProbe"):
-        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    # ready only when the webhook serves and the caches synced (controller/health.py), leader or not
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
     assert {"name": "tmp", "mountPath": "/tmp"} in c["volumeMounts"]
     assert {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}} in spec["volumes"]
     env = {e["name"]: e for e in c["env"]}
     assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     assert env["HF_HOME"]["value"].startswith("/tmp/")
     assert "HF_ENDPOINT" not in env
     assert c["image"] == "ghcr.io/specdeploy/operator:0.1.0"
@@ -127,9 +132,15 @@ def test_deployment_pod_security_and_probes():
 
 def test_operator_args_default():
     args = container(render())["args"]
-    assert args[:2] == ["operator", "run"] and "--all-namespaces" in args and "--namespace" not in args
+    # the release namespace only, by default
+    assert args[:2] == ["operator", "run"] and "--all-namespaces" not in args
+    assert arg_value(args, "--namespace") == [NAMESPACE]
     assert arg_value(args, "--metrics-port") == ["8080"]
-    assert arg_value(args, "--liveness") == ["http://0.0.0.0:8081/healthz"]
+    assert arg_value(args, "--health-port") == ["8081"] and "--liveness" not in args
+    assert "--leader-elect" in args and arg_value(args, "--leader-election-namespace") == [NAMESPACE]
+    assert arg_value(args, "--leader-election-id") == ["specdeploy-leader"]
+    assert (arg_value(args, "--lease-duration"), arg_value(args, "--renew-deadline"),
+            arg_value(args, "--retry-period")) == (["15"], ["10"], ["2"])
     assert arg_value(args, "--resync-seconds") == ["60"]
     assert arg_value(args, "--webhook-port") == ["9443"] and "--webhook" in args
     # a pod's every interface (outside a cluster the operator defaults to loopback)
@@ -174,7 +185,9 @@ def test_webhook_service_and_configurations():
                                                   "port": 443}}
         assert wh["admissionReviewVersions"] == ["v1"] and wh["sideEffects"] == "None"
         assert wh["failurePolicy"] == "Fail" and wh["timeoutSeconds"] == 5
-        assert "namespaceSelector" not in wh and "objectSelector" not in wh
+        assert wh["namespaceSelector"] == {"matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "In", "values": [NAMESPACE]}]}
+        assert "objectSelector" not in wh
         assert wh["rules"] == [{"apiGroups": ["specdeploy.io"], "apiVersions": ["v1alpha1"],
                                 "operations": ["CREATE", "UPDATE"], "resources": ["speculativedeployments"],
                                 "scope": "Namespaced"}]
@@ -201,8 +214,10 @@ def test_cert_manager_variant():
     vols = {v["name"]: v for v in one(objs, "Deployment")["spec"]["template"]["spec"]["volumes"]}
     assert vols["certs"]["secret"]["secretName"] == "specdeploy-webhook-tls"
     assert c["image"] == "ghcr.io/specdeploy/operator@sha256:" + "0" * 64
-    # no Secret or webhook-configuration access for the operator: cert-manager does both
-    assert not find(objs, "Role")
+    # no Secret or webhook-configuration access for the operator: cert-manager does both (the Lease only)
+    assert not find(objs, "Role", "specdeploy-webhook-tls")
+    assert sorted(o["metadata"]["name"] for o in find(objs, "Role")) == ["specdeploy-leader-election",
+                                                                          "specdeploy-workloads"]
     sm = one(objs, "ServiceMonitor")
     assert sm["metadata"]["labels"]["release"] == "prometheus"
     metrics = one(objs, "Service", "specdeploy-metrics")
@@ -224,15 +239,18 @@ def test_minimal_variant():
     objs = render(VALUE_SETS["minimal"])
     assert not find(objs, "ServiceAccount") and not find(objs, "CustomResourceDefinition")
     assert not find(objs, "ValidatingWebhookConfiguration") and not find(objs, "MutatingWebhookConfiguration")
-    assert not find(objs, "Service", "sd-webhook") and not find(objs, "Role")
+    assert not find(objs, "Service", "sd-webhook") and not find(objs, "Role", "sd-webhook-tls")
     dep = one(objs, "Deployment", "sd")
     assert dep["spec"]["template"]["spec"]["serviceAccountName"] == "existing-sa"
     c = container(objs)
-    # no webhook server: no --webhook (it is off unless asked for), nothing to bind
-    assert not [a for a in c["args"] if a.startswith("--webhook")] and "--bind-address" not in c["args"]
-    assert arg_value(c["args"], "--metrics-bind-address") == ["0.0.0.0"]
+    # no webhook server: no --webhook (it is off unless asked for); the probes still listen on every interface
+    assert not [a for a in c["args"] if a.startswith("--webhook")]
+    assert arg_value(c["args"], "--metrics-bind-address") == arg_value(c["args"], "--bind-address") == ["0.0.0.0"]
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"metrics": 9090, "health": 9091}
-    assert arg_value(c["args"], "--liveness") == ["http://0.0.0.0:9091/healthz"]
+    assert arg_value(c["args"], "--health-port") == ["9091"]
+    # one replica without leader election: no Lease, no PDB, and never two operators during a rollout
+    assert "--leader-elect" not in c["args"] and not find(objs, "PodDisruptionBudget")
+    assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"] == {"type": "Recreate"}
     for b in find(objs, "ClusterRoleBinding"):
         assert b["subjects"] == [{"kind": "ServiceAccount", "name": "existing-sa", "namespace": NAMESPACE}]
 
@@ -273,12 +291,15 @@ def test_notes_say_what_to_apply_next(values, tmp_path):
                  "-f", values_file(v), env={"KUBECONFIG": str(tmp_path / "none")})
     notes = p.stdout.split("NOTES:", 1)[1]
     name = v.get("fullnameOverride") or RELEASE
-    ns = (v.get("watch", {}).get("namespaces") or ["default"])[0]
+    ns = (watched_namespaces(v) or ["default"])[0]
     assert f"kubectl -n {NAMESPACE} rollout status deployment/{name}" in notes
     assert f"kubectl apply -n {ns} -k examples/qwen3.6-27b-b300-vllm" in notes
     assert f"kubectl get specdeploy -n {ns} -w" in notes
     assert ("crds/specdeploy.io_speculativedeployments.yaml" in notes) == (not v.get("crds", {}).get("install", True))
     assert "<no value>" not in notes
+    cluster_wide = v.get("rbac", {}).get("clusterWide", False)
+    assert ("WARNING: rbac.clusterWide=true" in notes) == cluster_wide
+    assert ("no cluster-wide write access" in notes) == (not cluster_wide)
 
 
 def test_policy_values_become_the_operators_policy_flags():

@@ -33,7 +33,7 @@ def _operator_argv(objs: list[dict], kubeconfig: str) -> tuple[list[str], dict[s
     c = container(objs)
     args = list(c["args"])
     ports = {"metrics": free_port(), "health": free_port(), "webhook": free_port()}
-    replace = {"--metrics-port": str(ports["metrics"]), "--liveness": f"http://127.0.0.1:{ports['health']}/healthz",
+    replace = {"--metrics-port": str(ports["metrics"]), "--health-port": str(ports["health"]),
                "--webhook-port": str(ports["webhook"])}
     for i, a in enumerate(args[:-1]):
         if a in replace:
@@ -47,6 +47,8 @@ def _operator_argv(objs: list[dict], kubeconfig: str) -> tuple[list[str], dict[s
             env[e["name"]] = e["value"]
         elif e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "metadata.namespace":
             env[e["name"]] = one(objs, "Deployment")["metadata"]["namespace"]
+        elif e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "metadata.name":
+            env[e["name"]] = one(objs, "Deployment")["metadata"]["name"] + "-0"
     return [str(BIN / "specdeploy"), *args, "--kubeconfig", kubeconfig], env, ports
 
 
@@ -84,8 +86,9 @@ def test_helm_template_kubectl_apply_then_the_operator_reconciles(tmp_path):
         env = {**os.environ, "HOME": str(home), "KUBECONFIG": cluster.kubeconfig, **env}
         proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path)
         try:
-            # the probe endpoint the Deployment's liveness/readiness probes use
+            # the probe endpoints the Deployment's liveness and readiness probes use (ready: webhook + caches)
             wait_for(lambda: _http_ok(f"http://127.0.0.1:{ports['health']}/healthz"), 60, "the operator's /healthz")
+            wait_for(lambda: _http_ok(f"http://127.0.0.1:{ports['health']}/readyz"), 60, "the operator's /readyz")
             wait_for(lambda: _http_ok(f"http://127.0.0.1:{ports['metrics']}/metrics"), 30, "the operator's /metrics")
 
             # self-signed webhook TLS: the Secret the chart names, and caBundle in the chart's two configurations
@@ -105,6 +108,10 @@ def test_helm_template_kubectl_apply_then_the_operator_reconciles(tmp_path):
             cluster.wait_condition("qwen36-27b", "DrafterCompatible", "True", timeout=60, namespace=WATCHED)
             dep = cluster.get_json("deployment", "qwen36-27b", "-n", WATCHED)
             assert dep["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "specdeploy"
+            # it reconciled as the leader: the chart's Lease, in the release namespace, names this replica
+            lease = cluster.get_json("lease", "specdeploy-leader", "-n", NAMESPACE)
+            assert lease["spec"]["holderIdentity"].startswith("specdeploy-0_"), lease["spec"]
+            assert lease["spec"]["leaseDurationSeconds"] == 15
 
             # the webhook server answers on the paths the chart's configurations name, with the Secret's CA
             ctx = ssl.create_default_context(cadata=base64.b64decode(secret["data"]["ca.crt"]).decode())

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from chart_helpers import CHART, NAMESPACE, VALUE_SETS, find, render
+from chart_helpers import CHART, NAMESPACE, VALUE_SETS, find, render, watched_namespaces
 from specdeploy.controller import kube as kube_mod
 from specdeploy.controller import reconciler
 
@@ -68,6 +68,13 @@ def _calls() -> dict[str, set[tuple]]:
         "SelfSigned.ensure:patch": {(*gr("Secret"), "patch", "tls")},
         "SelfSigned.sync_ca_bundle:call:get": {("admissionregistration.k8s.io", r, "get", "cluster") for r in WEBHOOK_CONFIGS},
         "SelfSigned.sync_ca_bundle:call:patch": {("admissionregistration.k8s.io", r, "patch", "cluster") for r in WEBHOOK_CONFIGS},
+        # readiness: one list of the CRs, compared with the watch cache (health.CacheSync)
+        "CacheSync.run:list": {("specdeploy.io", "speculativedeployments", "list", "watched")},
+        # leader election: the operator's Lease in its own namespace, by name (leader.LeaderElector)
+        "LeaderElector._try:call:get": {("coordination.k8s.io", "leases", "get", "lease")},
+        "LeaderElector._try:call:create": {("coordination.k8s.io", "leases", "create", "lease")},
+        "LeaderElector._try:call:update": {("coordination.k8s.io", "leases", "update", "lease")},
+        "LeaderElector.release:call:update": {("coordination.k8s.io", "leases", "update", "lease")},
     }
 
 
@@ -107,7 +114,7 @@ def call_sites() -> dict[str, list[str]]:
     return sites
 
 
-def used(tokens: bool, self_managed_tls: bool) -> set[tuple]:
+def used(tokens: bool, self_managed_tls: bool, leader_election: bool = True) -> set[tuple]:
     """Everything the operator needs for a configuration, as (group, resource, verb, scope)."""
     import kopf
     from kopf._cogs.structs import references
@@ -127,7 +134,8 @@ def used(tokens: bool, self_managed_tls: bool) -> set[tuple]:
         out.add(("specdeploy.io", "speculativedeployments/finalizers", "update", "watched"))
     for needs in _calls().values():
         for g, r, v, scope in needs:
-            if scope == "token" and not tokens or scope in ("tls", "cluster") and not self_managed_tls:
+            if scope == "token" and not tokens or scope in ("tls", "cluster") and not self_managed_tls \
+                    or scope == "lease" and not leader_election:
                 continue
             out.add((g, r, v, scope))
     return out
@@ -166,7 +174,8 @@ def expected(values: dict, tokens: list[str], watched: list[str], self_managed_t
              configuration: str = CONFIGURATION, tls_secret: str = TLS_SECRET) -> set[tuple]:
     out = set()
     where_watched = watched or ["*cluster*"]
-    for g, r, v, scope in used(bool(tokens), self_managed_tls):
+    election = values.get("leaderElection", {}).get("enabled", True)
+    for g, r, v, scope in used(bool(tokens), self_managed_tls, election):
         if scope == "watched":
             out |= {(g, r, v, w, ()) for w in where_watched}
         elif scope == "token":
@@ -177,6 +186,8 @@ def expected(values: dict, tokens: list[str], watched: list[str], self_managed_t
             out.add((g, r, v, "*cluster*", (configuration,)))
         elif scope == "cluster-read":
             out.add((g, r, v, "*cluster*", ()))
+        elif scope == "lease":  # the release namespace only, by name except create
+            out.add((g, r, v, NAMESPACE, () if v == "create" else (f"{configuration}-leader",)))
     return out
 
 
@@ -187,7 +198,7 @@ def test_rbac_grants_exactly_what_the_code_uses(values):
     webhook = v.get("webhook", {}).get("enabled", True)
     self_managed = webhook and not v.get("webhook", {}).get("certManager", {}).get("enabled", False)
     prefix = v.get("fullnameOverride") or "specdeploy"
-    want = expected(v, v.get("hub", {}).get("tokenSecrets", []), v.get("watch", {}).get("namespaces", []),
+    want = expected(v, v.get("hub", {}).get("tokenSecrets", []), watched_namespaces(v),
                     self_managed, configuration=prefix, tls_secret=f"{prefix}-webhook-tls")
     got = granted(objs)
     assert got - want == set(), f"granted but never used: {sorted(got - want)}"
@@ -251,6 +262,60 @@ def test_namespaced_mode_has_no_cluster_wide_workload_rules():
     resources = {r for rule in cr["rules"] for r in rule["resources"]}
     assert resources == {"customresourcedefinitions", "validatingwebhookconfigurations", "mutatingwebhookconfigurations"}
     assert {o["metadata"]["namespace"] for o in find(objs, "Role", "specdeploy-workloads")} == {"team-a", "team-b"}
+
+
+WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection", "escalate", "bind", "impersonate"}
+
+
+def cluster_wide_writes(objs: list[dict]) -> set[tuple]:
+    """(group, resource, verb, resourceNames) of every write a ClusterRole bound by a ClusterRoleBinding grants."""
+    bound = {b["roleRef"]["name"] for b in find(objs, "ClusterRoleBinding")}
+    return {(g, r, v, n) for (g, r, v, where, n) in granted([o for o in find(objs, "ClusterRole")
+                                                              if o["metadata"]["name"] in bound])
+            if v in WRITE_VERBS}
+
+
+@pytest.mark.parametrize("values", sorted(k for k, v in VALUE_SETS.items() if not v.get("rbac", {}).get("clusterWide")))
+def test_no_cluster_wide_write_unless_asked(values):
+    """Issue 12: by default (and with every value set but rbac.clusterWide) the operator can write nothing
+    cluster-wide except caBundle of its own two webhook configurations, by name."""
+    v = VALUE_SETS[values]
+    objs = render(v)
+    prefix = v.get("fullnameOverride") or "specdeploy"
+    for g, r, verb, names in cluster_wide_writes(objs):
+        assert (g, verb, names) == ("admissionregistration.k8s.io", "patch", (prefix,)), (g, r, verb, names)
+        assert r in ("validatingwebhookconfigurations", "mutatingwebhookconfigurations")
+    # the workload rules are Roles, in the watched namespaces only (the release namespace by default)
+    roles = find(objs, "Role", f"{prefix}-workloads")
+    assert sorted(o["metadata"]["namespace"] for o in roles) == sorted(watched_namespaces(v))
+    assert not find(objs, "ClusterRole", f"{prefix}-workloads")
+
+
+def test_default_watches_the_release_namespace_only():
+    objs = render()
+    assert [o["metadata"]["namespace"] for o in find(objs, "Role", "specdeploy-workloads")] == [NAMESPACE]
+    assert [o["metadata"]["namespace"] for o in find(objs, "RoleBinding", "specdeploy-workloads")] == [NAMESPACE]
+
+
+def test_cluster_wide_is_explicit_and_writes_everywhere():
+    objs = render(VALUE_SETS["cluster-wide"])
+    writes = cluster_wide_writes(objs)
+    assert ("apps", "deployments", "create", ()) in writes and ("", "configmaps", "delete", ()) in writes
+    assert not find(objs, "Role", "specdeploy-workloads")
+    (crb,) = find(objs, "ClusterRoleBinding", "specdeploy-workloads")
+    assert crb["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "specdeploy-workloads"}
+    # the token Secret rule follows the workload rules: cluster-wide, still by name only
+    (cr,) = find(objs, "ClusterRole", "specdeploy-workloads")
+    [secret_rule] = [r for r in cr["rules"] if "secrets" in r["resources"]]
+    assert secret_rule["resourceNames"] == ["hf-token"] and secret_rule["verbs"] == ["get"]
+
+
+def test_cluster_wide_with_listed_namespaces_is_refused():
+    from chart_helpers import run_helm, values_file
+
+    p = run_helm("helm3", "template", "specdeploy", str(CHART), "-n", NAMESPACE, "-f",
+                 values_file({"rbac": {"clusterWide": True}, "watch": {"namespaces": ["team-a"]}}), check=False)
+    assert p.returncode != 0 and "rbac.clusterWide=true watches every namespace" in p.stderr
 
 
 def test_every_rule_in_the_chart_says_why():

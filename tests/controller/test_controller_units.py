@@ -13,7 +13,6 @@ from conftest import pair
 from specdeploy.api.types import SpeculativeDeployment
 from specdeploy.controller import status as st
 from specdeploy.controller.queue import Backoff, WorkQueue
-from specdeploy.controller.reconciler import is_subset, owned_part
 from specdeploy.controller.resolve import ResolutionError, build_inspector_job, decode_inspection
 from specdeploy.core.checker import check
 from specdeploy.core.engineconfig import config_digest
@@ -108,24 +107,6 @@ def test_status_changed_ignores_times_only():
 def test_events_on_transitions(cond, want):
     ev = st.event_for(cond)
     assert (ev[:2] if ev else None) == want
-
-
-@pytest.mark.parametrize("desired,actual,same", [
-    ({"a": 1}, {"a": 1, "b": 2}, True),
-    ({"a": {"b": [1, {"c": 2}]}}, {"a": {"b": [1, {"c": 2, "d": 3}], "e": 0}}, True),
-    ({"a": [1, 2]}, {"a": [1, 2, 3]}, False),
-    ({"a": "8"}, {"a": 8}, True),
-    ({"a": 1}, {}, False),
-    ({"a": {"b": 1}}, {"a": {"b": 2}}, False),
-])
-def test_is_subset(desired, actual, same):
-    assert is_subset(desired, actual) is same
-
-
-def test_owned_part_leaves_status_and_server_fields_out():
-    obj = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "x", "labels": {"a": "b"}, "namespace": "n"},
-           "spec": {"type": "ClusterIP"}, "status": {}}
-    assert owned_part(obj) == {"metadata": {"labels": {"a": "b"}}, "spec": {"type": "ClusterIP"}}
 
 
 def test_work_queue_serialises_a_key_and_requeues_while_active():

@@ -37,7 +37,8 @@ for name in a.env:
     print(f"env {name}={os.environ.get(name, '<unset>')}", flush=True)
 print(f"argv {sys.argv[1:]}", flush=True)
 if a.message:
-    with open(os.environ["SPECDEPLOY_TERMINATION_LOG"], "w") as f:
+    # process mode names the file in the environment; in a container it is at terminationMessagePath
+    with open(os.environ.get("SPECDEPLOY_TERMINATION_LOG", "/dev/termination-log"), "w") as f:
         f.write(a.message)
 
 done = threading.Event()

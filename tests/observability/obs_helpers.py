@@ -210,6 +210,8 @@ m.API_WRITES.labels(verb="create", kind="PodMonitor").inc(1)
 m.CHECK_FAILURES.labels(code="DF001").inc(1)
 m.QUEUE_DEPTH.set(1)
 m.MANAGED.set(3)
+m.LEADER.set(1)
+m.LEADER_TRANSITIONS.inc()
 for s in (0.004, 0.02, 0.02, 0.15):
     m.RECONCILE_SECONDS.observe(s)
 server, _thread = start_http_server(0, addr="127.0.0.1", registry=m.REGISTRY)

@@ -240,6 +240,7 @@ def test_operator_series_names_are_the_controllers():
     assert D.OP_CHECK_FAILURES == base(M.CHECK_FAILURES) + "_total"
     assert D.OP_RECONCILE_SECONDS == base(M.RECONCILE_SECONDS)
     assert (D.OP_QUEUE_DEPTH, D.OP_MANAGED) == (base(M.QUEUE_DEPTH), base(M.MANAGED))
+    assert (D.OP_LEADER, D.OP_LEADER_TRANSITIONS) == (base(M.LEADER), base(M.LEADER_TRANSITIONS) + "_total")
     assert D.OPERATOR_JOB == R.RuleParams().operator_job == R.OPERATOR_JOB
 
 

@@ -51,9 +51,9 @@ from chart_helpers import one, render  # noqa: E402
 pytestmark = pytest.mark.skipif(not kubectl_available(), reason="needs kubectl")
 
 RELEASES = [("specdeploy", "specdeploy-system"), ("prod-spec", "ml-serving")]
-VALUES = {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}, "dashboards": {"enabled": True},
-          "webhook": {"enabled": False}}
 MODELS = "models"
+VALUES = {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}, "dashboards": {"enabled": True},
+          "webhook": {"enabled": False}, "watch": {"namespaces": [MODELS]}}
 EXAMPLE = ROOT / "examples" / "qwen3.6-27b-b300-vllm"
 CR = "qwen36-27b"
 DEADLINE_S = 60
@@ -83,8 +83,8 @@ def _start_operator(objs: list[dict], cluster: Cluster, workdir: Path) -> tuple[
     for i, a in enumerate(args[:-1]):
         if a == "--metrics-port":
             args[i + 1] = str(port)
-        elif a == "--liveness":
-            args[i + 1] = f"http://127.0.0.1:{free_port()}/healthz"
+        elif a == "--health-port":
+            args[i + 1] = str(free_port())
         elif a in ("--metrics-bind-address", "--bind-address"):
             assert args[i + 1] == "0.0.0.0"
             args[i + 1] = "127.0.0.1"

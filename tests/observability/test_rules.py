@@ -64,6 +64,13 @@ def operator_up(value: int | None) -> list[dict]:
              "values": f"{value}x{MINUTES}"}]
 
 
+def leader_gauges(*values: int) -> list[dict]:
+    """One specdeploy_leader series per operator replica (the chart's pods)."""
+    return [{"series": f'{R.LEADER_METRIC}{{job="specdeploy-operator",namespace="specdeploy-system",'
+                       f'pod="specdeploy-{i}",instance="10.0.0.{5 + i}:8080"}}',
+             "values": f"{v}x{MINUTES}"} for i, v in enumerate(values)]
+
+
 HEALTHY_POS = [75, 56, 42, 32, 24, 18, 13, 10, 8, 6, 4, 3, 2, 2, 1]  # 0.75^(k+1) x 100 drafts: tau 3.96
 COLLAPSED_POS = [5]  # tau 1.05
 CLIFF_POS = [90, 81, 73, 66, 1, 1, 1]  # tau 4.13, a cliff after position 3
@@ -122,12 +129,18 @@ def build_cases() -> list[dict]:
               [_alerts(R.A_OPERATOR_DOWN, [expected_alert(GROUPS, R.A_OPERATOR_DOWN, {
                   "job": "specdeploy-operator", "namespace": "specdeploy-system", "instance": "10.0.0.5:8080"})])]),
         _case("operator down: not scraped at all", vllm_series(100, HEALTHY_POS),
-              [_alerts(R.A_OPERATOR_DOWN, [expected_alert(GROUPS, R.A_OPERATOR_DOWN, {"job": R.OPERATOR_JOB})])]),
+              [_alerts(R.A_OPERATOR_DOWN, [expected_alert(GROUPS, R.A_OPERATOR_DOWN, {"job": R.OPERATOR_JOB})]),
+               _alerts(R.A_NO_LEADER, None)]),  # absence is OperatorDown's, not a second alert
         # The job is the chart's jobLabel value, not the Service name: a target under another job is no operator.
         _case("operator down: scraped under the Service name", [
               {"series": 'up{job="specdeploy-metrics",namespace="specdeploy-system",instance="10.0.0.5:8080"}',
                "values": f"1x{MINUTES}"}],
               [_alerts(R.A_OPERATOR_DOWN, [expected_alert(GROUPS, R.A_OPERATOR_DOWN, {"job": R.OPERATOR_JOB})])]),
+        _case("two replicas, one leads: no alert", operator_up(1) + leader_gauges(1, 0),
+              [_alerts(R.A_NO_LEADER, None), _alerts(R.A_OPERATOR_DOWN, None)]),
+        _case("two replicas up, none leads: no-leader fires", operator_up(1) + leader_gauges(0, 0),
+              [_alerts(R.A_NO_LEADER, [expected_alert(GROUPS, R.A_NO_LEADER, {"namespace": "specdeploy-system"})]),
+               _alerts(R.A_OPERATOR_DOWN, None)]),
     ]
 
 

@@ -75,6 +75,21 @@ specdeploy-operator
 {{- printf "%s-webhook" (include "specdeploy.fullname" .) }}
 {{- end }}
 
+{{/*
+The namespaces the operator watches and holds workload rules in, as JSON (read with fromJsonArray):
+watch.namespaces, else the release namespace; [] with rbac.clusterWide (every namespace).
+*/}}
+{{- define "specdeploy.watchedNamespaces" -}}
+{{- if .Values.rbac.clusterWide }}
+{{- if .Values.watch.namespaces }}
+{{- fail "rbac.clusterWide=true watches every namespace: leave watch.namespaces empty, or set rbac.clusterWide=false to watch only the listed namespaces" }}
+{{- end }}
+{{- toJson list }}
+{{- else }}
+{{- toJson (default (list .Release.Namespace) .Values.watch.namespaces) }}
+{{- end }}
+{{- end }}
+
 {{/* True (non-empty) when the operator itself issues the webhook certificate and patches caBundle. */}}
 {{- define "specdeploy.selfManagedCerts" -}}
 {{- if and .Values.webhook.enabled (not .Values.webhook.certManager.enabled) }}true{{- end }}
@@ -189,13 +204,13 @@ timeoutSeconds: {{ .Values.webhook.timeoutSeconds }}
 {{- if .Values.webhook.namespaceSelector }}
 namespaceSelector:
   {{- toYaml .Values.webhook.namespaceSelector | nindent 2 }}
-{{- else if .Values.watch.namespaces }}
+{{- else if not .Values.rbac.clusterWide }}
 # Only the watched namespaces (webhook.namespaceSelector overrides this).
 namespaceSelector:
   matchExpressions:
     - key: kubernetes.io/metadata.name
       operator: In
-      values: {{ toJson .Values.watch.namespaces }}
+      values: {{ include "specdeploy.watchedNamespaces" . }}
 {{- end }}
 {{- with .Values.webhook.objectSelector }}
 objectSelector:

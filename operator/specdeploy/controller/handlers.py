@@ -7,6 +7,7 @@ owned and garbage-collected through ownerReferences), so none is added.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 
@@ -16,14 +17,18 @@ from ..api.crd import API_GROUP, API_VERSION
 from ..core.policy import POLICY_ENV, TenancyPolicy
 from .. import PLURAL
 from . import metrics
-from .kube import Kube, load_api_client
+from .kube import Fence, Kube, load_api_client
 from .monitor import DEFAULT_INTERVAL, ENGINE_POD_LABELS, ENGINE_POD_SELECTOR, INTERVAL_ENV, AcceptanceMonitor
+from .leader import LeaderElectionSettings
 from .reconciler import Controller, Settings
 from .resolve import Resolver
 
 MANAGED = {"app.kubernetes.io/managed-by": "specdeploy"}
 _controller: Controller | None = None
 _webhook = None  # webhooks.WebhookRuntime when --webhook-port is set
+_elector = None  # leader.LeaderElector when --leader-elect is on
+_sync = None  # health.CacheSync
+_health = None  # health.HealthServer when --health-port is set
 
 
 def controller() -> Controller:
@@ -58,7 +63,10 @@ def on_login(settings: kopf.OperatorSettings, **kwargs):
 
 @kopf.on.startup()
 async def on_startup(settings: kopf.OperatorSettings, **_) -> None:
-    global _controller
+    global _controller, _elector, _sync
+    from .health import CacheSync
+    from .leader import LeaderElector, default_identity
+
     settings.posting.enabled = False  # the controller posts its own Events, on transitions only
     settings.watching.server_timeout = int(os.environ.get("SPECDEPLOY_WATCH_TIMEOUT", "300"))
     settings.watching.client_timeout = settings.watching.server_timeout + 30
@@ -67,7 +75,20 @@ async def on_startup(settings: kopf.OperatorSettings, **_) -> None:
     # Engine pods only, filtered by the API server: the acceptance monitor's cache (on_engine_pod).
     settings.watching.label_selectors["v1", "pods"] = ENGINE_POD_SELECTOR
     api = load_api_client(os.environ.get("SPECDEPLOY_KUBECONFIG") or None)
-    kube = Kube(api, on_write=metrics.count_write)
+    identity = os.environ.get("SPECDEPLOY_IDENTITY") or default_identity()
+    api.user_agent = f"specdeploy-operator/{identity}"  # the API server's audit log (and the tests) tell replicas apart
+    base = Kube(api, on_write=metrics.count_write)  # unfenced: Lease, webhook TLS upkeep, reads
+    election = LeaderElectionSettings.from_env()
+    kube = base
+    if election.enabled:
+        from concurrent.futures import ThreadPoolExecutor
+
+        # its own connection pool and threads: renewals never wait behind the reconciler's requests
+        lease_api = load_api_client(os.environ.get("SPECDEPLOY_KUBECONFIG") or None)
+        lease_api.user_agent = api.user_agent
+        lease_kube = Kube(lease_api, executor=ThreadPoolExecutor(2, thread_name_prefix="specdeploy-lease"))
+        _elector = LeaderElector(lease_kube, election.namespace, identity, name=election.name, timing=election.timing)
+        kube = base.fenced(Fence(_elector.may_write, _elector.write_budget))
     resolver = Resolver(kube, hub_endpoint=os.environ.get("HF_ENDPOINT") or None)
     _controller = Controller(kube, resolver, Settings(
         resync_seconds=float(os.environ.get("SPECDEPLOY_RESYNC_SECONDS", "60")),
@@ -78,8 +99,17 @@ async def on_startup(settings: kopf.OperatorSettings, **_) -> None:
     interval = float(os.environ.get(INTERVAL_ENV) or DEFAULT_INTERVAL)
     if interval > 0:  # 0: no acceptance monitoring
         _controller.monitor = AcceptanceMonitor(_controller, interval)
-    _controller.start()
-    await _start_webhook(kube, resolver)
+    watched = [n for n in (os.environ.get("SPECDEPLOY_WATCH_NAMESPACES") or "").split(",") if n]
+    _sync = CacheSync(base, watched or None, _controller.bodies)
+    asyncio.get_running_loop().create_task(_sync.run(), name="specdeploy-cache-sync")
+    if _elector is not None:
+        _elector.on_started, _elector.on_stopped = _lead, _controller.follow
+        _elector.start()
+    else:  # a single operator: always the leader
+        metrics.LEADER.set(1)
+        _controller.start()
+    await _start_webhook(base, resolver)
+    await _start_health(identity)
     port = int(os.environ.get("SPECDEPLOY_METRICS_PORT", "0"))
     if port:
         from prometheus_client import start_http_server
@@ -87,6 +117,32 @@ async def on_startup(settings: kopf.OperatorSettings, **_) -> None:
         addr = os.environ.get("SPECDEPLOY_METRICS_ADDR") or "127.0.0.1"
         start_http_server(port, addr=addr, registry=metrics.REGISTRY)
         logging.getLogger("specdeploy.operator").info("metrics on http://%s:%s/metrics", addr, port)
+
+
+async def _lead() -> None:
+    """Leadership acquired: reconcile once the caches have synced (a cold cache would re-create children)."""
+    if _sync is not None:
+        await _sync.synced.wait()
+    await controller().lead()
+
+
+async def _start_health(identity: str) -> None:
+    global _health
+    port = os.environ.get("SPECDEPLOY_HEALTH_PORT")
+    if not port:
+        return
+    from .health import HealthServer
+
+    def checks() -> dict[str, bool]:
+        return {"cachesSynced": _sync is not None and _sync.synced.is_set(),
+                "webhookServing": _webhook is None or _webhook.ready.is_set()}
+
+    def details() -> dict:
+        return {"identity": identity, "leader": _elector.leader if _elector else identity,
+                "leading": _elector.leading if _elector else True}
+
+    _health = HealthServer(int(port), checks, details, addr=os.environ.get("SPECDEPLOY_HEALTH_ADDR") or "127.0.0.1")
+    await _health.start()
 
 
 async def _start_webhook(kube: Kube, resolver: Resolver) -> None:
@@ -103,10 +159,14 @@ async def _start_webhook(kube: Kube, resolver: Resolver) -> None:
 
 @kopf.on.cleanup()
 async def on_cleanup(**_) -> None:
-    if _webhook is not None:
-        await _webhook.stop()
     if _controller is not None:
         await _controller.stop()
+    if _elector is not None:  # after the workers stopped: hand the Lease over at once (client-go ReleaseOnCancel)
+        await _elector.stop(release=True)
+    if _webhook is not None:
+        await _webhook.stop()
+    if _health is not None:
+        await _health.stop()
 
 
 @kopf.on.event(API_GROUP, API_VERSION, PLURAL)

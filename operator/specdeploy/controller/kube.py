@@ -56,10 +56,27 @@ KINDS: dict[str, Kind] = {k.kind: k for k in (
 )}
 
 
+FIELD_MANAGER = "specdeploy"  # every write names it: managedFields show what the operator owns
+
+
 class KubeError(Exception):
     def __init__(self, status: int, reason: str, message: str):
         self.status, self.reason = status, reason
         super().__init__(f"{status} {reason}: {message}")
+
+
+class NotLeader(KubeError):
+    """A write refused before it was sent: this replica does not hold the leader Lease (controller/leader.py)."""
+
+    def __init__(self, verb: str, kind: str):
+        super().__init__(0, "NotLeader", f"{verb} {kind} refused: this replica is not the leader (or its renew deadline passed)")
+
+
+class Fence:
+    """What a write checks before it is sent: ``allowed()`` and the time ``budget()`` it may take (seconds)."""
+
+    def __init__(self, allowed: Callable[[], bool], budget: Callable[[], float]):
+        self.allowed, self.budget = allowed, budget
 
 
 def load_api_client(kubeconfig: str | None = None) -> k8s.ApiClient:
@@ -75,17 +92,37 @@ def load_api_client(kubeconfig: str | None = None) -> k8s.ApiClient:
 
 
 class Kube:
-    def __init__(self, api: k8s.ApiClient, on_write: Callable[[str, str], None] | None = None):
+    def __init__(self, api: k8s.ApiClient, on_write: Callable[[str, str], None] | None = None,
+                 fence: Fence | None = None, executor: Any = None):
         self.api = api
         self.on_write = on_write or (lambda verb, kind: None)
+        self.fence = fence  # None: every write is sent (a single operator, or the webhook's TLS upkeep)
+        # None: asyncio's default thread pool. The leader elector gets threads of its own, so that its
+        # renewals never queue behind the reconciler's requests (a late renewal closes the fence).
+        self.executor = executor
+
+    def fenced(self, fence: Fence | None) -> "Kube":
+        """The same client with a write fence (the leader's reconciler uses one)."""
+        return Kube(self.api, self.on_write, fence, self.executor)
+
+    def _write_timeout(self, verb: str, kind: str) -> float:
+        """The request timeout of a write: 30 s, or less when the fence says the lease ends sooner."""
+        if self.fence is None:
+            return 30.0
+        if not self.fence.allowed():
+            from . import metrics
+
+            metrics.FENCED_WRITES.inc()
+            raise NotLeader(verb, kind)
+        return max(0.05, min(30.0, self.fence.budget()))
 
     def _call(self, method: str, path: str, body: Any = None, query: list | None = None,
-              content_type: str = "application/json") -> Any:
+              content_type: str = "application/json", timeout: float = 30.0) -> Any:
         headers = {"Content-Type": content_type, "Accept": "application/json"}
         try:
             m, url, hdrs, data, _ = self.api.param_serialize(
                 method, path, query_params=query or [], header_params=headers, body=body, auth_settings=["BearerToken"])
-            resp = self.api.call_api(m, url, header_params=hdrs, body=data, _request_timeout=30)
+            resp = self.api.call_api(m, url, header_params=hdrs, body=data, _request_timeout=timeout)
             resp.read()
             status, raw = resp.status, resp.data
         except ApiException as e:
@@ -103,8 +140,11 @@ class Kube:
         return json.loads(raw) if raw else None
 
     async def call(self, method: str, path: str, body: Any = None, query: list | None = None,
-                   content_type: str = "application/json") -> Any:
-        return await asyncio.to_thread(self._call, method, path, body, query, content_type)
+                   content_type: str = "application/json", timeout: float = 30.0) -> Any:
+        if self.executor is None:
+            return await asyncio.to_thread(self._call, method, path, body, query, content_type, timeout)
+        return await asyncio.get_running_loop().run_in_executor(
+            self.executor, self._call, method, path, body, query, content_type, timeout)
 
     async def get(self, kind: str, namespace: str | None, name: str) -> dict | None:
         try:
@@ -121,19 +161,34 @@ class Kube:
 
     async def create(self, obj: dict) -> dict:
         k = KINDS[obj["kind"]]
+        timeout = self._write_timeout("create", obj["kind"])
         self.on_write("create", obj["kind"])
-        return await self.call("POST", k.path(obj["metadata"].get("namespace")), body=obj)
+        return await self.call("POST", k.path(obj["metadata"].get("namespace")), body=obj,
+                               query=[("fieldManager", FIELD_MANAGER)], timeout=timeout)
 
-    async def patch(self, kind: str, namespace: str | None, name: str, patch: dict, sub: str | None = None) -> dict:
+    async def patch(self, kind: str, namespace: str | None, name: str, patch: dict | list, sub: str | None = None,
+                    content_type: str = "application/merge-patch+json") -> dict:
+        timeout = self._write_timeout("patch", kind)
         self.on_write("patch" if not sub else f"patch-{sub}", kind)
         return await self.call("PATCH", KINDS[kind].path(namespace, name, sub), body=patch,
-                               content_type="application/merge-patch+json")
+                               query=[("fieldManager", FIELD_MANAGER)], content_type=content_type, timeout=timeout)
+
+    async def apply(self, obj: dict, force: bool = False) -> dict:
+        """Server-side apply of a whole object as field manager ``specdeploy`` (creates it when missing)."""
+        k = KINDS[obj["kind"]]
+        timeout = self._write_timeout("apply", obj["kind"])
+        self.on_write("apply", obj["kind"])
+        query = [("fieldManager", FIELD_MANAGER)] + ([("force", "true")] if force else [])
+        return await self.call("PATCH", k.path(obj["metadata"].get("namespace"), obj["metadata"]["name"]), body=obj,
+                               query=query, content_type="application/apply-patch+yaml", timeout=timeout)
 
     async def delete(self, kind: str, namespace: str | None, name: str, propagation: str = "Background") -> None:
+        timeout = self._write_timeout("delete", kind)
         self.on_write("delete", kind)
         try:
             await self.call("DELETE", KINDS[kind].path(namespace, name),
-                            body={"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation})
+                            body={"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation},
+                            timeout=timeout)
         except KubeError as e:
             if e.status != 404:
                 raise

@@ -15,6 +15,15 @@ CHECK_FAILURES = Counter("specdeploy_check_failures_total", "Drafter/target chec
                          ["code"], registry=REGISTRY)
 QUEUE_DEPTH = Gauge("specdeploy_queue_depth", "Keys waiting in the work queue.", registry=REGISTRY)
 MANAGED = Gauge("specdeploy_managed_deployments", "SpeculativeDeployments the operator watches.", registry=REGISTRY)
+# Leader election (controller/leader.py): 1 on the replica that holds the Lease and may write;
+# every replica counts the holder changes it observes (its own acquisitions included).
+LEADER = Gauge("specdeploy_leader", "1 when this replica holds the leader Lease (reconciles, runs the acceptance monitor).",
+               registry=REGISTRY)
+LEADER_TRANSITIONS = Counter("specdeploy_leader_transitions_total",
+                             "Changes of the leader Lease's holder observed by this replica.", registry=REGISTRY)
+FENCED_WRITES = Counter("specdeploy_fenced_writes_total",
+                        "Writes refused by this replica's fence (it was not the leader, or its renew deadline passed).",
+                        registry=REGISTRY)
 
 # Acceptance measured by the acceptance monitor (controller/monitor.py), per SpeculativeDeployment:
 # the engines' figures combined over the ready engine pods of the last scrape window. A series

@@ -20,7 +20,7 @@ from ..api.types import SpeculativeDeployment, validation_messages
 from ..core.findings import Severity, errors as error_findings
 from ..core.policy import TenancyPolicy, check_policy, policy_needs_claims
 from ..core.render import TUNING_KEY_ANNOTATION, RenderError, Rendered, build_tuned_configmap, render, selector_labels
-from . import metrics, status as st
+from . import metrics, ownership, status as st
 from .kube import Kube, KubeError
 from .queue import Backoff, WorkQueue
 from .resolve import ResolutionError, Resolver
@@ -36,27 +36,6 @@ PODMONITOR = ("monitoring.coreos.com/v1", "podmonitors")
 
 def now_rfc3339() -> str:
     return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
-
-
-def is_subset(desired: Any, actual: Any) -> bool:
-    """Every field we set has our value (fields the API server or others add are ignored)."""
-    if isinstance(desired, dict):
-        return isinstance(actual, dict) and all(k in actual and is_subset(v, actual[k]) for k, v in desired.items())
-    if isinstance(desired, list):
-        return isinstance(actual, list) and len(desired) == len(actual) and all(is_subset(d, a) for d, a in zip(desired, actual))
-    if isinstance(desired, (int, float)) and isinstance(actual, str) or isinstance(desired, str) and isinstance(actual, (int, float)):
-        return str(desired) == str(actual)
-    return desired == actual
-
-
-def owned_part(obj: dict) -> dict:
-    """The fields of a desired child that the operator owns and compares."""
-    meta = obj["metadata"]
-    part: dict[str, Any] = {"metadata": {k: meta[k] for k in ("labels", "annotations", "ownerReferences") if k in meta}}
-    for k in ("spec", "data"):
-        if k in obj:
-            part[k] = obj[k]
-    return part
 
 
 @dataclass
@@ -193,6 +172,32 @@ class Controller:
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+
+    @property
+    def running(self) -> bool:
+        return bool(self._tasks)
+
+    async def lead(self) -> None:
+        """This replica became the leader: start the workers and the monitor, reconcile every cached CR.
+
+        The caches (CR bodies, children, ConfigMaps, engine pods) were kept warm by the watches
+        while following, so the first reconciles read nothing and write only what drifted."""
+        if not self._tasks:
+            self.start()
+        for key in list(self.bodies):
+            await self.queue.add(key)
+
+    async def follow(self) -> None:
+        """This replica lost (or never had) the lead: stop the workers and the monitor, keep the caches.
+
+        Writes are already refused by the fence (kube.Fence) at this point; this stops the work."""
+        tasks, self._tasks = self._tasks, []
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        old, self.queue = self.queue, WorkQueue(self.clock)
+        await old.close()
 
     async def _resync(self) -> None:
         while True:
@@ -430,36 +435,20 @@ class Controller:
         return out
 
     async def _apply(self, ns: str, name: str, desired: list[dict]) -> list[str]:
-        """Create missing children, patch drifted ones, delete obsolete ones. Returns conflicts."""
+        """Apply drifted or missing children (server-side apply), delete obsolete ones. Returns conflicts."""
         conflicts: list[str] = []
         want = {(o["kind"], o["metadata"]["name"]) for o in desired}
         for obj in desired:
             kind, cname = obj["kind"], obj["metadata"]["name"]
             actual = self.children.get((kind, ns, cname))
-            if actual is None:
-                try:
-                    created = await self.kube.create(obj)
-                    self.children[(kind, ns, cname)] = {**created, "kind": kind} if isinstance(created, dict) else obj
-                    self._note((ns, name), f"created {kind}/{cname}")
-                    continue
-                except KubeError as e:
-                    if e.status != 409:
-                        raise
-                    actual = await self.kube.get(kind, ns, cname)  # created by us a moment ago, or someone else's
-                    if actual is None:
-                        raise
-                    actual = {**actual, "kind": kind}
-                    self.children[(kind, ns, cname)] = actual
-            uid = obj["metadata"].get("ownerReferences", [{}])[0].get("uid")
-            owners = [r.get("uid") for r in (actual.get("metadata") or {}).get("ownerReferences") or [] if r.get("controller")]
-            if uid and owners and uid not in owners:
+            if actual is not None and self._foreign(obj, actual):
                 conflicts.append(f"{kind}/{cname}")
                 continue
-            part = owned_part(obj)
-            if not is_subset(part, actual):
-                patched = await self.kube.patch(kind, ns, cname, part)
-                self.children[(kind, ns, cname)] = {**patched, "kind": kind} if isinstance(patched, dict) else actual
-                self._note((ns, name), f"updated {kind}/{cname}")
+            applied = await self._apply_child(ns, obj, actual)
+            if applied is None:
+                conflicts.append(f"{kind}/{cname}")
+            elif applied is not actual:  # a request was made: the child was created or changed
+                self._note((ns, name), f"{'created' if actual is None else 'updated'} {kind}/{cname}")
         # obsolete children of this instance (e.g. the Deployment after switching to multi-node):
         # children are named NAME or NAME-engine, so look those up instead of scanning all.
         for kind in MANAGED_KINDS:
@@ -477,6 +466,51 @@ class Controller:
                     self._note((ns, name), f"deleted obsolete {kind}/{cname}")
         return conflicts
 
+    @staticmethod
+    def _foreign(obj: dict, actual: dict) -> bool:
+        """The live child is controlled by another object (not this SpeculativeDeployment)."""
+        uid = obj["metadata"].get("ownerReferences", [{}])[0].get("uid")
+        owners = [r.get("uid") for r in (actual.get("metadata") or {}).get("ownerReferences") or [] if r.get("controller")]
+        return bool(uid and owners and uid not in owners)
+
+    async def _apply_child(self, ns: str, obj: dict, actual: dict | None) -> dict | None:
+        """One child through server-side apply (ownership.py); no request when it is in sync.
+
+        Conflicts (another manager changed a field specdeploy applies) are forced, with a Warning
+        Event naming the other managers. Returns the live child, or None when the name is taken
+        by an object another controller owns.
+        """
+        kind, cname = obj["kind"], obj["metadata"]["name"]
+        body, digest = ownership.intent(obj)
+        if actual is not None and ownership.in_sync(actual, body, digest):
+            return actual
+        if actual is not None:
+            takeover = ownership.takeover_patch(actual)
+            if takeover is not None:  # children of a version before server-side apply: fields move to our entry
+                await self.kube.patch(kind, ns, cname, takeover, content_type="application/json-patch+json")
+        try:
+            live = await self.kube.apply(body)
+        except KubeError as e:
+            if e.status == 422 and "Only one reference can have Controller set to true" in str(e):
+                return None  # the name belongs to an object another controller owns
+            if e.status != 409:
+                raise
+            managers = ownership.conflict_managers(str(e))
+            owner = self._owner_body(obj)
+            if owner is not None:
+                await self._event(owner, "Warning", "FieldOwnershipConflict",
+                                  f"{kind}/{cname}: fields specdeploy applies were changed by "
+                                  f"{', '.join(managers) or 'another field manager'}; applying them again "
+                                  f"(force): {' '.join(str(e).split())[:600]}")
+            live = await self.kube.apply(body, force=True)
+        live = {**live, "kind": kind} if isinstance(live, dict) else body
+        self.children[(kind, ns, cname)] = live
+        return live
+
+    def _owner_body(self, obj: dict) -> dict | None:
+        ref = (obj["metadata"].get("ownerReferences") or [{}])[0]
+        return self.bodies.get((obj["metadata"].get("namespace") or "default", ref.get("name")))
+
     async def _tuning(self, ns: str, cr, rendered: Rendered) -> None:
         """spec.tuning: run the tuning Job once; publish its result as the ConfigMap the engine pods mount.
 
@@ -488,8 +522,8 @@ class Controller:
         job = self.children.get(("Job", ns, plan.job_name))
         if job is None:
             job = await self.kube.get("Job", ns, plan.job_name)
-            if job is None:
-                created = await self.kube.create(rendered.tuning_objects[0])
+            if job is None:  # applied once: a Job's pod template is immutable, a new key names a new Job
+                created = await self.kube.apply(rendered.tuning_objects[0])
                 self.children[("Job", ns, plan.job_name)] = {**(created or rendered.tuning_objects[0]), "kind": "Job"}
                 self._note((ns, cr.metadata.name), f"created tuning Job/{plan.job_name}")
                 return
@@ -510,12 +544,7 @@ class Controller:
         except ValueError as e:
             log.warning("tuning Job %s/%s produced an unusable result: %s", ns, plan.job_name, e)
             return
-        if existing is None:
-            created = await self.kube.create(cm)
-            self.children[("ConfigMap", ns, plan.configmap_name)] = {**(created or cm), "kind": "ConfigMap"}
-        else:
-            patched = await self.kube.patch("ConfigMap", ns, plan.configmap_name, owned_part(cm))
-            self.children[("ConfigMap", ns, plan.configmap_name)] = {**(patched or cm), "kind": "ConfigMap"}
+        await self._apply_child(ns, cm, existing)
 
     async def _write_status(self, key: Key, body: dict, obs: st.Observation, resolved: dict | None) -> None:
         ns, name = key

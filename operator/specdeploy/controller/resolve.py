@@ -20,6 +20,7 @@ from typing import Any
 from ..core import safejson
 from ..core.engineconfig import config_digest
 from ..core import engines as eng
+from ..core.podsecurity import harden_pod
 from .kube import Kube
 
 INSPECT_PREFIX = "specdeploy.io/inspect"
@@ -84,20 +85,18 @@ def build_inspector_job(cr, role: str, src, image: str) -> dict:
             "backoffLimit": 2, "activeDeadlineSeconds": 600, "ttlSecondsAfterFinished": 3600,
             "template": {
                 "metadata": {"labels": dict(meta["labels"])},
-                "spec": {
+                "spec": harden_pod({
                     "restartPolicy": "Never",
-                    "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
                     "containers": [{
                         "name": "inspect", "image": image,
                         "command": ["specdeploy-runtime", "inspect-config", "--path", path],
                         "terminationMessagePolicy": "File",
                         "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
-                        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                                            "capabilities": {"drop": ["ALL"]}},
+                        "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
                         "volumeMounts": [{"name": "model", "mountPath": f"/models/{role}", "readOnly": True}],
                     }],
                     "volumes": [{"name": "model", "persistentVolumeClaim": {"claimName": src.pvc.claim_name, "readOnly": True}}],
-                },
+                }),  # restricted profile, no token, read-only root (core/podsecurity.py)
             },
         },
     }

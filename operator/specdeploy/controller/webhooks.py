@@ -306,11 +306,18 @@ class WebhookRuntime:
                  if s.namespace else "self-signed, in memory")
         await self._sync_bundle()
         self.ready.set()
-        tick = s.cert_check_seconds if s.cert_dir else s.resync_seconds
+        # Every replica re-reads the TLS material (the files, or the shared Secret) every
+        # cert_check_seconds and serves a rotated certificate without a restart; caBundle is
+        # checked every resync_seconds, and at once when the material changed (a new CA).
+        loop = asyncio.get_running_loop()
+        next_bundle = loop.time() + s.resync_seconds
         while True:
-            await asyncio.sleep(tick)
+            await asyncio.sleep(min(s.cert_check_seconds, s.resync_seconds))
+            before = self.loaded
             await self._refresh_tls()
-            await self._sync_bundle()
+            if self.loaded != before or loop.time() >= next_bundle:
+                await self._sync_bundle()
+                next_bundle = loop.time() + s.resync_seconds
 
     async def _refresh_tls(self) -> bool:
         """Load new TLS material into the serving context when it changed; False when none is usable yet."""

@@ -22,6 +22,7 @@ from .engineconfig import (CHECK_REPORT_KEY, ENGINE_CONFIG_KEY, ENGINE_CONFIG_MO
                            SpeculationPlan, config_digest)
 from . import tuning as tn
 from .findings import Finding, Severity, Source, report
+from .podsecurity import ENGINE_CACHE, container_security_context, engine_write_env, harden_pod
 
 CONFIG_HASH_ANNOTATION = f"{API_GROUP}/config-hash"
 MODEL_ROOT = "/models"
@@ -37,8 +38,6 @@ TUNING_OUT_MOUNT = "/var/run/specdeploy/tuning-out"
 TUNING_DEADLINE_SECONDS = 6 * 3600
 TUNING_KEY_ANNOTATION = f"{API_GROUP}/tuning-key"
 CONFIGMAP_LIMIT = 1024 * 1024  # etcd's ~1 MiB object limit (ConfigMap data + metadata)
-_RESTRICTED = {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "runAsNonRoot": True,
-               "capabilities": {"drop": ["ALL"]}}
 
 
 class RenderError(Exception):
@@ -297,6 +296,8 @@ def _container(spec, ec: EngineConfig, image: str, args: list[str], serve_http: 
     mounts = [
         {"name": "dshm", "mountPath": "/dev/shm"},
         {"name": "hf-cache", "mountPath": HF_HOME},
+        {"name": "engine-cache", "mountPath": ENGINE_CACHE},
+        {"name": "tmp", "mountPath": "/tmp"},
         {"name": "engine-config", "mountPath": ENGINE_CONFIG_MOUNT, "readOnly": True},
     ]
     for role, src in (("target", spec.target), ("drafter", spec.drafter)):
@@ -315,6 +316,7 @@ def _container(spec, ec: EngineConfig, image: str, args: list[str], serve_http: 
         "args": args,
         "env": env,
         "resources": {"limits": limits, "requests": requests},
+        "securityContext": container_security_context(),
         "volumeMounts": mounts,
     }
     if serve_http:
@@ -363,7 +365,7 @@ def _init_containers(spec, ec: EngineConfig, image: str, baked: bool, tuning: Tu
         "args": preflight_args(spec, ec, baked),
         "env": env,
         "resources": small,
-        "securityContext": dict(_RESTRICTED),
+        "securityContext": container_security_context(),
         # the one-screen verdict reaches `kubectl describe pod` even if the process dies before writing it
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": mounts,
@@ -377,7 +379,7 @@ def _init_containers(spec, ec: EngineConfig, image: str, baked: bool, tuning: Tu
             "args": ["--src", TUNED_SRC_MOUNT, "--dest", TUNED_MOUNT],
             "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
             "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
-            "securityContext": dict(_RESTRICTED),
+            "securityContext": container_security_context(),
             "terminationMessagePolicy": "FallbackToLogsOnError",
             "volumeMounts": [{"name": "tuned-kernels-src", "mountPath": TUNED_SRC_MOUNT, "readOnly": True},
                              {"name": "tuned-kernels", "mountPath": TUNED_MOUNT}],
@@ -407,6 +409,9 @@ def _pod_template(cr, ec: EngineConfig, prof: gpus.GpuProfile, image: str, args:
     volumes = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.pod.shm_size}},
         {"name": "hf-cache", "emptyDir": {}},
+        # the engine's JIT caches (HOME, Triton, inductor, vLLM/SGLang caches) and /tmp: podsecurity.engine_write_env
+        {"name": "engine-cache", "emptyDir": {}},
+        {"name": "tmp", "emptyDir": {}},
         {"name": "engine-config", "configMap": {"name": cm_name}},
         {"name": "preflight-scratch", "emptyDir": {"sizeLimit": "64Mi"}},
     ]
@@ -432,6 +437,7 @@ def _pod_template(cr, ec: EngineConfig, prof: gpus.GpuProfile, image: str, args:
         pod_spec["priorityClassName"] = spec.pod.priority_class_name
     if spec.pod.service_account_name or service_account:
         pod_spec["serviceAccountName"] = spec.pod.service_account_name or service_account
+    harden_pod(pod_spec)  # restricted Pod Security Standard, no token, read-only root (core/podsecurity.py)
     return {"metadata": {"labels": labels, "annotations": annotations}, "spec": pod_spec}
 
 
@@ -556,7 +562,11 @@ def build_engine_config(cr, analysis: Analysis, target_doc: Any, drafter_doc: An
     args, worker_args = ARG_BUILDERS[(info.name, spec.speculation.method)](spec, d, row, target, drafter, multinode, baked)
     env = dict(d.engine_env)
     env["HF_HOME"] = HF_HOME
-    build = eng.cpu_build(info.name) if not gpus.get_profile(spec.gpu.type).accelerator else None
+    accelerated = gpus.get_profile(spec.gpu.type).accelerator
+    # the root filesystem is read-only: every cache the engine writes goes to the engine-cache volume
+    for k, v in engine_write_env(info.name, accelerated).items():
+        env.setdefault(k, v)
+    build = eng.cpu_build(info.name) if not accelerated else None
     if build is not None:
         env[build.kv_cache_env] = str(cpu_kv_cache_gib(pod_resources(spec)["memory"]))
     return EngineConfig(
@@ -705,7 +715,6 @@ def build_tuning_job(cr, plan: TuningPlan) -> dict:
         "restartPolicy": "Never",
         "nodeSelector": {**spec.pod.node_selector, gpus.PRODUCT_LABEL_KEY: plan.product_label},
         "tolerations": tolerations,
-        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
         "containers": [{
             "name": "tune",
             "image": plan.image,
@@ -716,7 +725,7 @@ def build_tuning_job(cr, plan: TuningPlan) -> dict:
                     {"name": "TRITON_CACHE_DIR", "value": "/tmp/triton"},
                     {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}, *_token_env(spec)],
             "resources": {"limits": limits, "requests": requests},
-            "securityContext": dict(_RESTRICTED),
+            "securityContext": container_security_context(),
             # the result (gzip + base64, a few hundred bytes) is read from here by the operator
             "terminationMessagePolicy": "FallbackToLogsOnError",
             "volumeMounts": mounts,
@@ -725,6 +734,7 @@ def build_tuning_job(cr, plan: TuningPlan) -> dict:
     }
     if spec.pod.priority_class_name:
         pod_spec["priorityClassName"] = spec.pod.priority_class_name
+    harden_pod(pod_spec)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

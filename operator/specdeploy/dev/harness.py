@@ -62,6 +62,7 @@ class Cluster:
         self.operator: subprocess.Popen | None = None
         self.operator_log = self.workdir / "operator.log"
         self.operator_metrics_port: int | None = None
+        self.operator_container: str | None = None  # play_operator_pod(image=...): the podman container
 
     # ------------------------------------------------------------ lifecycle
 
@@ -156,11 +157,14 @@ class Cluster:
         return self.operator
 
     def play_operator_pod(self, namespace: str, deployment: str, *, extra_env: dict[str, str] | None = None,
-                          timeout: float = 60) -> subprocess.Popen:
+                          timeout: float = 60, image: str | None = None) -> subprocess.Popen:
         """Play the kubelet and the endpoints controller for an installed operator Deployment (the
         chart's): run its container's args as a local ``specdeploy`` process (ports rewritten to
         free loopback ports, ``--kubeconfig`` added, ``POD_NAMESPACE`` set as the Downward API
         would), and write the Endpoints of its webhook Service so the API server reaches it.
+        With ``image``, the container runs from that image with podman as the pod spec says
+        (its securityContext, the pod's, volumes, limits: :mod:`specdeploy.dev.kubelet_podman`),
+        on the host network, the kubeconfig mounted read-only.
         The embedded cluster runs no pods; on a real cluster use the Deployment itself."""
         if not self.embedded:
             raise HarnessError("play_operator_pod is for the embedded API server (a real cluster runs the pod)")
@@ -178,15 +182,21 @@ class Cluster:
         rewrite("--metrics-port", str, "metrics")
         rewrite("--webhook-port", str, "webhook")
         rewrite("--liveness", lambda p: f"http://127.0.0.1:{p}/healthz", "health")
+        rewrite("--health-port", str, "health")
         for flag in ("--bind-address", "--metrics-bind-address"):  # a pod's every interface: loopback here
             if flag in args:
                 args[args.index(flag) + 1] = "127.0.0.1"
         self.stop_operator()
         self.operator_metrics_port = ports.get("metrics")
         log = open(self.operator_log, "a")
-        env = {**self.env(), "POD_NAMESPACE": namespace, **(extra_env or {})}
-        self.operator = subprocess.Popen([str(BIN / "specdeploy"), *args, "--kubeconfig", self.kubeconfig],
-                                         stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+        if image is None:
+            env = {**self.env(), "POD_NAMESPACE": namespace, **(extra_env or {})}
+            self.operator = subprocess.Popen([str(BIN / "specdeploy"), *args, "--kubeconfig", self.kubeconfig],
+                                             stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+        else:
+            argv = self._operator_container_argv(dep, namespace, image, args, extra_env or {})
+            self.operator = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+                                             stdin=subprocess.DEVNULL)
         self._operator_logfile = log
         if "--webhook-service" in args and "webhook" in ports:
             svc = args[args.index("--webhook-service") + 1].split(".")[0]
@@ -201,6 +211,46 @@ class Cluster:
             wait_for(lambda: self.operator_metrics() is not None, timeout, "the operator's /metrics endpoint")
         return self.operator
 
+    OPERATOR_CONTAINER = "specdeploy-dev-operator"
+
+    def _operator_container_argv(self, dep: dict, namespace: str, image: str, args: list[str],
+                                 extra_env: dict[str, str]) -> list[str]:
+        """podman run of the operator Deployment's first container from ``image`` (container mode)."""
+        from . import kubelet_podman as kpm
+        from . import kubelet_pods as kp
+
+        template = dep["spec"]["template"]
+        pod = {"metadata": {**(template.get("metadata") or {}), "name": self.OPERATOR_CONTAINER,
+                            "namespace": namespace, "uid": self.OPERATOR_CONTAINER}, "spec": template["spec"]}
+        container = {**template["spec"]["containers"][0], "image": image, "command": None,
+                     "args": [*args, "--kubeconfig", "/etc/specdeploy/kubeconfig"]}
+        pod_dir = self.workdir / "operator-pod"
+        shutil.rmtree(pod_dir, ignore_errors=True)
+        volumes = kp.plan_volumes(pod, str(pod_dir), str(pod_dir / "pvc"), {}, {}, "127.0.0.1", "127.0.0.1")
+        for vol in volumes.values():
+            Path(vol.path).mkdir(parents=True, exist_ok=True)
+            os.chmod(vol.path, 0o777)
+        kubeconfig = pod_dir / "kubeconfig"
+        shutil.copyfile(self.kubeconfig, kubeconfig)
+        os.chmod(kubeconfig, 0o644)
+        termination = pod_dir / "termination-log"
+        termination.write_bytes(b"")
+        os.chmod(termination, 0o666)
+        env = {**kp.resolve_env(pod, container, {}, {}, "127.0.0.1", "127.0.0.1"), **extra_env}
+        user = subprocess.run(["podman", "image", "inspect", "--format", "{{.Config.User}}", "--", image],
+                              capture_output=True, text=True, timeout=60)
+        if user.returncode != 0:
+            raise HarnessError(f"image {image} is not in podman's storage: build it with bash images/build.sh")
+        subprocess.run(["podman", "rm", "-f", "-t", "0", self.OPERATOR_CONTAINER], capture_output=True, timeout=60)
+        mounts = [*kpm.plan_mounts(container, volumes), kpm.Mount("/etc/specdeploy/kubeconfig", str(kubeconfig), True)]
+        argv = kpm.podman_run_argv(pod, container, env=env, mounts=mounts, pod_ip="127.0.0.1", port_map={},
+                                   termination_log=str(termination), image_user=user.stdout.strip(),
+                                   root_label=str(self.workdir))
+        name_at = argv.index("--name") + 1
+        argv[name_at] = self.OPERATOR_CONTAINER
+        self.operator_container = self.OPERATOR_CONTAINER
+        return argv
+
     def stop_operator(self, kill: bool = False) -> None:
         if self.operator is not None and self.operator.poll() is None:
             if kill:
@@ -214,6 +264,9 @@ class Cluster:
                 self.operator.wait()
         if self.operator is not None:
             self._operator_logfile.close()
+        if self.operator_container:
+            subprocess.run(["podman", "rm", "-f", "-t", "0", self.operator_container], capture_output=True, timeout=60)
+            self.operator_container = None
         self.operator = None
 
     def operator_metrics(self) -> dict[str, float] | None:

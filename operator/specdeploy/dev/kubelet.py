@@ -48,6 +48,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from . import kubelet_podman as kpm
 from . import kubelet_pods as kp
 from . import kubelet_rollout as ro
 from .kubelet_run import PodWorker, api_path, kill_leftovers, stamp
@@ -86,6 +87,8 @@ class Settings:
     max_grace: float = 30.0
     log_limit: int = 16 << 20
     resync: float = 5.0
+    runtime: str = "process"  # process: local processes; podman: containers from the pods' images
+    podman: str = "podman"
 
 
 def _now() -> dt.datetime:
@@ -165,6 +168,34 @@ class Kubelet:
         first, last = settings.ip_range
         self._free_ips = [f"127.0.0.{i}" for i in range(first, last + 1)]
         self._runner: web.AppRunner | None = None
+        self.podman = settings.runtime == "podman"
+        self._image_users: dict[str, str] = {}
+
+    # -- container mode
+
+    async def podman_cmd(self, *args: str) -> tuple[int, str]:
+        """Run a podman command (container mode): (exit code, output)."""
+        proc = await asyncio.create_subprocess_exec(self.settings.podman, *args, stdin=asyncio.subprocess.DEVNULL,
+                                                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        out, _ = await proc.communicate()
+        return proc.returncode or 0, out.decode("utf-8", "replace").strip()
+
+    async def image_user(self, image: str) -> str:
+        """The image's USER (for runAsNonRoot); a missing image is ErrImageNeverPull (nothing is pulled)."""
+        if image not in self._image_users:
+            code, out = await self.podman_cmd("image", "inspect", "--format", "{{.Config.User}}", "--", image)
+            if code != 0:
+                raise kp.PodConfigError("ErrImageNeverPull", f'Container image "{image}" is not present with pull '
+                                        "policy of Never (the dev kubelet does not pull: build it, images/build.sh)")
+            self._image_users[image] = out
+        return self._image_users[image]
+
+    async def remove_leftover_containers(self) -> int:
+        code, out = await self.podman_cmd("ps", "-aq", "--filter", f"label={kpm.LABEL_ROOT}={self.settings.root}")
+        ids = out.split() if code == 0 else []
+        if ids:
+            await self.podman_cmd("rm", "-f", "-t", "0", *ids)
+        return len(ids)
 
     # -- node and log server
 
@@ -199,7 +230,8 @@ class Kubelet:
                             "message": "specdeploy dev kubelet is posting ready status",
                             "lastHeartbeatTime": stamp(), "lastTransitionTime": stamp()}],
             "nodeInfo": {"kubeletVersion": "specdeploy-dev", "operatingSystem": "linux",
-                         "architecture": os.uname().machine, "containerRuntimeVersion": "local-process://"},
+                         "architecture": os.uname().machine,
+                         "containerRuntimeVersion": "podman://" if self.podman else "local-process://"},
         }
         await self.api.merge(f"/api/v1/nodes/{name}/status", {"status": status})
 
@@ -343,13 +375,16 @@ class Kubelet:
         killed = kill_leftovers(self.settings.root)
         if killed:
             logger.warning("killed %d process group(s) left by a previous kubelet", killed)
+        if self.podman and await self.remove_leftover_containers():
+            logger.warning("removed containers left by a previous kubelet")
         await self.start_log_server()
         await self.register_node()
         watches = [asyncio.create_task(self.api.watch(api_path(gv, plural, ns), self.wake))
                    for ns in self._scopes()
                    for gv, plural in (("apps/v1", "deployments"), ("apps/v1", "replicasets"), ("v1", "pods"))]
-        print(f"kubelet {self.settings.node_name}: logs on 127.0.0.1:{self.log_port}, root {self.settings.root}, "
-              f"executables: {', '.join(f'{k}={v}' for k, v in sorted(self.settings.exec_table.items()))}",
+        runs = ("containers (podman)" if self.podman else
+                f"executables: {', '.join(f'{k}={v}' for k, v in sorted(self.settings.exec_table.items()))}")
+        print(f"kubelet {self.settings.node_name}: logs on 127.0.0.1:{self.log_port}, root {self.settings.root}, {runs}",
               flush=True)
         if ready is not None:
             ready.set()
@@ -397,7 +432,9 @@ def main(a: argparse.Namespace) -> int:
             kubeconfig=a.kubeconfig, root=Path(a.root).resolve(), node_name=a.node_name, namespaces=a.namespace or [],
             selector=None if a.all_deployments else (a.selector or None), exec_table=table,
             node_env=_pairs(a.env, "--env"), log_port=a.log_port, max_pods=a.max_pods,
-            probe_period_cap=a.probe_period_cap, backoff=a.backoff, max_grace=a.max_grace)
+            probe_period_cap=a.probe_period_cap, backoff=a.backoff, max_grace=a.max_grace, runtime=a.runtime)
+        if a.runtime == "podman" and shutil.which(settings.podman) is None:
+            raise ValueError("--runtime podman: podman is not installed (bash .ci/install-podman)")
         first, _, last = a.ip_range.partition("-")
         if not (first.isdigit() and last.isdigit() and 2 <= int(first) <= int(last) <= 254):
             raise ValueError(f"--ip-range {a.ip_range}: expected FIRST-LAST with 2 <= FIRST <= LAST <= 254 "

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
+from . import kubelet_podman as kpm
 from . import kubelet_pods as kp
 
 if TYPE_CHECKING:
@@ -153,7 +154,7 @@ class ContainerRunner:
         v = self.view
         try:
             await self.ensure_ports()
-            ps = self.w.process_spec(self)
+            ps = await self.w.container_spec(self)
         except kp.PodConfigError as e:
             v.state, v.reason, v.message = "waiting", e.reason, e.message
             await self.w.push_status()
@@ -164,6 +165,8 @@ class ContainerRunner:
         with contextlib.suppress(FileNotFoundError):
             self.log_path(run - 2).unlink()
         Path(ps.termination_log).write_bytes(b"")
+        if self.w.k.podman:  # the container's user (any UID) writes its termination message
+            os.chmod(ps.termination_log, 0o666)
         log = open(self.log_path(run), "wb")
         try:
             self.proc = await asyncio.create_subprocess_exec(
@@ -328,6 +331,9 @@ class ContainerRunner:
         if proc is None or proc.returncode is not None:
             return
         self._kill_reason = reason
+        if self.w.k.podman:
+            await self._kill_container(proc, grace)
+            return
         if grace > 0:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGTERM)
@@ -335,6 +341,18 @@ class ContainerRunner:
                 await asyncio.wait_for(asyncio.shield(proc.wait()), grace)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)  # the group: children that outlived their parent too
+
+
+    async def _kill_container(self, proc: asyncio.subprocess.Process, grace: float) -> None:
+        """Container mode: SIGTERM the container (its PID 1), remove it after ``grace`` seconds."""
+        name = kpm.container_name(self.w.uid, self.name)
+        if grace > 0:
+            await self.w.k.podman_cmd("kill", "--signal", "SIGTERM", name)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(proc.wait()), grace)
+        await self.w.k.podman_cmd("rm", "-f", "-t", "0", name)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)  # podman run itself, if it is still attached
 
 
 class PodWorker:
@@ -409,6 +427,8 @@ class PodWorker:
                                        self.ip, self.k.host_ip)
         for vol in self.volumes.values():
             Path(vol.path).mkdir(parents=True, exist_ok=True)
+            if self.k.podman and vol.kind in ("emptyDir", "persistentVolumeClaim"):
+                os.chmod(vol.path, 0o777)  # as kubelet makes an emptyDir: writable by the container's user
             for rel, data in vol.files.items():
                 target = Path(vol.path) / rel
                 target.parent.mkdir(parents=True, exist_ok=True)
@@ -428,6 +448,28 @@ class PodWorker:
         node_env = {**self.k.settings.node_env, "HOSTNAME": self.name}
         return kp.build_process(c.spec, env, mounts, kp.ExecTable(self.k.settings.exec_table), self.ip, c.port_map,
                                 str(c.dir), node_env)
+
+    async def container_spec(self, c: ContainerRunner) -> kp.ProcessSpec:
+        """Process mode: the local process; container mode: ``podman run`` of the container's image."""
+        if not self.k.podman:
+            return self.process_spec(c)
+        image = c.spec.get("image") or ""
+        image_user = await self.k.image_user(image)
+        env = {**self.k.settings.node_env, "HOSTNAME": self.name,
+               **kp.resolve_env(self.pod, c.spec, self.configmaps, self.secrets, self.ip, self.k.host_ip)}
+        termination = str(c.dir / "termination-log")
+        mounts = kpm.plan_mounts(c.spec, self.volumes)
+        for m in mounts:  # a subPath directory is made as kubelet makes it (a bind mount needs it to exist)
+            if not os.path.exists(m.local):
+                os.makedirs(m.local, exist_ok=True)
+                os.chmod(m.local, 0o777)
+        argv = kpm.podman_run_argv(self.pod, c.spec, env=env, mounts=mounts,
+                                   pod_ip=self.ip, port_map=c.port_map, termination_log=termination,
+                                   image_user=image_user, root_label=str(self.k.settings.root),
+                                   podman=self.k.settings.podman)
+        await self.k.podman_cmd("rm", "-f", "-t", "0", kpm.container_name(self.uid, c.name))  # a leftover run
+        return kp.ProcessSpec(argv=argv, env=dict(os.environ), cwd=str(c.dir), termination_log=termination,
+                              port_map=dict(c.port_map))
 
     async def run(self) -> None:
         while not self.stopping:

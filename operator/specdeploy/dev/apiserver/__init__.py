@@ -45,7 +45,8 @@ each in tests/apiserver/test_defects.py, a strict xfail against raw kmock):
 
 Simplifications (deliberate; docs/how-to/develop-locally.md lists them for users): no controllers,
 scheduler or kubelet; no authentication or RBAC; no CRD version conversion (versions share one
-storage); no paging; server-side apply never reports conflicts; protobuf bodies for the kinds in
+storage); no paging; field ownership (ssa.py) without the 10-Update-manager cap or version
+conversion of managedFields; protobuf bodies for the kinds in
 ``protobuf.KINDS`` only; schema validation runs before mutating webhooks; no webhook
 ``matchConditions``; Endpoints are written by whoever plays the controller.
 
@@ -56,7 +57,11 @@ objects are never mutated in place (each write stores a new dict), so watch even
 
 Fault injection: ``emulator.faults.add(verb=..., resource=..., status=..., count=N)`` in-process,
 or ``POST /_specdeploy/faults`` with the same JSON, plus ``POST /_specdeploy/watches/drop`` and
-``/_specdeploy/watches/expire``, and ``GET /_specdeploy/stats``.
+``/_specdeploy/watches/expire``, and ``GET /_specdeploy/stats``. A fault with ``agent`` matches one
+client's User-Agent only (``verb="*", action="drop"``: that client is partitioned from the server;
+``DELETE /_specdeploy/faults {"agent": ...}`` heals it). ``emulator.writes`` and ``GET
+/_specdeploy/writes`` list every write request with its User-Agent, start and end (wall clock) and
+status: the leader-election tests prove from it that no two operator replicas wrote at once.
 
 kmock private names relied on (hence ``kmock==0.8`` exactly in pyproject.toml), all in server.py:
 ``kmock._internal.apps.RawHandler._handle`` (test-defined reactions), ``kmock._internal.dsl.Root.

@@ -47,6 +47,7 @@ class AdmitContext:
     dry_run: bool = False
     sub: str | None = None
     warnings: list[str] = field(default_factory=list)
+    manager: str | None = None  # the field manager of the write (managedFields; ssa.py)
 
 
 USER = {"username": "specdeploy-dev", "uid": "specdeploy-dev", "groups": ["system:masters", "system:authenticated"]}

@@ -27,6 +27,9 @@ class Fault:
     old resourceVersion; other codes are answered as HTTP errors.
     action: ``"error"`` (default when status is set) or ``"drop"``: a watch is closed abruptly
     right after its initial events; any other request gets its connection closed, no response.
+    agent: only requests whose User-Agent contains this text (e.g. one operator replica's
+    identity): with ``verb="*"``, ``action="drop"`` and a large count, a network partition of
+    that client from the API server.
     """
 
     verb: str = "*"
@@ -38,12 +41,15 @@ class Fault:
     action: str = "error"
     count: int = 1
     message: str | None = None
+    agent: str | None = None
     fired: int = 0
     id: int = 0
 
     def matches(self, verb: str, info: ResourceInfo, sub: str | None, namespace: str | None,
-                name: str | None) -> bool:
+                name: str | None, agent: str = "") -> bool:
         if self.count <= 0:
+            return False
+        if self.agent is not None and self.agent not in agent:
             return False
         if self.verb not in ("*", verb):
             return False
@@ -71,7 +77,8 @@ class FaultInjector:
 
     def add(self, verb: str = "*", resource: str = "*", *, name: str | None = None,
             namespace: str | None = None, group: str | None = None, status: int | None = None,
-            action: str | None = None, count: int = 1, message: str | None = None) -> Fault:
+            action: str | None = None, count: int = 1, message: str | None = None,
+            agent: str | None = None) -> Fault:
         action = action or "error"
         if action not in ("error", "drop"):
             raise ValueError(f"unknown fault action {action!r}")
@@ -80,20 +87,21 @@ class FaultInjector:
         self._ids += 1
         fault = Fault(verb=verb.lower(), resource=resource, group=group, name=name,
                       namespace=namespace, status=status, action=action, count=int(count),
-                      message=message, id=self._ids)
+                      message=message, agent=agent or None, id=self._ids)
         self._faults.append(fault)
         return fault
 
-    def clear(self) -> None:
-        self._faults.clear()
+    def clear(self, agent: str | None = None) -> None:
+        """Remove every pending fault (or only those of one ``agent``: the partition heals)."""
+        self._faults[:] = [] if agent is None else [f for f in self._faults if f.agent != agent]
 
     def pending(self) -> list[JSON]:
         return [vars(f).copy() for f in self._faults if f.count > 0]
 
     def take(self, verb: str, info: ResourceInfo, sub: str | None, namespace: str | None,
-             name: str | None) -> Fault | None:
+             name: str | None, agent: str = "") -> Fault | None:
         for fault in self._faults:
-            if fault.matches(verb, info, sub, namespace, name):
+            if fault.matches(verb, info, sub, namespace, name, agent):
                 fault.count -= 1
                 fault.fired += 1
                 self.fired.append({"id": fault.id, "verb": verb, "resource": info.plural,

@@ -18,7 +18,7 @@ from .common import ApiError, JSON, SERVER_VERSION, _clone, _dumps, _human_age, 
 from .protobuf import OPENAPI_V2_PROTOBUF, PROTOBUF, decode_object
 from .admission import AdmitContext
 from .limits import check_body
-from .patches import _apply_merge, _leaf_paths, _remove_path, json_patch, merge_patch, strategic_merge_patch
+from .patches import json_patch, merge_patch, strategic_merge_patch
 from .resources import _BUILTIN_COLUMNS, ResourceInfo
 from .selectors import _set_path, jsonpath, parse_field_selector, parse_label_selector
 from .watch import _wants_table
@@ -143,8 +143,8 @@ class RestMixin:
             if method == "GET":
                 return _json_response({"pending": self.faults.pending(), "fired": self.faults.fired})
             if method == "DELETE":
-                self.faults.clear()
-                return _json_response({"pending": []})
+                self.faults.clear(data.get("agent") if isinstance(data, dict) else None)
+                return _json_response({"pending": self.faults.pending()})
             if method == "POST":
                 specs = data if isinstance(data, list) else [data]
                 try:
@@ -156,6 +156,8 @@ class RestMixin:
             fn = self.faults.drop_watches if path.endswith("drop") else self.faults.expire_watches
             n = fn(data.get("resource", "*"), data.get("group"))
             return _json_response({"watches": n})
+        if path == "/_specdeploy/writes" and method == "GET":
+            return _json_response({"writes": list(self.writes)})
         if path == "/_specdeploy/stats" and method == "GET":
             return _json_response(self.emulator.stats())
         raise ApiError(404, f"unknown control endpoint {method} {path}")
@@ -233,7 +235,7 @@ class RestMixin:
             fs = q.get("fieldSelector") or ""
             m = re.search(r"(?:^|,)metadata\.name==?([^,]*)", fs)
             field_name = m.group(1) if m else None
-        fault = self.faults.take(verb, info, sub, ns, name or field_name)
+        fault = self.faults.take(verb, info, sub, ns, name or field_name, raw.headers.get("User-Agent") or "")
         if fault is not None and not (verb == "watch" and (fault.action == "drop" or fault.status == 410)):
             if fault.action == "drop":
                 if raw.transport is not None:
@@ -305,7 +307,8 @@ class RestMixin:
             if not isinstance(data, dict):
                 raise ApiError(400, "the request body is not a JSON object")
             if sub == "scale":
-                return _json_response(self.set_scale(info, self.get(info, ns, name), data, dry_run))
+                return _json_response(self.set_scale(info, self.get(info, ns, name), data, dry_run,
+                                                     self._admit_context(raw, "UPDATE", dry_run, sub)))
             ctx = self._admit_context(raw, "UPDATE", dry_run, sub)
             result = await self.write(ctx, info, ns, name, lambda old: self.prepare_update(
                 info, old, _clone(data), sub, admit=ctx), retry=False)
@@ -333,7 +336,8 @@ class RestMixin:
 
         if sub == "scale":
             old = self.get(info, ns, name)
-            return _json_response(self.set_scale(info, old, patch(self.scale_of(info, old)), dry_run))
+            return _json_response(self.set_scale(info, old, patch(self.scale_of(info, old)), dry_run,
+                                                 self._admit_context(raw, "UPDATE", dry_run, sub)))
         ctx = self._admit_context(raw, "UPDATE", dry_run, sub)
         result = await self.write(ctx, info, ns, name, lambda old: self.prepare_update(
             info, old, patch(old), sub, admit=ctx))
@@ -344,7 +348,10 @@ class RestMixin:
         validation = raw.query.get("fieldValidation") or "Warn"  # the real server's default
         if validation not in ("Ignore", "Warn", "Strict"):
             raise ApiError(400, f"fieldValidation must be one of Ignore, Warn or Strict, not {validation!r}")
-        return AdmitContext(operation=op, validation=validation, dry_run=dry_run, sub=sub)
+        manager = raw.query.get("fieldManager") or (raw.headers.get("User-Agent") or "").split("/")[0] or "unknown"
+        if len(manager) > 128:
+            raise ApiError(422, "fieldManager: Invalid value: must be no more than 128 characters")
+        return AdmitContext(operation=op, validation=validation, dry_run=dry_run, sub=sub, manager=manager)
 
     async def webhooks(self, ctx: AdmitContext, info: ResourceInfo, obj: JSON, old: JSON | None) -> JSON:
         """Mutating webhooks, schema admission again if they changed the object, validating webhooks."""
@@ -392,12 +399,17 @@ class RestMixin:
         if not manager:
             raise ApiError(400, "PATCH with apply-patch+yaml requires the fieldManager parameter")
         try:
-            applied = yaml.safe_load(body)
-        except yaml.YAMLError as e:
-            raise ApiError(400, f"the apply body is not YAML/JSON: {e}")
+            applied = json.loads(body)
+        except ValueError:
+            try:
+                applied = yaml.safe_load(body)
+            except yaml.YAMLError as e:
+                raise ApiError(400, f"the apply body is not YAML/JSON: {e}")
         if not isinstance(applied, dict) or not applied.get("apiVersion") or not applied.get("kind"):
             raise ApiError(400, "an applied configuration needs apiVersion and kind")
         meta = applied.setdefault("metadata", {})
+        if meta.get("managedFields"):
+            raise ApiError(400, "metadata.managedFields must be nil")
         if meta.get("name") not in (None, name):
             raise ApiError(400, "the name in the body does not match the name on the URL")
         meta["name"] = name
@@ -412,26 +424,12 @@ class RestMixin:
             obj = self.prepare_create(info, ns, _clone(applied), field_manager=manager, applied=applied, admit=ctx)
             obj = await self.webhooks(ctx, info, obj, None)
             if not dry_run:
-                obj = self.commit_create(info, obj, field_manager=manager, applied=applied)
+                obj = self.commit_create(info, obj)
             return _json_response(self._serve(info, obj), 201, ctx.warnings)
-        uid = old["metadata"]["uid"]
-        new_paths = _leaf_paths({"status": applied.get("status")} if sub == "status" else
-                                {k: v for k, v in applied.items() if not (info.status and k == "status")})
-        owners = self.managed.get(uid, {})
-        prev_paths = owners.get(manager, set())
-        others = set().union(*[p for m, p in owners.items() if m != manager]) if owners else set()
-        merged = _apply_merge(_clone(old), applied)
-        for path in prev_paths - new_paths - others:
-            _remove_path(merged, path)
-        new_owners = dict(owners)
-        new_owners[manager] = new_paths
-        entries = [self._managed_entry(info, m, p) for m, p in sorted(new_owners.items())]
+        force = (raw.query.get("force") or "").lower() == "true"
         ctx = self._admit_context(raw, "UPDATE", dry_run, sub)
-        result = await self.write(ctx, info, ns, name, lambda current: self.prepare_update(
-            info, current, merged if current is old else _clone(current), sub, check_rv=True,
-            managed_fields=entries, admit=ctx), retry=False)
-        if not dry_run:
-            self.managed[uid] = new_owners
+        result = await self.write(ctx, info, ns, name, lambda current: self.prepare_apply(
+            info, current, applied, manager, sub, force, ctx), retry=False)
         return _json_response(self._serve(info, result), 200, ctx.warnings)
 
     def scale_of(self, info: ResourceInfo, obj: JSON) -> JSON:
@@ -449,7 +447,7 @@ class RestMixin:
                 "spec": {"replicas": jsonpath(obj, paths.get("specReplicasPath", ".spec.replicas")) or 0},
                 "status": status}
 
-    def set_scale(self, info: ResourceInfo, old: JSON, scale: JSON, dry_run: bool) -> JSON:
+    def set_scale(self, info: ResourceInfo, old: JSON, scale: JSON, dry_run: bool, ctx: AdmitContext | None = None) -> JSON:
         replicas = (scale.get("spec") or {}).get("replicas")
         if not isinstance(replicas, int) or replicas < 0:
             raise ApiError(422, "Scale.spec.replicas must be a non-negative integer")
@@ -458,7 +456,7 @@ class RestMixin:
             raise ApiError(409, "the object has been modified; please apply your changes to the latest version")
         new = _clone(old)
         _set_path(new, (info.scale or {}).get("specReplicasPath", ".spec.replicas"), replicas)
-        result = self.update(info, old, new, None, dry_run=dry_run, check_rv=False)
+        result = self.update(info, old, new, None, dry_run=dry_run, check_rv=False, admit=ctx)
         return self.scale_of(info, result)
 
     # ---- tables for kubectl get ----

@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -121,7 +122,25 @@ class Emulator(kmock.KubernetesEmulator):
 
     # ---- the request path ----
 
+    @property
+    def writes(self) -> list[JSON]:
+        """Every write request served (newest last): {start, end, agent, method, path, status}."""
+        return list(self._st.writes)
+
     async def __call__(self, raw: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        if raw.method in _WRITE_METHODS and not raw.path.startswith("/_specdeploy/"):
+            entry = {"start": time.time(), "agent": raw.headers.get("User-Agent") or "", "method": raw.method,
+                     "path": raw.path, "status": 0}
+            self._st.writes.append(entry)
+            try:
+                resp = await self._serve_request(raw)
+                entry["status"] = resp.status
+                return resp
+            finally:
+                entry["end"] = time.time()  # status 0: the connection was dropped (a fault) or failed
+        return await self._serve_request(raw)
+
+    async def _serve_request(self, raw: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
         st = self._st
         st.served += 1
         body = await raw.read()
@@ -176,6 +195,9 @@ class Emulator(kmock.KubernetesEmulator):
 # --------------------------------------------------------------------------------------------
 # Serving
 # --------------------------------------------------------------------------------------------
+
+_WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
 
 class _LowLevelServer(aiohttp.web.Server):
     def _make_request(self, message, payload, protocol, writer, task):  # type: ignore[override]

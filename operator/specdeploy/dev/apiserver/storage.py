@@ -17,7 +17,7 @@ from .admission import Admission
 from .gc import GarbageCollector
 from .limits import check_data, check_size
 from .openapi import OpenApiCache, builtin_definition_name, builtin_definitions
-from .patches import _fields_v1, _leaf_paths
+from . import ssa
 from .resources import _BUILTINS, ResourceInfo
 if TYPE_CHECKING:
     from .watch import _Watcher
@@ -48,9 +48,12 @@ class Store:
         self.uids: dict[str, tuple[tuple[str, str], str | None, str]] = {}  # uid -> bucket key, ns, name
         self.children: dict[str, set[str]] = collections.defaultdict(set)  # owner uid -> child uids
         self.ns_counts: collections.Counter[str] = collections.Counter()
-        self.managed: dict[str, dict[str, set[tuple[str, ...]]]] = {}  # uid -> apply manager -> paths
+        self._types: dict[tuple, ssa.Types] = {}  # field ownership view of each resource's schema
         self.crd_versions: dict[str, list[tuple[str, str, str]]] = {}  # CRD name -> resource keys
         self.faults = FaultInjector(emulator)
+        # every write request (POST/PUT/PATCH/DELETE of a resource) with its User-Agent, wall-clock
+        # start and end, and the status answered (faulted ones included): who wrote when (writes.py)
+        self.writes: collections.deque[JSON] = collections.deque(maxlen=200_000)
         self.resources_generation = 0  # bumped whenever the set of resources or a schema changes
         self.openapi_cache = OpenApiCache()
         self.admission = Admission(self)
@@ -223,6 +226,7 @@ class Store:
             raise ApiError(409, f'{info.plural}{"." + info.group if info.group else ""} "{name}" already exists',
                            reason="AlreadyExists", details={"name": name, "group": info.group, "kind": info.plural})
         obj["apiVersion"], obj["kind"] = info.api_version, info.kind
+        given = meta.get("managedFields")
         for key in ("deletionTimestamp", "deletionGracePeriodSeconds", "managedFields", "selfLink"):
             meta.pop(key, None)
         if info.status:
@@ -233,11 +237,59 @@ class Store:
         self._defaults(info, obj)
         if admit is not None:
             self.admit_schema(info, obj, admit, None)
+        _check_controller(info, obj)
         check_data(info, obj)
-        if field_manager and applied is not None:
-            paths = _leaf_paths(applied)
-            meta["managedFields"] = [self._managed_entry(info, field_manager, paths)]
+        types = self.types_for(info)
+        if field_manager and applied is not None:  # an apply that creates
+            managers = ssa.Managers([])
+            me = (field_manager, "Apply", None, None)
+            managers.entries[me] = ({}, ssa.field_set(applied, types))
+        else:  # a create is an Update operation of its manager (managedFields given on the create are kept)
+            managers = ssa.Managers(given)
+            me = ((admit.manager if admit is not None else None) or "unknown", "Update", info.api_version, None)
+            ssa.update_managers(managers, me, {}, obj, types, None, force=True)
+        ssa.stamp(managers, me, info.api_version, changed=True)
+        entries = managers.encode()
+        if entries:
+            meta["managedFields"] = entries
         return obj
+
+    def types_for(self, info: ResourceInfo) -> ssa.Types:
+        """The structured-merge-diff view of a resource's schema (ssa.py), cached per schema generation."""
+        key = (info.storage_key, info.version, self.resources_generation)
+        hit = self._types.get(key)
+        if hit is not None:
+            return hit
+        try:
+            defs = builtin_definitions()
+        except Exception:  # noqa: BLE001 - no upstream schemas: every value untyped
+            defs = {}
+        root: JSON | None = None
+        if info.custom:
+            if isinstance(info.schema, dict):
+                props = dict(info.schema.get("properties") or {})
+                props["metadata"] = {"$ref": "#/$defs/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"}
+                root = dict(info.schema, properties=props)
+        else:
+            name = builtin_definition_name(info.group, info.version, info.kind) if defs else None
+            root = {"$ref": f"#/$defs/{name}"} if name else None
+        types = ssa.Types(root, defs, status_sub=bool(info.status))
+        self._types = {k: v for k, v in self._types.items() if k[2] == self.resources_generation}
+        self._types[key] = types
+        return types
+
+    def prepare_apply(self, info: ResourceInfo, current: JSON, applied: JSON, manager: str, sub: str | None,
+                      force: bool, admit: Any) -> JSON:
+        """Server-side apply onto the stored object (ssa.py): merged, pruned, owned; ``current`` on a no-op."""
+        types = self.types_for(info)
+        managers = ssa.Managers(_meta(current).get("managedFields"))
+        me = (manager, "Apply", None, sub)
+        before = {mid: set(p) for mid, (_, p) in managers.entries.items()}
+        merged = ssa.apply(current, applied, types, managers, me, sub, force)
+        after = {mid: p for mid, (_, p) in managers.entries.items()}
+        ssa.stamp(managers, me, info.api_version, changed=before != after or merged != current)
+        return self.prepare_update(info, current, merged, sub, check_rv=False, managed_fields=managers.encode(),
+                                   admit=admit)
 
     def commit_create(self, info: ResourceInfo, obj: JSON, field_manager: str | None = None,
                       applied: JSON | None = None) -> JSON:
@@ -257,8 +309,6 @@ class Store:
             self.gc.wake()
         if namespace:
             self.ns_counts[namespace] += 1
-        if field_manager and applied is not None:
-            self.managed[meta["uid"]] = {field_manager: _leaf_paths(applied)}
         self._emit(info, "ADDED", obj, None, rv)
         if info.storage_key == ("apiextensions.k8s.io", "customresourcedefinitions"):
             self._crd_changed(obj)
@@ -289,14 +339,6 @@ class Store:
             obj["status"] = self._crd_status(obj)
         elif info.storage_key == ("", "secrets"):
             obj.setdefault("type", "Opaque")
-
-    def _managed_entry(self, info: ResourceInfo, manager: str, paths: Iterable[tuple[str, ...]],
-                       sub: str | None = None) -> JSON:
-        entry = {"manager": manager, "operation": "Apply", "apiVersion": info.api_version, "time": _now(),
-                 "fieldsType": "FieldsV1", "fieldsV1": _fields_v1(paths)}
-        if sub:
-            entry["subresource"] = sub
-        return entry
 
     def update(self, info: ResourceInfo, old: JSON, new: JSON, sub: str | None = None,
                dry_run: bool = False, check_rv: bool = True, managed_fields: list[JSON] | None = None,
@@ -347,10 +389,11 @@ class Store:
                     new_meta[key] = old_meta[key]
                 else:
                     new_meta.pop(key, None)
-            if "managedFields" in old_meta:
+            given = new_meta.pop("managedFields", None)
+            if given is not None and given != old_meta.get("managedFields"):
+                new_meta["managedFields"] = given  # replaces the managers (csaupgrade; [{}] clears)
+            elif "managedFields" in old_meta:
                 new_meta["managedFields"] = old_meta["managedFields"]
-            else:
-                new_meta.pop("managedFields", None)
             result["metadata"] = new_meta
         result["apiVersion"], result["kind"] = old["apiVersion"], old["kind"]
         meta = result["metadata"]
@@ -366,13 +409,25 @@ class Store:
             result["status"] = self._crd_status(result)
         if admit is not None:
             self.admit_schema(info, result, admit, old)
+        _check_controller(info, result)
         check_data(info, result)
         if _content(result, info) != _content(old, info):
             meta["generation"] = int(old_meta.get("generation", 1)) + 1
+        if managed_fields is None and admit is not None and admit.manager:
+            managers = ssa.Managers(meta.get("managedFields"))
+            me = (admit.manager, "Update", info.api_version, sub)
+            before = {mid: set(p) for mid, (_, p) in managers.entries.items()}
+            ssa.update_managers(managers, me, old, result, self.types_for(info), sub, force=True)
+            after = {mid: p for mid, (_, p) in managers.entries.items()}
+            ssa.stamp(managers, me, info.api_version, changed=before != after)
+            managed_fields = managers.encode()
+        if managed_fields is not None:
+            if managed_fields:
+                meta["managedFields"] = managed_fields
+            else:
+                meta.pop("managedFields", None)
         if result == old:
             return old  # a no-op write: no new resourceVersion, no event (as the real server)
-        if managed_fields is not None:
-            meta["managedFields"] = managed_fields
         return result
 
     def commit_update(self, info: ResourceInfo, old: JSON, result: JSON) -> JSON:
@@ -398,7 +453,6 @@ class Store:
         uid = meta["uid"]
         self._unstore(info, obj)
         self.uids.pop(uid, None)
-        self.managed.pop(uid, None)
         self._index_owners(uid, obj, None)
         ns = meta.get("namespace") if info.namespaced else None
         rv = self.next_rv()
@@ -557,3 +611,12 @@ def _content(obj: JSON, info: ResourceInfo) -> JSON:
     return {k: v for k, v in obj.items() if k not in skip}
 
 
+def _check_controller(info: ResourceInfo, obj: JSON) -> None:
+    """ValidateOwnerReferences (apimachinery): at most one owner reference is the controller."""
+    refs = [r for r in _meta(obj).get("ownerReferences") or [] if isinstance(r, dict) and r.get("controller")]
+    if len(refs) > 1:
+        names = " and ".join(f"{r.get('kind')}/{r.get('name')}" for r in refs[:2])
+        raise crdschema.invalid(info.kind, info.group, _meta(obj).get("name") or "", [crdschema.Cause(
+            "metadata.ownerReferences", "FieldValueInvalid",
+            f'Invalid value: []v1.OwnerReference{{...}}: Only one reference can have Controller set to true. '
+            f'Found "true" in references for {names}')])

@@ -1,0 +1,106 @@
+"""The real-engine loop with the engine pod as a container: real vLLM from the CPU runtime image.
+
+Opt-in: ``SPECDEPLOY_E2E_IMAGES=1`` (``bash .ci/test`` sets it after ``bash images/build.sh`` built
+``ghcr.io/specdeploy/runtime:vllm-cpu-0.32.0``). The scene is ``RealLoop(runtime="podman")``: the
+embedded API server, the real operator, tiny models on the hub stand-in, and the dev kubelet in
+container mode, which runs the operator's rendered pod (preflight init container, then ``vllm serve``)
+from the image with the rendered securityContext, volumes and resource limits
+(:mod:`specdeploy.dev.kubelet_podman`). Under traffic, tau from the real engine reaches
+``status.acceptance`` and equals the engine's own counters.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+from specdeploy.dev.harness import HarnessError, kubectl_available
+from specdeploy.dev.realloop import RUNTIME_IMAGE, Load, RealLoop, cpu_cr
+
+OPTED_IN = os.environ.get("SPECDEPLOY_E2E_IMAGES") == "1"
+pytestmark = pytest.mark.skipif(not OPTED_IN, reason="opt-in: SPECDEPLOY_E2E_IMAGES=1 (bash .ci/test sets it)")
+
+NAME = "tiny"
+
+
+def podman(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["podman", *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def loop(tmp_path_factory):
+    if not kubectl_available():
+        pytest.fail("kubectl is missing")
+    lp = RealLoop(tmp_path_factory.mktemp("vllm-cpu-containers"), runtime="podman", prometheus=False)
+    try:
+        lp.start()
+    except HarnessError as e:
+        pytest.fail(f"the loop did not start: {e}\n{lp.diagnostics()}")
+    try:
+        yield lp
+    finally:
+        lp.stop()
+        if lp.figures:
+            print("\n== vLLM CPU (containers) figures\n" + json.dumps(lp.figures, indent=2))
+
+
+@pytest.fixture(autouse=True)
+def diagnostics(request, loop):
+    before = request.session.testsfailed
+    yield
+    if request.session.testsfailed > before:
+        print(loop.diagnostics())
+
+
+def proc_status(container: str) -> dict[str, str]:
+    out = podman("exec", container, "cat", "/proc/1/status").stdout
+    return dict(line.split(":\t", 1) for line in out.splitlines() if ":\t" in line)
+
+
+def test_engine_pod_from_the_runtime_image_reports_tau_4(loop):
+    t0 = time.monotonic()
+    loop.apply(cpu_cr(NAME, "tiny/target-flat", "tiny/dflash-accept-all"))
+    pod = loop.ready_pod(NAME)
+    loop.figures["apply_to_ready_s"] = round(time.monotonic() - t0, 1)
+    uid = pod["metadata"]["uid"]
+    rendered = {c["name"]: c for c in pod["spec"]["containers"] + pod["spec"]["initContainers"]}
+    pod_sc = pod["spec"].get("securityContext") or {}
+
+    # the preflight ran from the image and succeeded
+    init = next(s for s in pod["status"]["initContainerStatuses"] if s["name"] == "preflight")
+    assert init["state"]["terminated"]["exitCode"] == 0
+
+    # the engine runs from the runtime image, as the rendered pod says
+    name = f"sdk-{uid}-engine"
+    (info,) = json.loads(podman("container", "inspect", name).stdout)
+    assert info["ImageName"] == RUNTIME_IMAGE
+    sc = {**{k: pod_sc[k] for k in ("runAsUser", "runAsGroup", "runAsNonRoot") if k in pod_sc},
+          **(rendered["engine"].get("securityContext") or {})}
+    st = proc_status(name)
+    assert st["Uid"].split()[0] == str(sc.get("runAsUser", 65532)) != "0"  # the image's USER when not rendered
+    assert info["HostConfig"]["ReadonlyRootfs"] is bool(sc.get("readOnlyRootFilesystem"))
+    assert st["NoNewPrivs"] == ("1" if sc.get("allowPrivilegeEscalation") is False else "0")
+    if "ALL" in ((sc.get("capabilities") or {}).get("drop") or []):
+        assert st["CapEff"] == "0000000000000000"
+    limits = rendered["engine"]["resources"]["limits"]
+    assert (limits["cpu"], limits["memory"]) == ("2", "4Gi")
+    assert info["HostConfig"]["Memory"] == 4 * 2**30 and info["HostConfig"]["NanoCpus"] == 2 * 10**9
+
+    # tau from the real engine reaches status and equals the engine's own counters
+    url = loop.pod_url(pod)
+    before = loop.engine_scrape(url)
+    with Load(url, "tiny/target-flat") as load:
+        t1 = time.monotonic()
+        length = loop.wait_status_length(NAME, lambda v: v == 4.0, "== 4.0", timeout=120)
+        loop.figures["traffic_to_status_s"] = round(time.monotonic() - t1, 1)
+    after = loop.engine_scrape(url)
+    assert not load.errors, load.errors[:3]
+    acc = loop.engine_acceptance(before, after, load.seconds)
+    assert acc is not None and acc.drafts and acc.length == length == 4.0
+    loop.figures["tokens_per_s"] = load.tokens_per_s
+    log = loop.cluster.kubectl("logs", pod["metadata"]["name"], "-c", "engine").stdout
+    assert "DFlashDraftModel" in log and "Application startup complete" in log

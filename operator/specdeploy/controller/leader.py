@@ -1,0 +1,215 @@
+"""Leader election: the I/O around core/lease.py (a Lease in the operator's namespace).
+
+One ``LeaderElector`` per operator process. It campaigns (retryPeriod, jittered like client-go's
+``wait.JitterUntil``), calls ``on_started`` when it acquires the Lease, renews every retryPeriod,
+and calls ``on_stopped`` when a renewal has not succeeded within renewDeadline; then it campaigns
+again (the process stays up: its webhook keeps serving and its caches stay warm). Independently of
+that loop, ``may_write()`` is the fence the controller's API client checks before every write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import socket
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Awaitable, Callable
+
+from ..core import lease as L
+from . import metrics
+from .kube import Kube, KubeError
+
+log = logging.getLogger("specdeploy.leader")
+
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
+
+
+@dataclass(frozen=True)
+class LeaderElectionSettings:
+    """What ``operator run --leader-elect`` hands to the handlers (through the environment)."""
+
+    enabled: bool = False
+    namespace: str = ""
+    name: str = L.LEASE_NAME
+    timing: L.LeaseTiming = L.DEFAULT_TIMING
+
+    ENV = "SPECDEPLOY_LEADER_ELECTION_"
+
+    def to_env(self) -> dict[str, str]:
+        e = self.ENV
+        return {f"{e}ENABLED": "1" if self.enabled else "", f"{e}NAMESPACE": self.namespace, f"{e}NAME": self.name,
+                f"{e}LEASE_DURATION": f"{self.timing.lease_duration:g}",
+                f"{e}RENEW_DEADLINE": f"{self.timing.renew_deadline:g}",
+                f"{e}RETRY_PERIOD": f"{self.timing.retry_period:g}"}
+
+    @classmethod
+    def from_env(cls, env=None) -> "LeaderElectionSettings":
+        env = os.environ if env is None else env
+        e, d = cls.ENV, L.DEFAULT_TIMING
+        return cls(enabled=bool(env.get(f"{e}ENABLED")), namespace=env.get(f"{e}NAMESPACE") or "",
+                   name=env.get(f"{e}NAME") or L.LEASE_NAME,
+                   timing=L.LeaseTiming(float(env.get(f"{e}LEASE_DURATION") or d.lease_duration),
+                                        float(env.get(f"{e}RENEW_DEADLINE") or d.renew_deadline),
+                                        float(env.get(f"{e}RETRY_PERIOD") or d.retry_period)))
+
+
+def default_identity() -> str:
+    """POD_NAME (the chart sets it from the downward API), else the host name; plus a unique suffix."""
+    base = os.environ.get("POD_NAME") or socket.gethostname() or "specdeploy"
+    return f"{base}_{uuid.uuid4().hex[:8]}"
+
+
+class LeaderElector:
+    def __init__(self, kube: Kube, namespace: str, identity: str, *, name: str = L.LEASE_NAME,
+                 timing: L.LeaseTiming = L.DEFAULT_TIMING,
+                 on_started: Callable[[], Awaitable[None]] | None = None,
+                 on_stopped: Callable[[], Awaitable[None]] | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.kube, self.namespace, self.name, self.identity = kube, namespace, name, identity
+        self.timing = timing
+        self.on_started, self.on_stopped = on_started, on_stopped
+        self.clock = clock
+        self.observed: L.LeaseRecord | None = None
+        self.observed_at: float = 0.0
+        self._observed_rv: str | None = None
+        self.leading = False
+        self.renew_started_at: float | None = None  # start of the last successful acquire/renew request
+        self.acquired_at: float | None = None
+        self._task: asyncio.Task | None = None
+
+    # ------------------------------------------------------------- the fence
+
+    def may_write(self) -> bool:
+        return L.may_write(self.leading, self.renew_started_at, self.clock(), self.timing)
+
+    def write_budget(self) -> float:
+        return L.write_budget(self.renew_started_at, self.clock(), self.timing) if self.leading else 0.0
+
+    @property
+    def leader(self) -> str:
+        """The holder last observed ('' when none)."""
+        return self.observed.holder if self.observed else ""
+
+    # ------------------------------------------------------------- loop
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self.run(), name="specdeploy-leader-election")
+
+    async def stop(self, release: bool = True) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        if self.leading:
+            await self._stop_leading("shutting down")
+            if release:
+                await self.release()
+
+    async def run(self) -> None:
+        while True:
+            await self._acquire()
+            await self._start_leading()
+            await self._renew()
+            await self._stop_leading(f"could not renew the Lease within --renew-deadline ({self.timing.renew_deadline:g}s)")
+
+    async def _acquire(self) -> None:
+        log.info("leader election: %s campaigning for Lease %s/%s", self.identity, self.namespace, self.name)
+        while not await self.try_acquire_or_renew():
+            # wait.JitterUntil(retryPeriod, JitterFactor): retryPeriod * (1 + rand * 1.2)
+            await asyncio.sleep(self.timing.retry_period * (1 + random.random() * L.JITTER_FACTOR))
+
+    async def _renew(self) -> None:
+        while True:
+            await asyncio.sleep(self.timing.retry_period)
+            while not await self.try_acquire_or_renew():
+                if not self.may_write():
+                    return
+                await asyncio.sleep(min(self.timing.retry_period / 4, 0.5))
+            if not self.may_write():  # succeeded, but too late to trust (cannot happen with sane timing)
+                return
+
+    async def _start_leading(self) -> None:
+        self.leading = True
+        self.acquired_at = self.clock()
+        metrics.LEADER.set(1)
+        log.info("leader election: %s acquired Lease %s/%s (transitions %d)", self.identity, self.namespace, self.name,
+                 self.observed.transitions if self.observed else 0)
+        if self.on_started is not None:
+            await self.on_started()
+
+    async def _stop_leading(self, why: str) -> None:
+        self.leading = False
+        self.renew_started_at = None
+        metrics.LEADER.set(0)
+        log.warning("leader election: %s stopped leading: %s", self.identity, why)
+        if self.on_stopped is not None:
+            await self.on_stopped()
+
+    # ------------------------------------------------------------- one try
+
+    def _observe(self, body: dict | None) -> None:
+        rec = L.LeaseRecord.from_lease(body)
+        rv = ((body or {}).get("metadata") or {}).get("resourceVersion")
+        if rec != self.observed:
+            if rec is not None and (self.observed is None or rec.holder != self.observed.holder) and rec.holder:
+                metrics.LEADER_TRANSITIONS.inc()
+            self.observed, self.observed_at = rec, self.clock()
+        self._observed_rv = rv
+
+    async def try_acquire_or_renew(self) -> bool:
+        """client-go tryAcquireOrRenew: read the Lease, write our record if we may; True when we hold it."""
+        t0 = self.clock()
+        # a request outliving the fence is useless to a leader: bound it by what is left of the deadline
+        timeout = self.timing.renew_deadline if not self.leading else max(
+            0.05, (self.renew_started_at or t0) + self.timing.renew_deadline - t0)
+        try:
+            return await asyncio.wait_for(self._try(t0), timeout)
+        except Exception as e:  # noqa: BLE001 - timeouts, API errors, broken connections (urllib3): retried
+            log.info("leader election: %s could not %s the Lease: %s", self.identity,
+                     "renew" if self.leading else "acquire", str(e) or type(e).__name__)
+            return False
+
+    async def _try(self, t0: float) -> bool:
+        path = LEASES.format(ns=self.namespace)
+        try:
+            body = await self.kube.call("GET", f"{path}/{self.name}")
+        except KubeError as e:
+            if e.status != 404:
+                raise
+            body = None
+        self._observe(body)
+        plan = L.plan_acquire_or_renew(self.observed, self.observed_at, self.clock(), self.identity, self.timing,
+                                       L.micro_time())
+        if plan is None:
+            return False
+        if body is None:
+            written = await self.kube.call("POST", path, body={
+                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": self.namespace}, "spec": plan.to_spec()})
+        else:
+            meta = body.get("metadata") or {}
+            written = await self.kube.call("PUT", f"{path}/{self.name}", body={
+                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {**meta, "resourceVersion": self._observed_rv}, "spec": plan.to_spec()})
+        self._observe(written)
+        self.renew_started_at = t0
+        return True
+
+    async def release(self) -> None:
+        """client-go release(): hand the Lease back so a follower takes over at once (graceful stop)."""
+        if self.observed is None or self.observed.holder != self.identity:
+            return
+        rec = L.released(self.observed, L.micro_time())
+        try:
+            await asyncio.wait_for(self.kube.call("PUT", f"{LEASES.format(ns=self.namespace)}/{self.name}", body={
+                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": self.namespace, "resourceVersion": self._observed_rv},
+                "spec": rec.to_spec()}), self.timing.retry_period)
+            log.info("leader election: %s released Lease %s/%s", self.identity, self.namespace, self.name)
+        except Exception as e:  # noqa: BLE001 - the Lease then expires by itself
+            log.info("leader election: could not release the Lease (%s); it expires in %ss", e,
+                     self.timing.lease_duration)

@@ -1,0 +1,92 @@
+"""ownership.py (pure): the applied digest, coverage of fieldsV1, the takeover of pre-SSA managers."""
+
+from __future__ import annotations
+
+import pytest
+
+from specdeploy.controller import ownership as own
+
+ENTRY = {"f:metadata": {"f:labels": {"f:app": {}}, "f:annotations": {"f:specdeploy.io/applied": {}}},
+         "f:spec": {"f:replicas": {}, "f:template": {"f:spec": {
+             "f:nodeSelector": {},
+             "f:containers": {'k:{"name":"engine"}': {".": {}, "f:name": {}, "f:image": {}, "f:args": {},
+                                                    "f:env": {'k:{"name":"A"}': {".": {}, "f:name": {}, "f:value": {}}},
+                                                    "f:ports": {'k:{"containerPort":8000,"protocol":"TCP"}': {
+                                                        ".": {}, "f:containerPort": {}, "f:protocol": {}}}}}}},
+             "f:finalizers": {'v:"a"': {}}}}
+
+
+def child(**spec) -> dict:
+    base = {"replicas": 1, "template": {"spec": {"nodeSelector": {"gpu": "b300"}, "containers": [
+        {"name": "engine", "image": "i", "args": ["--x"], "env": [{"name": "A", "value": "1"}],
+         "ports": [{"containerPort": 8000, "protocol": "TCP"}]}]}}}
+    base.update(spec)
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "n",
+                                                                         "labels": {"app": "x"}}, "spec": base}
+
+
+def live_of(body: dict, entry: dict | None = None, **meta) -> dict:
+    live = {**body, "metadata": {**body["metadata"], **meta}}
+    live["metadata"]["managedFields"] = [{"manager": "specdeploy", "operation": "Apply", "apiVersion": "apps/v1",
+                                          "fieldsType": "FieldsV1", "fieldsV1": entry if entry is not None else ENTRY}]
+    return live
+
+
+def test_in_sync_needs_the_digest_and_the_whole_intent_owned():
+    body, d = own.intent(child())
+    assert body["metadata"]["annotations"][own.APPLIED_ANNOTATION] == d == own.digest(child())
+    assert own.in_sync(live_of(body), body, d)
+    # another digest: a new intent
+    assert not own.in_sync(live_of(body), *own.intent(child(replicas=2)))
+    # a field the entry lost (someone else changed the image)
+    lost = {**ENTRY, "f:spec": {**ENTRY["f:spec"], "f:template": {"f:spec": {"f:nodeSelector": {}, "f:containers": {
+        'k:{"name":"engine"}': {".": {}, "f:name": {}, "f:args": {}, "f:env": {}, "f:ports": {}}}}}}}
+    assert not own.in_sync(live_of(body, lost), body, d)
+    # no Apply entry at all
+    live = live_of(body)
+    live["metadata"]["managedFields"][0]["operation"] = "Update"
+    assert not own.in_sync(live, body, d)
+
+
+@pytest.mark.parametrize("node,value,ok", [
+    ({}, {"any": ["thing"]}, True),                                   # a leaf owns everything under it
+    ({"f:a": {}}, {"a": 1}, True),
+    ({"f:a": {}}, {"a": 1, "b": 2}, False),
+    ({'k:{"name":"x"}': {".": {}, "f:name": {}}}, [{"name": "x"}], True),
+    ({'k:{"name":"x"}': {".": {}, "f:name": {}}}, [{"name": "y"}], False),
+    ({'v:"a"': {}}, ["a"], True),
+    ({'v:"a"': {}}, ["a", "b"], False),
+    (None, 1, False),
+])
+def test_covers(node, value, ok):
+    assert own.covers(node, value) is ok
+
+
+def test_takeover_moves_legacy_update_entries_into_the_apply_entry():
+    live = {"metadata": {"resourceVersion": "7", "managedFields": [
+        {"manager": "specdeploy", "operation": "Update", "apiVersion": "apps/v1", "time": "t1",
+         "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:replicas": {}}}},
+        {"manager": "OpenAPI-Generator", "operation": "Update", "apiVersion": "apps/v1", "time": "t2",
+         "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:paused": {}}}},
+        {"manager": "kubectl-edit", "operation": "Update", "apiVersion": "apps/v1", "time": "t3",
+         "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:labels": {"f:x": {}}}}},
+        {"manager": "specdeploy", "operation": "Update", "apiVersion": "apps/v1", "time": "t4", "subresource": "status",
+         "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {}}}]}}
+    ops = own.takeover_patch(live)
+    assert ops[0] == {"op": "test", "path": "/metadata/resourceVersion", "value": "7"}
+    entries = ops[1]["value"]
+    assert entries[0]["manager"] == "specdeploy" and entries[0]["operation"] == "Apply"
+    assert entries[0]["fieldsV1"] == {"f:spec": {"f:replicas": {}, "f:paused": {}}}
+    assert [(e["manager"], e.get("subresource")) for e in entries[1:]] == [("kubectl-edit", None), ("specdeploy", "status")]
+    # applied by this version already: nothing to take over
+    live["metadata"]["annotations"] = {own.APPLIED_ANNOTATION: "x"}
+    assert own.takeover_patch(live) is None
+    assert own.takeover_patch({"metadata": {"managedFields": []}}) is None
+
+
+def test_conflict_managers():
+    one = 'Apply failed with 1 conflict: conflict with "kubectl-edit" using apps/v1: .spec.replicas'
+    two = 'Apply failed with 2 conflicts: conflicts with "hpa":\n- .spec.replicas\nconflicts with "kubectl-edit" using v1'
+    assert own.conflict_managers(one) == ["kubectl-edit"]
+    assert own.conflict_managers(two) == ["hpa", "kubectl-edit"]
+    assert own.conflict_managers("injected fault") == []
