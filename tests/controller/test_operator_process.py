@@ -1,6 +1,6 @@
 """`specdeploy operator run` as a process: where it listens, whether it serves the webhook, what it logs.
 
-- Outside a cluster it listens on loopback only (metrics), and serves no admission webhook
+- Outside a cluster it listens on loopback only (metrics, health probes), and serves no admission webhook
   unless --webhook is given; --bind-address / --metrics-bind-address choose the address, and
   inside a pod (KUBERNETES_SERVICE_HOST set) the default is every IPv4 interface.
 - At info level it logs one line per reconcile that changed something (the children it wrote,
@@ -42,21 +42,21 @@ def captured(monkeypatch):
 
 def test_defaults_outside_a_cluster_are_loopback_and_no_webhook(captured):
     assert cli.main(["operator", "run"]) == 0
-    assert captured["metrics_addr"] == "127.0.0.1"
+    assert captured["metrics_addr"] == captured["bind_addr"] == "127.0.0.1"
     assert captured["webhook"].port == 0 and captured["webhook"].addr == "127.0.0.1"
 
 
 def test_inside_a_pod_the_default_is_every_interface(captured, monkeypatch):
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
     assert cli.main(["operator", "run", "--webhook"]) == 0
-    assert captured["metrics_addr"] == "0.0.0.0"
+    assert captured["metrics_addr"] == captured["bind_addr"] == "0.0.0.0"
     assert (captured["webhook"].port, captured["webhook"].addr) == (9443, "0.0.0.0")
 
 
 def test_bind_flags_and_webhook_flag(captured):
     assert cli.main(["operator", "run", "--webhook", "--webhook-port", "9555", "--bind-address", "::",
                      "--metrics-bind-address", "10.0.0.7"]) == 0
-    assert captured["metrics_addr"] == "10.0.0.7"
+    assert captured["metrics_addr"] == "10.0.0.7" and captured["bind_addr"] == "::"
     assert (captured["webhook"].port, captured["webhook"].addr) == (9555, "::")
 
 
@@ -134,8 +134,8 @@ def test_operator_process_listens_on_loopback_and_logs_what_it_did(tmp_path):
         start = cluster.operator_log.stat().st_size if cluster.operator_log.exists() else 0
         health = free_port()
         proc = cluster.start_operator(resync_seconds=2, namespaces=["models"],
-                                      extra_args=["--liveness", f"http://127.0.0.1:{health}/healthz"])
-        # Listening: /metrics and the liveness endpoint, loopback only; no webhook server.
+                                      extra_args=["--health-port", str(health)])
+        # Listening: /metrics and the probes (/healthz, /readyz), loopback only; no webhook server.
         bound = wait_for(lambda: (lambda b: b if len(b) >= 2 else None)(_listening(proc.pid)), 30, "two listeners")
         assert bound == {("127.0.0.1", cluster.operator_metrics_port), ("127.0.0.1", health)}, bound
 
