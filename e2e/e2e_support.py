@@ -239,11 +239,13 @@ def wait_reconciles(c: Cluster, more: float, timeout: float = TIMEOUT) -> float:
 # ----------------------------------------------------------------------------- engine pods (embedded only)
 
 
-def engine_pod(cr_name: str, pod_name: str, port: int, engine: str = "vllm") -> dict:
-    """An engine pod of a SpeculativeDeployment as its workload would create it: the engine labels
-    and a container port named http (where the engine serves /metrics)."""
+def engine_pod(cr_name: str, pod_name: str, port: int, engine: str = "vllm",
+               annotations: dict[str, str] | None = None) -> dict:
+    """An engine pod of a SpeculativeDeployment as its workload would create it: the engine labels,
+    the template's ``annotations`` (the config hash) and a container port named http (where the
+    engine serves /metrics)."""
     return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": pod_name, "labels": {
+            "metadata": {"name": pod_name, "annotations": dict(annotations or {}), "labels": {
                 "app.kubernetes.io/name": "specdeploy-engine", "app.kubernetes.io/instance": cr_name,
                 "app.kubernetes.io/component": "engine", "app.kubernetes.io/managed-by": "specdeploy",
                 "app.kubernetes.io/part-of": "specdeploy", "specdeploy.io/engine": engine}},
@@ -253,9 +255,12 @@ def engine_pod(cr_name: str, pod_name: str, port: int, engine: str = "vllm") -> 
 
 def play_engine_pod(c: Cluster, cr_name: str, pod_name: str, port: int, engine: str = "vllm",
                     ip: str = "127.0.0.1") -> None:
-    """Play the kubelet for one engine pod: create it, then set it Running and Ready with ``ip`` as its
-    podIP, so the operator scrapes ``http://<ip>:<port>/metrics`` (a stand-in engine on loopback)."""
-    apply(c, engine_pod(cr_name, pod_name, port, engine))
+    """Play the kubelet for one engine pod: create it with the workload's pod-template annotations (as
+    a ReplicaSet does: the config hash), then set it Running and Ready with ``ip`` as its podIP, so the
+    operator scrapes ``http://<ip>:<port>/metrics`` (a stand-in engine on loopback)."""
+    workload = get(c, "deployment", cr_name) or {}
+    template = ((workload.get("spec") or {}).get("template") or {}).get("metadata") or {}
+    apply(c, engine_pod(cr_name, pod_name, port, engine, template.get("annotations")))
     status = {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}],
               "conditions": [{"type": "Ready", "status": "True"}, {"type": "ContainersReady", "status": "True"}]}
     c.kubectl("patch", "pod", pod_name, "-n", c.namespace, "--subresource=status", "--type=merge",

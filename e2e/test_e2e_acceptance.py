@@ -57,8 +57,8 @@ class Scene:
         got = [v for k, v in m.items() if k.startswith("specdeploy_acceptance_length{") and all(w in k for w in want)]
         return got[0] if len(got) == 1 else None
 
-    def firing(self) -> list[dict]:
-        return self.prom.query(f'ALERTS{{alertname="{R.A_COLLAPSED}",alertstate="firing",job="{self.job}"}}')
+    def firing(self, alert: str = R.A_COLLAPSED) -> list[dict]:
+        return self.prom.query(f'ALERTS{{alertname="{alert}",alertstate="firing",job="{self.job}"}}')
 
 
 @pytest.fixture(scope="module")
@@ -71,11 +71,12 @@ def scene(tmp_path_factory):
     try:
         c = new_cluster("acceptance", extra_env={"SPECDEPLOY_ACCEPTANCE_INTERVAL": str(INTERVAL_S)})
         rules = tmp_path_factory.mktemp("rules") / "prometheus-rules.yaml"
-        rules.write_text(R.render_rules_yaml(R.RuleParams(window="10s", collapse_for="2s", cliff_for="2s")))
+        rules.write_text(R.render_rules_yaml(R.RuleParams(window="10s", collapse_for="2s", cliff_for="2s",
+                                                          regression_for="2s")))
         jobs = [scrape_job(f"{c.namespace}/{NAME}", f"127.0.0.1:{standin.port}",
                            labels={"namespace": c.namespace, "pod": POD}),
-                scrape_job("specdeploy-operator", f"127.0.0.1:{c.operator_metrics_port}",
-                           labels={"namespace": "specdeploy-system", "pod": "specdeploy-operator-0"})]
+                scrape_job("specdeploy-operator", f"127.0.0.1:{c.operator_metrics_port}", honor_labels=True,
+                           labels={"namespace": "specdeploy-system", "pod": "specdeploy-operator-0"})]  # as the chart
         prom = Prometheus(jobs, [rules], exe=exe).start()
         yield Scene(c, standin, prom)
     finally:
@@ -156,6 +157,49 @@ def test_collapse_turns_speculation_unhealthy_fires_the_alert_and_recovers(scene
              "specdeploy_acceptance_length back above 3.9")
 
 
+def test_a_drop_below_the_learned_baseline_is_a_regression_until_accepted(scene):
+    """tau 3.96 -> 1.99: above the collapse floor, half the baseline: AcceptanceRegressed in status,
+    an Event, SpecdeployAcceptanceRegressed in Prometheus; the reset annotation accepts 1.99."""
+    c, s, prom = scene.c, scene.standin, scene.prom
+    if scene.speculation() is None:
+        pytest.skip("needs the collapse scenario's deployment and pod")
+    s.set_mode("healthy")
+    # learn quickly: 1 s and 100 drafts (one stand-in step) after 3 windows
+    c.kubectl("patch", "specdeploy", NAME, "-n", c.namespace, "--type=merge", "-p",
+              '{"spec": {"monitoring": {"baselineSettleSeconds": 1, "baselineMinDrafts": 100}}}')
+    base = wait_for(lambda: (b := scene.acceptance().get("baseline")) and b["length"] == 3.96 and b, DEADLINE_S,
+                    "status.acceptance.baseline 3.96")
+    assert base["revision"] == scene.acceptance()["revision"] and base["since"].endswith("Z")
+    assert "baseline 3.96 (this revision" in scene.wait_speculation("True", "Healthy")["message"]
+    prom.wait_until(lambda: prom.query(f'{R.BASELINE}{{job="{scene.job}"}} == 3.96'), DEADLINE_S,
+                    "the baseline in Prometheus")
+
+    s.set_mode("regressed")
+    scene.wait_speculation("False", "AcceptanceRegressed")
+    # the first window after the switch may mix healthy and regressed steps: then the pure one
+    cond = wait_for(lambda: (x := scene.speculation()) and "1.99 is 50% below the baseline 3.96" in x["message"] and x,
+                    DEADLINE_S, "the regression message with both numbers")
+    assert "reset-acceptance-baseline" in cond["message"] and cond["status"] == "False"
+    assert scene.acceptance()["baseline"] == base  # this revision's baseline does not move
+    wait_for(lambda: scene.events("AcceptanceRegressed", "Warning"), DEADLINE_S, "the Warning AcceptanceRegressed event")
+    try:
+        alerts = prom.wait_until(lambda: scene.firing(R.A_REGRESSED), ALERT_DEADLINE_S, f"{R.A_REGRESSED} firing")
+    except PrometheusError:
+        pytest.fail(f"{R.A_REGRESSED} did not fire: {prom.query('ALERTS')} "
+                    f"ratio={prom.query(R.BASELINE_RATIO)}\n{prom.log()}")
+    assert alerts[0]["metric"]["deployment"] == NAME and alerts[0]["metric"]["namespace"] == c.namespace
+    assert not scene.firing(R.A_COLLAPSED)
+
+    # the person accepts tau 1.99: a new baseline is learned, the regression ends
+    c.kubectl("annotate", "specdeploy", NAME, "-n", c.namespace, "specdeploy.io/reset-acceptance-baseline=accepted-1",
+              "--overwrite")
+    scene.wait_speculation("True", "Healthy")
+    new = wait_for(lambda: (b := scene.acceptance().get("baseline")) and b["length"] == 1.99 and b, DEADLINE_S,
+                   "the new baseline 1.99")
+    assert new["resetToken"] == "accepted-1"
+    prom.wait_until(lambda: not scene.firing(R.A_REGRESSED), ALERT_DEADLINE_S, f"{R.A_REGRESSED} resolved")
+
+
 def test_engine_pod_gone_is_no_ready_pods(scene):
     c = scene.c
     if scene.speculation() is None:
@@ -163,7 +207,9 @@ def test_engine_pod_gone_is_no_ready_pods(scene):
     c.kubectl("delete", "pod", POD, "-n", c.namespace, "--wait=false")
     cond = scene.wait_speculation("Unknown", "NoReadyPods")
     assert cond["message"]
-    wait_for(lambda: not scene.acceptance(), DEADLINE_S, "status.acceptance cleared")
+    had = scene.acceptance().get("baseline")
+    wait_for(lambda: "length" not in scene.acceptance(), DEADLINE_S, "status.acceptance figures cleared")
+    assert scene.acceptance().get("baseline") == had  # the learned baseline stays
     assert "ACCEPTLEN" not in printer_columns(c)[NAME]
     wait_for(lambda: scene.operator_length() is None, DEADLINE_S, "the operator's acceptance series removed")
     wait_for(lambda: scene.events("NoReadyPods", "Normal"), DEADLINE_S, "the Normal NoReadyPods event")

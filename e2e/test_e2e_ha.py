@@ -258,7 +258,8 @@ def test_kill_the_leader_while_crs_are_created_and_reviews_flow(ha):
     a_writes = reconciler_writes(c, leader.agent)
     b_writes = reconciler_writes(c, follower.agent)
     first_b = min(w["start"] for w in b_writes)
-    assert all(w["start"] < first_b for w in a_writes), "the two replicas' writes overlap"
+    # every request of the old leader had ended (answered, or its connection gone) before the new one's first
+    assert all(w["end"] < first_b for w in a_writes), "the two replicas' writes overlap"
     total = len(a_writes) + len(b_writes)
     conflicts = len([w for w in b_writes if w["status"] == 409])
     print(f"\nHA kill -9: {CRS} CRs ({KILL_AFTER} created before the kill), {UPDATED} spec changes after it; "
@@ -295,8 +296,8 @@ def test_a_partitioned_leader_stops_writing(ha):
     a_writes = [w for w in reconciler_writes(c, leader.agent) if w["start"] >= cut]
     b_writes = reconciler_writes(c, follower.agent)
     first_b = min(w["start"] for w in b_writes)
-    last_a = max((w["start"] for w in a_writes), default=cut)
-    print(f"\nHA partition: the old leader's last write attempt {last_a - cut:+.2f}s after the cut "
+    last_a = max((w["end"] for w in a_writes), default=cut)
+    print(f"\nHA partition: the old leader's last write attempt ended {last_a - cut:+.2f}s after the cut "
           f"({len(a_writes)} attempts, all dropped), the new leader's first write {first_b - cut:+.2f}s; "
           f"Lease taken {took:.2f}s after the cut (leaseDuration {LEASE[0]}s, renewDeadline {LEASE[1]}s)")
     assert last_a < first_b

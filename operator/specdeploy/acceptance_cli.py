@@ -1,6 +1,7 @@
 """`specdeploy acceptance`: speculative-decoding acceptance from engine /metrics scrapes.
 
     specdeploy acceptance --engine vllm|sglang SCRAPE [SCRAPE2] [--interval SECONDS] [--output text|json]
+                          [--min-length TAU] [--baseline TAU [--regression-fraction F]]
 
 SCRAPE is a file holding a /metrics exposition, '-' for stdin, or an http(s) URL.
 - SGLang: one scrape; its gauges are the answer.
@@ -9,8 +10,11 @@ SCRAPE is a file holding a /metrics exposition, '-' for stdin, or an http(s) URL
   the average since the engine started.
 --interval with two scrapes is the seconds between them (for drafts per second).
 
-Exit: 0 healthy (or no traffic to judge); 1 collapsed, cliff, or no speculative metrics;
-2 unusable input (one line on stderr, never a traceback).
+--baseline judges a regression as the operator does against status.acceptance.baseline
+(core/baseline.py): tau more than --regression-fraction (default 0.25) below it.
+
+Exit: 0 healthy (or no traffic to judge); 1 collapsed, regressed, cliff, or no speculative
+metrics; 2 unusable input (one line on stderr, never a traceback).
 """
 
 from __future__ import annotations
@@ -21,14 +25,16 @@ import math
 import sys
 import time
 
+from .cli_common import UsageError, camel_keys, epilog
 from .core import acceptance as acc
+from .core import baseline as bl
 
 PROG = "specdeploy acceptance"
 MAX_BYTES = 64 * 1024 * 1024
 
 
-class InputError(Exception):
-    """Unusable input: one line, exit 2."""
+class InputError(UsageError):
+    """Unusable input: one line, exit 2 (the CLI's UsageError)."""
 
 
 def _is_url(s: str) -> bool:
@@ -81,6 +87,26 @@ def _interval(text: str) -> float:
     return v
 
 
+def _baseline(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (math.isfinite(v) and v >= 1.0):
+        raise argparse.ArgumentTypeError(f"{text} is no acceptance length: tau is at least 1 (bonus token included)")
+    return v
+
+
+def _fraction(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (math.isfinite(v) and 0 < v < 1):
+        raise argparse.ArgumentTypeError(f"{text} must be between 0 and 1 (0.25: 25% below the baseline)")
+    return v
+
+
 def _fmt(x: float | None, spec: str = ".2f") -> str:
     return "n/a" if x is None else format(x, spec)
 
@@ -119,11 +145,9 @@ def _finite(x):
 
 
 def cmd_acceptance(args: argparse.Namespace) -> int:
+    """Unusable input raises InputError: the CLI's main prints it (one line; JSON with -o json), exit 2."""
     try:
         return _run(args)
-    except InputError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
-        return 2
     except BrokenPipeError:
         return 0
 
@@ -155,15 +179,18 @@ def _run(args: argparse.Namespace) -> int:
     a = acc.acceptance_from_scrapes(engine, prev, cur, interval)
     if a is None and not acc.parse_exposition(cur):
         raise InputError(f"{scrapes[-1]}: no Prometheus samples in it (is it a /metrics scrape?)")
-    h = acc.health(a, args.min_length)
-    msg = acc.health_message(a, args.min_length)
+    base = bl.Baseline(args.baseline, "", "") if args.baseline is not None else None
+    h, msg = bl.judge(a, args.min_length, base, revision=None, fraction=args.regression_fraction)
     if args.output == "json":
-        doc = {"engine": engine, "found": a is not None, "acceptance": a.to_dict() if a else None,
-               "health": {"status": h.status, "reason": h.reason, "message": msg, "min_length": args.min_length}}
-        print(json.dumps(_finite(doc), indent=2, allow_nan=False, default=str))
+        health = {"status": h.status, "reason": h.reason, "message": msg, "min_length": args.min_length}
+        if base is not None:
+            health.update(baseline=args.baseline, regression_fraction=args.regression_fraction)
+        doc = {"engine": engine, "found": a is not None, "acceptance": a.to_dict() if a else None, "health": health}
+        # camelCase keys, like every other command's JSON (and Kubernetes)
+        print(json.dumps(camel_keys(_finite(doc)), indent=2, allow_nan=False, default=str))
     else:
         print(_text(a, h, msg, engine))
-    return 1 if h.reason in (acc.COLLAPSED, acc.CLIFF, acc.NO_METRICS) else 0
+    return 1 if h.reason in (acc.COLLAPSED, acc.REGRESSED, acc.CLIFF, acc.NO_METRICS) else 0
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -171,7 +198,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "acceptance", help="speculative-decoding acceptance from engine /metrics scrapes",
         description="Acceptance length (tau, bonus token included), acceptance rate and per-position rates from "
                     "one SGLang scrape or two vLLM scrapes (a file, '-' for stdin, or an http(s) URL). Exit 0: "
-                    "healthy or no traffic; 1: collapsed, cliff, or no speculative metrics; 2: unusable input.")
+                    "healthy or no traffic; 1: collapsed, regressed (with --baseline), cliff, or no speculative "
+                    "metrics; 2: unusable input.",
+        epilog=epilog(["specdeploy acceptance --engine vllm before.txt after.txt --interval 60",
+                       "specdeploy acceptance --engine vllm http://engine:8000/metrics --interval 30 -o json",
+                       "specdeploy acceptance --engine sglang http://engine:30000/metrics"],
+                      ok="healthy, or no traffic to judge",
+                      findings="collapsed, regressed (with --baseline), cliff, or no speculative metrics",
+                      json_errors=True))
     p.add_argument("--engine", required=True, choices=acc.ENGINES, help="the engine that wrote the scrapes")
     p.add_argument("scrape", nargs="+", metavar="SCRAPE",
                    help="SCRAPE [SCRAPE2]: /metrics text (file, '-', or URL); vLLM: older first")
@@ -179,20 +213,20 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="seconds between the two scrapes; with one vLLM URL: scrape it twice this far apart")
     p.add_argument("--min-length", type=_interval, default=acc.DEFAULT_MIN_LENGTH, metavar="TAU",
                    help=f"collapse threshold for tau (default {acc.DEFAULT_MIN_LENGTH})")
+    p.add_argument("--baseline", type=_baseline, metavar="TAU",
+                   help="judge a regression against this tau (e.g. the deployment's status.acceptance.baseline.length)")
+    p.add_argument("--regression-fraction", type=_fraction, default=bl.DEFAULT_REGRESSION_FRACTION, metavar="F",
+                   help=f"with --baseline: tau below baseline x (1 - F) is a regression (default "
+                        f"{bl.DEFAULT_REGRESSION_FRACTION})")
     p.add_argument("--output", "-o", choices=["text", "json"], default="text")
     p.set_defaults(func=cmd_acceptance)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="specdeploy")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    add_parser(sub)
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
-    return args.func(args)
+    from .cli import main as cli_main
+
+    return cli_main(["acceptance", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

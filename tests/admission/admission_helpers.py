@@ -164,13 +164,14 @@ class Client:
 class ServerThread:
     """A WebhookServer on 127.0.0.1 (HTTPS, self-signed for localhost) in a daemon thread."""
 
-    def __init__(self, resolver: FakeResolver | None = None, kube: Any = None, lookup: Any = "default") -> None:
+    def __init__(self, resolver: FakeResolver | None = None, kube: Any = None, lookup: Any = "default",
+                 limits: Any = None) -> None:
         self.resolver = resolver or FakeResolver()
         self.material = certs.new_material(["localhost"], ["127.0.0.1"])
         self.lookup = OperatorConfigs(kube, self.resolver) if lookup == "default" else lookup
         self.loop = asyncio.new_event_loop()
         self.server = WebhookServer(lookup=self.lookup, ssl_context=certs.server_context(self.material),
-                                    addr="127.0.0.1", port=0)
+                                    addr="127.0.0.1", port=0, limits=limits)
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
 
     def start(self) -> "ServerThread":

@@ -8,7 +8,7 @@ import copy
 
 import pytest
 
-from admission_helpers import QWEN, ServerThread, configmap, example_configs, example_cr, review_request, with_spec
+from admission_helpers import KIMI, QWEN, ServerThread, configmap, example_configs, example_cr, review_request, with_spec
 from specdeploy.core.render import expand_kubelet_vars, render
 from specdeploy.api.types import SpeculativeDeployment
 
@@ -61,6 +61,10 @@ ATTACKS = [
     ("SGLang --json-model-override-args", {"engine": {"name": "sglang", "version": "0.5.23",
                                                       "extraArgs": ["--json-model-override-args", "{}"]}},
      "spec.engine.extraArgs[0]", "ExtraArgChangesModelConfig"),
+    ("vLLM --nccl-init-addr is not a vLLM flag", {"engine.extraArgs": ["--nccl-init-addr", "x:1"]},
+     "spec.engine.extraArgs[0]", "ExtraArgUnknown"),
+    ("--json-model-override-args on vLLM", {"engine.extraArgs": ["--json-model-override-args", "{}"]},
+     "spec.engine.extraArgs[0]", "ExtraArgUnknown"),
     ("eagle aux ids disagree", {"drafter.configFrom": {"configMapKeyRef": {"name": "dup-drafter"}}},
      "$.eagle_aux_hidden_state_layer_ids", "EngineReadsOtherCopy"),
 ]
@@ -80,8 +84,10 @@ def test_the_same_spec_without_the_attack_is_admitted(client):
     assert r["allowed"] is True, r
 
 
-def test_secret_reference_in_args_is_not_expanded():
+def test_secret_reference_in_args_is_not_expanded(client):
     """extraArgs ["--served-model-name", "$(HF_TOKEN)"]: admitted (not a flag problem), but the kubelet passes it literally."""
+    r = review(client, **{"engine.extraArgs": ["--served-model-name", "$(HF_TOKEN)"]})
+    assert r["allowed"] is True, r
     t, d = example_configs(QWEN)
     cr = with_spec(example_cr(QWEN), **{"engine.extraArgs": ["--served-model-name", "$(HF_TOKEN)"],
                                         "target.tokenSecretRef": {"name": "hub-token"}})
@@ -89,3 +95,22 @@ def test_secret_reference_in_args_is_not_expanded():
     c = r.by_kind("Deployment")[0]["spec"]["template"]["spec"]["containers"][0]
     env = {e["name"]: "the-secret" for e in c["env"]}
     assert [expand_kubelet_vars(a, env) for a in c["args"]][-2:] == ["--served-model-name", "$(HF_TOKEN)"]
+
+
+def test_inputs_that_once_left_no_status_get_an_answer(server, client):
+    """A config nested 5000 deep and a MoE field of the wrong type with tuning on: the webhook answers (no 500,
+    no hang), naming the problem; the reconciler's answer for both: tests/controller/test_status_fuzz.py
+    (test_the_issue_inputs_end_with_a_clear_status) and e2e/test_e2e_attacks.py."""
+    server.resolver.add(configmap("deep-drafter", "[" * 5000 + "]" * 5000))
+    r = review(client, **{"drafter.configFrom": {"configMapKeyRef": {"name": "deep-drafter"}}})
+    text = " ".join(r.get("warnings") or []) + (r.get("status") or {}).get("message", "")
+    assert "deep-drafter" in text and "nesting depth 5000 exceeds" in text, r
+    kt, kd = example_configs(KIMI)
+    kt["text_config"]["n_shared_experts"] = "x"
+    server.resolver.add(configmap("kimi-bad-t", kt))
+    server.resolver.add(configmap("kimi-d", kd))
+    cr = with_spec(example_cr(KIMI), **{"target.configFrom": {"configMapKeyRef": {"name": "kimi-bad-t"}},
+                                       "drafter.configFrom": {"configMapKeyRef": {"name": "kimi-d"}},
+                                       "tuning": {"enabled": True}})
+    r = client.review(review_request(cr))
+    assert isinstance(r["allowed"], bool) and (r["allowed"] or r["status"]["code"] in (403, 422)), r

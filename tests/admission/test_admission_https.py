@@ -99,7 +99,8 @@ def test_mutation_patch_fills_documented_defaults_only(client):
     out = jsonpatch.apply_patch(cr, ops)
     spec = out["spec"]
     assert spec["nodes"] == 1 and spec["replicas"] == 1 and spec["gpu"]["count"] == 1
-    assert spec["speculation"] == {"method": "dflash"} and spec["monitoring"] == {"minAcceptanceLength": 1.5}
+    assert spec["speculation"] == {"method": "dflash"} and spec["monitoring"] == {
+        "minAcceptanceLength": 1.5, "regressionFraction": 0.25, "baselineSettleSeconds": 600, "baselineMinDrafts": 1000}
     assert spec["pod"]["shmSize"] == "32Gi"  # set by the user: kept
     assert spec["target"]["configFrom"]["configMapKeyRef"]["key"] == "config.json"
     assert spec["target"]["trustRemoteCode"] is True and spec["drafter"]["configFrom"]["configMapKeyRef"]["key"] == "config.json"
@@ -319,8 +320,16 @@ def test_object_that_is_not_a_speculativedeployment_is_refused_with_paths(client
 
 
 def test_oversized_body_and_unknown_paths_are_not_server_errors(client, server):
-    status, doc = client.post("/validate", b" " * (5 << 20))
-    assert status == 200 and doc["response"]["allowed"] is False and "exceeds" in doc["response"]["status"]["message"]
+    # a review over the limit: refused with its uid (read from the start of the body) and code 413
+    big = review_request(qwen(**{"pod.nodeSelector": {"pad": "x" * (5 << 20)}}), uid="uid-big")
+    status, doc = client.post("/validate", big)
+    assert status == 200 and doc["response"]["uid"] == "uid-big", doc
+    assert doc["response"]["allowed"] is False and doc["response"]["status"]["code"] == 413
+    assert "exceeds" in doc["response"]["status"]["message"]
+    client.close()
+    # no uid to answer with: plain HTTP 413
+    status, text = client.post("/validate", b" " * (5 << 20))
+    assert status == 413 and "exceeds" in text
     client.close()
     status, _ = client.post("/convert", b"{}")
     assert status == 404

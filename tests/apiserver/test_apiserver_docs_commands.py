@@ -97,7 +97,8 @@ PREREQUISITES = {"docs/how-to/production.md": [
     {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "monitoring"}},
 ]}
 # Documents whose commands assume the README's install (chart + the Qwen example).
-NEEDS_INSTALL = {"docs/concepts/status-conditions.md", "docs/concepts/reconcile.md", "docs/how-to/troubleshooting.md",
+NEEDS_INSTALL = {"docs/concepts/acceptance.md", "docs/concepts/status-conditions.md", "docs/concepts/reconcile.md",
+                 "docs/how-to/troubleshooting.md",
                  "docs/how-to/troubleshoot-low-acceptance.md", "docs/how-to/upgrade.md"}
 # Documents whose sections are alternative paths, not one sequence: the order they are run in.
 # upgrade.md: "Roll back" follows the plain upgrade; the crds.install=false path comes last (Helm
@@ -223,7 +224,7 @@ class Session:
         self.cluster.stop()
 
 
-@pytest.mark.skipif(not HELM3.exists(), reason=".ci/setup installs .venv/tools/helm3")
+@pytest.mark.skipif(not HELM3.exists(), reason=".ci/setup-test installs .venv/tools/helm3")
 @pytest.mark.parametrize("doc", [str(p.relative_to(ROOT)) for p in DOCS if doc_commands(p)])
 def test_doc_commands_run_on_the_embedded_cluster(doc, tmp_path, capsys):
     commands = doc_commands(ROOT / doc)

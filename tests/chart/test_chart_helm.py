@@ -78,7 +78,8 @@ def test_default_objects():
     objs = render()
     kinds = sorted((o["kind"], o["metadata"]["name"]) for o in objs)
     assert kinds == sorted([
-        ("ServiceAccount", "specdeploy"), ("CustomResourceDefinition", "speculativedeployments.specdeploy.io"),
+        ("ServiceAccount", "specdeploy"), ("ServiceAccount", "specdeploy-engine"),
+        ("CustomResourceDefinition", "speculativedeployments.specdeploy.io"),
         ("ClusterRole", "specdeploy-cluster"), ("ClusterRoleBinding", "specdeploy-cluster"),
         ("Role", "specdeploy-workloads"), ("RoleBinding", "specdeploy-workloads"),
         ("Role", "specdeploy-webhook-tls"), ("RoleBinding", "specdeploy-webhook-tls"),
@@ -224,7 +225,7 @@ def test_cert_manager_variant():
     assert all(metrics["metadata"]["labels"].get(k) == v for k, v in sm["spec"]["selector"]["matchLabels"].items())
     assert not all(one(objs, "Service", "specdeploy-webhook")["metadata"]["labels"].get(k) == v
                    for k, v in sm["spec"]["selector"]["matchLabels"].items())
-    assert sm["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "30s"}]
+    assert sm["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "30s", "honorLabels": True}]
 
 
 def test_cert_manager_with_an_issuer():
@@ -237,7 +238,7 @@ def test_cert_manager_with_an_issuer():
 
 def test_minimal_variant():
     objs = render(VALUE_SETS["minimal"])
-    assert not find(objs, "ServiceAccount") and not find(objs, "CustomResourceDefinition")
+    assert not find(objs, "ServiceAccount", "existing-sa") and not find(objs, "CustomResourceDefinition")
     assert not find(objs, "ValidatingWebhookConfiguration") and not find(objs, "MutatingWebhookConfiguration")
     assert not find(objs, "Service", "sd-webhook") and not find(objs, "Role", "sd-webhook-tls")
     dep = one(objs, "Deployment", "sd")
@@ -302,29 +303,44 @@ def test_notes_say_what_to_apply_next(values, tmp_path):
     assert ("no cluster-wide write access" in notes) == (not cluster_wide)
 
 
-def test_policy_values_become_the_operators_policy_flags():
-    """policy.* and hub.tokenSecrets reach the operator as its tenancy-policy flags, and the operator's
-    own parser turns them into the policy it enforces (docs/concepts/security.md)."""
-    from specdeploy import cli
-
-    values = {"policy": {"allowedImagePrefixes": ["registry.example.com/specdeploy/runtime", "ghcr.io/specdeploy/runtime"],
-                         "engineServiceAccount": "engine", "allowedServiceAccounts": ["engine-gpu"],
-                         "allowedPVCs": ["models"], "pvcLabel": "specdeploy.io/models=true"},
-              "hub": {"tokenSecrets": ["hf-token"]}}
-    args = container(render(values))["args"]
-    assert arg_value(args, "--allowed-image-prefix") == values["policy"]["allowedImagePrefixes"]
-    assert arg_value(args, "--engine-service-account") == ["engine"]
-    assert arg_value(args, "--allowed-service-account") == ["engine-gpu"]
-    assert arg_value(args, "--allowed-token-secret") == ["hf-token"]
+def test_tenancy_policy_values_become_operator_flags():
+    """The chart wires the tenancy policy (core/policy.py): every value to its operator flag."""
+    args = container(render())["args"]
+    assert arg_value(args, "--engine-service-account") == ["specdeploy-engine"]
+    for flag in ("--allowed-image-prefix", "--allowed-service-account", "--allowed-token-secret", "--allowed-pvc",
+                 "--pvc-label"):
+        assert flag not in args  # the operator's defaults: the runtime images only, nothing else allowed
+    v = {"hub": {"tokenSecrets": ["hf-token", "hf-gated"]},
+         "policy": {"allowedImagePrefixes": ["registry.example.com/ml/"], "allowedServiceAccounts": ["reader"],
+                    "allowedPVCs": ["models"], "pvcLabel": "specdeploy.io/models=true",
+                    "engineServiceAccount": {"name": "engines"}}}
+    args = container(render(v))["args"]
+    assert arg_value(args, "--allowed-token-secret") == ["hf-token", "hf-gated"]
+    assert arg_value(args, "--allowed-image-prefix") == ["registry.example.com/ml/"]
+    assert arg_value(args, "--allowed-service-account") == ["reader"]
     assert arg_value(args, "--allowed-pvc") == ["models"]
     assert arg_value(args, "--pvc-label") == ["specdeploy.io/models=true"]
-    policy = cli._policy_args(cli.build_parser().parse_args(args))
-    assert policy.image_prefixes == tuple(values["policy"]["allowedImagePrefixes"])
-    assert (policy.engine_service_account, policy.service_accounts, policy.token_secrets, policy.pvcs,
-            policy.pvc_label) == ("engine", ("engine-gpu",), ("hf-token",), ("models",), ("specdeploy.io/models", "true"))
-    # defaults: no policy flag, so the operator's defaults (the project's runtime images only)
-    default_args = container(render())["args"]
-    assert not [a for a in default_args if a.startswith(("--allowed-", "--engine-service-account", "--pvc-label"))]
+    assert arg_value(args, "--engine-service-account") == ["engines"]
+    # the flags parse as the operator's own CLI parses them
+    from specdeploy.cli import _policy_args, build_parser
+
+    ns = build_parser().parse_args(args)
+    pol = _policy_args(ns)
+    assert pol.token_secrets == ("hf-token", "hf-gated") and pol.pvc_label == ("specdeploy.io/models", "true")
+    assert pol.engine_service_account == "engines" and pol.image_prefixes == ("registry.example.com/ml/",)
+
+
+@pytest.mark.parametrize("values", sorted(VALUE_SETS))
+def test_engine_service_account_in_each_watched_namespace_without_token(values):
+    v = VALUE_SETS[values]
+    objs = render(v)
+    prefix = v.get("fullnameOverride") or "specdeploy"
+    sas = find(objs, "ServiceAccount", f"{prefix}-engine")
+    assert sorted(o["metadata"]["namespace"] for o in sas) == sorted(watched_namespaces(v))
+    for sa in sas:
+        assert sa["automountServiceAccountToken"] is False
+    args = container(objs)["args"]
+    assert arg_value(args, "--engine-service-account") == ([f"{prefix}-engine"] if sas else [])
 
 
 def test_every_value_the_docs_set_exists():

@@ -22,7 +22,7 @@ from specdeploy.controller import kube as kube_mod
 from specdeploy.controller import reconciler
 
 CONTROLLER = Path(kube_mod.__file__).parent
-KUBE_VERBS = {"get", "list", "create", "patch", "delete", "call", "has_api"}
+KUBE_VERBS = {"get", "list", "create", "patch", "apply", "delete", "call", "has_api"}
 HTTP_VERBS = {"GET": "get", "PATCH": "patch", "POST": "create", "PUT": "update", "DELETE": "delete"}
 TLS_SECRET = "specdeploy-webhook-tls"
 CONFIGURATION = "specdeploy"
@@ -41,17 +41,17 @@ def _calls() -> dict[str, set[tuple]]:
     managed = [gr(k) for k in reconciler.MANAGED_KINDS]
     sd_status = ("specdeploy.io", "speculativedeployments/status")
     return {
-        "Controller._apply:create": {(g, r, "create", "watched") for g, r in managed},
-        "Controller._apply:get": {(g, r, "get", "watched") for g, r in managed},
-        "Controller._apply:patch": {(g, r, "patch", "watched") for g, r in managed},
+        # server-side apply is a PATCH; one that creates the object also needs create
+        "Controller._apply_child:apply": {(g, r, v, "watched") for g, r in managed for v in ("create", "patch")},
+        # the one-time move of a pre-SSA child's managedFields (a JSON patch)
+        "Controller._apply_child:patch": {(g, r, "patch", "watched") for g, r in managed},
         "Controller._apply:delete": {(g, r, "delete", "watched") for g, r in managed},
         "Controller._write_status:patch": {(*sd_status, "patch", "watched")},
         "Controller._event:create": {(*gr("Event"), "create", "watched")},
         # spec.tuning: the tuning Job (created once), its pods' result, the tuned-kernels ConfigMap
         "Controller._tuning:get": {(*gr("Job"), "get", "watched")},
-        "Controller._tuning:create": {(*gr("Job"), "create", "watched"), (*gr("ConfigMap"), "create", "watched")},
+        "Controller._tuning:create": {(*gr("Job"), "create", "watched")},
         "Controller._tuning:list": {(*gr("Pod"), "list", "watched")},
-        "Controller._tuning:patch": {(*gr("ConfigMap"), "patch", "watched")},
         "Controller.has:has_api": set(),  # GET /apis/<group>/<version>: discovery, allowed to every user
         "Resolver._from_configmap:get": {(*gr("ConfigMap"), "get", "watched")},
         # tenancy policy: a claim's labels, when policy.pvcLabel allows labelled claims (core/policy.py)

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from specdeploy.controller import metrics
-from specdeploy.controller.kube import Fence, Kube, NotLeader, load_api_client
+from specdeploy.controller.kube import Kube, NotLeader, load_api_client
 from specdeploy.controller.leader import LEASES, LeaderElectionSettings, LeaderElector
 from specdeploy.core.lease import LeaseTiming
 from specdeploy.dev import apiserver
@@ -34,14 +34,15 @@ def server(tmp_path):
 
 
 class Replica:
-    def __init__(self, server, name: str):
+    def __init__(self, server, name: str, stop_writer: bool = True):
+        self.stop_writer = stop_writer  # False: only the fence stops the writer (it keeps trying)
         api = load_api_client(server.kubeconfig)
         api.user_agent = f"specdeploy-operator/{name}"
         self.name = name
         self.base = Kube(api)
         self.elector = LeaderElector(self.base, NS, name, timing=TIMING, on_started=self._started,
                                      on_stopped=self._stopped)
-        self.kube = self.base.fenced(Fence(self.elector.may_write, self.elector.write_budget))
+        self.kube = self.base.fenced(self.elector.fence())
         self.events: list[tuple[str, float]] = []
         self.writes = 0
         self.refused = 0
@@ -49,11 +50,12 @@ class Replica:
 
     async def _started(self):
         self.events.append(("started", time.time()))
-        self._writer = asyncio.create_task(self._write_loop())
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write_loop())
 
     async def _stopped(self):
         self.events.append(("stopped", time.time()))
-        if self._writer is not None:
+        if self._writer is not None and self.stop_writer:
             self._writer.cancel()
 
     async def _write_loop(self):
@@ -101,8 +103,9 @@ def test_only_one_replica_leads_and_a_follower_takes_over_after_the_leader_dies(
         assert rec["holderIdentity"] == "a" and rec["leaseTransitions"] == 0 and rec["leaseDurationSeconds"] == 2
         # a dies (no release: a crash); its writer and elector stop at once
         killed = time.time()
-        a.elector._task.cancel()
-        a._writer.cancel()
+        await a.elector.stop(release=False)
+        await asyncio.gather(a._writer, return_exceptions=True)
+        assert a._writer.cancelled() and not a.elector.may_write()
         await wait(lambda: b.elector.leading, what="b to take over")
         took = time.time() - killed
         await wait(lambda: b.writes > 0, what="b to write")
@@ -144,7 +147,8 @@ def test_a_partitioned_leader_stops_writing_before_the_follower_starts(server):
     transitions_before = metrics.LEADER_TRANSITIONS._value.get()
 
     async def main():
-        a, b = Replica(server, "a"), Replica(server, "b")
+        # a's writer is never stopped: only its fence keeps it from writing once it cannot renew
+        a, b = Replica(server, "a", stop_writer=False), Replica(server, "b")
         a.elector.start()
         await wait(lambda: a.elector.leading and a.writes > 5, what="a to lead and write")
         b.elector.start()
@@ -153,7 +157,7 @@ def test_a_partitioned_leader_stops_writing_before_the_follower_starts(server):
         cut = time.time()
         server.call(lambda e: e.faults.add("*", "*", agent="specdeploy-operator/a", action="drop", count=10**9))
         await wait(lambda: ("stopped", ) == tuple(x[0] for x in a.events[-1:]), what="a to stop leading")
-        await wait(lambda: b.elector.leading and b.writes > 5, what="b to take over and write")
+        await wait(lambda: b.elector.leading and b.writes > 5 and a.refused > 0, what="b to take over and write")
         a_attempts = writes_by(server, "a")
         b_writes = writes_by(server, "b")
         fenced_at = a.elector.renew_started_at  # None: a knows it is not leading

@@ -16,6 +16,7 @@ from specdeploy.controller import status as st
 from specdeploy.controller.monitor import AcceptanceMonitor, ENGINE_POD_LABELS, pod_target
 from specdeploy.controller.reconciler import Controller, Settings
 from specdeploy.core import acceptance as acc
+from specdeploy.core import baseline as bl
 from specdeploy.dev.engine_standin import EngineStandin
 
 NS, NAME = "team", "qwen"
@@ -26,7 +27,7 @@ DRAFTER = "z-lab/Qwen3.6-27B-DFlash"
 @pytest.fixture(autouse=True)
 def _clean_acceptance_series():
     """The gauges live in the process-wide registry: each test starts and ends without series."""
-    gauges = (metrics.ACCEPTANCE_LENGTH, metrics.ACCEPTANCE_RATE, metrics.ACCEPTANCE_PER_POSITION)
+    gauges = metrics.ACCEPTANCE_GAUGES
     for g in gauges:
         g.clear()
     yield
@@ -380,6 +381,192 @@ def test_restart_resumes_from_the_stored_status_without_writing():
     run(scenario())
 
 
+# ----------------------------------------------------------------- baseline and regression (core/baseline.py)
+
+FAST = {"baselineSettleSeconds": 60, "baselineMinDrafts": 200}  # 30s ticks, 100 drafts each: 3 windows
+RESOLVED = {"drafterConfigDigest": "sha256:ids-0-2", "targetConfigDigest": "sha256:t", "configHash": "h1"}
+
+
+def cr_b(engine="vllm", resolved=RESOLVED, annotations=None, **monitoring):
+    body = cr(engine)
+    body["spec"]["monitoring"] = {**FAST, **monitoring}
+    body["status"] = {"resolved": dict(resolved)}
+    if annotations:
+        body["metadata"]["annotations"] = dict(annotations)
+    return body
+
+
+def pod_h(config_hash="h1", **kw):
+    p = pod(**kw)
+    p["metadata"]["annotations"] = {"specdeploy.io/config-hash": config_hash}
+    return p
+
+
+def _labels(engine="vllm"):
+    return {"namespace": NS, "deployment": NAME, "engine": engine, "drafter": DRAFTER}
+
+
+async def _settle(r: Rig, n: int = 4) -> None:
+    for _ in range(n):  # vLLM: a priming scrape, then 3 windows
+        await r.tick()
+
+
+def test_baseline_is_learned_then_a_drop_is_a_regression():
+    async def scenario():
+        r = Rig(cr_b())
+        s = r.serve(pod_h(), EngineStandin("vllm", "healthy"))
+        await r.tick()
+        await r.tick()
+        await r.tick()
+        assert r.cond()["reason"] == "Healthy" and "baseline" not in r.acceptance()  # still settling
+        assert await r.tick() == [KEY]  # the third window: the baseline is learned (a status write)
+        b = r.acceptance()["baseline"]
+        rev = r.acceptance()["revision"]
+        assert b["length"] == 3.96 and b["revision"] == rev and b["drafts"] == 300 and b["since"]
+        assert "baseline 3.96 (this revision" in r.cond()["message"]
+        assert list(_series("specdeploy_acceptance_baseline_length", **_labels()).values()) == [pytest.approx(3.96)]
+        assert list(_series("specdeploy_acceptance_regression_fraction", **_labels()).values()) == [0.25]
+        assert await r.tick() == []  # steady: no writes
+
+        s.set_mode("regressed")  # tau 1.99: above the 1.5 floor, half the baseline
+        assert await r.tick() == [KEY]
+        c = r.cond()
+        assert (c["status"], c["reason"]) == ("False", "AcceptanceRegressed")
+        assert "1.99" in c["message"] and "3.96" in c["message"] and "50% below" in c["message"]
+        assert r.acceptance()["baseline"] == b  # the same revision's baseline never moves
+        for _ in range(5):
+            await r.tick()
+        assert r.acceptance()["baseline"] == b and r.cond()["reason"] == "AcceptanceRegressed"
+
+        s.set_mode("collapsed")  # a collapse is the stronger statement
+        await r.tick()
+        assert r.cond()["reason"] == "AcceptanceCollapsed" and "baseline 3.96" in r.cond()["message"]
+        s.set_mode("healthy")
+        await r.tick()
+        assert r.cond()["reason"] == "Healthy"
+
+    run(scenario())
+
+
+def test_a_spec_change_that_lowers_tau_is_a_regression_against_the_carried_baseline():
+    """The shifted-ids case: a new drafter config.json (target_layer_ids + 1), accepted through
+    spec.checks.accept, rolls out; tau falls; the previous revision's baseline stays the bar."""
+    async def scenario():
+        r = Rig(cr_b())
+        s = r.serve(pod_h(), EngineStandin("vllm", "healthy"))
+        await _settle(r)
+        old = r.acceptance()["baseline"]
+        body = r.c.bodies[KEY]
+        body["spec"]["checks"] = {"accept": ["TargetLayerIdsShifted"]}
+        body["status"]["resolved"] = {**RESOLVED, "drafterConfigDigest": "sha256:ids-1-3", "configHash": "h2"}
+        # the rollout: the old pod goes, a new one (new config hash) comes
+        r.m.observe_pod("DELETED", pod_h())
+        s2 = r.serve(pod_h("h2", name="qwen-1", ip="10.0.0.8"), EngineStandin("vllm", "regressed"))
+        await r.tick()  # primes the new pod
+        await r.tick()
+        c, a = r.cond(), r.acceptance()
+        assert a["revision"] != old["revision"] and a["baseline"] == old
+        assert (c["status"], c["reason"]) == ("False", "AcceptanceRegressed")
+        assert f"learned on revision {old['revision']}" in c["message"] and f"now runs revision {a['revision']}" \
+            in c["message"]
+        for _ in range(6):  # settled long ago, but 1.99 is no baseline for a deployment that did 3.96
+            await r.tick()
+        assert r.acceptance()["baseline"] == old and r.cond()["reason"] == "AcceptanceRegressed"
+
+        # the person accepts the lower acceptance: the annotation resets the baseline
+        body["metadata"]["annotations"] = {"specdeploy.io/reset-acceptance-baseline": "accept-1"}
+        assert await r.tick() == [KEY]
+        assert "baseline" not in r.acceptance() and r.cond()["reason"] == "Healthy"  # 1.99 > 1.5, no baseline
+        await r.tick()
+        await r.tick()
+        b = r.acceptance()["baseline"]
+        assert (b["length"], b["revision"], b["resetToken"]) == (1.99, r.acceptance()["revision"], "accept-1")
+        assert r.cond()["reason"] == "Healthy"
+        assert await r.tick() == []  # the same annotation value never resets twice
+        assert r.acceptance()["baseline"] == b
+
+        # an operator restart reads it back: same value, no reset, no write
+        stored = {"conditions": [{**r.cond(), "lastTransitionTime": "T0", "observedGeneration": 1}],
+                  "acceptance": r.acceptance(), "resolved": body["status"]["resolved"]}
+        r2 = Rig({**body, "status": stored})
+        r2.serve(pod_h("h2", name="qwen-1", ip="10.0.0.8"), s2)
+        await r2.tick()
+        assert await r2.tick() == [] and r2.acceptance()["baseline"] == b
+
+    run(scenario())
+
+
+def test_a_new_revision_within_the_fraction_becomes_the_baseline():
+    async def scenario():
+        r = Rig(cr_b(regressionFraction=0.6))
+        s = r.serve(pod_h(), EngineStandin("vllm", "healthy"))
+        await _settle(r)
+        old = r.acceptance()["baseline"]
+        r.c.bodies[KEY]["spec"]["drafter"]["revision"] = "v2"
+        s.set_mode("regressed")  # 1.99 is 50% below 3.96: within 60%
+        await r.tick()
+        assert r.cond()["reason"] == "Healthy" and "carried over from revision" in r.cond()["message"]
+        await r.tick()
+        await r.tick()
+        new = r.acceptance()["baseline"]
+        assert new["length"] == 1.99 and new["revision"] != old["revision"]
+        assert "this revision" in r.cond()["message"]
+
+    run(scenario())
+
+
+def test_rollout_windows_are_judged_but_never_learned_from():
+    async def scenario():
+        r = Rig(cr_b())
+        r.serve(pod_h("old-hash"), EngineStandin("vllm", "healthy"))  # the pod runs another config
+        for _ in range(6):
+            await r.tick()
+        assert r.cond()["reason"] == "Healthy" and "baseline" not in r.acceptance()
+        # a spec the gate refused (no configHash resolved) while the previous workload runs: same
+        r2 = Rig(cr_b(resolved={"drafterConfigDigest": "sha256:x"}))
+        r2.serve(pod_h("h1"), EngineStandin("vllm", "healthy"))
+        for _ in range(6):
+            await r2.tick()
+        assert "baseline" not in r2.acceptance()
+
+    run(scenario())
+
+
+def test_baseline_is_restored_after_a_restart_and_kept_without_pods():
+    async def scenario():
+        stored_b = {"length": 3.96, "revision": bl.speculation_revision(cr_b()["spec"], RESOLVED), "since": "T0",
+                    "drafts": 300}
+        body = cr_b()
+        body["status"]["acceptance"] = {"baseline": stored_b}
+        r = Rig(body)
+        p = pod_h()
+        r.serve(p, EngineStandin("vllm", "regressed"))
+        await r.tick()
+        await r.tick()  # the first window: regressed at once, no relearning
+        assert r.cond()["reason"] == "AcceptanceRegressed" and r.acceptance()["baseline"] == stored_b
+        r.m.observe_pod("DELETED", p)
+        await r.tick()
+        assert r.cond()["reason"] == "NoReadyPods" and r.acceptance() == {"baseline": stored_b}
+        assert not _series("specdeploy_acceptance_baseline_length", deployment=NAME, namespace=NS)
+
+    run(scenario())
+
+
+def test_sglang_regression():
+    async def scenario():
+        r = Rig(cr_b("sglang"))
+        s = r.serve(pod_h(engine="sglang", port=30000), EngineStandin("sglang", "healthy"))
+        for _ in range(3):  # gauges count from the first scrape: 3 windows
+            await r.tick()
+        b = r.acceptance()["baseline"]
+        assert b["length"] == 3.96 and "drafts" not in b
+        s.set_mode("regressed")
+        await r.tick()
+        assert r.cond()["reason"] == "AcceptanceRegressed"
+
+    run(scenario())
+
+
 # ----------------------------------------------------------------- the reconciler's status path
 
 
@@ -434,6 +621,30 @@ def test_write_status_carries_the_monitor_part_and_posts_transition_events():
         await r.tick()
         await r.c._write_status(KEY, body, obs2, resolved=None)
         assert r.kube.patches[-1]["status"]["acceptance"] is None
+
+    run(scenario())
+
+
+def test_a_reset_baseline_is_removed_from_the_stored_status():
+    """status is written with a JSON merge patch: a key left out is kept, so a dropped
+    baseline must be sent as null."""
+    async def scenario():
+        stored_b = {"length": 3.96, "revision": "old-revision", "since": "T0", "drafts": 300}
+        body = cr_b(annotations={"specdeploy.io/reset-acceptance-baseline": "accept-1"})
+        body["status"]["acceptance"] = {"length": 1.99, "baseline": stored_b}
+        r = Rig(body)
+        r.serve(pod_h(), EngineStandin("vllm", "regressed"))
+        await r.tick()
+        await r.tick()
+        assert "baseline" not in r.acceptance() and r.cond()["reason"] == "Healthy"
+        obs = st.Observation(generation=1, findings=[], workload_exists=True, workload_updated=True,
+                             desired_replicas=1, replicas=1, ready_replicas=1, updated_replicas=1)
+        await r.c._write_status(KEY, body, obs, resolved=None)
+        sent = r.kube.patches[-1]["status"]["acceptance"]
+        assert sent["baseline"] is None and sent["length"] == 1.99 and sent["revision"]
+        assert "baseline" not in body["status"]["acceptance"]
+        assert st.merge_patch_of({"a": 1, "b": 2}, {"a": 3}) == {"a": 3, "b": None}
+        assert st.merge_patch_of(None, {"a": 3}) == {"a": 3}
 
     run(scenario())
 

@@ -64,7 +64,8 @@ SPEC_EDITS = [
     ("speculation", "blockSize"), ("speculation", "draftWindow"), ("speculation", "method"), ("speculation", "ddtree"),
     ("speculation", "draftAttentionBackend"), ("gpu", "count"), ("gpu", "type"), ("nodes",), ("replicas",),
     ("tuning", "enabled"), ("checks", "accept"), ("pod", "serviceAccountName"), ("target", "tokenSecretRef"),
-    ("monitoring", "minAcceptanceLength"),
+    ("monitoring", "minAcceptanceLength"), ("monitoring", "regressionFraction"), ("monitoring", "baselineSettleSeconds"),
+    ("monitoring", "baselineMinDrafts"),
 ]
 SPEC_VALUES = st.one_of(WEIRD, st.sampled_from(["0.5.23", "0.33.0", "0.5.11", "0.21.0", "off", 2048, 16, 8, 0, -1, True,
                                                  ["--max-num-seqs", "4"], ["-n", "2"], ["$(HF_TOKEN)"], "ddtree",

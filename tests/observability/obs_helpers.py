@@ -198,9 +198,15 @@ def panel_exprs(dashboard: dict) -> list[tuple[dict, dict]]:
 
 
 OPERATOR_EXPORTER = r"""
-import sys, time
+import json, sys, time
 from prometheus_client import start_http_server
 from specdeploy.controller import metrics as m
+
+# the acceptance monitor's gauges: [namespace, deployment, engine, drafter, tau, baseline, fraction]
+for ns, dep, engine, drafter, tau, base, fraction in json.loads(sys.argv[1] if len(sys.argv) > 1 else "[]"):
+    m.ACCEPTANCE_LENGTH.labels(ns, dep, engine, drafter).set(tau)
+    m.ACCEPTANCE_BASELINE.labels(ns, dep, engine, drafter).set(base)
+    m.ACCEPTANCE_REGRESSION_FRACTION.labels(ns, dep, engine, drafter).set(fraction)
 
 m.RECONCILES.labels(result="success").inc(20)
 m.RECONCILES.labels(result="error").inc(2)
@@ -224,12 +230,16 @@ while True:  # an operator at work: every series keeps moving, so every rate() h
 """
 
 
-def start_operator_exporter(timeout_s: float = 30) -> tuple[subprocess.Popen, int]:
+def start_operator_exporter(timeout_s: float = 30, acceptance: list[tuple] = ()) -> tuple[subprocess.Popen, int]:
     """The operator's real metrics registry (controller/metrics.py), populated and served
-    on a free loopback port by a child process (its global counters stay out of this one)."""
+    on a free loopback port by a child process (its global counters stay out of this one).
+    ``acceptance``: (namespace, deployment, engine, drafter, tau, baseline, fraction) rows of
+    the acceptance monitor's gauges."""
+    import json
     import select
 
-    proc = subprocess.Popen([sys.executable, "-c", OPERATOR_EXPORTER], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-c", OPERATOR_EXPORTER, json.dumps([list(r) for r in acceptance])],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, cwd=ROOT, env=env(), start_new_session=True)
     ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
     line = proc.stdout.readline().strip() if ready else ""

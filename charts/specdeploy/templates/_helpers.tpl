@@ -90,6 +90,15 @@ watch.namespaces, else the release namespace; [] with rbac.clusterWide (every na
 {{- end }}
 {{- end }}
 
+{{/* The engine pods' ServiceAccount name, or "" when the operator should not name one. */}}
+{{- define "specdeploy.engineServiceAccount" -}}
+{{- if .Values.policy.engineServiceAccount.name }}
+{{- .Values.policy.engineServiceAccount.name }}
+{{- else if and .Values.policy.engineServiceAccount.create (not .Values.rbac.clusterWide) }}
+{{- printf "%s-engine" (include "specdeploy.fullname" .) }}
+{{- end }}
+{{- end }}
+
 {{/* True (non-empty) when the operator itself issues the webhook certificate and patches caBundle. */}}
 {{- define "specdeploy.selfManagedCerts" -}}
 {{- if and .Values.webhook.enabled (not .Values.webhook.certManager.enabled) }}true{{- end }}
@@ -118,36 +127,39 @@ exists, with the code that needs it (operator/specdeploy/controller/):
   verbs: ["update"]
 # ConfigMaps: watched (handlers.on_configmap: the target/drafter config.json sources and the engine
 # ConfigMap child); get on a cache miss (Resolver._from_configmap, and the admission webhook's
-# OperatorConfigs._configmap) and after a 409 (Controller._apply); create/patch/delete the engine
-# ConfigMap child (Controller._apply).
+# OperatorConfigs._configmap); server-side apply (patch, and create when it creates) and delete of the
+# engine ConfigMap child (Controller._apply_child, Controller._apply).
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
-# Services: the engine Service child; watched (handlers.on_service), get/create/patch/delete in Controller._apply.
+# Services: the engine Service child; watched (handlers.on_service), server-side apply (patch, create when
+# missing) and delete in Controller._apply.
 - apiGroups: [""]
   resources: ["services"]
-  verbs: ["get", "list", "watch", "create", "patch", "delete"]
-# Deployments: the single-node engine workload; watched (handlers.on_deployment), get/create/patch/delete
-# in Controller._apply (deleted when the CR switches to multi-node).
+  verbs: ["list", "watch", "create", "patch", "delete"]
+# Deployments: the single-node engine workload; watched (handlers.on_deployment), server-side apply and
+# delete in Controller._apply (deleted when the CR switches to multi-node).
 - apiGroups: ["apps"]
   resources: ["deployments"]
-  verbs: ["get", "list", "watch", "create", "patch", "delete"]
-# PodDisruptionBudgets: the engine PDB child; watched (handlers.on_pdb), get/create/patch/delete in Controller._apply.
+  verbs: ["list", "watch", "create", "patch", "delete"]
+# PodDisruptionBudgets: the engine PDB child; watched (handlers.on_pdb), server-side apply and delete in
+# Controller._apply.
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
-  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
 # LeaderWorkerSets: the multi-node engine workload (spec.nodes > 1); watched (handlers.on_leaderworkerset),
-# get/create/patch/delete in Controller._apply. Harmless when the LWS CRD is not installed.
+# server-side apply and delete in Controller._apply. Harmless when the LWS CRD is not installed.
 - apiGroups: ["leaderworkerset.x-k8s.io"]
   resources: ["leaderworkersets"]
-  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
 # PodMonitors: the engine's prometheus-operator scrape config, created only when the CRD is served;
-# watched (handlers.on_podmonitor), get/create/patch/delete in Controller._apply.
+# watched (handlers.on_podmonitor), server-side apply and delete in Controller._apply.
 - apiGroups: ["monitoring.coreos.com"]
   resources: ["podmonitors"]
-  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
 # Jobs: the config inspector that reads config.json from a PVC (Resolver._from_pvc: get, create, and
 # delete when its inputs changed); watched so its completion requeues the owner (handlers.on_inspector_job).
+# The kernel-tuning Job: get, and created once (Controller._tuning; a Job's template is immutable).
 - apiGroups: ["batch"]
   resources: ["jobs"]
   verbs: ["get", "list", "watch", "create", "delete"]

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, m
 from pydantic.alias_generators import to_camel
 
 from .. import API_GROUP, API_VERSION, KIND
-from ..core import engines, gpus
+from ..core import baseline, engines, gpus
 from ..core.checker import MAX_BLOCK_SIZE, WINDOW_OFF, Options, model_reference_problem
 
 EngineName = Literal[engines.ENGINE_NAMES]  # type: ignore[valid-type]
@@ -199,11 +199,27 @@ class Pod(_Model):
 
 
 class Monitoring(_Model):
-    """Acceptance monitoring thresholds."""
+    """Acceptance monitoring thresholds (docs/concepts/acceptance.md)."""
 
     min_acceptance_length: float = Field(
         default=1.5, ge=1.0, le=64.0,
         description="Acceptance length (tokens per step, bonus included) below which speculation counts as collapsed.",
+    )
+    regression_fraction: float = Field(
+        default=baseline.DEFAULT_REGRESSION_FRACTION, ge=0.01, le=0.99,
+        description="Fraction below the learned baseline acceptance length (`status.acceptance.baseline`) at which "
+        "speculation counts as regressed (`AcceptanceRegressed`): 0.25 flags tau 4.0 falling under 3.0.",
+    )
+    baseline_settle_seconds: int = Field(
+        default=baseline.DEFAULT_SETTLE_SECONDS, ge=0, le=7 * 86400,
+        description="A speculation revision's (drafter, target, engine, speculation settings) baseline is the mean "
+        "acceptance length of its latest windows with traffic that span at least this many seconds (and hold "
+        "`baselineMinDrafts` drafts and 3 windows).",
+    )
+    baseline_min_drafts: int = Field(
+        default=baseline.DEFAULT_MIN_DRAFTS, ge=0, le=10**12,
+        description="Drafts (speculative steps) a baseline must average at least (vLLM; SGLang exports no draft "
+        f"counts and settles on time and {baseline.MIN_SAMPLES} windows alone).",
     )
 
 
@@ -247,6 +263,38 @@ class Tuning(_Model):
         return self
 
 
+class Cache(_Model):
+    """Where engine pods keep the hub cache (HF_HOME) that hub models' weights are downloaded into."""
+
+    model_config = ConfigDict(**_Model.model_config, json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "self.type == 'pvc' ? has(self.pvc) : !has(self.pvc)",
+         "message": "cache.pvc is required with type pvc and only allowed with it", "fieldPath": ".pvc"},
+        {"rule": "self.type == 'nodePath' ? has(self.nodePath) : !has(self.nodePath)",
+         "message": "cache.nodePath is required with type nodePath and only allowed with it", "fieldPath": ".nodePath"},
+    ]})
+
+    type: Literal["emptyDir", "pvc", "nodePath"] = Field(
+        description="`emptyDir`: a fresh cache per pod (every pod start downloads the weights). `pvc`: an existing "
+        "claim (ReadWriteMany: shared by every replica on every node; ReadWriteOnce: by the replicas on the node "
+        "that mounts it, so pin one node pool with `pod.nodeSelector`). `nodePath`: a node-local directory an "
+        "administrator listed in the chart value `cache.nodePaths` (never an arbitrary host path). With `pvc` and "
+        "`nodePath` the preflight init container downloads the weights once, under a file lock, and the engine "
+        "starts offline from the cache.")
+    pvc: Optional[PvcSource] = Field(default=None, description="The claim (type `pvc`); mounted read-write at the "
+                                     "hub cache. Subject to the tenancy policy like model claims.")
+    node_path: Optional[str] = Field(default=None, pattern=NAME_PATTERN, max_length=63,
+                                     description="Name of a node-local cache path in the chart value "
+                                     "`cache.nodePaths` (type `nodePath`).")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "Cache":
+        if (self.type == "pvc") != (self.pvc is not None):
+            raise ValueError("cache.pvc is required with type pvc and only allowed with it")
+        if (self.type == "nodePath") != (self.node_path is not None):
+            raise ValueError("cache.nodePath is required with type nodePath and only allowed with it")
+        return self
+
+
 class SpeculativeDeploymentSpec(_Model):
     """Desired state: a target model served with a DFlash drafter on a GPU pool."""
 
@@ -268,6 +316,10 @@ class SpeculativeDeploymentSpec(_Model):
     monitoring: Monitoring = Field(default_factory=Monitoring, description="Acceptance monitoring.")
     tuning: Tuning = Field(default_factory=Tuning, description="Tuned fused-MoE kernels (MoE targets).")
     checks: Checks = Field(default_factory=Checks, description="Findings the author accepts.")
+    cache: Optional[Cache] = Field(
+        default=None, description="Hub cache of the engine pods (where hub weights are downloaded to). Default: the "
+        "chart value `cache.default` (an `emptyDir` unless the administrator set one). Models served from a claim "
+        "(`pvc`) and a drafter baked into the image are never downloaded.")
 
     def options(self) -> Options:
         """The checker's view of this spec."""
@@ -327,6 +379,23 @@ class Resolved(_Model):
     gpu_product: Optional[str] = Field(default=None, description="`nvidia.com/gpu.product` selected on.")
     image: Optional[str] = Field(default=None, description="Engine image in use.")
     config_hash: Optional[str] = Field(default=None, description="Hash of the rendered engine config (rolls pods on change).")
+    cache: Optional[str] = Field(default=None, description="Hub cache of the engine pods: `emptyDir`, `pvc/<claim>` "
+                                 "or `nodePath/<name>`.")
+    target_weights: Optional[str] = Field(default=None, description="Where the target's weights come from.")
+    drafter_weights: Optional[str] = Field(default=None, description="Where the drafter's weights come from.")
+
+
+class AcceptanceBaseline(_Model):
+    """The acceptance length a deployment settled at: what `AcceptanceRegressed` compares with."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    length: float = Field(description="Baseline acceptance length (tokens per step, bonus included).")
+    revision: str = Field(description="Speculation revision it was learned on (compare `status.acceptance.revision`).")
+    since: str = Field(description="When it was learned (RFC 3339).")
+    drafts: Optional[int] = Field(default=None, ge=0, description="Drafts averaged (vLLM).")
+    reset_token: Optional[str] = Field(
+        default=None, description=f"Value of the `{baseline.RESET_ANNOTATION}` annotation when it was learned.")
 
 
 class Acceptance(_Model):
@@ -336,10 +405,18 @@ class Acceptance(_Model):
 
     length: Optional[float] = Field(default=None, description="Mean acceptance length (tokens per step, bonus included).")
     rate: Optional[float] = Field(default=None, description="Accepted / drafted tokens.")
-    per_position: list[float] = Field(default_factory=list, description="Acceptance rate per draft position.")
+    per_position: list[float] = Field(
+        default_factory=list, description="Acceptance rate per draft position (vLLM): accepted at position k / drafts, "
+        "non-increasing in k; SGLang exports none.")
     window: Optional[str] = Field(default=None, description="Window the figures cover, e.g. `5m`.")
     sampled_at: Optional[str] = Field(default=None, description="When the figures were computed (RFC 3339).")
     pods_reporting: Optional[int] = Field(default=None, ge=0, description="Engine pods whose metrics were used.")
+    revision: Optional[str] = Field(
+        default=None, description="Speculation revision the figures were measured on: a digest of the drafter, "
+        "target, engine and speculation settings.")
+    baseline: Optional[AcceptanceBaseline] = Field(
+        default=None, description="Learned baseline; kept across revisions until a new revision settles within "
+        "`spec.monitoring.regressionFraction` of it or the reset annotation asks for a new one.")
 
 
 class AcceptedFinding(_Model):
@@ -399,18 +476,3 @@ class SpeculativeDeployment(BaseModel):
 def parse(obj: Any) -> SpeculativeDeployment:
     """Parse a SpeculativeDeployment object (dict); raises pydantic.ValidationError."""
     return SpeculativeDeployment.model_validate(obj)
-
-
-def validation_messages(exc: Any) -> list[tuple[str, str]]:
-    """(field path, message) pairs from a pydantic ValidationError, in camelCase field paths."""
-    out = []
-    for e in exc.errors():
-        loc = [p for p in e.get("loc", ()) if not (isinstance(p, str) and p.startswith(("function-", "literal[", "int")))]
-        path = ""
-        for p in loc:
-            path += f"[{p}]" if isinstance(p, int) else (f".{p}" if path else str(p))
-        msg = e.get("msg", "invalid")
-        if e.get("type") == "extra_forbidden":
-            msg = "unknown field; check the spelling against the API reference (docs/reference/api.md)"
-        out.append((path or "(object)", msg))
-    return out

@@ -65,7 +65,7 @@ def on_login(settings: kopf.OperatorSettings, **kwargs):
 async def on_startup(settings: kopf.OperatorSettings, **_) -> None:
     global _controller, _elector, _sync
     from .health import CacheSync
-    from .leader import LeaderElector, default_identity
+    from .leader import default_identity, new_elector
 
     settings.posting.enabled = False  # the controller posts its own Events, on transitions only
     settings.watching.server_timeout = int(os.environ.get("SPECDEPLOY_WATCH_TIMEOUT", "300"))
@@ -81,14 +81,8 @@ async def on_startup(settings: kopf.OperatorSettings, **_) -> None:
     election = LeaderElectionSettings.from_env()
     kube = base
     if election.enabled:
-        from concurrent.futures import ThreadPoolExecutor
-
-        # its own connection pool and threads: renewals never wait behind the reconciler's requests
-        lease_api = load_api_client(os.environ.get("SPECDEPLOY_KUBECONFIG") or None)
-        lease_api.user_agent = api.user_agent
-        lease_kube = Kube(lease_api, executor=ThreadPoolExecutor(2, thread_name_prefix="specdeploy-lease"))
-        _elector = LeaderElector(lease_kube, election.namespace, identity, name=election.name, timing=election.timing)
-        kube = base.fenced(Fence(_elector.may_write, _elector.write_budget))
+        _elector = new_elector(election, identity, user_agent=api.user_agent)
+        kube = base.fenced(_elector.fence())
     resolver = Resolver(kube, hub_endpoint=os.environ.get("HF_ENDPOINT") or None)
     _controller = Controller(kube, resolver, Settings(
         resync_seconds=float(os.environ.get("SPECDEPLOY_RESYNC_SECONDS", "60")),

@@ -37,10 +37,16 @@ class CacheSync:
             try:
                 want = set()
                 for ns in self.namespaces or [None]:
-                    for o in await self.kube.list("SpeculativeDeployment", ns):
+                    try:
+                        items = await self.kube.list("SpeculativeDeployment", ns)
+                    except KubeError as e:
+                        if e.status != 404:  # 404: the CRD is not installed yet, so there is nothing to cache
+                            raise
+                        items = []
+                    for o in items:
                         meta = o.get("metadata") or {}
                         want.add((meta.get("namespace") or "default", meta.get("name")))
-            except (KubeError, OSError) as e:
+            except Exception as e:  # noqa: BLE001 - API errors, broken connections: retried
                 log.info("cache sync: listing SpeculativeDeployments failed (%s); retrying", e)
                 want = None
                 await asyncio.sleep(1.0)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from ..core import acceptance as acc
+
 REGISTRY = CollectorRegistry(auto_describe=True)
 
 RECONCILES = Counter("specdeploy_reconcile_total", "Reconciles by result.", ["result"], registry=REGISTRY)
@@ -28,15 +30,26 @@ FENCED_WRITES = Counter("specdeploy_fenced_writes_total",
 # Acceptance measured by the acceptance monitor (controller/monitor.py), per SpeculativeDeployment:
 # the engines' figures combined over the ready engine pods of the last scrape window. A series
 # exists only while there is a figure (no traffic, no metrics: no series); removed with the CR.
-ACCEPTANCE_LABELS = ("namespace", "deployment", "engine", "drafter")
-ACCEPTANCE_LENGTH = Gauge("specdeploy_acceptance_length",
+ACCEPTANCE_LABELS = acc.OP_LABELS
+ACCEPTANCE_LENGTH = Gauge(acc.OP_LENGTH,
                           "Speculative acceptance length (tokens per step, bonus token included) over the last window.",
                           ACCEPTANCE_LABELS, registry=REGISTRY)
-ACCEPTANCE_RATE = Gauge("specdeploy_acceptance_rate", "Accepted / drafted tokens over the last window.",
+ACCEPTANCE_RATE = Gauge(acc.OP_RATE, "Accepted / drafted tokens over the last window.",
                         ACCEPTANCE_LABELS, registry=REGISTRY)
-ACCEPTANCE_PER_POSITION = Gauge("specdeploy_acceptance_per_position",
+ACCEPTANCE_PER_POSITION = Gauge(acc.OP_PER_POSITION,
                                 "Acceptance rate per draft position over the last window (vLLM).",
                                 ACCEPTANCE_LABELS + ("position",), registry=REGISTRY)
+# The baseline the monitor judges regressions against (core/baseline.py; status.acceptance.baseline)
+# and the deployment's spec.monitoring.regressionFraction: the SpecdeployAcceptanceRegressed alert
+# compares specdeploy_acceptance_length with them. Exported beside the length, while a baseline exists.
+ACCEPTANCE_BASELINE = Gauge(acc.OP_BASELINE,
+                            "Baseline acceptance length the deployment settled at (status.acceptance.baseline).",
+                            ACCEPTANCE_LABELS, registry=REGISTRY)
+ACCEPTANCE_REGRESSION_FRACTION = Gauge(acc.OP_REGRESSION_FRACTION,
+                                       "spec.monitoring.regressionFraction: tau below baseline x (1 - this) "
+                                       "is a regression.", ACCEPTANCE_LABELS, registry=REGISTRY)
+ACCEPTANCE_GAUGES = (ACCEPTANCE_LENGTH, ACCEPTANCE_RATE, ACCEPTANCE_PER_POSITION, ACCEPTANCE_BASELINE,
+                     ACCEPTANCE_REGRESSION_FRACTION)
 
 
 def count_write(verb: str, kind: str) -> None:

@@ -12,9 +12,15 @@ A loop of its own in the operator (started with the Controller; every
    vLLM counters need two scrapes: the previous scrape of each pod (by uid) is kept, and a
    pod's first scrape only primes it. SGLang gauges count from the first scrape.
 3. **Combines** the pods of each SpeculativeDeployment (``acceptance.combine``) and judges
-   them with its ``spec.monitoring.minAcceptanceLength`` (``status.speculation_condition``).
-4. **Exports** ``specdeploy_acceptance_length``, ``_rate`` and ``_per_position`` (labels
-   namespace, deployment, engine, drafter; position) on every tick.
+   them with its ``spec.monitoring`` thresholds (``status.speculation_condition``): the floor
+   ``minAcceptanceLength`` and the learned baseline (``core/baseline.py``: per speculation
+   revision, stored in ``status.acceptance.baseline``, carried over to a new revision until
+   that one settles within ``regressionFraction`` of it; the annotation
+   ``specdeploy.io/reset-acceptance-baseline`` asks for a new one). Windows are averaged into
+   a baseline only while every reporting pod carries the config hash in ``status.resolved``.
+4. **Exports** ``specdeploy_acceptance_length``, ``_rate``, ``_per_position``,
+   ``_baseline_length`` and ``_regression_fraction`` (labels namespace, deployment, engine,
+   drafter; position) on every tick.
 5. **Hands** status.acceptance and the SpeculationHealthy condition to the Controller
    (``Controller.speculation``) and queues the key, only when they changed: the reconciler's
    one status path (``Controller._write_status``) writes them together with its own
@@ -41,7 +47,9 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from .. import API_GROUP
 from ..core import acceptance as acc
+from ..core import baseline as bl
 from ..core.engines import ENGINES
+from ..core.render import CONFIG_HASH_ANNOTATION
 from . import metrics
 from . import status as st
 
@@ -77,6 +85,7 @@ class Target:
     instance: str  # the SpeculativeDeployment's name
     engine: str | None  # the pod's specdeploy.io/engine label
     url: str
+    config_hash: str | None = None  # the pod's specdeploy.io/config-hash annotation (core/render)
 
 
 def is_ready(pod: dict) -> bool:
@@ -110,8 +119,10 @@ def pod_target(pod: dict) -> Target | None:
     engine = labels.get(ENGINE_LABEL)
     path = ENGINES[engine].metrics_path if engine in ENGINES else "/metrics"
     host = f"[{ip}]" if ":" in ip else ip
+    config_hash = (meta.get("annotations") or {}).get(CONFIG_HASH_ANNOTATION)
     return Target(namespace=meta.get("namespace") or "default", name=meta.get("name") or "", uid=meta.get("uid") or "",
-                  instance=instance, engine=engine, url=f"http://{host}:{port}{path}")
+                  instance=instance, engine=engine, url=f"http://{host}:{port}{path}",
+                  config_hash=config_hash if isinstance(config_hash, str) else None)
 
 
 def _fmt_seconds(s: float) -> str:
@@ -146,6 +157,8 @@ class AcceptanceMonitor:
         self.targets: dict[tuple[str, str], Target] = {}  # (namespace, pod) -> target: the watch-fed cache
         self._prev: dict[str, tuple[str, float]] = {}  # pod uid -> (last scrape text, clock)
         self._series: dict[Key, tuple[tuple[str, ...], int]] = {}  # key -> (labels, positions) exported
+        self._settling: dict[Key, bl.Settling] = {}  # a revision's baseline being learned (in memory only)
+        self._reset_done: dict[Key, str] = {}  # the reset annotation value this process acted on
         self._unanswered: dict[Key, int] = {}  # consecutive ticks in which no pod of the key answered
         self.ticks = 0
 
@@ -164,6 +177,8 @@ class AcceptanceMonitor:
         """The SpeculativeDeployment is gone: drop its series and state."""
         self._unexport(key)
         self._unanswered.pop(key, None)
+        self._settling.pop(key, None)
+        self._reset_done.pop(key, None)
         self.controller.speculation.pop(key, None)
 
     # ------------------------------------------------------------- loop
@@ -243,6 +258,18 @@ class AcceptanceMonitor:
 
     # ------------------------------------------------------------- judging
 
+    def _baseline(self, key: Key, body: dict, prev_acc: Any) -> bl.Baseline | None:
+        """The stored baseline, or None while the reset annotation asks for a new one."""
+        stored = bl.Baseline.from_status(prev_acc.get("baseline") if isinstance(prev_acc, dict) else None)
+        token = bl.reset_token((body.get("metadata") or {}).get("annotations"))
+        baseline, news = bl.apply_reset(stored, token, self._reset_done.get(key))
+        if news:
+            assert token is not None
+            log.info("acceptance baseline of %s/%s reset by %s=%s", key[0], key[1], bl.RESET_ANNOTATION, token)
+            self._reset_done[key] = token
+            self._settling.pop(key, None)
+        return baseline
+
     async def _judge(self, key: Key, body: dict, scrapes: list[tuple[Target, str | None, str | None]]) -> None:
         spec = body.get("spec") or {}
         engine = self._engine(body)
@@ -252,16 +279,22 @@ class AcceptanceMonitor:
         labels = (key[0], key[1], engine, str(drafter))
         previous = self.controller.speculation.get(key) or _stored(body)
         prev_acc, prev_cond = previous.get("acceptance"), previous.get("condition")
+        resolved = (body.get("status") or {}).get("resolved")
+        resolved = resolved if isinstance(resolved, dict) else {}
+        revision = bl.speculation_revision(spec, resolved)
+        params = bl.params_from_spec(spec)
+        baseline = self._baseline(key, body, prev_acc)
 
         if not scrapes:
             self._unanswered.pop(key, None)
             self._unexport(key)
             if prev_cond is None:
                 return  # never judged: nothing to say (and nothing to write)
-            new = {"acceptance": None,
+            new = {"acceptance": {"baseline": baseline.to_status()} if baseline is not None else None,
                    "condition": st.speculation_unknown(st.NO_READY_PODS, "no ready engine pod to read acceptance from")}
         else:
             items: list[acc.Acceptance] = []
+            reporting: list[Target] = []
             answered = primed = 0
             errors = []
             for t, text, err in scrapes:
@@ -280,22 +313,37 @@ class AcceptanceMonitor:
                     primed += 1  # counters since the engine started: wait for a window
                     continue
                 items.append(a)
+                reporting.append(t)
             self._unanswered[key] = 0 if answered else self._unanswered.get(key, 0) + 1
             if not answered and self._unanswered[key] < SCRAPE_FAILED_TICKS:
                 return  # a missed scrape or two is no news: keep everything as it is
+            now = self.now()
             if not answered:
                 self._unexport(key)
-                new = {"acceptance": prev_acc, "condition": st.speculation_unknown(
-                    st.SCRAPE_FAILED, f"no ready engine pod's metrics answered: {'; '.join(errors)}"[:1000])}
+                new = {"acceptance": st.acceptance_status(None, 0, "", prev_acc, now, baseline=baseline),
+                       "condition": st.speculation_unknown(
+                           st.SCRAPE_FAILED, f"no ready engine pod's metrics answered: {'; '.join(errors)}"[:1000])}
             elif not items and primed:
                 return  # the first scrape of every pod with metrics: judge at the next tick
             else:
                 combined = acc.combine(items)
-                self._export(key, labels, combined)
+                want_hash = resolved.get("configHash")
+                current = all(t.config_hash == want_hash for t in reporting)
+                baseline, settling = bl.step(baseline, self._settling.get(key), combined, revision=revision,
+                                             now=self.clock(), now_text=now, params=params, current_config=current,
+                                             token=bl.reset_token((body.get("metadata") or {}).get("annotations")))
+                if settling is None:
+                    self._settling.pop(key, None)
+                else:
+                    self._settling[key] = settling
+                self._export(key, labels, combined, baseline, params.regression_fraction)
                 window = _fmt_seconds(self.interval) if combined is not None and combined.window == "interval" \
                     else (combined.window if combined is not None else _fmt_seconds(self.interval))
-                new = {"acceptance": st.acceptance_status(combined, len(items), window, prev_acc, self.now()),
-                       "condition": st.speculation_condition(combined, _min_length(spec), prev_cond)}
+                new = {"acceptance": st.acceptance_status(combined, len(items), window, prev_acc, now,
+                                                          revision=revision, baseline=baseline),
+                       "condition": st.speculation_condition(combined, _min_length(spec), prev_cond, baseline=baseline,
+                                                             revision=revision,
+                                                             regression_fraction=params.regression_fraction)}
         if new["acceptance"] == prev_acc and new["condition"] == prev_cond:
             self.controller.speculation[key] = new
             return
@@ -306,7 +354,8 @@ class AcceptanceMonitor:
 
     # ------------------------------------------------------------- metrics
 
-    def _export(self, key: Key, labels: tuple[str, ...], a: acc.Acceptance | None) -> None:
+    def _export(self, key: Key, labels: tuple[str, ...], a: acc.Acceptance | None,
+                baseline: bl.Baseline | None = None, fraction: float = bl.DEFAULT_REGRESSION_FRACTION) -> None:
         old = self._series.get(key)
         if old is not None and old[0] != labels:
             self._unexport(key)
@@ -323,6 +372,12 @@ class AcceptanceMonitor:
             metrics.ACCEPTANCE_PER_POSITION.labels(*labels, str(i)).set(r)
         for i in range(len(a.per_position), old[1] if old else 0):
             metrics.ACCEPTANCE_PER_POSITION.remove(*labels, str(i))
+        if baseline is not None:
+            metrics.ACCEPTANCE_BASELINE.labels(*labels).set(baseline.length)
+            metrics.ACCEPTANCE_REGRESSION_FRACTION.labels(*labels).set(fraction)
+        else:
+            _remove(metrics.ACCEPTANCE_BASELINE, labels)
+            _remove(metrics.ACCEPTANCE_REGRESSION_FRACTION, labels)
         self._series[key] = (labels, len(a.per_position))
 
     def _unexport(self, key: Key) -> None:
@@ -330,7 +385,15 @@ class AcceptanceMonitor:
         if old is None:
             return
         labels, n = old
-        metrics.ACCEPTANCE_LENGTH.remove(*labels)
-        metrics.ACCEPTANCE_RATE.remove(*labels)
+        for g in (metrics.ACCEPTANCE_LENGTH, metrics.ACCEPTANCE_RATE, metrics.ACCEPTANCE_BASELINE,
+                  metrics.ACCEPTANCE_REGRESSION_FRACTION):
+            _remove(g, labels)
         for i in range(n):
             metrics.ACCEPTANCE_PER_POSITION.remove(*labels, str(i))
+
+
+def _remove(gauge, labels: tuple[str, ...]) -> None:
+    try:
+        gauge.remove(*labels)
+    except KeyError:  # never set
+        pass

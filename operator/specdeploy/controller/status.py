@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from ..core import acceptance as acc
+from ..core import baseline as bl
 from ..core.findings import Finding, Severity
 
 DRAFTER_COMPATIBLE = "DrafterCompatible"
@@ -200,7 +201,7 @@ def event_for(cond: dict) -> tuple[str, str, str] | None:
 # Condition status per acceptance.health status.
 _HEALTH_STATUS = {acc.OK: True, acc.DEGRADED: False, acc.UNKNOWN: None}
 # Verdicts that new evidence (drafts) produced; NoTraffic keeps one of these as it is.
-_VERDICTS = (acc.HEALTHY, acc.COLLAPSED, acc.CLIFF)
+_VERDICTS = (acc.HEALTHY, acc.COLLAPSED, acc.REGRESSED, acc.CLIFF)
 
 
 def strip_condition(cond: dict | None) -> dict | None:
@@ -210,22 +211,25 @@ def strip_condition(cond: dict | None) -> dict | None:
 
 
 def speculation_condition(acceptance: "acc.Acceptance | None", min_length: float = acc.DEFAULT_MIN_LENGTH,
-                          previous: dict | None = None) -> dict[str, Any]:
+                          previous: dict | None = None, *, baseline: "bl.Baseline | None" = None,
+                          revision: str | None = None,
+                          regression_fraction: float = bl.DEFAULT_REGRESSION_FRACTION) -> dict[str, Any]:
     """The SpeculationHealthy condition (without times) for a deployment's combined acceptance.
 
-    - True ``Healthy``; False ``AcceptanceCollapsed`` (tau below ``min_length`` over the window)
-      or ``AcceptanceCliff`` (per-position acceptance drops to near zero after healthy positions);
-      Unknown ``NoMetrics`` (the engines export no speculative-decoding series).
+    - True ``Healthy``; False ``AcceptanceCollapsed`` (tau below ``min_length`` over the window),
+      ``AcceptanceRegressed`` (tau more than ``regression_fraction`` below ``baseline``: see
+      core/baseline.py) or ``AcceptanceCliff`` (per-position acceptance drops to near zero after
+      healthy positions); Unknown ``NoMetrics`` (the engines export no speculative-decoding series).
     - No traffic (no drafts in the window) is no evidence either way: the previous verdict
-      (Healthy, AcceptanceCollapsed, AcceptanceCliff) stays as it is, so an idle engine
-      neither flaps nor causes writes; without one it is Unknown ``NoTraffic``.
+      (Healthy, AcceptanceCollapsed, AcceptanceRegressed, AcceptanceCliff) stays as it is, so an
+      idle engine neither flaps nor causes writes; without one it is Unknown ``NoTraffic``.
     """
-    h = acc.health(acceptance, min_length)
+    h, message = bl.judge(acceptance, min_length, baseline, revision=revision, fraction=regression_fraction)
     prev = strip_condition(previous)
     if h.reason == acc.NO_TRAFFIC and prev is not None and prev.get("type") == SPECULATION_HEALTHY \
             and prev.get("reason") in _VERDICTS:
         return prev
-    return _cond(SPECULATION_HEALTHY, _HEALTH_STATUS[h.status], h.reason, acc.health_message(acceptance, min_length))
+    return _cond(SPECULATION_HEALTHY, _HEALTH_STATUS[h.status], h.reason, message)
 
 
 def speculation_unknown(reason: str, message: str) -> dict[str, Any]:
@@ -240,22 +244,38 @@ def _round(x: float | None, digits: int = 2) -> float | None:
 
 
 def acceptance_status(acceptance: "acc.Acceptance | None", pods_reporting: int, window: str,
-                      previous: dict | None, now: str) -> dict[str, Any] | None:
+                      previous: dict | None, now: str, *, revision: str | None = None,
+                      baseline: "bl.Baseline | None" = None) -> dict[str, Any] | None:
     """status.acceptance for a combined acceptance: figures rounded to 2 decimals (what counts
-    as a change), ``sampledAt`` moved only when a figure (or the pods reporting, or the window)
-    changed, so unchanged figures cause no status write. Without figures (no metrics, no traffic)
-    the previous figures stay; None when there never were any."""
+    as a change), ``sampledAt`` moved only when a figure (or the pods reporting, the window or
+    the revision) changed, so unchanged figures cause no status write. Without figures (no
+    metrics, no traffic) the previous figures stay. ``baseline`` (core/baseline.py) is written
+    as given: None drops it. None when there is nothing at all."""
+    previous = previous if isinstance(previous, dict) else None
+    base = {"baseline": baseline.to_status()} if baseline is not None else {}
     if acceptance is None or acceptance.length is None:
+        figures = {k: v for k, v in (previous or {}).items() if k != "baseline"}
+    else:
+        figures = {"length": _round(acceptance.length), "rate": _round(acceptance.rate),
+                   "perPosition": [_round(x) for x in acceptance.per_position],
+                   "window": window, "podsReporting": int(pods_reporting), "revision": revision}
+        figures = {k: v for k, v in figures.items() if v is not None}
+        old = {k: v for k, v in (previous or {}).items() if k not in ("sampledAt", "baseline")}
+        if previous is not None and old == figures and previous.get("sampledAt"):
+            figures["sampledAt"] = previous["sampledAt"]
+        else:
+            figures["sampledAt"] = now
+    out = {**figures, **base}
+    if previous is not None and out == previous:
         return previous
-    out: dict[str, Any] = {"length": _round(acceptance.length), "rate": _round(acceptance.rate),
-                           "perPosition": [_round(x) for x in acceptance.per_position],
-                           "window": window, "podsReporting": int(pods_reporting)}
-    out = {k: v for k, v in out.items() if v is not None}
-    if isinstance(previous, dict) and {k: v for k, v in previous.items() if k != "sampledAt"} == out \
-            and previous.get("sampledAt"):
-        return previous
-    out["sampledAt"] = now
-    return out
+    return out or None
+
+
+def merge_patch_of(current: Any, desired: dict[str, Any]) -> dict[str, Any]:
+    """A JSON merge patch that turns ``current`` into ``desired`` (one level deep): keys of
+    ``current`` that ``desired`` lacks are sent as null (e.g. a reset ``baseline``)."""
+    gone = {k: None for k in (current if isinstance(current, dict) else {}) if k not in desired}
+    return {**gone, **desired}
 
 
 def accepted_findings(o: Observation) -> list[dict[str, str]] | None:

@@ -19,10 +19,12 @@ import asyncio
 import base64
 import binascii
 import collections
+import dataclasses
 import gc
 import json
 import logging
 import os
+import re
 import ssl
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +32,7 @@ from typing import Any
 from aiohttp import web
 
 from ..api.types import SpeculativeDeploymentSpec
+from ..core import safejson
 from . import admission, certs
 from .admission import Configs, ConfigsUnavailable
 from .kube import Kube, KubeError
@@ -156,9 +159,9 @@ class OperatorConfigs:
         else:
             raise ConfigsUnavailable(f"{where} (spec.{role}.configFrom.configMapKeyRef.key) is missing")
         try:
-            doc = json.loads(text)
-        except (ValueError, TypeError, RecursionError):
-            raise ConfigsUnavailable(f"{where} is not valid JSON") from None
+            doc = safejson.loads(text)  # the reconciler's limits (depth 64, 8 MiB): the same answer in both
+        except (ValueError, TypeError) as e:
+            raise ConfigsUnavailable(f"{where} is not valid JSON ({str(e).split(':')[0][:60]})") from None
         if ident is not None:
             self._parsed[ident] = doc
             if len(self._parsed) > self._parsed_max:
@@ -183,11 +186,92 @@ class OperatorConfigs:
 # ----------------------------------------------------------------- the HTTPS server
 
 
+@dataclass(frozen=True)
+class ServerLimits:
+    """What one client may hold of the webhook server (docs/concepts/security.md, "Webhook server limits").
+
+    The API server sends a whole review at once and waits ``timeoutSeconds`` (default 5, at most 30)
+    for the answer, so every limit is generous for it and short for a client that trickles bytes."""
+
+    header_timeout: float = 10.0  # TLS handshake, and each request's headers from their first byte
+    body_timeout: float = 10.0  # the whole body, from the end of the headers
+    idle_timeout: float = 60.0  # a connection with no request in progress (kept alive or never used)
+    max_body: int = MAX_BODY  # larger bodies: a refusal with the review's uid when readable, else HTTP 413
+    max_connections: int = 128  # open connections; the next one is closed at once
+    max_concurrent_reviews: int = 16  # reviews checked at once; the others wait their turn
+
+
+UID_PREFIX = 64 << 10  # how much of an oversized body is read to find the review's uid
+DRAIN_MAX = 16 << 20  # beyond the limit, read and dropped before answering; more: answered and closed
+_REQUEST_UID = re.compile(rb'"request"\s*:\s*\{.*?"uid"\s*:\s*"([A-Za-z0-9._:-]{1,128})"', re.S)
+
+
+def uid_from_prefix(data: bytes) -> str:
+    """The review's ``request.uid`` from the start of a body too large to parse, or "" when not found there."""
+    m = _REQUEST_UID.search(data)
+    return m.group(1).decode("ascii") if m else ""
+
+
+class _LimitedHandler(web.RequestHandler):
+    """aiohttp's connection handler plus a header deadline and a connection cap.
+
+    aiohttp closes a connection whose handler waits for a request longer than ``keepalive_timeout``
+    (counted from the connection's start and from each response), which is our idle timeout; it has
+    no deadline for headers that arrive a byte at a time, so each request's headers get one here."""
+
+    def __init__(self, manager: "_LimitedServer", **kwargs: Any):
+        super().__init__(manager, **kwargs)
+        self._limits = manager.limits
+        self._header_deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        manager = self._manager
+        super().connection_made(transport)
+        if manager is not None and len(manager.connections) > self._limits.max_connections:
+            log.warning("webhook: closing a connection: %d are open (limit %d)", len(manager.connections) - 1,
+                        self._limits.max_connections)
+            self.force_close()
+
+    def data_received(self, data: bytes) -> None:
+        before = self._request_count
+        super().data_received(data)
+        if self._request_count != before:  # a request's headers are complete
+            self._disarm()
+        elif (self._header_deadline is None and self._current_request is None and not self._messages
+              and not self._force_close and not self._close):  # the first bytes of a request's headers
+            self._header_deadline = self._loop.call_later(self._limits.header_timeout, self._headers_late)
+
+    def _headers_late(self) -> None:
+        self._header_deadline = None
+        if self._current_request is None and not self._messages:
+            log.info("webhook: closing a connection whose request headers took over %ss", self._limits.header_timeout)
+            self.force_close()
+
+    def _disarm(self) -> None:
+        if self._header_deadline is not None:
+            self._header_deadline.cancel()
+            self._header_deadline = None
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+
+class _LimitedServer(web.Server):
+    def __init__(self, handler: Any, limits: ServerLimits, **kwargs: Any):
+        super().__init__(handler, **kwargs)
+        self.limits = limits
+        self._handler_kwargs = kwargs
+
+    def __call__(self) -> _LimitedHandler:
+        return _LimitedHandler(self, loop=self._loop, **self._handler_kwargs)
+
+
 class WebhookServer:
     """POST /validate and /mutate (AdmissionReview v1), GET /healthz; HTTPS with the given context."""
 
     def __init__(self, *, lookup: Any, ssl_context: ssl.SSLContext | None, addr: str = "", port: int = DEFAULT_PORT,
-                 max_body: int = MAX_BODY):
+                 max_body: int | None = None, limits: ServerLimits | None = None):
         self.lookup = lookup
         from ..core.policy import POLICY_ENV, TenancyPolicy
 
@@ -195,62 +279,105 @@ class WebhookServer:
         self.ssl_context = ssl_context
         self.addr = addr
         self.port = port
-        self.max_body = max_body
-        self._runner: web.AppRunner | None = None
+        limits = limits or ServerLimits()
+        if max_body is not None:
+            limits = dataclasses.replace(limits, max_body=max_body)
+        self.limits = limits
+        self.max_body = limits.max_body
+        self._reviews = asyncio.Semaphore(limits.max_concurrent_reviews)
+        self._web: _LimitedServer | None = None
+        self._server: asyncio.AbstractServer | None = None
 
-    def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.max_body)
-        app.add_routes([
-            web.post("/validate", self._validate),
-            web.post("/mutate", self._mutate),
-            web.get("/healthz", self._healthz),
-        ])
-        return app
+    async def _dispatch(self, request: web.BaseRequest) -> web.StreamResponse:
+        route = {"/validate": "validate", "/mutate": "mutate"}.get(request.path)
+        if route is not None:
+            if request.method != "POST":
+                return web.Response(status=405, headers={"Allow": "POST"})
+            return await self._handle(request, route)
+        if request.path == "/healthz":
+            return web.Response(text="ok")
+        return web.Response(status=404, text="not found: the webhooks are POST /validate and POST /mutate")
 
-    async def _validate(self, request: web.Request) -> web.Response:
-        return await self._handle(request, "validate")
+    async def _read_body(self, request: web.BaseRequest) -> tuple[bytes, bool, bool]:
+        """(body, too_large, whole body read). Of a body over the limit only the first UID_PREFIX bytes are kept;
+        the rest is read and dropped up to DRAIN_MAX more (so the client gets the answer before the connection
+        closes), and not read at all beyond that."""
+        limit = self.limits.max_body
+        declared = request.content_length
+        if declared is not None and declared > limit + DRAIN_MAX:  # only until the uid shows (or UID_PREFIX)
+            data = b""
+            while len(data) < UID_PREFIX and not uid_from_prefix(data):
+                more = await request.content.readany()
+                if not more:
+                    break
+                data += more
+            return data[:UID_PREFIX], True, False
+        chunks: list[bytes] = []
+        got = 0
+        while True:
+            chunk = await request.content.readany()
+            if not chunk:
+                break
+            if got <= limit:
+                chunks.append(chunk)
+            got += len(chunk)
+            if got > limit + DRAIN_MAX:
+                return b"".join(chunks)[:UID_PREFIX], True, False
+        data = b"".join(chunks)
+        if got > limit:
+            return data[:UID_PREFIX], True, True
+        return data, False, True
 
-    async def _mutate(self, request: web.Request) -> web.Response:
-        return await self._handle(request, "mutate")
-
-    async def _healthz(self, request: web.Request) -> web.Response:
-        return web.Response(text="ok")
-
-    async def _handle(self, request: web.Request, webhook: str) -> web.Response:
+    async def _handle(self, request: web.BaseRequest, webhook: str) -> web.StreamResponse:
         try:
-            raw = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            resp = admission.malformed("", f"the request body exceeds {self.max_body} bytes")
+            raw, too_large, whole = await asyncio.wait_for(self._read_body(request), self.limits.body_timeout)
+        except asyncio.TimeoutError:
+            log.info("%s: closing a connection whose body took over %ss", webhook, self.limits.body_timeout)
+            resp = web.Response(status=408, text=f"the request body did not arrive within {self.limits.body_timeout}s")
+            resp.force_close()
+            return resp
         except Exception as e:  # noqa: BLE001 - a broken upload is the client's problem: answer, do not 500
-            resp = admission.malformed("", f"the request body could not be read ({type(e).__name__})")
-        else:
-            resp = await admission.areview(raw, configs_lookup=self.lookup, webhook=webhook, policy=self.policy)
-        r = resp.get("response") or {}
+            doc = admission.malformed("", f"the request body could not be read ({type(e).__name__})")
+            return web.Response(body=json.dumps(doc).encode(), content_type="application/json")
+        if too_large:
+            uid = uid_from_prefix(raw)
+            log.info("%s: refused review %s: body over %d bytes", webhook, uid or "-", self.limits.max_body)
+            msg = f"the request body exceeds {self.limits.max_body} bytes"
+            if not uid:  # nothing to answer an AdmissionReview with: plain HTTP
+                resp = web.Response(status=413, text=msg)
+            else:
+                doc = admission.too_large(uid, msg)
+                resp = web.Response(body=json.dumps(doc).encode(), content_type="application/json")
+            if not whole:
+                resp.force_close()  # the rest of the body is not read: the connection cannot be reused
+            return resp
+        async with self._reviews:
+            doc = await admission.areview(raw, configs_lookup=self.lookup, webhook=webhook, policy=self.policy)
+        r = doc.get("response") or {}
         if not r.get("allowed"):
             log.info("%s: refused review %s: %s", webhook, r.get("uid") or "-",
                      ((r.get("status") or {}).get("message") or "").splitlines()[0][:200])
-        return web.Response(body=json.dumps(resp).encode(), content_type="application/json")
+        return web.Response(body=json.dumps(doc).encode(), content_type="application/json")
 
     async def start(self) -> None:
-        runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
-        await runner.setup()
-        site = web.TCPSite(runner, self.addr or None, self.port, ssl_context=self.ssl_context, reuse_address=True,
-                           backlog=256)
-        try:
-            await site.start()
-        except BaseException:
-            await runner.cleanup()
-            raise
-        self._runner = runner
+        lim = self.limits
+        web_server = _LimitedServer(self._dispatch, lim, access_log=None, keepalive_timeout=lim.idle_timeout,
+                                    lingering_time=0)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            web_server, self.addr or None, self.port, ssl=self.ssl_context, backlog=256, reuse_address=True,
+            ssl_handshake_timeout=lim.header_timeout if self.ssl_context is not None else None)
+        self._web = web_server
         if not self.port:  # port 0: pick up the one the OS chose
-            server = site._server  # noqa: SLF001 - aiohttp exposes no public accessor
-            if server is not None and server.sockets:
-                self.port = server.sockets[0].getsockname()[1]
+            self.port = self._server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        if self._server is not None:
+            self._server.close()
+            assert self._web is not None
+            await self._web.shutdown(2.0)
+            await self._server.wait_closed()
+            self._server = self._web = None
 
 
 # ----------------------------------------------------------------- runtime: TLS upkeep + server

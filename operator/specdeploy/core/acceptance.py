@@ -58,6 +58,15 @@ SGLANG_DP_LABEL = "dp_rank"
 SGLANG_GENERATION_TOKENS = "sglang:generation_tokens_total"
 SGLANG_REQUESTS_RUNNING = "sglang:num_running_reqs"
 
+# The operator's own acceptance gauges (controller/metrics.py registers them; the rules and
+# dashboards read them): the acceptance monitor's figures per SpeculativeDeployment.
+OP_LABELS = ("namespace", "deployment", "engine", "drafter")
+OP_LENGTH = "specdeploy_acceptance_length"
+OP_RATE = "specdeploy_acceptance_rate"
+OP_PER_POSITION = "specdeploy_acceptance_per_position"  # + label position
+OP_BASELINE = "specdeploy_acceptance_baseline_length"
+OP_REGRESSION_FRACTION = "specdeploy_acceptance_regression_fraction"
+
 # ----------------------------------------------------------------- health thresholds
 DEFAULT_MIN_LENGTH = 1.5  # tau below this: AcceptanceCollapsed
 CLIFF_HIGH = 0.30  # a position at or above this is "healthy"
@@ -66,6 +75,7 @@ CLIFF_LOW = 0.05  # a position below this is "near zero"
 # Health reasons (also the `reason` of the SpeculationHealthy condition).
 HEALTHY = "Healthy"
 COLLAPSED = "AcceptanceCollapsed"
+REGRESSED = "AcceptanceRegressed"  # tau below the deployment's baseline (core/baseline.py)
 CLIFF = "AcceptanceCliff"
 NO_METRICS = "NoMetrics"
 NO_TRAFFIC = "NoTraffic"
@@ -460,7 +470,7 @@ def combine(items: Iterable[Acceptance | None]) -> Acceptance | None:
 
 class Health(NamedTuple):
     status: str  # Healthy | Degraded | Unknown
-    reason: str  # Healthy | AcceptanceCollapsed | AcceptanceCliff | NoMetrics | NoTraffic
+    reason: str  # Healthy | AcceptanceCollapsed | AcceptanceRegressed | AcceptanceCliff | NoMetrics | NoTraffic
 
 
 def cliff_position(per_position: Iterable[float], high: float = CLIFF_HIGH, low: float = CLIFF_LOW) -> int | None:

@@ -11,6 +11,9 @@
 
 Modes (``set_mode`` changes it while serving):
 - ``healthy``:   per-position acceptance a^(k+1) with a = 0.75: tau ~ 3.96 for 15 draft tokens;
+- ``regressed``: a = 0.5: tau ~ 1.99, above the collapse floor but half the healthy tau (a
+                 drafter or engine change that costs acceptance: ids shifted by one on a drafter
+                 that still reads a useful layer);
 - ``collapsed``: a = 0.05: tau ~ 1.05 (a wrong target_layer_ids, stale prefix-cache drafts);
 - ``cliff``:     0.9^(k+1) for the first 4 positions, then 0.01: tau ~ 4.2 but a cliff
                  after position 3 (SGLang exports no per-position rates: only tau shows);
@@ -48,7 +51,7 @@ from prometheus_client.utils import floatToGoString
 from ..core import acceptance as acc
 from .metrics_server import PROMETHEUS_TEXT, MetricsServer
 
-MODES = ("healthy", "collapsed", "cliff", "none")
+MODES = ("healthy", "regressed", "collapsed", "cliff", "none")
 CONTENT_TYPE = PROMETHEUS_TEXT
 
 
@@ -111,6 +114,8 @@ def position_rates(mode: str, num_spec_tokens: int) -> list[float]:
     """Per-position acceptance rates (cumulative, non-increasing) of a mode."""
     if mode == "healthy":
         return [0.75 ** (k + 1) for k in range(num_spec_tokens)]
+    if mode == "regressed":
+        return [0.5 ** (k + 1) for k in range(num_spec_tokens)]
     if mode == "collapsed":
         return [0.05 ** (k + 1) for k in range(num_spec_tokens)]
     if mode == "cliff":

@@ -8,7 +8,8 @@ dashboard sidecar watches for).
 - ``speculative-decoding`` (uid ``specdeploy-acceptance``): acceptance length over time per
   deployment, acceptance rate, the per-position acceptance heatmap and bars, draft vs
   accepted tokens per second, drafts per second, SGLang's raw gauges by rank, speculation
-  alerts (pending and firing). Reads only the ``specdeploy:*`` vocabulary of ``rules.py``,
+  alerts (pending and firing), tau against the learned baseline and its regression threshold,
+  and the operator's tau / baseline ratio. Reads only the ``specdeploy:*`` vocabulary of ``rules.py``,
   so one dashboard serves vLLM and SGLang deployments.
 - ``engines`` (uid ``specdeploy-engines``): generation throughput, time to first token and
   inter-token latency (p50/p95 from the engines' histograms), running and waiting
@@ -33,6 +34,7 @@ import json
 from typing import Any, Callable
 
 from ..core import acceptance as acc
+from ..core import baseline as bl
 from . import rules as R
 
 DASHBOARDS_DIR = "charts/specdeploy/files/dashboards"
@@ -183,6 +185,21 @@ def build_acceptance_dashboard() -> dict:
                [_target('ALERTS{alertname=~"Speculative.*|Specdeploy.*"}',
                         "{{alertname}} {{alertstate}} {{namespace}}/{{job}}", format="table", instant=True)],
                12, 24, kind="table"),
+        _panel(9, "Acceptance length vs baseline",
+               "tau (engines, 5m) against the baseline the deployment settled at (status.acceptance.baseline, "
+               "exported by the operator) and the regression threshold, baseline x (1 - "
+               f"spec.monitoring.regressionFraction). tau under the threshold for 10m fires {R.A_REGRESSED}; "
+               "after a drafter, engine or speculation change the baseline of the previous revision stays until the "
+               "new one settles within the fraction, so a change that costs acceptance shows here as a gap.",
+               [_target(f"{R.LENGTH}{{{SEL}}}", "{{namespace}}/{{job}} tau"),
+                _target(f"{R.BASELINE}{{{SEL}}}", "{{namespace}}/{{job}} baseline", "B"),
+                _target(f"{R.REGRESSION_THRESHOLD}{{{SEL}}}", "{{namespace}}/{{job}} regression threshold", "C")],
+               0, 32),
+        _panel(10, "Acceptance length / baseline (operator)",
+               "The operator's tau over its baseline, what the regression alert compares with 1 - "
+               "spec.monitoring.regressionFraction (0.75 by default): 1 = as learned.",
+               [_target(f"{R.BASELINE_RATIO}{{{SEL}}}", "{{namespace}}/{{job}}")], 12, 32, unit="percentunit",
+               thresholds=[("red", None), ("orange", 1 - bl.DEFAULT_REGRESSION_FRACTION), ("green", 0.9)]),
     ]
     return _dashboard(UID, "specdeploy / Speculative decoding",
                       "Speculative-decoding acceptance of SpeculativeDeployments (vLLM and SGLang), from the "

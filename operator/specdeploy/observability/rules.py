@@ -22,6 +22,16 @@ vLLM: rates of the counters over 5m, summed over every label but the aggregation
 averaged over 5m, averaged over tensor/pipeline/expert ranks within one (pod, dp_rank),
 then averaged with equal weight over DP ranks and pods (gauges carry no draft counts).
 
+Regression against the learned baseline (core/baseline.py) reads the operator's own gauges,
+so Prometheus and ``status`` compare the same numbers (labels ``namespace, deployment,
+engine, drafter``, plus ``job="<namespace>/<deployment>"``, the PodMonitor's job, so the
+dashboards select them like the engines' series):
+
+- ``specdeploy:acceptance_baseline:length``             the baseline tau
+- ``specdeploy:acceptance_regression_threshold:length`` baseline x (1 - regressionFraction):
+                                                        tau below it is ``AcceptanceRegressed``
+- ``specdeploy:acceptance_length_over_baseline:ratio``  tau / baseline (1 = as learned)
+
 Thresholds are recording rules of their own (group ``specdeploy.thresholds``, each
 ``vector(<number>)``): the chart renders that group from values, everything else is
 embedded verbatim.
@@ -48,6 +58,9 @@ DRAFTS = "specdeploy:spec_drafts:rate5m"
 DRAFT_TOKENS = "specdeploy:spec_draft_tokens:rate5m"
 ACCEPTED = "specdeploy:spec_accepted_tokens:rate5m"
 ACCEPTED_PER_POSITION = "specdeploy:spec_accepted_tokens_per_position:rate5m"
+BASELINE = "specdeploy:acceptance_baseline:length"
+BASELINE_RATIO = "specdeploy:acceptance_length_over_baseline:ratio"
+REGRESSION_THRESHOLD = "specdeploy:acceptance_regression_threshold:length"
 T_MIN_LENGTH = "specdeploy:threshold:acceptance_min_length"
 T_CLIFF_HIGH = "specdeploy:threshold:cliff_high"
 T_CLIFF_LOW = "specdeploy:threshold:cliff_low"
@@ -57,15 +70,17 @@ G_THRESHOLDS = "specdeploy.thresholds"
 G_VLLM = "specdeploy.acceptance.vllm"
 G_SGLANG = "specdeploy.acceptance.sglang"
 G_CLIFF = "specdeploy.acceptance.cliff"
+G_REGRESSION = "specdeploy.acceptance.regression"
 G_ALERTS = "specdeploy.alerts"
 
 # Alert names.
 A_COLLAPSED = "SpeculativeAcceptanceCollapsed"
 A_CLIFF = "SpeculativeAcceptanceCliff"
+A_REGRESSED = "SpecdeployAcceptanceRegressed"
 A_MISSING = "SpeculativeMetricsMissing"
 A_OPERATOR_DOWN = "SpecdeployOperatorDown"
 A_NO_LEADER = "SpecdeployOperatorNoLeader"
-ALERTS = (A_COLLAPSED, A_CLIFF, A_MISSING, A_OPERATOR_DOWN, A_NO_LEADER)
+ALERTS = (A_COLLAPSED, A_REGRESSED, A_CLIFF, A_MISSING, A_OPERATOR_DOWN, A_NO_LEADER)
 LEADER_METRIC = "specdeploy_leader"  # controller/metrics.py LEADER
 
 
@@ -93,6 +108,7 @@ class RuleParams:
     window: str = "5m"  # the record names say 5m: change both together
     collapse_for: str = "10m"
     cliff_for: str = "10m"
+    regression_for: str = "10m"
     missing_for: str = "15m"
     operator_down_for: str = "5m"
     no_leader_for: str = field(default_factory=_no_leader_for)
@@ -173,6 +189,34 @@ def cliff_group(p: RuleParams) -> dict:
     return {"name": G_CLIFF, "rules": [{"record": CLIFF, "expr": cliff_expr(p)}]}
 
 
+OP_KEY = ", ".join(acc.OP_LABELS)
+
+
+def _op(metric: str) -> str:
+    """An operator gauge by deployment (max: one operator exports it; a second scrape of the
+    same registry, e.g. two Prometheus jobs, must not double it)."""
+    return f"max by ({OP_KEY}) ({metric})"
+
+
+def _job(expr: str) -> str:
+    """``job="<namespace>/<deployment>"`` added: the PodMonitor's job label for the same deployment."""
+    return f'label_join({expr}, "job", "/", "namespace", "deployment")'
+
+
+def regression_group(p: RuleParams) -> dict:
+    return {"name": G_REGRESSION, "rules": [
+        {"record": BASELINE, "expr": _job(_op(acc.OP_BASELINE))},
+        {"record": REGRESSION_THRESHOLD,
+         "expr": _job(f"{_op(acc.OP_BASELINE)} * (1 - {_op(acc.OP_REGRESSION_FRACTION)})")},
+        {"record": BASELINE_RATIO, "expr": _job(f"{_op(acc.OP_LENGTH)} / {_op(acc.OP_BASELINE)}")},
+    ]}
+
+
+def regression_expr(p: RuleParams) -> str:
+    """tau / baseline < 1 - regressionFraction: core/baseline.regressed, per deployment."""
+    return f"{BASELINE_RATIO} < on ({OP_KEY}) group_left () (1 - {_op(acc.OP_REGRESSION_FRACTION)})"
+
+
 def missing_expr(p: RuleParams) -> str:
     """Engine pods that export their ordinary metrics but no speculative-decoding signal:
     vLLM without the drafts counter, or generating tokens while not drafting; SGLang
@@ -216,6 +260,19 @@ def alert_group(p: RuleParams) -> dict:
                              f"{p.collapse_for}: the drafter's tokens are almost never accepted. Output is "
                              "still correct, only the speed-up is lost."),
              "runbook_url": _runbook(p, "acceptance-collapsed")}},
+        {"alert": A_REGRESSED,
+         "expr": regression_expr(p),
+         "for": p.regression_for, "labels": dict(labels),
+         "annotations": {
+             "summary": ("Speculative acceptance regressed on {{ $labels.namespace }}/{{ $labels.deployment }}"),
+             "description": ("Acceptance length on {{ $labels.namespace }}/{{ $labels.deployment }} "
+                             "({{ $labels.engine }}, drafter {{ $labels.drafter }}) is {{ $value | printf \"%.2f\" }} "
+                             "times the baseline it settled at (status.acceptance.baseline), below 1 - "
+                             f"spec.monitoring.regressionFraction for {p.regression_for}. Likely causes: a drafter, engine or "
+                             "speculation change (e.g. target_layer_ids shifted by one), or traffic that drafts worse; "
+                             "output is still correct, only speed is lost. SpeculationHealthy says "
+                             "AcceptanceRegressed with both numbers."),
+             "runbook_url": _runbook(p, "acceptance-regressed")}},
         {"alert": A_CLIFF,
          "expr": CLIFF,
          "for": p.cliff_for, "labels": dict(labels),
@@ -260,7 +317,7 @@ def alert_group(p: RuleParams) -> dict:
 
 def build_groups(params: RuleParams | None = None) -> list[dict[str, Any]]:
     p = params or RuleParams()
-    return [threshold_group(p), vllm_group(p), sglang_group(p), cliff_group(p), alert_group(p)]
+    return [threshold_group(p), vllm_group(p), sglang_group(p), cliff_group(p), regression_group(p), alert_group(p)]
 
 
 class _Dumper(yaml.SafeDumper):

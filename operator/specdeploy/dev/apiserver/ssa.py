@@ -45,6 +45,7 @@ _STRIPPED_META = {"name", "namespace", "uid", "resourceVersion", "generation", "
 
 # ------------------------------------------------------------------------------------------ types
 
+_MISS = object()
 ATOMIC, STRUCT, MAP, LIST_MAP, LIST_SET, SCALAR, UNTYPED = "atomic", "struct", "map", "listmap", "set", "scalar", "untyped"
 
 
@@ -55,8 +56,23 @@ class Types:
         self.root = root
         self.defs = defs or {}
         self.status_sub = status_sub
+        # per schema node (by id: the schemas live as long as this view): resolved references,
+        # element kinds, field lookups; computing them is most of a field set's cost
+        self._resolved: dict[int, JSON | None] = {}
+        self._kinds: dict[int, str] = {}
+        self._fields: dict[tuple[int, str], tuple[JSON | None, bool]] = {}
+        self._keep: list[Any] = []
 
     def resolve(self, schema: Any) -> JSON | None:
+        if not isinstance(schema, dict):
+            return None
+        hit = self._resolved.get(id(schema), _MISS)
+        if hit is _MISS:
+            hit = self._resolved[id(schema)] = self._resolve(schema)
+            self._keep.append(schema)
+        return hit
+
+    def _resolve(self, schema: Any) -> JSON | None:
         for _ in range(20):
             if not isinstance(schema, dict):
                 return None
@@ -71,6 +87,13 @@ class Types:
     def kind(self, schema: JSON | None) -> str:
         if schema is None:
             return UNTYPED
+        hit = self._kinds.get(id(schema))
+        if hit is None:
+            hit = self._kinds[id(schema)] = self._kind(schema)
+            self._keep.append(schema)
+        return hit
+
+    def _kind(self, schema: JSON) -> str:
         if schema.get("x-kubernetes-int-or-string") or schema.get("format") in ("int-or-string", "quantity"):
             return SCALAR
         t = schema.get("type")
@@ -93,6 +116,14 @@ class Types:
         """The schema of a map's key, and whether the key is a declared struct field."""
         if schema is None:
             return None, False
+        k = (id(schema), key)
+        hit = self._fields.get(k)
+        if hit is None:
+            hit = self._fields[k] = self._field(schema, key)
+            self._keep.append(schema)
+        return hit
+
+    def _field(self, schema: JSON, key: str) -> tuple[JSON | None, bool]:
         props = schema.get("properties")
         if isinstance(props, dict) and key in props:
             return self.resolve(props[key]), True
@@ -128,7 +159,12 @@ def _item_pe(schema: JSON | None, kind: str, item: Any, index: int) -> str:
 
 def field_set(obj: JSON, types: Types, sub: str | None = None) -> FieldSet:
     """``typed.ToFieldSet`` of an object, less the paths the server never tracks or the subresource resets."""
-    out: FieldSet = set()
+    return set(field_values(obj, types, sub))
+
+
+def field_values(obj: JSON, types: Types, sub: str | None = None) -> dict[Path, Any]:
+    """The member paths of an object with the value at each (what ``field_set`` and ``compare`` use)."""
+    out: dict[Path, Any] = {}
     root = types.resolve(types.root)
     for key, value in obj.items():
         if key in ("apiVersion", "kind") or not _tracked(types, key, sub):
@@ -153,18 +189,15 @@ def _tracked(types: Types, key: str, sub: str | None) -> bool:
     return not (key == "status" and types.status_sub)
 
 
-def _walk(value: Any, schema: JSON | None, types: Types, path: Path, out: FieldSet, declared: bool) -> None:
+def _walk(value: Any, schema: JSON | None, types: Types, path: Path, out: dict[Path, Any], declared: bool) -> None:
     kind = types.kind(schema) if schema is not None else UNTYPED
     if kind == UNTYPED:
         kind = _untyped_kind(value)
-    if not declared:
-        out.add(path)
+    if not declared or value is None or kind in (SCALAR, ATOMIC) or not isinstance(value, (dict, list)) or not value:
+        out[path] = value
     if value is None or kind in (SCALAR, ATOMIC) or not isinstance(value, (dict, list)):
-        out.add(path)
         return
     if isinstance(value, dict):
-        if not value:
-            out.add(path)
         for key, child in value.items():
             if kind == STRUCT:
                 cs, cdecl = types.field(schema, key)
@@ -173,12 +206,12 @@ def _walk(value: Any, schema: JSON | None, types: Types, path: Path, out: FieldS
             _walk(child, cs, types, path + (f"f:{key}",), out, cdecl)
         return
     if kind not in (LIST_MAP, LIST_SET):
-        out.add(path)
+        out[path] = value
         return
     elem = types.items(schema)
     for i, item in enumerate(value):
         p = path + (_item_pe(schema, kind, item, i),)
-        out.add(p)
+        out[p] = item
         if kind == LIST_MAP and isinstance(item, dict):
             for key, child in item.items():
                 cs, cdecl = types.field(elem, key)
@@ -322,36 +355,15 @@ def remove(obj: Any, path: Path, schema: JSON | None, types: Types) -> None:
             remove(obj[i], rest, types.items(schema), types)
 
 
-def value_at(obj: Any, path: Path, schema: JSON | None, types: Types) -> tuple[bool, Any]:
-    cur, sch = obj, schema
-    for pe in path:
-        if isinstance(cur, dict) and pe.startswith("f:"):
-            if pe[2:] not in cur:
-                return False, None
-            kind = types.kind(sch) if sch is not None else UNTYPED
-            sch = types.field(sch, pe[2:])[0] if kind == STRUCT else _map_elem(types, sch)
-            cur = cur[pe[2:]]
-        elif isinstance(cur, list):
-            kind = types.kind(sch) if sch is not None else ATOMIC
-            idx = _index(cur, sch, kind) if kind in (LIST_MAP, LIST_SET) else {}
-            if pe not in idx:
-                return False, None
-            cur, sch = cur[idx[pe]], types.items(sch)
-        else:
-            return False, None
-    return True, cur
-
-
-def compare(old: JSON, new: JSON, old_set: FieldSet, new_set: FieldSet, types: Types) -> tuple[FieldSet, FieldSet, FieldSet]:
-    """(added, modified, removed) between two objects, over their member paths (``typed.Compare``)."""
-    added = new_set - old_set
-    removed = old_set - new_set
-    root = types.resolve(types.root)
+def compare(old: dict[Path, Any], new: dict[Path, Any]) -> tuple[FieldSet, FieldSet, FieldSet]:
+    """(added, modified, removed) between the member values of two objects (``typed.Compare``): a
+    member whose value differs is modified unless it is a map or list item with members below it."""
+    added = set(new) - set(old)
+    removed = set(old) - set(new)
     modified = set()
-    for p in old_set & new_set:
-        _, a = value_at(old, p, root, types)
-        _, b = value_at(new, p, root, types)
-        if a != b and not (isinstance(a, (dict, list)) and isinstance(b, (dict, list)) and _has_children(p, new_set)):
+    for p in set(old) & set(new):
+        a, b = old[p], new[p]
+        if a != b and not (isinstance(a, (dict, list)) and isinstance(b, (dict, list)) and _has_children(p, new)):
             modified.add(p)
     return added, modified, removed
 
@@ -398,11 +410,12 @@ class Managers:
 def update_managers(managers: Managers, me: tuple, old: JSON, new: JSON, types: Types, sub: str | None,
                     force: bool, applied_set: FieldSet | None = None) -> None:
     """``Updater.update``: conflicts (raised unless forced), removals, and the writer's own set."""
-    if old is new or old == new:
-        added = modified = removed = set()
+    others = any(mid != me for mid in managers.entries)
+    if old is new or old == new or (applied_set is not None and not others):
+        added = modified = removed = set()  # nothing changed, or no other manager to compare for
     else:
-        old_set, new_set = field_set(old, types, sub) if old else set(), field_set(new, types, sub)
-        added, modified, removed = compare(old, new, old_set, new_set, types)
+        added, modified, removed = compare(field_values(old, types, sub) if old else {},
+                                           field_values(new, types, sub))
     changed = added | modified
     conflicts: dict[tuple, FieldSet] = {}
     for mid, (meta, paths) in managers.entries.items():
