@@ -286,7 +286,7 @@ def cmd_operator_run(args: argparse.Namespace) -> int:
                             ("--webhook-service", args.webhook_service),
                             ("--webhook-configuration", args.webhook_configuration)) if v]
     if given and not args.webhook:
-        raise UsageError(f"{', '.join(given)} configure the admission webhook server, which is off: add --webhook")
+        raise UsageError(f"{', '.join(given)}: the admission webhook server is off; add --webhook to serve it")
     port = 0
     if args.webhook:
         port = args.webhook_port if args.webhook_port is not None else _env_int("SPECDEPLOY_WEBHOOK_PORT", DEFAULT_PORT)

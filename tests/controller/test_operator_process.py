@@ -63,7 +63,7 @@ def test_bind_flags_and_webhook_flag(captured):
 @pytest.mark.parametrize("argv, message", [
     (["--bind-address", "localhost:80"], "--bind-address 'localhost:80' is not an IP address"),
     (["--metrics-bind-address", "every"], "--metrics-bind-address 'every' is not an IP address"),
-    (["--webhook-port", "9443"], "--webhook-port configure the admission webhook server, which is off: add --webhook"),
+    (["--webhook-port", "9443"], "--webhook-port: the admission webhook server is off; add --webhook to serve it"),
     (["--webhook-service", "wh.ops"], "add --webhook"),
     (["--metrics-port", "70000"], "--metrics-port 70000 is not a port"),
 ])
