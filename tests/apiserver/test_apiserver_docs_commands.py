@@ -74,8 +74,7 @@ PRODUCTION_OTHER = {
 # Prose mentions (a verb without its arguments); each has a whole command elsewhere in the docs.
 MENTIONS = {"kubectl apply -k", "kubectl describe pod", "helm install", "helm template", "helm upgrade",
             "helm uninstall", "helm lint --strict", "helm template | kubectl apply", "kubectl apply", "kubectl get",
-            "kubectl explain", "kubectl edit", "kubectl logs", "kubectl port-forward", "kubectl exec",
-            "kubectl rollout restart"}
+            "kubectl explain", "kubectl edit", "kubectl logs", "kubectl port-forward", "kubectl exec"}
 WATCHES = {"kubectl get specdeploy -w"}  # run until the first rows, then stopped (as a user does)
 # What a document's prerequisites are on a real cluster, played here before its commands run:
 # production.md starts from a GPU cluster with kube-prometheus-stack (its CRDs and the
@@ -97,8 +96,7 @@ PREREQUISITES = {"docs/how-to/production.md": [
     {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "monitoring"}},
 ]}
 # Documents whose commands assume the README's install (chart + the Qwen example).
-NEEDS_INSTALL = {"docs/concepts/acceptance.md", "docs/concepts/status-conditions.md", "docs/concepts/reconcile.md",
-                 "docs/how-to/troubleshooting.md",
+NEEDS_INSTALL = {"docs/concepts/acceptance.md", "docs/concepts/status-conditions.md", "docs/how-to/troubleshooting.md",
                  "docs/how-to/troubleshoot-low-acceptance.md", "docs/how-to/upgrade.md"}
 # Documents whose sections are alternative paths, not one sequence: the order they are run in.
 # upgrade.md: "Roll back" follows the plain upgrade; the crds.install=false path comes last (Helm
