@@ -106,7 +106,7 @@ def _write_termination(path: str, text: str) -> None:
 
 
 def cmd_preflight(args: argparse.Namespace) -> int:
-    from .preflight import PreflightResult, fetch_hub_configs, run_preflight
+    from .preflight import PreflightResult, fetch_hub_configs, prefetch_hub_weights, run_preflight
 
     for role in ("target", "drafter"):
         if (getattr(args, f"{role}_dir") is None) == (getattr(args, f"{role}_model") is None):
@@ -119,6 +119,9 @@ def cmd_preflight(args: argparse.Namespace) -> int:
     if len(dirs) == len(hub):
         res = run_preflight(args.target_dir or dirs["target"], args.drafter_dir or dirs["drafter"], args.engine_config,
                             strict_digest=not args.allow_digest_mismatch, expect_baked=args.expect_baked, res=res)
+    if args.weights_cache and hub and res.ok:
+        # only after the check passed: a refused pair downloads nothing
+        prefetch_hub_weights(args.weights_cache, res, **hub)
     text = res.message()
     _write_termination(args.termination_log, text)
     if args.output == "json":
@@ -313,11 +316,16 @@ def cmd_verify_window(args: argparse.Namespace) -> int:
     from .verify import VerifyOptions, format_report, run_verify
 
     _torch_setup(args)
-    if args.block > args.window:
+    if args.block > args.window and not args.drafter:  # --drafter: the block size is the drafter's
         raise SystemExit(f"{PROG}: error: --block {args.block} exceeds --window {args.window}")
-    opts = VerifyOptions(context=args.context, window=args.window, block=args.block, layers=args.layers,
+    if bool(args.drafter) != bool(args.target):
+        raise SystemExit(f"{PROG}: error: --drafter and --target go together (a trained drafter and the target feeding it)")
+    layers = args.layers
+    if layers is None and not args.drafter:
+        layers = ("sliding_attention",) * 4 + ("full_attention",)
+    opts = VerifyOptions(context=args.context, window=args.window, block=args.block, layers=layers,
                          keep=args.keep, device=args.device, tolerance=args.tolerance, seed=args.seed,
-                         fault=args.fault, causal=args.causal)
+                         fault=args.fault, causal=args.causal, drafter_dir=args.drafter, target_dir=args.target)
     report = run_verify(opts)
     if args.output == "json":
         print(json.dumps(report, indent=2, sort_keys=True))
@@ -340,6 +348,36 @@ def cmd_bench_window(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2, sort_keys=True))
     else:
         print(format_bench(report))
+    return 0
+
+
+def cmd_train_tiny_drafter(args: argparse.Namespace) -> int:
+    import time
+    from dataclasses import replace
+
+    from . import tinytrain
+
+    spec = tinytrain.TrainSpec(seed=args.seed, threads=args.threads)
+    if args.target_steps is not None:
+        spec = replace(spec, target_steps=args.target_steps)
+    if args.drafter_steps is not None:
+        spec = replace(spec, drafter_steps=args.drafter_steps)
+    t0 = time.perf_counter()
+    log = (lambda line: None) if args.output == "json" else (lambda line: print(line, flush=True))
+    m = tinytrain.write(args.directory, spec, use_cache=not args.no_cache, log=log)
+    took = time.perf_counter() - t0
+    if args.output == "json":
+        print(json.dumps({**m, "seconds": round(took, 1)}, indent=2, sort_keys=True))
+        return 0
+    tr, ev = m["training"], m["replay"]
+    how = (f"copied from the cache {tinytrain.cache_root() / m['digest']} in {took:.1f} s (trained in {tr['total_s']} s)"
+           if m["cached"] else f"trained in {took:.1f} s ({spec.threads} thread(s))")
+    print(f"{PROG} train-tiny-drafter: {', '.join(m['models'])} in {args.directory}: {how}; "
+          f"target loss {tr['target']['final_loss']} (the language's floor {tr['target']['floor']}), "
+          f"drafter loss {tr['drafter']['final_loss']}")
+    print(f"  offline greedy replay, {spec.block_size - 1} speculative tokens: tau {ev['right_ids']['tau']} "
+          f"(per position {ev['right_ids']['per_position']}); ids shifted to {m['shifted_layer_ids']}: "
+          f"tau {ev['shifted_ids']['tau']} (per position {ev['shifted_ids']['per_position']})")
     return 0
 
 
@@ -367,6 +405,10 @@ def build_parser() -> argparse.ArgumentParser:
     pf.add_argument("--drafter-revision", metavar="REV", help="revision of --drafter-model (default: main)")
     pf.add_argument("--download-dir", default="/var/run/specdeploy/configs", metavar="DIR",
                     help="where hub config.json files go (an emptyDir in the pod)")
+    pf.add_argument("--weights-cache", metavar="HF_HOME",
+                    help="a persistent hub cache (spec.cache): after the check passes, download the hub models' "
+                    "weights into HF_HOME/hub, one pod at a time (a file lock per repository); files already there "
+                    "are not downloaded again")
     pf.add_argument("--expect-baked", action="store_true",
                     help="the drafter is baked into the image: require its BAKED.json and check its digest")
     pf.add_argument("--engine-config", default=DEFAULT_ENGINE_CONFIG, metavar="FILE")
@@ -446,7 +488,12 @@ def build_parser() -> argparse.ArgumentParser:
     vw.add_argument("--causal", action="store_true", help="full-attention layers are causal (dflash_config.causal)")
     vw.add_argument("--fault", choices=["none", "no-window", "off-by-one", "narrow", "finite-bias", "short-cache"],
                     default="none", help="self-test: inject a deliberate bug; the verifier must then fail")
-    vw.set_defaults(func=cmd_verify_window, keep=None)
+    vw.add_argument("--drafter", metavar="DIR", default=None,
+                    help="real weights: a trained drafter directory (config.json + model.safetensors, e.g. "
+                         "train-tiny-drafter's tiny/lang-dflash); its layers become --layers (default: all sliding) "
+                         "with --window, fed by --target's layer outputs over the target's greedy output")
+    vw.add_argument("--target", metavar="DIR", default=None, help="the target directory feeding --drafter")
+    vw.set_defaults(func=cmd_verify_window, keep=None, layers=None)
 
     bw = sub.add_parser("bench-window", help="draft-step time and KV bytes, compact vs full draft cache",
                         description="Median draft-step time (KV injection of B tokens + the block forward) and KV bytes "
@@ -461,6 +508,23 @@ def build_parser() -> argparse.ArgumentParser:
     bw.add_argument("--impl", choices=["sdpa", "eager"], default="sdpa", help="attention kernel (default: fused SDPA)")
     bw.add_argument("--intermediate-size", type=int, default=0, help="add a gated MLP of this width to every layer")
     bw.set_defaults(func=cmd_bench_window)
+
+    tt = sub.add_parser("train-tiny-drafter", help="train the tiny language target and distil a DFlash drafter from it (CPU, minutes)",
+                        description="Write DIR/tiny/lang-target (a 6-layer Qwen3 trained on a seeded synthetic language), "
+                                    "DIR/tiny/lang-dflash (a 1-layer DFlash drafter, block 4, target_layer_ids [1, 3], "
+                                    "distilled from the target's greedy output) and DIR/tiny/lang-dflash-shifted (the same "
+                                    "weights, ids [2, 4]) next to `specdeploy dev tiny-models DIR`, with DIR/tiny-trained.json "
+                                    "(losses, seconds, offline replay of greedy speculative decoding). Fixed step budgets and "
+                                    "seeds: the same inputs give the same bytes; the output is cached under "
+                                    "$SPECDEPLOY_CACHE (default ~/.cache/specdeploy)/tiny-trained/<input digest>/.")
+    tt.add_argument("directory", metavar="DIR", help="models directory (what the hub stand-in serves)")
+    tt.add_argument("--seed", type=int, default=0)
+    tt.add_argument("--threads", type=_positive, default=1, help="torch CPU threads (part of the cache key; default 1)")
+    tt.add_argument("--target-steps", type=_positive, default=None, help="target training steps (default 300)")
+    tt.add_argument("--drafter-steps", type=_positive, default=None, help="drafter training steps (default 300)")
+    tt.add_argument("--no-cache", action="store_true", help="train even when the cache holds this output")
+    tt.add_argument("--output", "-o", choices=["text", "json"], default="text")
+    tt.set_defaults(func=cmd_train_tiny_drafter)
     return p
 
 

@@ -49,6 +49,10 @@ class VerifyOptions:
     head_dim: int = 64
     causal: bool = False
     checkpoints: tuple[int, ...] | None = None
+    # Real weights: a trained drafter (its layers made ``layers``/``window``) fed by its target's
+    # layer outputs over the target's greedy continuation of a prompt of the language.
+    drafter_dir: str | None = None
+    target_dir: str | None = None
 
 
 def _fault_mask(fault: str):
@@ -141,9 +145,14 @@ def run_verify(opts: VerifyOptions) -> dict[str, Any]:
         raise RuntimeError("--device cuda: no CUDA device is available to torch")
     t0 = time.perf_counter()
     w, b, L = opts.window, opts.block, opts.context
-    geom = DrafterGeometry(hidden_size=opts.hidden_size, num_heads=opts.num_heads, num_kv_heads=opts.num_kv_heads,
-                           head_dim=opts.head_dim, layer_types=tuple(opts.layers), sliding_window=w, block_size=b,
-                           causal=opts.causal)
+    real = RealWeights.load(opts) if opts.drafter_dir else None
+    if real is not None:
+        geom = real.geometry
+        b = geom.block_size
+    else:
+        geom = DrafterGeometry(hidden_size=opts.hidden_size, num_heads=opts.num_heads, num_kv_heads=opts.num_kv_heads,
+                               head_dim=opts.head_dim, layer_types=tuple(opts.layers), sliding_window=w, block_size=b,
+                               causal=opts.causal)
     keep = opts.keep if opts.keep is not None else max(1, w - 1)
     if opts.fault == "short-cache":
         keep = max(1, w - 2)
@@ -151,7 +160,12 @@ def run_verify(opts: VerifyOptions) -> dict[str, Any]:
     model = DFlashDrafter(geom, seed=opts.seed, device=dev, dtype=dt, mask_fn=_fault_mask(opts.fault),
                           mask_bias=-30.0 if opts.fault == "finite-bias" else None)
     gen = torch.Generator().manual_seed(opts.seed + 1)
-    feats = torch.randn((L, geom.num_target_features * geom.hidden_size), generator=gen).to(dev, dt)
+    if real is not None:
+        real.copy_into(model)
+        feats = real.features.to(dev, dt)
+    else:
+        feats = torch.randn((L, geom.num_target_features * geom.hidden_size), generator=gen).to(dev, dt)
+    ref_rows = []
     full = FullCache(geom, L, device=dev, dtype=dt)
     compact = CompactCache(geom, keep, device=dev, dtype=dt)
     tight_keep = w - 2
@@ -177,8 +191,13 @@ def run_verify(opts: VerifyOptions) -> dict[str, Any]:
             pos = torch.arange(fed, fed + n, device=dev)
             model.inject([c for c in (full, compact, tight) if c is not None], feats[fed:fed + n], pos)
             fed += n
-        block = torch.randn((b, geom.hidden_size), generator=gen).to(dev, dt)
+        if real is not None:
+            block = real.block(s).to(dev, dt)
+        else:
+            block = torch.randn((b, geom.hidden_size), generator=gen).to(dev, dt)
         ref = model.draft_step(block, full, trace=True, need_weights=True)
+        if real is not None:
+            ref_rows.append({"context": s, **real.engine_check(s, ref.hidden)})
 
         # compact cache, layer by layer from the full run's layer inputs
         q_pos = ref.traces[0].query_pos
@@ -234,8 +253,9 @@ def run_verify(opts: VerifyOptions) -> dict[str, Any]:
         b_note = f"r = {keep} < w - 1 = {w - 1}: the compact cache cannot be exact"
     else:
         b_note = None
+    real_ok = real is None or all(r["max_abs_diff"] <= max(opts.tolerance, 1e-4) for r in ref_rows)
     report: dict[str, Any] = {
-        "ok": bool(a_ok and b_ok),
+        "ok": bool(a_ok and b_ok and real_ok),
         "fault": opts.fault,
         "device": str(dev),
         "dtype": "float32",
@@ -274,6 +294,7 @@ def run_verify(opts: VerifyOptions) -> dict[str, Any]:
                                                       "context": checkpoints[-1]},
         "kernel_sdpa_vs_eager_max_abs_diff": kernel_max,
         "end_to_end": e2e,
+        "real_weights": None if real is None else real.summary(ref_rows, opts.tolerance),
         "seconds": round(time.perf_counter() - t0, 2),
     }
     return report
@@ -325,6 +346,130 @@ def format_report(r: dict[str, Any]) -> str:
     e2e = max((x["max_abs_diff"] for x in r["end_to_end"]), default=0.0)
     lines.append(f"  fused SDPA kernel vs eager: max |diff| {r['kernel_sdpa_vs_eager_max_abs_diff']:.3g}; "
                  f"drafter output, compact vs full: max |diff| {e2e:.3g}")
+    rw = r.get("real_weights")
+    if rw:
+        lines.insert(1, f"  real weights: drafter {rw['drafter']} (layers made {rw['layer_types']}, window {r['window']}), "
+                        f"features from {rw['target']} at target_layer_ids {rw['target_layer_ids']} over its greedy output")
+        lines.append(f"  engine rule: the reference DFlash forward (vLLM's per-layer masks: sliding causal within w, full "
+                     f"non-causal) vs the cache reference with the full cache: max |diff| {rw['max_abs_diff']:.3g} "
+                     f"(argmax of the draft logits equal at {rw['argmax_equal']} of {rw['positions']} positions)")
     lines.append(f"  {'OK' if r['ok'] else 'FAILED'}: (a) {'holds' if a['ok'] else 'violated'}, (b) "
                  f"{'holds' if b['ok'] else 'violated'} ({r['seconds']} s)")
     return "\n".join(lines)
+
+
+class RealWeights:
+    """A trained drafter and its target (``train-tiny-drafter``) for ``verify-window --drafter``: the
+    drafter's layers are made ``opts.layers`` with window ``opts.window`` (the CPU build of vLLM
+    runs all-sliding or all-full drafters; mixed ones need the V2 model runner), the context
+    features are the target's layer outputs at ``target_layer_ids`` over its greedy output."""
+
+    def __init__(self, opts, drafter, target, cfg, tokens, features, geometry):
+        self.opts, self.drafter, self.target, self.cfg = opts, drafter, target, cfg
+        self.tokens, self.features, self.geometry = tokens, features, geometry
+        self.mask_id = int(cfg["dflash_config"]["mask_token_id"])
+
+    @classmethod
+    def load(cls, opts: "VerifyOptions") -> "RealWeights":
+        import torch
+
+        from .dflash_ref import SLIDING as REF_SLIDING, load_drafter, load_target
+        from .draftcache import DrafterGeometry
+
+        if not opts.target_dir:
+            raise ValueError("--drafter needs --target (the model whose layer outputs feed it)")
+        probe, cfg = load_drafter(opts.drafter_dir)
+        n = probe.shape.num_layers
+        types = tuple(opts.layers) if opts.layers else (REF_SLIDING,) * n
+        if len(types) != n:
+            raise ValueError(f"--layers names {len(types)} layer kinds; the drafter has {n} layers")
+        override = {"layer_types": list(types), "sliding_window": opts.window}
+        drafter, cfg = load_drafter(opts.drafter_dir, config_override=override)
+        target, tcfg = load_target(opts.target_dir)
+        ids = list(cfg["dflash_config"]["target_layer_ids"])
+        block = int(cfg.get("block_size") or (cfg.get("dflash_config") or {}).get("block_size") or 4)
+        s = drafter.shape
+        geometry = DrafterGeometry(hidden_size=s.hidden_size, num_heads=s.num_heads, num_kv_heads=s.num_kv_heads,
+                                   head_dim=s.head_dim, layer_types=types, sliding_window=opts.window,
+                                   block_size=block, num_target_features=len(ids),
+                                   intermediate_size=s.intermediate_size, causal=bool(opts.causal),
+                                   rope_theta=s.rope_theta, rms_norm_eps=s.rms_norm_eps)
+        # a prompt of the target's own tokens, continued greedily to the context length (+ one block)
+        prompt = torch.tensor([_prompt_ids(opts)])
+        total = opts.context + block + 1
+        tokens = target.greedy(prompt, total - prompt.shape[1])[0]
+        with torch.no_grad():
+            _, outs, _ = target(tokens[None])
+        features = target.features(outs, ids)[0]
+        return cls(opts, drafter, target, cfg, tokens, features[: opts.context], geometry)
+
+    def copy_into(self, model) -> None:
+        """The trained weights into the cache reference (its fused q|k|v layout)."""
+        import torch
+
+        d = self.drafter
+        with torch.no_grad():
+            model.fc.copy_(d.fc.weight)
+            model.hidden_norm.copy_(d.hidden_norm.weight)
+            model.final_norm.copy_(d.norm.weight)
+            for m, layer in zip(model.layers, d.layers):
+                a = layer.self_attn
+                m.input_norm.copy_(layer.input_layernorm.weight)
+                m.post_norm.copy_(layer.post_attention_layernorm.weight)
+                m.qkv_proj.copy_(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]))
+                m.o_proj.copy_(a.o_proj.weight)
+                m.q_norm.copy_(a.q_norm.weight)
+                m.k_norm.copy_(a.k_norm.weight)
+                m.gate.copy_(layer.mlp.gate_proj.weight)
+                m.up.copy_(layer.mlp.up_proj.weight)
+                m.down.copy_(layer.mlp.down_proj.weight)
+
+    def block(self, s: int):
+        """Embeddings of [bonus, MASK x (B-1)] at position s: the bonus is the target's greedy token there."""
+        import torch
+        import torch.nn.functional as F
+
+        ids = torch.tensor([int(self.tokens[s])] + [self.mask_id] * (self.geometry.block_size - 1))
+        return F.embedding(ids, self.target.model.embed_tokens.weight).detach()
+
+    def engine_check(self, s: int, cache_hidden) -> dict:
+        """The reference DFlash forward with the engine's per-layer masks at context s against the cache
+        reference's full-cache output, and the drafted tokens of both."""
+        import torch
+        import torch.nn.functional as F
+
+        d = self.drafter
+        b = self.geometry.block_size
+        with torch.no_grad():
+            ctx = d.fuse(self.features[None, :s])
+            hidden, _ = d(self.block(s)[None], torch.arange(s, s + b)[None], ctx, torch.arange(s)[None])
+        head = self.target.lm_head.weight
+        mine = F.linear(hidden[0, 1:], head).argmax(-1)
+        theirs = F.linear(cache_hidden.float().cpu()[1:], head).argmax(-1)
+        return {"max_abs_diff": float((hidden[0] - cache_hidden.float().cpu()).abs().max()),
+                "argmax_equal": int((mine == theirs).sum()), "positions": int(b - 1)}
+
+    def summary(self, rows: list[dict], tolerance: float) -> dict:
+        return {"drafter": self.opts.drafter_dir, "target": self.opts.target_dir,
+                "target_layer_ids": list(self.cfg["dflash_config"]["target_layer_ids"]),
+                "layer_types": list(self.geometry.layer_types),
+                "max_abs_diff": max((r["max_abs_diff"] for r in rows), default=0.0),
+                "argmax_equal": sum(r["argmax_equal"] for r in rows), "positions": sum(r["positions"] for r in rows),
+                "per_checkpoint": rows}
+
+
+def _prompt_ids(opts: "VerifyOptions") -> list[int]:
+    """The first prompt of ``tiny-trained.json`` (next to the models) in the target's tokenizer, else a fixed text."""
+    import json
+    from pathlib import Path
+
+    from tokenizers import Tokenizer
+
+    tdir = Path(opts.target_dir)
+    text = "Speculative decoding lets a small drafter propose several tokens at once"
+    for up in (tdir.parent.parent, tdir.parent):
+        manifest = up / "tiny-trained.json"
+        if manifest.is_file():
+            text = json.loads(manifest.read_text())["prompts"][opts.seed % 8]
+            break
+    return Tokenizer.from_file(str(tdir / "tokenizer.json")).encode(text).ids

