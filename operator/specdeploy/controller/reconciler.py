@@ -65,6 +65,8 @@ class Controller:
         self.backoff = Backoff(self.settings.backoff_min, self.settings.backoff_max)
         self.bodies: dict[Key, dict] = {}
         self.children: dict[tuple[str, str, str], dict] = {}  # (kind, ns, name) -> body
+        # (kind, ns, name) -> (resourceVersion, applied digest) of a child known to hold that intent
+        self._verified: dict[tuple[str, str, str], tuple[str | None, str]] = {}
         self.cm_refs: dict[tuple[str, str], set[Key]] = {}  # ConfigMap -> CRs referencing it
         self._refs_of: dict[Key, set[tuple[str, str]]] = {}  # CR -> ConfigMaps it references
         self.state: dict[Key, _State] = {}
@@ -132,6 +134,7 @@ class Controller:
         ck = (body.get("kind"), meta.get("namespace") or "default", meta.get("name"))
         if event_type == "DELETED":
             self.children.pop(ck, None)
+            self._verified.pop(ck, None)
         else:
             self.children[ck] = body
         for ref in meta.get("ownerReferences") or []:
@@ -490,8 +493,13 @@ class Controller:
         """
         kind, cname = obj["kind"], obj["metadata"]["name"]
         digest = ownership.digest(obj)
-        if actual is not None and ownership.in_sync(actual, obj, digest):
-            return actual
+        if actual is not None:
+            seen = ((actual.get("metadata") or {}).get("resourceVersion"), digest)
+            if self._verified.get((kind, ns, cname)) == seen:
+                return actual  # this version of the child was found in sync with this intent already
+            if ownership.in_sync(actual, obj, digest):
+                self._verified[(kind, ns, cname)] = seen
+                return actual
         body, _ = ownership.intent(obj, digest)
         if actual is not None:
             takeover = ownership.takeover_patch(actual)
@@ -514,6 +522,7 @@ class Controller:
             live = await self.kube.apply(body, force=True)
         live = {**live, "kind": kind} if isinstance(live, dict) else body
         self.children[(kind, ns, cname)] = live
+        self._verified[(kind, ns, cname)] = ((live.get("metadata") or {}).get("resourceVersion"), digest)
         return live
 
     def _owner_body(self, obj: dict) -> dict | None:
