@@ -38,6 +38,7 @@ import pytest
 from specdeploy.dev.harness import ROOT, HarnessError, kubectl_available, wait_for
 from specdeploy.dev.prometheus import find_exe
 from specdeploy.dev.realloop import ENGINE_VERSION, VLLM_CPU, Load, RealLoop, complete, cpu_cr
+from specdeploy.observability import rules as R
 
 OPTED_IN = os.environ.get("SPECDEPLOY_E2E_VLLM_CPU") == "1"
 pytestmark = pytest.mark.skipif(not OPTED_IN, reason="opt-in: SPECDEPLOY_E2E_VLLM_CPU=1 (bash .ci/test sets it)")
@@ -269,7 +270,17 @@ LANG_TARGET, LANG_DRAFTER, LANG_SHIFTED = "tiny/lang-target", "tiny/lang-dflash"
 # bf16 arithmetic in the engine and a different mix of prompts, and still fail a drafter that
 # does not read its context.
 TAU_FLOOR = 2.5
+LANG_BOOT_TIMEOUT = 600  # the 6-layer pair boots in ~60 s alone; 5+ minutes when other suites share the cores
 SHIFT_DROP_FLOOR = 1.0  # tau with the shifted ids is at least this much lower
+# The baseline settles within the trained scene's traffic (the defaults, 10 minutes and 1000 drafts,
+# suit production; here a few windows); the shifted ids must then show as a regression.
+MONITORING = {"baselineSettleSeconds": 4, "baselineMinDrafts": 30}
+
+
+def lang_cr(drafter: str) -> dict:
+    cr = cpu_cr(LANG, LANG_TARGET, drafter)
+    cr["spec"]["monitoring"] = dict(MONITORING)
+    return cr
 
 
 def test_trained_drafter_tau_floor_per_position_and_greedy_outputs_equal(loop):
@@ -278,9 +289,9 @@ def test_trained_drafter_tau_floor_per_position_and_greedy_outputs_equal(loop):
     # one engine at a time on these 2 cores: the first scene's deployment goes
     loop.cluster.kubectl("delete", "specdeploy", NAME, "-n", loop.namespace, "--ignore-not-found", check=False)
     t0 = time.monotonic()
-    loop.apply(cpu_cr(LANG, LANG_TARGET, LANG_DRAFTER))
+    loop.apply(lang_cr(LANG_DRAFTER))
     loop.wait_condition(LANG, "DrafterCompatible", "True")
-    pod = loop.ready_pod(LANG)
+    pod = loop.ready_pod(LANG, timeout=LANG_BOOT_TIMEOUT)
     FIGURES.setdefault("boot_s", {})["trained_apply_to_ready"] = round(time.monotonic() - t0, 1)
     loop.discover(LANG, pod)
     readings: dict[str, Any] = {}
@@ -291,6 +302,9 @@ def test_trained_drafter_tau_floor_per_position_and_greedy_outputs_equal(loop):
         readings["prometheus"] = loop.prom.wait_until(
             lambda: (v := loop.prom_length(LANG, LANG_TARGET)) is not None and v >= TAU_FLOOR and v, 60,
             "the recording rule's tau for the trained drafter")
+        readings["baseline"] = wait_for(
+            lambda: ((loop.status(LANG).get("acceptance") or {}).get("baseline") or {}).get("length"), 120,
+            "status.acceptance.baseline (the trained revision settles)")
 
     acc, load, _ = measure(loop, pod, LANG_TARGET, until, prompts=m["prompts"])
     assert acc.length >= TAU_FLOOR, acc
@@ -299,10 +313,13 @@ def test_trained_drafter_tau_floor_per_position_and_greedy_outputs_equal(loop):
     a = loop.status(LANG)["acceptance"]
     assert len(a["perPosition"]) == 3 and a["perPosition"][0] >= a["perPosition"][2], a
     assert readings["status"] == pytest.approx(acc.length, abs=0.35)  # the monitor's window vs this traffic
+    assert readings["baseline"] >= TAU_FLOOR, readings
     state(loop)["trained_tau"] = acc.length
+    state(loop)["baseline"] = readings["baseline"]
     FIGURES["trained"] = {"tau_engine": round(acc.length, 3), "tau_status": readings["status"],
                           "tau_prometheus": round(readings["prometheus"], 3),
                           "per_position_engine": [round(x, 3) for x in per], "per_position_status": a["perPosition"],
+                          "baseline": readings["baseline"],
                           "drafts": acc.drafts, "accepted": acc.accepted, "requests": load.requests,
                           "offline_replay": m["replay"]["right_ids"]}
 
@@ -310,7 +327,7 @@ def test_trained_drafter_tau_floor_per_position_and_greedy_outputs_equal(loop):
     url = loop.pod_url(pod)
     spec_texts, spec_tokens, spec_s = complete(url, LANG_TARGET, m["prompts"], max_tokens=64)
     loop.cluster.kubectl("apply", "-n", loop.namespace, "-f", "-", input=json.dumps(plain_engine("plain-lang", LANG_TARGET)))
-    plain_url = loop.pod_url(loop.ready_pod("plain-lang"))
+    plain_url = loop.pod_url(loop.ready_pod("plain-lang", timeout=LANG_BOOT_TIMEOUT))
     complete(plain_url, LANG_TARGET, m["prompts"][:1], max_tokens=8)  # warm-up
     plain_texts, plain_tokens, plain_s = complete(plain_url, LANG_TARGET, m["prompts"], max_tokens=64)
     loop.cluster.kubectl("delete", "deployment", "plain-lang", "-n", loop.namespace)
@@ -327,7 +344,7 @@ def test_shifted_ids_refused_then_accepted_served_and_tau_drops(loop):
         pytest.fail("needs the trained drafter's tau from the previous test")
     m = loop.trained_manifest
     old = {p["metadata"]["name"] for p in loop.get("pods")["items"]}
-    cr = cpu_cr(LANG, LANG_TARGET, LANG_SHIFTED)
+    cr = lang_cr(LANG_SHIFTED)
     loop.apply(cr)
     cond = loop.wait_condition(LANG, "DrafterCompatible", "False", "TargetLayerIdsShifted")
     assert "[2, 4]" in cond["message"] and "[1, 3]" in cond["message"], cond["message"]
@@ -338,7 +355,7 @@ def test_shifted_ids_refused_then_accepted_served_and_tau_drops(loop):
     loop.apply(cr)
     loop.wait_condition(LANG, "DrafterCompatible", "True")
     assert [f["code"] for f in loop.status(LANG).get("acceptedFindings") or []] == ["TargetLayerIdsShifted"]
-    pod = loop.ready_pod(LANG, exclude=old)
+    pod = loop.ready_pod(LANG, exclude=old, timeout=LANG_BOOT_TIMEOUT)
     loop.discover(LANG, pod)
     want = trained_tau - SHIFT_DROP_FLOOR
     readings: dict[str, Any] = {}
@@ -348,11 +365,24 @@ def test_shifted_ids_refused_then_accepted_served_and_tau_drops(loop):
         readings["prometheus"] = loop.prom.wait_until(
             lambda: (v := loop.prom_length(LANG, LANG_TARGET)) is not None and v <= want and v, 60,
             "the recording rule's tau for the shifted ids")
+        # a regression, not a collapse: judged against the trained revision's baseline, carried over
+        readings["condition"] = loop.wait_condition(LANG, "SpeculationHealthy", "False", "AcceptanceRegressed",
+                                                    timeout=90)
+        readings["event"] = wait_for(lambda: [e for e in loop.events(LANG, "AcceptanceRegressed")
+                                              if e["type"] == "Warning"], 30, "the Warning AcceptanceRegressed Event")
+        readings["alert"] = loop.prom.wait_until(lambda: loop.firing(LANG, R.A_REGRESSED), 90,
+                                                 f"{R.A_REGRESSED} firing")
 
     acc, load, _ = measure(loop, pod, LANG_TARGET, until, prompts=m["prompts"])
     assert acc.length <= want, (acc.length, trained_tau)
+    base = (loop.status(LANG).get("acceptance") or {}).get("baseline") or {}
+    assert base.get("length") == state(loop)["baseline"], base  # the lower revision did not become the norm
+    msg = readings["condition"]["message"]
+    assert f"below the baseline {base['length']:.2f}" in msg and "learned on revision" in msg, msg
+    assert readings["alert"][0]["metric"]["deployment"] == LANG
     FIGURES["shifted"] = {"tau_engine": round(acc.length, 3), "tau_status": readings["status"],
                           "tau_prometheus": round(readings["prometheus"], 3),
                           "per_position_engine": [round(x, 3) for x in acc.per_position],
                           "drop": round(trained_tau - acc.length, 3), "drafts": acc.drafts,
+                          "condition": readings["condition"]["message"],
                           "offline_replay": m["replay"]["shifted_ids"]}
