@@ -22,7 +22,7 @@ from e2e_support import diagnostics_on_failure  # noqa: F401  (autouse fixture)
 HELM = ROOT / ".venv" / "tools" / "helm3"
 RELEASE_NS = "specdeploy-system"
 
-pytestmark = [embedded_only, pytest.mark.skipif(not HELM.exists(), reason="helm3 is installed by .ci/setup")]
+pytestmark = [embedded_only, pytest.mark.skipif(not HELM.exists(), reason="helm3 is installed by .ci/setup-test")]
 
 
 @pytest.fixture(scope="module")

@@ -55,6 +55,10 @@ def test_public_models_from_hub(cluster, hub):
     resolved = get(c, "specdeploy", name)["status"]["resolved"]
     assert resolved["targetRevision"] == commit_sha(TARGET, "main")
     assert resolved["drafterRevision"] == commit_sha(DRAFTER, "v1")
+    # where the weights come from: no spec.cache and no default, so every pod start downloads them
+    assert resolved["cache"] == "emptyDir"
+    assert resolved["targetWeights"].startswith(f"hub {TARGET}, downloaded by every engine pod at start")
+    assert resolved["drafterWeights"].startswith(f"hub {DRAFTER}, downloaded by every engine pod at start")
     for kind, cname in child_names(name).items():
         wait_for(lambda: exists(c, kind, cname), 30, f"{kind}/{cname}")
     assert hub.server.count(contains="/Qwen/Qwen3.6-27B/resolve/") >= 1

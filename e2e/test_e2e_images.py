@@ -31,7 +31,7 @@ OPERATOR_IMAGE = f"ghcr.io/specdeploy/operator:{VERSION}"
 OPTED_IN = os.environ.get("SPECDEPLOY_E2E_IMAGES") == "1"
 
 pytestmark = [pytest.mark.skipif(not OPTED_IN, reason="opt-in: SPECDEPLOY_E2E_IMAGES=1 (bash .ci/test sets it)"),
-              embedded_only, pytest.mark.skipif(not HELM.exists(), reason="helm3 is installed by .ci/setup")]
+              embedded_only, pytest.mark.skipif(not HELM.exists(), reason="helm3 is installed by .ci/setup-test")]
 
 
 def podman(*args: str, check: bool = True) -> subprocess.CompletedProcess:

@@ -25,6 +25,7 @@ import math
 import sys
 import time
 
+from .cli_common import UsageError, camel_keys, epilog
 from .core import acceptance as acc
 from .core import baseline as bl
 
@@ -32,8 +33,8 @@ PROG = "specdeploy acceptance"
 MAX_BYTES = 64 * 1024 * 1024
 
 
-class InputError(Exception):
-    """Unusable input: one line, exit 2."""
+class InputError(UsageError):
+    """Unusable input: one line, exit 2 (the CLI's UsageError)."""
 
 
 def _is_url(s: str) -> bool:
@@ -144,11 +145,9 @@ def _finite(x):
 
 
 def cmd_acceptance(args: argparse.Namespace) -> int:
+    """Unusable input raises InputError: the CLI's main prints it (one line; JSON with -o json), exit 2."""
     try:
         return _run(args)
-    except InputError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
-        return 2
     except BrokenPipeError:
         return 0
 
@@ -187,7 +186,8 @@ def _run(args: argparse.Namespace) -> int:
         if base is not None:
             health.update(baseline=args.baseline, regression_fraction=args.regression_fraction)
         doc = {"engine": engine, "found": a is not None, "acceptance": a.to_dict() if a else None, "health": health}
-        print(json.dumps(_finite(doc), indent=2, allow_nan=False, default=str))
+        # camelCase keys, like every other command's JSON (and Kubernetes)
+        print(json.dumps(camel_keys(_finite(doc)), indent=2, allow_nan=False, default=str))
     else:
         print(_text(a, h, msg, engine))
     return 1 if h.reason in (acc.COLLAPSED, acc.REGRESSED, acc.CLIFF, acc.NO_METRICS) else 0
@@ -199,7 +199,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description="Acceptance length (tau, bonus token included), acceptance rate and per-position rates from "
                     "one SGLang scrape or two vLLM scrapes (a file, '-' for stdin, or an http(s) URL). Exit 0: "
                     "healthy or no traffic; 1: collapsed, regressed (with --baseline), cliff, or no speculative "
-                    "metrics; 2: unusable input.")
+                    "metrics; 2: unusable input.",
+        epilog=epilog(["specdeploy acceptance --engine vllm before.txt after.txt --interval 60",
+                       "specdeploy acceptance --engine vllm http://engine:8000/metrics --interval 30 -o json",
+                       "specdeploy acceptance --engine sglang http://engine:30000/metrics"],
+                      ok="healthy, or no traffic to judge",
+                      findings="collapsed, regressed (with --baseline), cliff, or no speculative metrics",
+                      json_errors=True))
     p.add_argument("--engine", required=True, choices=acc.ENGINES, help="the engine that wrote the scrapes")
     p.add_argument("scrape", nargs="+", metavar="SCRAPE",
                    help="SCRAPE [SCRAPE2]: /metrics text (file, '-', or URL); vLLM: older first")
@@ -218,14 +224,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="specdeploy")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    add_parser(sub)
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
-    return args.func(args)
+    from .cli import main as cli_main
+
+    return cli_main(["acceptance", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

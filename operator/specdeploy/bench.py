@@ -128,13 +128,19 @@ def _bench_operator(counts: list[int], resync: float) -> None:
             idle_writes = c.api_writes() - writes
             cpu2, peak = _proc_stats(pid)
             m2 = c.operator_metrics() or {}
+            # which writes fell after convergence (e.g. the last Events, posted after their status patch)
+            late = {k.split("{", 1)[1].rstrip("}"): v - m.get(k, 0) for k, v in m2.items()
+                    if k.startswith("specdeploy_api_writes_total") and v - m.get(k, 0) > 0}
+            errors = sum(v for k, v in m2.items() if k.startswith("specdeploy_reconcile_errors_total"))
             reconciles2 = sum(v for k, v in m2.items() if k.startswith("specdeploy_reconcile_total"))
             idle_cpu_per = (cpu2 - cpu1) / max(1.0, reconciles2 - reconciles)
             print(f"{n} CRs: created in {t_created:.1f}s, converged in {t_conv:.1f}s; operator CPU {cpu1 - cpu0:.1f}s "
                   f"for {reconciles:.0f} reconciles ({(cpu1 - cpu0) / max(1.0, reconciles) * 1000:.1f} ms each); "
                   f"API writes at creation {writes / n:.2f} per CR ({(writes - events) / n:.2f} without Events); "
                   f"idle resync: {idle_writes:.0f} writes over {reconciles2 - reconciles:.0f} reconciles, "
-                  f"{idle_cpu_per * 1000:.1f} ms CPU each; operator peak RSS {peak / 2**20:.0f} MiB")
+                  f"{idle_cpu_per * 1000:.1f} ms CPU each; operator peak RSS {peak / 2**20:.0f} MiB"
+                  + (f"; writes after convergence: {late}" if late else "")
+                  + (f"; reconcile errors: {errors:.0f}" if errors else ""))
 
 
 def run(what: str, repeat: int, counts: list[int] | None = None, resync: float = 30.0) -> int:

@@ -1,8 +1,10 @@
 """The ``specdeploy`` command (operator side).
 
 Subcommands import what they need when they run: ``specdeploy --help`` imports nothing
-beyond argparse. Exit codes: 0 success; 1 the check found errors; 2 unusable input
-(missing file, bad JSON/YAML, invalid object), always a one-line message, never a traceback.
+beyond argparse. Exit codes of every command: 0 success; 1 findings (the check found errors,
+generated files out of date, unhealthy acceptance); 2 unusable input (missing file, bad JSON/YAML,
+invalid object, a bad flag), always a one-line message, never a traceback, and with ``-o json``
+also a JSON document on stdout. Shared pieces and the help texts' format: cli_common.py.
 """
 
 from __future__ import annotations
@@ -11,11 +13,10 @@ import argparse
 import sys
 from typing import Any, Sequence
 
-PROG = "specdeploy"
+from .cli_common import (PROG, ArgumentError, Parser, UsageError, VersionAction, epilog, known_engine_versions,
+                         need_action, print_error, wants_json)
 
-
-class UsageError(Exception):
-    """Unusable input: reported in one line, exit 2."""
+__all__ = ["PROG", "UsageError", "build_parser", "main"]
 
 
 def _load_json_config(path: str, what: str) -> Any:
@@ -27,7 +28,7 @@ def _load_json_config(path: str, what: str) -> Any:
     p = os.path.join(path, "config.json") if os.path.isdir(path) else path
     try:
         with open(p, encoding="utf-8") as fh:
-            return safejson.loads(fh.read())
+            doc = safejson.loads(fh.read())
     except FileNotFoundError:
         hint = " (a directory must hold config.json)" if os.path.isdir(path) else ""
         raise UsageError(f"{what} config not found: {p}{hint}") from None
@@ -41,12 +42,17 @@ def _load_json_config(path: str, what: str) -> Any:
         raise UsageError(f"{what} config {p} is not UTF-8 text") from None
     except OSError as e:
         raise UsageError(f"cannot read {what} config {p}: {e.strerror}") from None
+    if not isinstance(doc, dict):
+        kind = {list: "a JSON list", str: "a JSON string", type(None): "null", bool: "a JSON boolean"}.get(
+            type(doc), "a JSON number")
+        raise UsageError(f"{what} config {p} is {kind}, not an object: point --{what} at the model's config.json")
+    return doc
 
 
 def _load_cr(path: str) -> Any:
     import yaml
 
-    from .api.types import SpeculativeDeployment, validation_messages
+    from .api.validation import problems_message, validate
 
     try:
         with (sys.stdin if path == "-" else open(path, encoding="utf-8")) as fh:
@@ -60,13 +66,11 @@ def _load_cr(path: str) -> Any:
     crs = [d for d in docs if isinstance(d, dict) and d.get("kind") == "SpeculativeDeployment"]
     if len(crs) != 1:
         raise UsageError(f"{path} must hold exactly one SpeculativeDeployment, found {len(crs)}")
-    import pydantic
-
-    try:
-        return SpeculativeDeployment.model_validate(crs[0])
-    except pydantic.ValidationError as e:
-        msgs = "; ".join(f"{p}: {m}" for p, m in validation_messages(e))
-        raise UsageError(f"{path}: invalid SpeculativeDeployment: {msgs}") from None
+    cr, problems = validate(crs[0])
+    if cr is None:
+        # the spec message catalog's words, as the webhook and the status give them
+        raise UsageError(f"{path}: invalid SpeculativeDeployment: {problems_message(problems)}")
+    return cr
 
 
 def _print_findings(findings, out) -> None:
@@ -90,12 +94,21 @@ def cmd_check(args: argparse.Namespace) -> int:
     version = args.engine_version
     if args.engine and not version:
         version = get_engine(args.engine).newest_verified
+    elif args.engine and not args.allow_unverified_engine:
+        _known_engine_version(args.engine, version, args.gpu)
+    elif version and not args.engine:
+        raise UsageError("--engine-version needs --engine")
     opts = Options(engine=args.engine, engine_version=version, gpu=args.gpu, gpu_count=args.gpu_count,
                    nodes=args.nodes, method=args.method, max_model_len=args.max_model_len,
-                   draft_window=_window_arg(args.draft_window), accept=tuple(args.accept or ()))
+                   draft_window=_window_arg(args.draft_window), accept=tuple(args.accept or ()),
+                   trust_remote_code=args.trust_remote_code)
     a = analyze(drafter, target, opts)
     if args.output == "json":
         doc = report(a.findings)
+        if args.engine:
+            info = get_engine(args.engine)
+            doc["engine"] = {"name": args.engine, "version": version, "verified": info.is_verified(version),
+                             "versionFrom": "--engine-version" if args.engine_version else "newest verified"}
         doc["accepted"] = [f.to_dict() for f in a.accepted]
         if a.derived is not None:
             doc["derived"] = a.derived.to_dict()
@@ -118,6 +131,17 @@ def cmd_check(args: argparse.Namespace) -> int:
                   f"layers {','.join('S' if x == 'sliding_attention' else 'F' for x in d.layer_types)}, "
                   f"target layer ids {list(d.target_layer_ids)}")
     return 0 if a.ok else 1
+
+
+def _known_engine_version(engine: str, version: str, gpu: str | None) -> None:
+    from .core.versions import parse_version
+
+    known = known_engine_versions(engine, gpu)
+    v = parse_version(version)
+    if v is None or not any(parse_version(k) == v for k in known):
+        raise UsageError(f"--engine-version {version}: not a {engine} release the engine table knows "
+                         f"(known: {', '.join(known)}); pass --allow-unverified-engine to check against the nearest "
+                         "capability row anyway")
 
 
 # ----------------------------------------------------------------- render
@@ -147,6 +171,10 @@ def cmd_render(args: argparse.Namespace) -> int:
     except RenderError as e:
         print(f"{PROG} render: {cr.metadata.name}: the drafter/target check failed; nothing rendered", file=sys.stderr)
         _print_findings(e.findings, sys.stderr)
+        if args.output == "json":
+            from .core.findings import report
+
+            print(json.dumps({**report(e.findings), "rendered": False, "exitCode": 1}, indent=2))
         return 1
     warnings = [f for f in r.analysis.findings if f.severity.value == "warning"]
     if warnings:
@@ -166,9 +194,24 @@ def cmd_crd(args: argparse.Namespace) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    root = Path(args.root)
+    marker = root / "operator" / "specdeploy" / "api" / "types.py"
+    try:
+        is_repo = marker.is_file() and 'name = "specdeploy"' in (root / "pyproject.toml").read_text(encoding="utf-8")
+    except OSError:
+        is_repo = False
+    if not is_repo:
+        raise UsageError(f"{root.resolve()} is not the specdeploy repository (no pyproject.toml of specdeploy with "
+                         "operator/specdeploy/api/types.py): run it from the repository root or pass --root; "
+                         "nothing was written")
     from . import generate
 
-    changed = generate.write_all(args.root, check=args.check)
+    try:
+        changed = generate.write_all(root, check=args.check)
+    except OSError as e:
+        raise UsageError(f"cannot write {e.filename}: {e.strerror}") from None
     if args.check and changed:
         print(f"{PROG} generate: out of date: {', '.join(changed)}; run `specdeploy generate`", file=sys.stderr)
         return 1
@@ -267,13 +310,30 @@ def _policy_args(args: argparse.Namespace):
         if not eq or not key:
             raise UsageError(f"--pvc-label {args.pvc_label!r}: expected KEY=VALUE")
         label = (key, value)
+    node_paths = []
+    for item in getattr(args, "cache_node_path", None) or []:
+        name, eq, path = item.partition("=")
+        if not eq or not re.fullmatch(NAME_PATTERN, name) or len(name) > 63:
+            raise UsageError(f"--cache-node-path {item!r}: expected NAME=PATH with NAME a lowercase name")
+        if not path.startswith("/") or any(seg in (".", "..") for seg in path.split("/")) or path.rstrip("/") == "":
+            raise UsageError(f"--cache-node-path {item!r}: PATH must be an absolute directory without '.' or '..' "
+                             "segments, and not /")
+        node_paths.append((name, path))
+    default = None
+    if getattr(args, "default_cache", None) and args.default_cache != "emptyDir":
+        kind, slash, ref = args.default_cache.partition("/")
+        if kind not in ("pvc", "nodePath") or not slash or not re.fullmatch(NAME_PATTERN, ref):
+            raise UsageError(f"--default-cache {args.default_cache!r}: expected emptyDir, pvc/CLAIM or nodePath/NAME")
+        if kind == "nodePath" and ref not in dict(node_paths):
+            raise UsageError(f"--default-cache {args.default_cache!r}: no --cache-node-path named {ref!r}")
+        default = (kind, ref)
     kwargs = {}
     if args.allowed_image_prefix:
         kwargs["image_prefixes"] = tuple(args.allowed_image_prefix)
     return TenancyPolicy(engine_service_account=args.engine_service_account,
                          service_accounts=tuple(args.allowed_service_account or ()),
                          token_secrets=tuple(args.allowed_token_secret or ()), pvcs=tuple(args.allowed_pvc or ()),
-                         pvc_label=label, **kwargs)
+                         pvc_label=label, cache_node_paths=tuple(node_paths), default_cache=default, **kwargs)
 
 
 def cmd_apiserver(args: argparse.Namespace) -> int:
@@ -333,16 +393,36 @@ def build_parser() -> argparse.ArgumentParser:
     from .core.engines import ENGINE_NAMES
     from .core.gpus import PROFILE_KEYS
 
-    p = argparse.ArgumentParser(prog=PROG, description="Speculative-decoding deployments with DFlash drafters on SGLang and vLLM.")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    p = Parser(prog=PROG, description="Speculative-decoding deployments with DFlash drafters on SGLang and vLLM.",
+               epilog=epilog(["specdeploy check --drafter drafter/ --target target/ --engine vllm --gpu b300",
+                              "specdeploy render -f speculativedeployment.yaml --drafter-config d.json "
+                              "--target-config t.json",
+                              "specdeploy demo", "specdeploy COMMAND --help"],
+                             ok="success", findings="findings: the check found errors, generated files are out of "
+                             "date, acceptance collapsed", json_errors=True))
+    p.add_argument("--version", action=VersionAction, help="print the package and engine-table versions and exit")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
 
     c = sub.add_parser("check", help="check a drafter config.json against its target's",
-                       description="Check a DFlash drafter config.json against the target's. Exit 0: no errors; "
-                       "1: errors found; 2: unusable input.")
+                       description="Check a DFlash drafter config.json against the target's, and with --engine and --gpu "
+                       "also against the engine release and the GPU pool. Every finding names the field and the fix.",
+                       epilog=epilog(["specdeploy check --drafter z-lab/Qwen3.6-27B-DFlash/ --target Qwen3.6-27B/",
+                                      "specdeploy check --drafter d.json --target t.json --engine sglang "
+                                      "--gpu rtx-pro-6000 --gpu-count 8 -o json",
+                                      "specdeploy check --drafter d.json --target t.json --engine vllm "
+                                      "--engine-version 0.32.0 --gpu cpu"],
+                                     ok="no errors (warnings may be printed)", findings="the check found errors",
+                                     json_errors=True))
     c.add_argument("--drafter", required=True, metavar="D", help="drafter config.json, or a directory holding one")
     c.add_argument("--target", required=True, metavar="T", help="target config.json, or a directory holding one")
     c.add_argument("--engine", choices=ENGINE_NAMES, help="also check engine support")
-    c.add_argument("--engine-version", metavar="V", help="engine release (default: the newest verified)")
+    c.add_argument("--engine-version", metavar="V", help="engine release (default: the newest verified); a release the "
+                   "engine table does not know is an error listing the known ones")
+    c.add_argument("--allow-unverified-engine", action="store_true",
+                   help="check an --engine-version the engine table does not know against the nearest capability row "
+                   "(a warning instead of an error)")
+    c.add_argument("--trust-remote-code", action="store_true",
+                   help="the target runs its repository's own code (spec.target.trustRemoteCode)")
     c.add_argument("--gpu", choices=PROFILE_KEYS, help="GPU profile")
     c.add_argument("--gpu-count", type=_positive_int, default=1, metavar="N", help="GPUs per replica (tensor parallel)")
     c.add_argument("--nodes", type=_positive_int, default=1, metavar="N", help="nodes per replica")
@@ -356,7 +436,16 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--output", "-o", choices=["text", "json"], default="text")
     c.set_defaults(func=cmd_check)
 
-    r = sub.add_parser("render", help="print the objects the operator would create for a SpeculativeDeployment")
+    r = sub.add_parser("render", help="print the objects the operator would create for a SpeculativeDeployment",
+                       description="Check a SpeculativeDeployment's drafter/target pair and print every object the "
+                       "operator would create for it (engine ConfigMap, Deployment or LeaderWorkerSet, Service, "
+                       "PodDisruptionBudget, optionally the PodMonitor), as YAML or a JSON List. Warnings go to stderr.",
+                       epilog=epilog(["specdeploy render -f examples/qwen3.6-27b-b300-vllm/speculativedeployment.yaml "
+                                      "--drafter-config examples/qwen3.6-27b-b300-vllm/drafter.config.json "
+                                      "--target-config examples/qwen3.6-27b-b300-vllm/target.config.json",
+                                      "cat cr.yaml | specdeploy render -f - --drafter-config d/ --target-config t/ -o json"],
+                                     ok="rendered", findings="the check failed: nothing rendered (findings on stderr; "
+                                     "with -o json also on stdout)", json_errors=True))
     r.add_argument("-f", "--filename", required=True, help="SpeculativeDeployment YAML ('-' for stdin)")
     r.add_argument("--drafter-config", required=True, metavar="D", help="drafter config.json or directory")
     r.add_argument("--target-config", required=True, metavar="T", help="target config.json or directory")
@@ -364,15 +453,33 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--pod-monitor", action="store_true", help="include the PodMonitor (prometheus-operator)")
     r.set_defaults(func=cmd_render)
 
-    k = sub.add_parser("crd", help="print the CustomResourceDefinition")
+    k = sub.add_parser("crd", help="print the CustomResourceDefinition",
+                       description="Print the SpeculativeDeployment CustomResourceDefinition generated from the API "
+                       "types (the same as crds/ and the chart's template).",
+                       epilog=epilog(["specdeploy crd | kubectl apply -f -"], ok="printed"))
     k.set_defaults(func=cmd_crd)
 
-    g = sub.add_parser("generate", help="regenerate generated files (CRD, reference docs)")
+    g = sub.add_parser("generate", help="regenerate generated files (CRD, reference docs)",
+                       description="Regenerate every generated file of the repository from its one source: the CRD "
+                       "(crds/ and the chart), docs/reference/*.md, the check catalog region, the recording rules, the "
+                       "dashboards. Refuses to run outside the repository.",
+                       epilog=epilog(["specdeploy generate", "specdeploy generate --check   # CI: drift check"],
+                                     ok="written (or, with --check, up to date)",
+                                     findings="--check: files are out of date (listed on stderr)"))
     g.add_argument("--root", default=".", help="repository root")
     g.add_argument("--check", action="store_true", help="only report files that are out of date (exit 1)")
     g.set_defaults(func=cmd_generate)
 
-    d = sub.add_parser("demo", help="the main job: the operator on the embedded API server with both examples")
+    d = sub.add_parser("demo", help="the main job: the operator on the embedded API server with both examples",
+                       description="Start the embedded Kubernetes API server, install the CRD, run the real operator, "
+                       "apply the examples with kubectl, wait for their conditions, show the gate refusing an "
+                       "incompatible pair, print `kubectl get specdeploy -o wide` and the rendered engine command lines, "
+                       "and stop everything.",
+                       epilog=epilog(["specdeploy demo", "specdeploy demo --offline     # check and render in-process only",
+                                      "specdeploy demo --cluster     # against the cluster in KUBECONFIG",
+                                      "specdeploy demo --engine vllm-cpu   # real vLLM (CPU build), about 4 minutes"],
+                                     ok="the demo ran and every expectation held",
+                                     findings="an expectation failed (printed)"))
     d.add_argument("--examples", default="examples", help="examples directory")
     mode = d.add_mutually_exclusive_group()
     mode.add_argument("--cluster", action="store_true", help="use the cluster in KUBECONFIG instead of the embedded API server")
@@ -383,9 +490,21 @@ def build_parser() -> argparse.ArgumentParser:
                         "the dev kubelet, with the acceptance it measures (about 4 minutes)")
     d.set_defaults(func=cmd_demo)
 
-    op = sub.add_parser("operator", help="the operator")
-    osub = op.add_subparsers(dest="operator_command", metavar="ACTION")
-    orun = osub.add_parser("run", help="run the operator (in-cluster, or against KUBECONFIG)")
+    op = sub.add_parser("operator", help="the operator",
+                        description="The operator process. The chart runs `specdeploy operator run` with its flags.",
+                        epilog=epilog(["specdeploy operator run --namespace models",
+                                       "specdeploy operator run -A --kubeconfig ~/.kube/config"],
+                                      ok=None))
+    osub = op.add_subparsers(dest="operator_command", metavar="ACTION", parser_class=Parser)
+    op.set_defaults(func=need_action(op, "an action: run"))
+    orun = osub.add_parser("run", help="run the operator (in-cluster, or against KUBECONFIG)",
+                           description="Run the operator: watch SpeculativeDeployments, check each pair, render and "
+                           "apply the engine workload, write status, monitor acceptance, serve /metrics and the "
+                           "admission webhooks. Runs until SIGTERM.",
+                           epilog=epilog(["specdeploy operator run --namespace models --webhook-port 0",
+                                          "specdeploy operator run -A --allowed-pvc models --cache-node-path "
+                                          "nvme=/mnt/nvme/hf --default-cache nodePath/nvme"],
+                                         ok="stopped cleanly (SIGTERM)", findings="the operator stopped on an error"))
     scope = orun.add_mutually_exclusive_group()
     scope.add_argument("--namespace", "-n", action="append", metavar="NS", help="watch this namespace (repeatable; default: default)")
     scope.add_argument("--all-namespaces", "-A", action="store_true", help="watch every namespace")
@@ -439,15 +558,34 @@ def build_parser() -> argparse.ArgumentParser:
                      help="Secret a tokenSecretRef may name (repeatable; default: none; chart value hub.tokenSecrets)")
     pol.add_argument("--allowed-pvc", action="append", metavar="NAME", help="claim a spec may mount (repeatable)")
     pol.add_argument("--pvc-label", metavar="KEY=VALUE", help="claims carrying this label may be mounted too")
+    pol.add_argument("--cache-node-path", action="append", metavar="NAME=PATH",
+                     help="a node-local directory engine pods may use as their hub cache, named NAME "
+                     "(spec.cache.nodePath: NAME); repeatable; chart value cache.nodePaths")
+    pol.add_argument("--default-cache", metavar="emptyDir|pvc/CLAIM|nodePath/NAME",
+                     help="hub cache of engine pods whose spec has no cache (default emptyDir); chart value "
+                     "cache.default")
     orun.add_argument("--verbose", "-v", action="store_true")
     orun.set_defaults(func=cmd_operator_run)
 
-    dev = sub.add_parser("dev", help="developer tools")
-    dsub = dev.add_subparsers(dest="dev_command", metavar="TOOL")
-    fc = dsub.add_parser("flag-commands", help="JSON of every example's rendered engine argv (for the flag-drift check)")
+    dev = sub.add_parser("dev", help="developer tools",
+                         description="Developer tools: the embedded API server, the dev kubelet, the hub stand-in, tiny "
+                         "models, benchmarks.",
+                         epilog=epilog(["specdeploy dev apiserver --kubeconfig /tmp/kc",
+                                        "specdeploy dev tiny-models /tmp/models && specdeploy dev hub /tmp/models"],
+                                       ok=None))
+    dsub = dev.add_subparsers(dest="dev_command", metavar="TOOL", parser_class=Parser)
+    dev.set_defaults(func=need_action(dev, "a tool: " + "flag-commands, apiserver, tiny-models, hub, kubelet, bench"))
+    fc = dsub.add_parser("flag-commands", help="JSON of every example's rendered engine argv (for the flag-drift check)",
+                         description="Print, as JSON, every example's rendered engine argv (e2e/flagdrift/run.sh parses "
+                         "them with the engines' own argument parsers).",
+                         epilog=epilog(["specdeploy dev flag-commands --examples examples"], ok="printed"))
     fc.add_argument("--examples", default="examples")
     fc.set_defaults(func=cmd_flag_commands)
-    a = dsub.add_parser("apiserver", help="run the embedded Kubernetes API server (a stand-in for tests and demos)")
+    a = dsub.add_parser("apiserver", help="run the embedded Kubernetes API server (a stand-in for tests and demos)",
+                        description="Run the embedded Kubernetes API server on 127.0.0.1 and write a kubeconfig for it; "
+                        "serves until SIGTERM or Ctrl-C.",
+                        epilog=epilog(["specdeploy dev apiserver --kubeconfig /tmp/kc &",
+                                       "KUBECONFIG=/tmp/kc kubectl get namespaces"], ok="stopped cleanly"))
     a.add_argument("--kubeconfig", required=True, metavar="PATH", help="write a kubeconfig for it here")
     a.add_argument("--port", type=int, default=0, metavar="N", help="port on 127.0.0.1 (default: any free port)")
     a.set_defaults(func=cmd_apiserver)
@@ -456,14 +594,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "hidden 128, vocab 512, a BPE tokenizer trained offline), the same target with its final norm "
                         "zeroed, and DFlash drafters: random, accept-all (paired with the zeroed target every draft is "
                         "accepted) and shifted (target_layer_ids shifted by one), as DIR/tiny/<name>/ repositories "
-                        "with DIR/tiny-models.json naming the pairs. The same seed gives the same bytes.")
+                        "with DIR/tiny-models.json naming the pairs. The same seed gives the same bytes.",
+                        epilog=epilog(["specdeploy dev tiny-models /tmp/models --seed 0"], ok="written"))
     t.add_argument("directory", metavar="DIR", help="output directory (created; files in it are replaced)")
     t.add_argument("--seed", type=_seed, default=0, metavar="N", help="random seed of the weights (default 0)")
     t.set_defaults(func=cmd_tiny_models)
     h = dsub.add_parser("hub", help="serve a directory of models with the Hugging Face Hub's HTTP API (a stand-in)",
                         description="Serve DIR/<org>/<name>/ model directories (e.g. from `specdeploy dev tiny-models`) "
                         "on 127.0.0.1 with the Hub API that huggingface_hub uses (model info, tree, resolve with ETag "
-                        "and X-Repo-Commit), so that HF_ENDPOINT=URL engines and the operator's hub resolver load them.")
+                        "and X-Repo-Commit), so that HF_ENDPOINT=URL engines and the operator's hub resolver load them.",
+                        epilog=epilog(["specdeploy dev hub /tmp/models --port 8900"], ok="stopped cleanly"))
     h.add_argument("directory", metavar="DIR", help="directory of models")
     h.add_argument("--port", type=int, default=0, metavar="N", help="port on 127.0.0.1 (default: any free port)")
     h.set_defaults(func=cmd_hub)
@@ -474,7 +614,9 @@ def build_parser() -> argparse.ArgumentParser:
         "as local processes: init containers in order, then the containers (exec form, no shell), env with "
         "valueFrom and $(VAR), volumes as local directories, a loopback address per pod, httpGet/tcpSocket probes, "
         "restarts with back-off, pod status, and logs served for `kubectl logs` (the embedded API server proxies "
-        "pods/log to it). Images are not pulled: command[0] is mapped to a local executable (--exec).")
+        "pods/log to it). Images are not pulled: command[0] is mapped to a local executable (--exec).",
+        epilog=epilog(["specdeploy dev kubelet --kubeconfig /tmp/kc --root /tmp/kubelet --env HF_ENDPOINT=http://127.0.0.1:8900"],
+                      ok="stopped cleanly"))
     kl.add_argument("--kubeconfig", required=True, metavar="PATH", help="the cluster (e.g. the embedded API server's)")
     kl.add_argument("--root", required=True, metavar="DIR",
                     help="state: DIR/pods/<uid>/ (volumes, logs), DIR/pvc/<ns>/<claim>/ (persistent volume claims)")
@@ -507,7 +649,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "mounts, resource limits, host network (a loopback address per pod)")
     kl.add_argument("--verbose", "-v", action="store_true")
     kl.set_defaults(func=cmd_kubelet)
-    b = dsub.add_parser("bench", help="print benchmark figures")
+    b = dsub.add_parser("bench", help="print benchmark figures",
+                        description="Print benchmark figures (docs/benchmarks.md keeps them with the command).",
+                        epilog=epilog(["specdeploy dev bench core --repeat 200",
+                                       "specdeploy dev bench operator --crs 200"], ok="printed"))
     b.add_argument("what", choices=["core", "operator"], help="core: check+render and CLI start-up; operator: scale")
     b.add_argument("--repeat", type=_positive_int, default=200)
     b.add_argument("--crs", metavar="N,N", help="operator: CR counts (default 200,1000)")
@@ -550,16 +695,25 @@ def _positive_int(text: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    as_json = wants_json(argv)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except ArgumentError as e:
+        e.parser.print_usage(sys.stderr)
+        command = e.parser.prog[len(PROG):].strip() or None
+        return print_error(command, str(e), as_json)
     if not getattr(args, "func", None):
         parser.print_help()
+        print(f"{PROG}: error: choose a command", file=sys.stderr)
         return 2
+    label = " ".join(filter(None, (args.command, getattr(args, "dev_command", None),
+                                   getattr(args, "operator_command", None))))
     try:
         return args.func(args)
     except UsageError as e:
-        print(f"{PROG} {args.command}: error: {e}", file=sys.stderr)
-        return 2
+        return print_error(label, str(e), as_json)
     except BrokenPipeError:
         return 0
 

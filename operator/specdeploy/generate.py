@@ -223,8 +223,13 @@ def render_cli_md() -> str:
     try:
         parser = cli.build_parser()
         out = [GENERATED.format(src="operator/specdeploy/cli.py"), "# CLI reference\n",
-               "Exit status of every command: 0 success; 1 the drafter/target check found errors; "
-               "2 unusable input (missing file, invalid JSON or YAML, invalid object), reported in one line.\n",
+               "Exit status of every command: 0 success; 1 findings (the drafter/target check found errors, "
+               "generated files are out of date, acceptance collapsed); 2 unusable input (missing file, invalid JSON or "
+               "YAML, a config that is not a JSON object, invalid object, a bad flag), reported in one line on stderr, "
+               "never a traceback. With `-o json` the command prints a JSON document on stdout in every case, errors "
+               "included (`{\"ok\": false, \"error\": {\"command\", \"message\"}, \"exitCode\": 2}`); keys are "
+               "camelCase in every command. `specdeploy --version` prints the package and engine-table versions; "
+               "a command group (`dev`, `operator`) without an action prints its own help and exits 2.\n",
                "## specdeploy\n", "```text", parser.format_help().rstrip(), "```"]
         sub = next(a for a in parser._actions if isinstance(a, __import__("argparse")._SubParsersAction))
         for name, p in sub.choices.items():

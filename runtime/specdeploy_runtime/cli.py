@@ -106,7 +106,7 @@ def _write_termination(path: str, text: str) -> None:
 
 
 def cmd_preflight(args: argparse.Namespace) -> int:
-    from .preflight import PreflightResult, fetch_hub_configs, run_preflight
+    from .preflight import PreflightResult, fetch_hub_configs, prefetch_hub_weights, run_preflight
 
     for role in ("target", "drafter"):
         if (getattr(args, f"{role}_dir") is None) == (getattr(args, f"{role}_model") is None):
@@ -119,6 +119,9 @@ def cmd_preflight(args: argparse.Namespace) -> int:
     if len(dirs) == len(hub):
         res = run_preflight(args.target_dir or dirs["target"], args.drafter_dir or dirs["drafter"], args.engine_config,
                             strict_digest=not args.allow_digest_mismatch, expect_baked=args.expect_baked, res=res)
+    if args.weights_cache and hub and res.ok:
+        # only after the check passed: a refused pair downloads nothing
+        prefetch_hub_weights(args.weights_cache, res, **hub)
     text = res.message()
     _write_termination(args.termination_log, text)
     if args.output == "json":
@@ -402,6 +405,10 @@ def build_parser() -> argparse.ArgumentParser:
     pf.add_argument("--drafter-revision", metavar="REV", help="revision of --drafter-model (default: main)")
     pf.add_argument("--download-dir", default="/var/run/specdeploy/configs", metavar="DIR",
                     help="where hub config.json files go (an emptyDir in the pod)")
+    pf.add_argument("--weights-cache", metavar="HF_HOME",
+                    help="a persistent hub cache (spec.cache): after the check passes, download the hub models' "
+                    "weights into HF_HOME/hub, one pod at a time (a file lock per repository); files already there "
+                    "are not downloaded again")
     pf.add_argument("--expect-baked", action="store_true",
                     help="the drafter is baked into the image: require its BAKED.json and check its digest")
     pf.add_argument("--engine-config", default=DEFAULT_ENGINE_CONFIG, metavar="FILE")

@@ -116,3 +116,93 @@ def bake_drafter(repo_id: str, revision: str, out_dir: str, *, expect_digest: st
         json.dump(baked, fh, indent=2, sort_keys=True)
         fh.write("\n")
     return baked
+
+
+# ----------------------------------------------------------------- weights into a persistent hub cache
+
+LOCK_DIR = "specdeploy-locks"
+# Formats an engine never loads when the repository has safetensors (vLLM/SGLang load format "auto").
+DUPLICATE_FORMATS = ("*.bin", "*.pt", "*.pth", "*.msgpack", "*.h5", "*.ot", "*.onnx", "original/*")
+
+
+def _wanted(names: list[str]) -> list[str]:
+    import fnmatch
+
+    if any(n.endswith(".safetensors") for n in names):
+        return [n for n in names if not any(fnmatch.fnmatch(n, p) for p in DUPLICATE_FORMATS)]
+    return list(names)
+
+
+def _lock(hf_home: str, repo_id: str, log) -> Any:
+    """An exclusive lock (flock) per repository in the cache: concurrent pods on the same storage take turns."""
+    import fcntl
+
+    d = os.path.join(hf_home, LOCK_DIR)
+    os.makedirs(d, exist_ok=True)
+    fh = open(os.path.join(d, repo_id.replace("/", "--") + ".lock"), "a+")  # noqa: SIM115 - held by the caller
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        log(f"waiting for another pod's download of {repo_id} into {hf_home} (lock held)")
+        fcntl.flock(fh, fcntl.LOCK_EX)
+    return fh
+
+
+def prefetch_weights(repo_id: str, revision: str | None, hf_home: str, *, log=lambda _m: None) -> dict[str, Any]:
+    """Download every file the engine loads from ``repo_id`` at ``revision`` into the hub cache under
+    ``hf_home`` (``<hf_home>/hub``, huggingface_hub's layout), holding a per-repository file lock, so that
+    the engine starts with ``HF_HUB_OFFLINE=1``. Files already in the cache are not requested again: a
+    second pod, or a restart, makes one metadata request (the file list of the revision) and no download.
+    Returns ``{repo, revision, commit, files, downloaded, bytes}``."""
+    try:
+        import huggingface_hub as hh
+        from huggingface_hub.file_download import repo_folder_name
+    except ImportError:
+        raise HubFetchError("huggingface_hub is not installed in this image") from None
+    from huggingface_hub import errors as hf_errors
+
+    cache = os.path.join(hf_home, "hub")
+    token = _token() or False
+    fh = _lock(hf_home, repo_id, log)
+    try:
+        try:
+            info = hh.HfApi(endpoint=_endpoint()).model_info(repo_id, revision=revision, token=token)
+        except hf_errors.GatedRepoError:
+            raise HubFetchError(f"{repo_id} is gated: the pod's HF_TOKEN (tokenSecretRef) has no access") from None
+        except hf_errors.RepositoryNotFoundError:
+            raise HubFetchError(f"{repo_id} not found (or private and HF_TOKEN is missing or has no access)") from None
+        except hf_errors.RevisionNotFoundError:
+            raise HubFetchError(f"{repo_id} has no revision {revision!r}") from None
+        except Exception as e:  # noqa: BLE001
+            raise HubFetchError(f"cannot list {repo_id} on {_endpoint() or 'huggingface.co'}: {type(e).__name__}: "
+                                f"{str(e).splitlines()[0] if str(e) else ''}") from None
+        commit = info.sha
+        if not commit or not COMMIT.match(commit):
+            raise HubFetchError(f"{repo_id}@{revision or 'main'}: the hub returned no commit for the revision")
+        names = _wanted([s.rfilename for s in (info.siblings or [])])
+        snapshot = os.path.join(cache, repo_folder_name(repo_id=repo_id, repo_type="model"), "snapshots", commit)
+        downloaded, size = 0, 0
+        for name in names:
+            if os.path.exists(os.path.join(snapshot, name)):
+                continue  # in the cache: no request at all (the revision is a commit)
+            try:
+                path = hh.hf_hub_download(repo_id, name, revision=commit, cache_dir=cache, endpoint=_endpoint(),
+                                          token=token)
+            except Exception as e:  # noqa: BLE001
+                raise HubFetchError(f"cannot download {repo_id}/{name}@{commit[:12]}: {type(e).__name__}: "
+                                    f"{str(e).splitlines()[0] if str(e) else ''}") from None
+            downloaded += 1
+            size += os.path.getsize(path)
+        # the engine asks for the revision the spec names (a branch, or main): point that ref at the commit
+        ref = revision or "main"
+        if ref != commit:
+            refs = os.path.join(cache, repo_folder_name(repo_id=repo_id, repo_type="model"), "refs")
+            os.makedirs(os.path.dirname(os.path.join(refs, ref)), exist_ok=True)
+            tmp = os.path.join(refs, f".{os.path.basename(ref)}.{os.getpid()}")
+            with open(tmp, "w", encoding="utf-8") as out:
+                out.write(commit)
+            os.replace(tmp, os.path.join(refs, ref))
+    finally:
+        fh.close()  # releases the lock
+    return {"repo": repo_id, "revision": ref, "commit": commit, "files": len(names), "downloaded": downloaded,
+            "bytes": size}

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
@@ -478,3 +479,24 @@ def run_preflight(target_dir: str, drafter_dir: str, engine_config: str, *, stri
         + (f"; env {', '.join(f'{k}={v}' for k, v in d.engine_env.items())}" if d.engine_env else ""),
     ]
     return res
+
+
+def prefetch_hub_weights(hf_home: str, res: PreflightResult, **models: tuple[str, str | None]) -> None:
+    """Download hub models' weights (``role=(repo id, revision)``) into the persistent hub cache at ``hf_home``,
+    one pod at a time (a file lock per repository); a line per model goes to the summary."""
+    from .hubfiles import HubFetchError, prefetch_weights
+
+    for role, (repo_id, revision) in models.items():
+        try:
+            got = prefetch_weights(repo_id, revision, hf_home, log=lambda m: print(m, file=sys.stderr, flush=True))
+        except HubFetchError as e:
+            res.add("error", "WeightsFetchFailed", role, f"{e}; the engine would fail the same way")
+            continue
+        except OSError as e:
+            res.add("error", "WeightsCacheUnwritable", role,
+                    f"cannot write the hub cache {hf_home}: {e.strerror or e}; the claim or node path must be "
+                    "writable by the runtime user (uid/gid 65532)")
+            continue
+        what = (f"{got['downloaded']} of {got['files']} files downloaded ({got['bytes'] / 1e6:.1f} MB)"
+                if got["downloaded"] else f"all {got['files']} files already in the cache, none downloaded")
+        res.summary.append(f"weights {role} {repo_id}@{got['commit'][:12]}: {what} ({hf_home})")

@@ -179,7 +179,7 @@ class Session:
         self.cluster.stop()
 
 
-@pytest.mark.skipif(not HELM3.exists(), reason=".ci/setup installs .venv/tools/helm3")
+@pytest.mark.skipif(not HELM3.exists(), reason=".ci/setup-test installs .venv/tools/helm3")
 @pytest.mark.parametrize("doc", [str(p.relative_to(ROOT)) for p in DOCS if doc_commands(p)])
 def test_doc_commands_run_on_the_embedded_cluster(doc, tmp_path, capsys):
     commands = doc_commands(ROOT / doc)

@@ -68,7 +68,7 @@ def test_server_side_apply_of_the_crd_and_a_cr(kubectl, api: Http):
 def test_helm_install_upgrade_rollback_uninstall(helm, kubeconfig, api: Http, tmp_path):
     binary = HELMS[helm]
     if not binary.exists():
-        pytest.skip(f"{binary} is installed by .ci/setup")
+        pytest.skip(f"{binary} is installed by .ci/setup-test")
     env = {**os.environ, "KUBECONFIG": kubeconfig, "HOME": str(tmp_path), "HELM_CACHE_HOME": str(tmp_path / "cache"),
            "HELM_CONFIG_HOME": str(tmp_path / "config"), "HELM_DATA_HOME": str(tmp_path / "data")}
 

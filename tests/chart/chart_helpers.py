@@ -85,7 +85,7 @@ CUSTOM_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.cor
 def helm(which: str) -> str:
     path = HELMS[which]
     if not path.exists():
-        pytest.skip(f"{path} is missing: run .ci/install-tools (or .ci/setup)")
+        pytest.skip(f"{path} is missing: run .ci/install-tools (or .ci/setup-test)")
     return str(path)
 
 

@@ -206,7 +206,7 @@ def test_worker_keeps_backoff_growing_across_failed_resolutions():
         c.queue.add = add
         c.bodies[("ns", "x")] = {}
         await real_add(("ns", "x"))
-        await asyncio.wait_for(c._worker(0), 10)
+        await asyncio.wait_for(c._worker(0, c.queue), 10)
         return delays
 
     assert asyncio.run(scenario()) == [5, 10, 20, 40]

@@ -103,8 +103,9 @@ def test_only_one_replica_leads_and_a_follower_takes_over_after_the_leader_dies(
         assert rec["holderIdentity"] == "a" and rec["leaseTransitions"] == 0 and rec["leaseDurationSeconds"] == 2
         # a dies (no release: a crash); its writer and elector stop at once
         killed = time.time()
-        a.elector._task.cancel()
-        a._writer.cancel()
+        await a.elector.stop(release=False)
+        await asyncio.gather(a._writer, return_exceptions=True)
+        assert a._writer.cancelled() and not a.elector.may_write()
         await wait(lambda: b.elector.leading, what="b to take over")
         took = time.time() - killed
         await wait(lambda: b.writes > 0, what="b to write")

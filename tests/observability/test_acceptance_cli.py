@@ -29,7 +29,7 @@ def test_done_means_vllm_two_scrapes_tau_4(scrapes):
     j = run_acceptance("--engine", "vllm", a, b, "--interval", "30", "--output", "json")
     doc = json.loads(j.stdout)
     assert doc["acceptance"]["length"] == pytest.approx(4.0) and doc["acceptance"]["drafts"] == 100
-    assert doc["acceptance"]["drafts_per_second"] == pytest.approx(100 / 30)
+    assert doc["acceptance"]["draftsPerSecond"] == pytest.approx(100 / 30)
     assert doc["health"]["reason"] == "Healthy"
 
 

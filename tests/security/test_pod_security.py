@@ -186,7 +186,7 @@ def unhardened(pod: dict, name: str, privileged_init: bool = False) -> dict:
 def run_checkov(directory: Path) -> dict[str, dict[str, set[str]]]:
     """{file name: {"passed": check ids, "failed": check ids}} for the CHECKS over every file in directory."""
     if not CHECKOV.exists():
-        missing = f"{CHECKOV} is missing: run .ci/install-checkov (or .ci/setup)"
+        missing = f"{CHECKOV} is missing: run .ci/install-checkov (or .ci/setup-test)"
         if os.environ.get("SPECDEPLOY_REQUIRE_CHECKOV"):  # .ci/test: the scan must run
             pytest.fail(missing)
         pytest.skip(missing)

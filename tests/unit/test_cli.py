@@ -199,12 +199,11 @@ def test_check_bad_flag_values(args, needle):
     assert_usage_error(p, needle)
 
 
-@pytest.mark.parametrize("doc", ["[1, 2]", '"config"', "null"])
-def test_check_non_object_config_is_a_finding(doc, tmp_config):
+@pytest.mark.parametrize("doc,kind", [("[1, 2]", "a JSON list"), ('"config"', "a JSON string"), ("null", "null")])
+def test_check_non_object_config_is_unusable_input(doc, kind, tmp_config):
     _, t = files("qwen3-8b")
     p = run_cli("check", "--drafter", tmp_config(doc, "d.json"), "--target", t)
-    assert p.returncode == 1
-    assert "ConfigNotAnObject" in p.stdout and "Traceback" not in p.stderr
+    assert_usage_error(p, f"is {kind}, not an object", "--drafter")
 
 
 @pytest.mark.parametrize("text", ["{\"num_hidden_layers\": " + "1" * 5000 + "}", "[" * 100000 + "]" * 100000],

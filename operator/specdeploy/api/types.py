@@ -263,6 +263,38 @@ class Tuning(_Model):
         return self
 
 
+class Cache(_Model):
+    """Where engine pods keep the hub cache (HF_HOME) that hub models' weights are downloaded into."""
+
+    model_config = ConfigDict(**_Model.model_config, json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "self.type == 'pvc' ? has(self.pvc) : !has(self.pvc)",
+         "message": "cache.pvc is required with type pvc and only allowed with it", "fieldPath": ".pvc"},
+        {"rule": "self.type == 'nodePath' ? has(self.nodePath) : !has(self.nodePath)",
+         "message": "cache.nodePath is required with type nodePath and only allowed with it", "fieldPath": ".nodePath"},
+    ]})
+
+    type: Literal["emptyDir", "pvc", "nodePath"] = Field(
+        description="`emptyDir`: a fresh cache per pod (every pod start downloads the weights). `pvc`: an existing "
+        "claim (ReadWriteMany: shared by every replica on every node; ReadWriteOnce: by the replicas on the node "
+        "that mounts it, so pin one node pool with `pod.nodeSelector`). `nodePath`: a node-local directory an "
+        "administrator listed in the chart value `cache.nodePaths` (never an arbitrary host path). With `pvc` and "
+        "`nodePath` the preflight init container downloads the weights once, under a file lock, and the engine "
+        "starts offline from the cache.")
+    pvc: Optional[PvcSource] = Field(default=None, description="The claim (type `pvc`); mounted read-write at the "
+                                     "hub cache. Subject to the tenancy policy like model claims.")
+    node_path: Optional[str] = Field(default=None, pattern=NAME_PATTERN, max_length=63,
+                                     description="Name of a node-local cache path in the chart value "
+                                     "`cache.nodePaths` (type `nodePath`).")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "Cache":
+        if (self.type == "pvc") != (self.pvc is not None):
+            raise ValueError("cache.pvc is required with type pvc and only allowed with it")
+        if (self.type == "nodePath") != (self.node_path is not None):
+            raise ValueError("cache.nodePath is required with type nodePath and only allowed with it")
+        return self
+
+
 class SpeculativeDeploymentSpec(_Model):
     """Desired state: a target model served with a DFlash drafter on a GPU pool."""
 
@@ -284,6 +316,10 @@ class SpeculativeDeploymentSpec(_Model):
     monitoring: Monitoring = Field(default_factory=Monitoring, description="Acceptance monitoring.")
     tuning: Tuning = Field(default_factory=Tuning, description="Tuned fused-MoE kernels (MoE targets).")
     checks: Checks = Field(default_factory=Checks, description="Findings the author accepts.")
+    cache: Optional[Cache] = Field(
+        default=None, description="Hub cache of the engine pods (where hub weights are downloaded to). Default: the "
+        "chart value `cache.default` (an `emptyDir` unless the administrator set one). Models served from a claim "
+        "(`pvc`) and a drafter baked into the image are never downloaded.")
 
     def options(self) -> Options:
         """The checker's view of this spec."""
@@ -343,6 +379,10 @@ class Resolved(_Model):
     gpu_product: Optional[str] = Field(default=None, description="`nvidia.com/gpu.product` selected on.")
     image: Optional[str] = Field(default=None, description="Engine image in use.")
     config_hash: Optional[str] = Field(default=None, description="Hash of the rendered engine config (rolls pods on change).")
+    cache: Optional[str] = Field(default=None, description="Hub cache of the engine pods: `emptyDir`, `pvc/<claim>` "
+                                 "or `nodePath/<name>`.")
+    target_weights: Optional[str] = Field(default=None, description="Where the target's weights come from.")
+    drafter_weights: Optional[str] = Field(default=None, description="Where the drafter's weights come from.")
 
 
 class AcceptanceBaseline(_Model):
@@ -436,18 +476,3 @@ class SpeculativeDeployment(BaseModel):
 def parse(obj: Any) -> SpeculativeDeployment:
     """Parse a SpeculativeDeployment object (dict); raises pydantic.ValidationError."""
     return SpeculativeDeployment.model_validate(obj)
-
-
-def validation_messages(exc: Any) -> list[tuple[str, str]]:
-    """(field path, message) pairs from a pydantic ValidationError, in camelCase field paths."""
-    out = []
-    for e in exc.errors():
-        loc = [p for p in e.get("loc", ()) if not (isinstance(p, str) and p.startswith(("function-", "literal[", "int")))]
-        path = ""
-        for p in loc:
-            path += f"[{p}]" if isinstance(p, int) else (f".{p}" if path else str(p))
-        msg = e.get("msg", "invalid")
-        if e.get("type") == "extra_forbidden":
-            msg = "unknown field; check the spelling against the API reference (docs/reference/api.md)"
-        out.append((path or "(object)", msg))
-    return out

@@ -38,7 +38,8 @@ import pydantic
 from pydantic import BaseModel
 
 from .. import API_GROUP, API_VERSION, KIND
-from ..api.types import SpeculativeDeployment, SpeculativeDeploymentSpec, validation_messages
+from ..api.types import SpeculativeDeployment, SpeculativeDeploymentSpec
+from ..api.validation import parse as parse_spec
 from ..core.checker import Options, analyze, check_options
 from ..core.policy import TenancyPolicy, check_policy
 from ..core.findings import Finding, Severity, Source, has_errors
@@ -254,87 +255,15 @@ def _analyze(configs: "Configs", opts: Options) -> list[Finding]:
     return list(_PAIR_MEMO.get((configs.key, opts), lambda: tuple(analyze(configs.drafter, configs.target, opts).findings)))
 
 
-def _lenient_options(spec: Any) -> Options | None:
-    """The checker's view of a spec that pydantic refused: every well-typed field, defaults for the rest.
-
-    Used only to give the checker's clearer messages (and its extra rules) alongside pydantic's."""
-    if not isinstance(spec, dict):
-        return None
-
-    def get(d: Any, *keys: str) -> Any:
-        for k in keys:
-            if not isinstance(d, dict):
-                return None
-            d = d.get(k)
-        return d
-
-    def s(v: Any) -> str | None:
-        return v if isinstance(v, str) else None
-
-    def i(v: Any, default: int | None) -> int | None:
-        return v if isinstance(v, int) and not isinstance(v, bool) else default
-
-    dw = get(spec, "speculation", "draftWindow")
-    extra = get(spec, "engine", "extraArgs")
-    method = s(get(spec, "speculation", "method")) or "dflash"
-    ddtree = get(spec, "speculation", "ddtree")
-    return Options(
-        engine=s(get(spec, "engine", "name")),
-        engine_version=s(get(spec, "engine", "version")),
-        method=method,
-        gpu=s(get(spec, "gpu", "type")),
-        gpu_count=i(get(spec, "gpu", "count"), 1),
-        nodes=i(spec.get("nodes"), 1),
-        block_size=i(get(spec, "speculation", "blockSize"), None),
-        draft_window=dw if isinstance(dw, (int, str)) and not isinstance(dw, bool) else None,
-        draft_attention_backend=s(get(spec, "speculation", "draftAttentionBackend")),
-        extra_args=tuple(a for a in extra if isinstance(a, str)) if isinstance(extra, list) and all(isinstance(a, str) for a in extra) else (),
-        ddtree_budget=i(get(ddtree, "budget"), None),
-        ddtree_topk=i(get(ddtree, "topk"), None),
-        ddtree_set=isinstance(ddtree, dict),
-        target_model=s(get(spec, "target", "model")),
-        drafter_model=s(get(spec, "drafter", "model")),
-        max_model_len=i(get(spec, "engine", "maxModelLen"), None),
-        accept=tuple(a for a in (get(spec, "checks", "accept") or []) if isinstance(a, str))
-        if isinstance(get(spec, "checks", "accept"), list) else (),
-    )
-
-
 def _parse_cr(req: Request) -> tuple[SpeculativeDeployment | None, list[tuple[str, str, str]]]:
-    """(parsed CR, []) or (None, [(path, message, code)...]) with the checker's words where it has them."""
+    """(parsed CR, []) or (None, [(path, message, code)...]) in the spec message catalog's words
+    (api/validation.py: the same the status and the CLI show)."""
     obj = dict(req.obj)
     meta = obj.get("metadata")
     if isinstance(meta, dict) and not meta.get("name") and req.name:
         obj["metadata"] = {**meta, "name": req.name}  # generateName: not named yet at mutation time
-    try:
-        return SpeculativeDeployment.model_validate(obj), []
-    except pydantic.ValidationError as e:
-        pyd = validation_messages(e)
-    except (RecursionError, ValueError, TypeError) as e:  # defensive: absurd inputs
-        return None, [("(object)", f"cannot be read as a {KIND}: {_clip(str(e), 200)}", "InvalidObject")]
-    opts = _lenient_options(obj.get("spec"))
-    checker: dict[str, Finding] = {}
-    if opts is not None:
-        try:
-            for f in check_options(opts):
-                if f.severity is Severity.ERROR:
-                    checker.setdefault(f.path, f)
-        except Exception:  # noqa: BLE001 - the lenient view is a courtesy; pydantic's messages stand
-            log.debug("lenient object-level check failed", exc_info=True)
-    out: list[tuple[str, str, str]] = []
-    used: set[str] = set()
-    for path, msg in pyd:
-        f = next((checker[p] for p in checker if path == p or path.startswith(p + ".") or path.startswith(p + "[")), None)
-        if f is not None:
-            if f.path not in used:
-                out.append((f.path, f.message, f.code))
-                used.add(f.path)
-            continue
-        out.append((path, msg, "InvalidField"))
-    for p, f in checker.items():
-        if p not in used:
-            out.append((p, f.message, f.code))
-    return None, out
+    cr, problems = parse_spec(obj)
+    return cr, [(p.path, p.message, p.code) for p in problems]
 
 
 def _rejection(req: Request, problems: list[tuple[str, str, str]], header_extra: str = "") -> dict:

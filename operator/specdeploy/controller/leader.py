@@ -5,6 +5,10 @@ One ``LeaderElector`` per operator process. It campaigns (retryPeriod, jittered 
 and calls ``on_stopped`` when a renewal has not succeeded within renewDeadline; then it campaigns
 again (the process stays up: its webhook keeps serving and its caches stay warm). Independently of
 that loop, ``may_write()`` is the fence the controller's API client checks before every write.
+
+The loop runs on an event loop of its own, in its own thread, with its own API client and
+threads: a busy operator (hundreds of reconciles at once) must not delay its renewals past the
+renew deadline. The callbacks run on the operator's loop (the one ``start()`` was called on).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import logging
 import os
 import random
 import socket
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -91,6 +96,9 @@ class LeaderElector:
         self.renew_started_at: float | None = None  # start of the last successful acquire/renew request
         self.acquired_at: float | None = None
         self._task: asyncio.Task | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the elector's own loop (its thread)
+        self._main: asyncio.AbstractEventLoop | None = None  # the operator's loop: callbacks run there
+        self._thread: threading.Thread | None = None
 
     # ------------------------------------------------------------- the fence
 
@@ -112,17 +120,50 @@ class LeaderElector:
     # ------------------------------------------------------------- loop
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self.run(), name="specdeploy-leader-election")
+        """Start campaigning in a thread of its own (call from the operator's event loop)."""
+        self._main = asyncio.get_running_loop()
+        ready = threading.Event()
+
+        def main() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            self._task = loop.create_task(self.run(), name="specdeploy-leader-election")
+            ready.set()
+            try:
+                loop.run_until_complete(self._task)
+            except BaseException:  # noqa: BLE001 - cancelled by stop(); anything else was logged by run()
+                pass
+            finally:
+                loop.close()
+
+        self._thread = threading.Thread(target=main, name="specdeploy-leader-election", daemon=True)
+        self._thread.start()
+        ready.wait(10)
 
     async def stop(self, release: bool = True) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        """Stop campaigning; when leading, stop leading (on_stopped) and, with ``release``, hand the Lease back."""
+        if self._loop is not None and self._task is not None and self._thread is not None:
+            self._loop.call_soon_threadsafe(self._task.cancel)
+            await asyncio.to_thread(self._thread.join, 10)
+        self._task = self._thread = self._loop = None
         if self.leading:
             await self._stop_leading("shutting down")
             if release:
                 await self.release()
+
+    async def _callback(self, fn: Callable[[], Awaitable[None]] | None, what: str) -> None:
+        """Run a callback on the operator's loop and wait for it; an error is logged, never ends the election."""
+        if fn is None:
+            return
+        try:
+            if self._main is None or self._main is asyncio.get_running_loop():
+                await fn()
+            else:
+                await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(fn(), self._main))
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001
+            log.exception("leader election: the %s callback failed", what)
 
     async def run(self) -> None:
         while True:
@@ -153,16 +194,14 @@ class LeaderElector:
         metrics.LEADER.set(1)
         log.info("leader election: %s acquired Lease %s/%s (transitions %d)", self.identity, self.namespace, self.name,
                  self.observed.transitions if self.observed else 0)
-        if self.on_started is not None:
-            await self.on_started()
+        await self._callback(self.on_started, "started-leading")
 
     async def _stop_leading(self, why: str) -> None:
         self.leading = False
         self.renew_started_at = None
         metrics.LEADER.set(0)
         log.warning("leader election: %s stopped leading: %s", self.identity, why)
-        if self.on_stopped is not None:
-            await self.on_stopped()
+        await self._callback(self.on_stopped, "stopped-leading")
 
     # ------------------------------------------------------------- one try
 

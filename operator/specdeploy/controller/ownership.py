@@ -40,11 +40,11 @@ def digest(obj: dict) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:20]
 
 
-def intent(obj: dict) -> tuple[dict, str]:
+def intent(obj: dict, d: str | None = None) -> tuple[dict, str]:
     """The applied configuration of a rendered child: the child with its digest annotation."""
-    d = digest(obj)
-    body = copy.deepcopy(obj)
-    body["metadata"].setdefault("annotations", {})[APPLIED_ANNOTATION] = d
+    d = d or digest(obj)
+    body = dict(obj, metadata=dict(obj["metadata"]))
+    body["metadata"]["annotations"] = {**(obj["metadata"].get("annotations") or {}), APPLIED_ANNOTATION: d}
     return body, d
 
 
@@ -56,7 +56,10 @@ def apply_entry(live: dict) -> dict | None:
 
 
 def in_sync(live: dict, body: dict, d: str) -> bool:
-    """No write needed: the live child has this intent applied and specdeploy still owns all of it."""
+    """No write needed: the live child has this intent applied and specdeploy still owns all of it.
+
+    ``body`` is the rendered child, with or without the digest annotation (its ownership is checked).
+    """
     meta = live.get("metadata") or {}
     if (meta.get("annotations") or {}).get(APPLIED_ANNOTATION) != d:
         return False
@@ -64,6 +67,8 @@ def in_sync(live: dict, body: dict, d: str) -> bool:
     if entry is None:
         return False
     fields = entry.get("fieldsV1") or {}
+    if "f:" + APPLIED_ANNOTATION not in ((fields.get("f:metadata") or {}).get("f:annotations") or {}):
+        return False
     for key, value in body.items():
         if key in ("apiVersion", "kind"):
             continue

@@ -14,9 +14,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Hashable
 
-import pydantic
 
-from ..api.types import SpeculativeDeployment, validation_messages
+from ..api.validation import INVALID_SPEC, problems_message, validate
 from ..core.findings import Severity, errors as error_findings
 from ..core.policy import TenancyPolicy, check_policy, policy_needs_claims
 from ..core.render import TUNING_KEY_ANNOTATION, RenderError, Rendered, build_tuned_configmap, render, selector_labels
@@ -158,7 +157,7 @@ class Controller:
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._worker(i)) for i in range(self.settings.workers)]
+        self._tasks = [loop.create_task(self._worker(i, self.queue)) for i in range(self.settings.workers)]
         self._tasks.append(loop.create_task(self._resync()))
         if self.monitor is not None:
             self._tasks.append(loop.create_task(self.monitor.run()))
@@ -189,11 +188,13 @@ class Controller:
 
         Writes are already refused by the fence (kube.Fence) at this point; this stops the work."""
         tasks, self._tasks = self._tasks, []
+        # Close the workers' queue first: its get() returns None and each worker ends after its current
+        # key, even when a cancellation is lost (Python 3.11's asyncio.wait_for can swallow one).
+        old, self.queue = self.queue, WorkQueue(self.clock)
+        await old.close()
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        old, self.queue = self.queue, WorkQueue(self.clock)
-        await old.close()
 
     async def _resync(self) -> None:
         while True:
@@ -201,18 +202,18 @@ class Controller:
             for key in list(self.bodies):
                 await self.queue.add(key)
 
-    async def _worker(self, i: int) -> None:
+    async def _worker(self, i: int, queue: WorkQueue) -> None:
         while True:
-            key = await self.queue.get()
+            key = await queue.get()
             if key is None:
                 return
-            metrics.QUEUE_DEPTH.set(len(self.queue))
+            metrics.QUEUE_DEPTH.set(len(queue))
             try:
                 delay = await self.run_once(key)
             finally:
-                await self.queue.done(key)
+                await queue.done(key)
             if delay:
-                await self.queue.add(key, delay)
+                await queue.add(key, delay)
 
     async def run_once(self, key: Key) -> float | None:
         """One reconcile with the worker's error handling; returns the requeue delay, if any."""
@@ -276,13 +277,15 @@ class Controller:
         state = self.state.setdefault(key, _State())
         workload = self._workload(ns, name)
 
-        try:
-            cr = SpeculativeDeployment.model_validate(body)
-        except pydantic.ValidationError as e:
-            msg = "; ".join(f"{p}: {m}" for p, m in validation_messages(e))
+        # every spec problem (the schema's or the object-level check's) lands here, in the words of the
+        # spec message catalog (api/validation.py) the webhook and the CLI use: DrafterCompatible=Unknown and
+        # Progressing=False, reason InvalidSpec; nothing is resolved or applied
+        cr, problems = validate(body)
+        if cr is None:
+            msg = problems_message(problems)
             obs = self._observation(gen, body, workload, None)
-            obs.blocked_reason = ("InvalidSpec", msg)
-            obs.resolution_error = ("InvalidSpec", msg)
+            obs.blocked_reason = (INVALID_SPEC, msg)
+            obs.resolution_error = (INVALID_SPEC, msg)
             await self._write_status(key, body, obs, resolved=None)
             return None
         cr.metadata.namespace = ns
@@ -409,6 +412,11 @@ class Controller:
                 out["servedContext"] = served
             from ..core.gpus import get_profile
             out["gpuProduct"] = get_profile(cr.spec.gpu.type).product_label
+            from ..core.cache import weight_source
+            out["cache"] = rendered.cache.label()
+            out["targetWeights"] = weight_source(cr.spec.target, "target", rendered.cache)
+            out["drafterWeights"] = weight_source(cr.spec.drafter, "drafter", rendered.cache,
+                                                  rendered.image if rendered.baked_drafter is not None else None)
         return out
 
     async def _apply(self, ns: str, name: str, desired: list[dict]) -> list[str]:
@@ -455,9 +463,10 @@ class Controller:
         by an object another controller owns.
         """
         kind, cname = obj["kind"], obj["metadata"]["name"]
-        body, digest = ownership.intent(obj)
-        if actual is not None and ownership.in_sync(actual, body, digest):
+        digest = ownership.digest(obj)
+        if actual is not None and ownership.in_sync(actual, obj, digest):
             return actual
+        body, _ = ownership.intent(obj, digest)
         if actual is not None:
             takeover = ownership.takeover_patch(actual)
             if takeover is not None:  # children of a version before server-side apply: fields move to our entry

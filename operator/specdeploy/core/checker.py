@@ -981,6 +981,24 @@ def apply_accept(findings: list[Finding], accept: tuple[str, ...]) -> tuple[list
     return out, accepted
 
 
+# Findings that say a field is absent (and what is assumed instead). A field present with the wrong
+# type is parsed as absent, so each of these would repeat its InvalidFieldType: the wrong type is
+# the root cause and the only finding kept for that field.
+ABSENCE_CODES = frozenset({"BlockSizeDefaulted", "SlidingWindowDefaulted", "SlidingWindowMissing", "TargetFieldMissing",
+                           "TargetLayerIdsMissing", "DrafterFieldMissing", "MaskTokenMissing"})
+
+
+def _field_name(path: str) -> str:
+    return re.sub(r"\[\d+\]$", "", path.rsplit(".", 1)[-1])
+
+
+def one_per_root_cause(findings: list[Finding]) -> list[Finding]:
+    """Drop an absence finding for a field that has an InvalidFieldType finding in the same config
+    (e.g. ``block_size: NaN`` is InvalidFieldType, not also BlockSizeDefaulted)."""
+    invalid = {(f.source, _field_name(f.path)) for f in findings if f.code == "InvalidFieldType"}
+    return [f for f in findings if not (f.code in ABSENCE_CODES and (f.source, _field_name(f.path)) in invalid)]
+
+
 def analyze(drafter_doc: Any, target_doc: Any, options: Options | None = None) -> Analysis:
     """Every check for a drafter/target pair under the given options, and the derived settings."""
     o = options or Options()
@@ -996,7 +1014,7 @@ def analyze(drafter_doc: Any, target_doc: Any, options: Options | None = None) -
     if d is not None:
         _check_drafter(d, t, out)
         derived = _derive(d, t, o, info, row, prof, out)
-    findings, accepted = apply_accept(out.items, o.accept)
+    findings, accepted = apply_accept(one_per_root_cause(out.items), o.accept)
     return Analysis(findings=sort_findings(findings), derived=derived, drafter=d, target=t, accepted=accepted)
 
 

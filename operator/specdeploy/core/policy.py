@@ -10,7 +10,13 @@ what an administrator allowed (chart values -> operator flags -> ``SPECDEPLOY_PO
 | image | `spec.engine.image` | `policy.allowedImagePrefixes` / `--allowed-image-prefix` | the project's runtime images |
 | pod ServiceAccount | `spec.pod.serviceAccountName` | `policy.allowedServiceAccounts` / `--allowed-service-account`; `policy.engineServiceAccount` / `--engine-service-account` is always allowed and the default | none other |
 | hub token Secret | `spec.{target,drafter}.tokenSecretRef` | `hub.tokenSecrets` / `--allowed-token-secret` | none |
-| model claim | `spec.{target,drafter}.pvc`, `spec.tuning.pvc` | `policy.allowedPVCs` / `--allowed-pvc`, or claims labelled `policy.pvcLabel` / `--pvc-label` | none |
+| model claim | `spec.{target,drafter}.pvc`, `spec.tuning.pvc`, `spec.cache.pvc` | `policy.allowedPVCs` / `--allowed-pvc`, or claims labelled `policy.pvcLabel` / `--pvc-label` | none |
+| node-local hub cache | `spec.cache.nodePath` (a name, never a path) | `cache.nodePaths` / `--cache-node-path NAME=PATH` | none |
+
+The cache a spec without `spec.cache` gets (`cache.default` / `--default-cache`) is the
+administrator's choice and is not checked against the lists above. A host path is only ever one an
+administrator listed: a spec names it, it cannot spell one (a hostPath volume of its own choosing
+would let it read or overwrite any directory of the node).
 
 The same function runs in the admission webhook and in the reconciler (a CR admitted before a
 policy change is refused at reconcile with a condition; nothing is applied).
@@ -22,6 +28,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
+from .cache import node_path_refusal
 from .engines import RUNTIME_IMAGE_REPO
 from .findings import Finding, Severity, Source
 
@@ -36,6 +43,8 @@ class TenancyPolicy:
     token_secrets: tuple[str, ...] = ()
     pvcs: tuple[str, ...] = ()
     pvc_label: tuple[str, str] | None = None
+    cache_node_paths: tuple[tuple[str, str], ...] = ()  # (name, absolute node path)
+    default_cache: tuple[str, str] | None = None  # ("pvc", claim) | ("nodePath", name); None: emptyDir
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def to_env(self) -> str:
@@ -51,7 +60,13 @@ class TenancyPolicy:
         return cls(image_prefixes=tuple(d.get("image_prefixes") or ()), engine_service_account=d.get("engine_service_account"),
                    service_accounts=tuple(d.get("service_accounts") or ()), token_secrets=tuple(d.get("token_secrets") or ()),
                    pvcs=tuple(d.get("pvcs") or ()),
-                   pvc_label=tuple(d["pvc_label"]) if d.get("pvc_label") else None)  # type: ignore[arg-type]
+                   pvc_label=tuple(d["pvc_label"]) if d.get("pvc_label") else None,  # type: ignore[arg-type]
+                   cache_node_paths=tuple(tuple(x) for x in d.get("cache_node_paths") or ()),  # type: ignore[misc]
+                   default_cache=tuple(d["default_cache"]) if d.get("default_cache") else None)  # type: ignore[arg-type]
+
+    def node_path(self, name: str) -> str | None:
+        """The node directory an administrator listed under ``name``, or None."""
+        return dict(self.cache_node_paths).get(name)
 
 
 def normalize_image(ref: str) -> str:
@@ -107,6 +122,11 @@ def check_policy(spec, policy: TenancyPolicy, pvc_labels: Mapping[str, Mapping[s
               if s.pvc is not None]
     if spec.tuning.pvc is not None:
         claims.append(("spec.tuning.pvc.claimName", spec.tuning.pvc.claim_name))
+    cache = getattr(spec, "cache", None)
+    if cache is not None and cache.pvc is not None:
+        claims.append(("spec.cache.pvc.claimName", cache.pvc.claim_name))
+    if cache is not None and cache.node_path is not None and policy.node_path(cache.node_path) is None:
+        out.append(node_path_refusal(cache.node_path, policy))
     for path, claim in claims:
         if claim in policy.pvcs:
             continue
@@ -135,4 +155,7 @@ def policy_needs_claims(spec, policy: TenancyPolicy) -> list[str]:
     names = [s.pvc.claim_name for s in (spec.target, spec.drafter) if s.pvc is not None]
     if spec.tuning.pvc is not None:
         names.append(spec.tuning.pvc.claim_name)
+    cache = getattr(spec, "cache", None)
+    if cache is not None and cache.pvc is not None:
+        names.append(cache.pvc.claim_name)
     return [n for n in names if n not in policy.pvcs]

@@ -21,6 +21,7 @@ from .checker import Analysis, Derived, analyze
 from .engineconfig import (CHECK_REPORT_KEY, ENGINE_CONFIG_KEY, ENGINE_CONFIG_MOUNT, EngineConfig, ModelRef,
                            SpeculationPlan, config_digest)
 from . import tuning as tn
+from .cache import CacheError, CachePlan, plan_cache
 from .findings import Finding, Severity, Source, report
 from .podsecurity import ENGINE_CACHE, container_security_context, engine_write_env, harden_pod
 
@@ -60,6 +61,7 @@ class Rendered:
     tuning: "TuningPlan | None" = None
     image: str | None = None
     baked_drafter: eng.BakedDrafterImage | None = None
+    cache: CachePlan = field(default_factory=lambda: CachePlan("emptyDir"))
 
     def by_kind(self, kind: str) -> list[dict]:
         return [o for o in self.objects + self.tuning_objects if o["kind"] == kind]
@@ -329,9 +331,17 @@ def _container(spec, ec: EngineConfig, image: str, args: list[str], serve_http: 
     return c
 
 
-def preflight_args(spec, ec: EngineConfig, baked: bool = False) -> list[str]:
+def prefetches(spec, baked: bool, cache: CachePlan | None) -> bool:
+    """Whether the preflight downloads weights: a persistent cache and at least one hub model to fill it with."""
+    hub = [src for role, src in (("target", spec.target), ("drafter", spec.drafter))
+           if src.pvc is None and not (baked and role == "drafter")]
+    return cache is not None and cache.persistent and bool(hub)
+
+
+def preflight_args(spec, ec: EngineConfig, baked: bool = False, cache: CachePlan | None = None) -> list[str]:
     """Arguments of the preflight init container: mounted dirs for PVC models (and the baked drafter),
-    hub repo ids otherwise (preflight downloads only their config.json)."""
+    hub repo ids otherwise (preflight downloads their config.json; with a persistent cache also their
+    weights, into the cache, once)."""
     a: list[str] = []
     for role, src in (("target", spec.target), ("drafter", spec.drafter)):
         is_baked = baked and role == "drafter"
@@ -344,25 +354,32 @@ def preflight_args(spec, ec: EngineConfig, baked: bool = False) -> list[str]:
     a += ["--engine-config", f"{ENGINE_CONFIG_MOUNT}/{ENGINE_CONFIG_KEY}", "--download-dir", PREFLIGHT_DOWNLOAD_DIR]
     if baked:
         a.append("--expect-baked")
+    if prefetches(spec, baked, cache):
+        a += ["--weights-cache", HF_HOME]
     return a
 
 
-def _init_containers(spec, ec: EngineConfig, image: str, baked: bool, tuning: TuningPlan | None) -> list[dict]:
+def _init_containers(spec, ec: EngineConfig, image: str, baked: bool, tuning: TuningPlan | None,
+                     cache: CachePlan | None = None) -> list[dict]:
     mounts = [{"name": "engine-config", "mountPath": ENGINE_CONFIG_MOUNT, "readOnly": True},
               {"name": "preflight-scratch", "mountPath": PREFLIGHT_DOWNLOAD_DIR, "subPath": "configs"},
               {"name": "preflight-scratch", "mountPath": "/tmp", "subPath": "tmp"}]
     for role, src in (("target", spec.target), ("drafter", spec.drafter)):
         if src.pvc is not None:
             mounts.append({"name": f"{role}-model", "mountPath": f"{MODEL_ROOT}/{role}", "readOnly": True})
-    env = [{"name": "HOME", "value": "/tmp"}, {"name": "HF_HOME", "value": "/tmp/hf-home"},
+    fill = prefetches(spec, baked, cache)
+    if fill:  # the preflight fills the persistent cache the engine then reads offline
+        mounts.append({"name": "hf-cache", "mountPath": HF_HOME})
+    env = [{"name": "HOME", "value": "/tmp"}, {"name": "HF_HOME", "value": HF_HOME if fill else "/tmp/hf-home"},
            {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}, *_token_env(spec)]
-    small = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}
+    # a weight download streams files to disk, but keep room for the hub client's buffers
+    small = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "2Gi" if fill else "1Gi"}}
     out = [{
         "name": "preflight",
         "image": image,
         "imagePullPolicy": "IfNotPresent",
         "command": [RUNTIME_COMMAND, "preflight"],
-        "args": preflight_args(spec, ec, baked),
+        "args": preflight_args(spec, ec, baked, cache),
         "env": env,
         "resources": small,
         "securityContext": container_security_context(),
@@ -399,7 +416,7 @@ def _tuning_volumes(tuning: TuningPlan | None) -> list[dict]:
 
 def _pod_template(cr, ec: EngineConfig, prof: gpus.GpuProfile, image: str, args: list[str], config_hash: str,
                   cm_name: str, serve_http: bool, baked: bool = False, tuning: TuningPlan | None = None,
-                  service_account: str | None = None) -> dict:
+                  service_account: str | None = None, cache: CachePlan | None = None) -> dict:
     spec = cr.spec
     labels = child_labels(cr, ec.engine)
     annotations = {CONFIG_HASH_ANNOTATION: config_hash}
@@ -408,7 +425,7 @@ def _pod_template(cr, ec: EngineConfig, prof: gpus.GpuProfile, image: str, args:
                             "prometheus.io/path": ec.metrics_path})
     volumes = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.pod.shm_size}},
-        {"name": "hf-cache", "emptyDir": {}},
+        (cache or CachePlan("emptyDir")).volume("hf-cache"),
         # the engine's JIT caches (HOME, Triton, inductor, vLLM/SGLang caches) and /tmp: podsecurity.engine_write_env
         {"name": "engine-cache", "emptyDir": {}},
         {"name": "tmp", "emptyDir": {}},
@@ -429,7 +446,7 @@ def _pod_template(cr, ec: EngineConfig, prof: gpus.GpuProfile, image: str, args:
         **({"tolerations": tolerations} if tolerations else {}),
         "terminationGracePeriodSeconds": 120,
         # the engine container starts only after every init container exited 0
-        "initContainers": _init_containers(spec, ec, image, baked, tuning),
+        "initContainers": _init_containers(spec, ec, image, baked, tuning, cache),
         "containers": [_container(spec, ec, image, args, serve_http, tuning)],
         "volumes": volumes,
     }
@@ -455,7 +472,8 @@ def build_configmap(cr, ec: EngineConfig, analysis: Analysis) -> dict:
 
 
 def build_deployment(cr, ec: EngineConfig, prof, image: str, config_hash: str, *, baked: bool = False,
-                     tuning: TuningPlan | None = None, service_account: str | None = None) -> dict:
+                     tuning: TuningPlan | None = None, service_account: str | None = None,
+                     cache: CachePlan | None = None) -> dict:
     n = names(cr.metadata.name)
     return {
         "apiVersion": "apps/v1",
@@ -469,13 +487,14 @@ def build_deployment(cr, ec: EngineConfig, prof, image: str, config_hash: str, *
             "progressDeadlineSeconds": STARTUP_TIMEOUT_SECONDS,
             "revisionHistoryLimit": 3,
             "template": _pod_template(cr, ec, prof, image, ec.args, config_hash, n["configmap"], True, baked, tuning,
-                                      service_account),
+                                      service_account, cache),
         },
     }
 
 
 def build_leaderworkerset(cr, ec: EngineConfig, prof, image: str, config_hash: str, *, baked: bool = False,
-                          tuning: TuningPlan | None = None, service_account: str | None = None) -> dict:
+                          tuning: TuningPlan | None = None, service_account: str | None = None,
+                          cache: CachePlan | None = None) -> dict:
     n = names(cr.metadata.name)
     return {
         "apiVersion": LWS_API_VERSION,
@@ -490,9 +509,9 @@ def build_leaderworkerset(cr, ec: EngineConfig, prof, image: str, config_hash: s
                 "size": cr.spec.nodes,
                 "restartPolicy": "RecreateGroupOnPodRestart",
                 "leaderTemplate": _pod_template(cr, ec, prof, image, ec.args, config_hash, n["configmap"], True,
-                                                baked, tuning, service_account),
+                                                baked, tuning, service_account, cache),
                 "workerTemplate": _pod_template(cr, ec, prof, image, ec.worker_args or ec.args, config_hash,
-                                                n["configmap"], False, baked, tuning, service_account),
+                                                n["configmap"], False, baked, tuning, service_account, cache),
             },
         },
     }
@@ -546,7 +565,8 @@ def build_podmonitor(cr, ec: EngineConfig) -> dict:
     }
 
 
-def build_engine_config(cr, analysis: Analysis, target_doc: Any, drafter_doc: Any, *, baked: bool = False) -> EngineConfig:
+def build_engine_config(cr, analysis: Analysis, target_doc: Any, drafter_doc: Any, *, baked: bool = False,
+                        cache: CachePlan | None = None) -> EngineConfig:
     spec = cr.spec
     d = analysis.derived
     assert d is not None
@@ -562,6 +582,9 @@ def build_engine_config(cr, analysis: Analysis, target_doc: Any, drafter_doc: An
     args, worker_args = ARG_BUILDERS[(info.name, spec.speculation.method)](spec, d, row, target, drafter, multinode, baked)
     env = dict(d.engine_env)
     env["HF_HOME"] = HF_HOME
+    if prefetches(spec, baked, cache):
+        # the preflight filled the cache with every hub model's files: the engine needs no network for them
+        env["HF_HUB_OFFLINE"] = "1"
     accelerated = gpus.get_profile(spec.gpu.type).accelerator
     # the root filesystem is read-only: every cache the engine writes goes to the engine-cache volume
     for k, v in engine_write_env(info.name, accelerated).items():
@@ -791,7 +814,11 @@ def render(cr, target_doc: Any, drafter_doc: Any, *, pod_monitor: bool = False,
     if warning is not None:
         analysis.findings.append(warning)
     baked = baked_row is not None
-    ec = build_engine_config(cr, analysis, target_doc, drafter_doc, baked=baked)
+    try:
+        cache = plan_cache(spec, policy)
+    except CacheError as e:
+        raise RenderError(analysis.findings + [e.finding], analysis.accepted) from None
+    ec = build_engine_config(cr, analysis, target_doc, drafter_doc, baked=baked, cache=cache)
     # the tuning Job runs the engine image without the baked drafter (same engine, same kernels)
     try:
         plan, tuning_objects = render_tuning(cr, target_doc)
@@ -805,9 +832,9 @@ def render(cr, target_doc: Any, drafter_doc: Any, *, pod_monitor: bool = False,
         config_hash = hashlib.sha256(f"{config_hash}|{plan.key}|{plan.storage}".encode()).hexdigest()[:16]
     build = build_leaderworkerset if spec.nodes > 1 else build_deployment
     workload = build(cr, ec, prof, image, config_hash, baked=baked, tuning=plan,
-                     service_account=policy.engine_service_account if policy is not None else None)
+                     service_account=policy.engine_service_account if policy is not None else None, cache=cache)
     objects = [build_configmap(cr, ec, analysis), workload, build_service(cr, ec), build_pdb(cr, ec)]
     if pod_monitor:
         objects.append(build_podmonitor(cr, ec))
     return Rendered(analysis=analysis, engine_config=ec, config_hash=config_hash, objects=objects,
-                    tuning_objects=tuning_objects, tuning=plan, image=image, baked_drafter=baked_row)
+                    tuning_objects=tuning_objects, tuning=plan, image=image, baked_drafter=baked_row, cache=cache)

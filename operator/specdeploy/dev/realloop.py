@@ -135,6 +135,8 @@ class RealLoop:
     interval: float = 1.0  # the operator's acceptance monitor interval (SPECDEPLOY_ACCEPTANCE_INTERVAL)
     prometheus: bool = True  # start real Prometheus when it is installed
     runtime: str = "process"  # the dev kubelet's: process (vllm from .venv-vllm-cpu) or podman (the runtime image)
+    # probe periods capped at this many seconds: the startup probe's 360 failures then allow 360 x cap seconds
+    probe_period_cap: float = 1.0
     rule_window: str = "10s"
     alert_for: str = "2s"
     trained: bool = False  # also write train-tiny-drafter's models (tiny/lang-*; trained or from its cache)
@@ -202,7 +204,8 @@ class RealLoop:
             [str(BIN / "specdeploy"), "dev", "kubelet", "--kubeconfig", c.kubeconfig, "--root", str(self.workdir / "kubelet"),
              *(["--exec", f"vllm={self.vllm}"] if self.runtime == "process" else []),
              "--env", f"HF_ENDPOINT={self.hub}", "--env", "HF_HUB_DISABLE_TELEMETRY=1",
-             "--env", "VLLM_NO_USAGE_STATS=1", "--probe-period-cap", "1", "--backoff", "2", "--max-grace", "20",
+             "--env", "VLLM_NO_USAGE_STATS=1", "--probe-period-cap", str(self.probe_period_cap), "--backoff", "2",
+             "--max-grace", "20",
              "--runtime", self.runtime],
             stdout=self._kubelet_log, stderr=subprocess.STDOUT, cwd=ROOT)
 

@@ -1,0 +1,54 @@
+"""The chart's weight-cache values reach the operator as flags, and the operator's CLI turns them into
+the tenancy policy the renderer reads (the node paths an administrator listed, the default cache)."""
+
+from __future__ import annotations
+
+import pytest
+
+from chart_helpers import arg_value, container, render, run_helm, values_file, CHART
+from specdeploy import cli
+from specdeploy.core.policy import TenancyPolicy
+
+
+def policy_from(args: list[str]) -> TenancyPolicy:
+    ns = cli.build_parser().parse_args(args)
+    return cli._policy_args(ns)
+
+
+def test_default_chart_sets_no_cache_flags():
+    args = container(render())["args"]
+    assert "--cache-node-path" not in args and "--default-cache" not in args
+    p = policy_from(args)
+    assert p.cache_node_paths == () and p.default_cache is None
+
+
+def test_node_paths_and_default_reach_the_policy():
+    args = container(render({"cache": {"default": "nodePath/nvme",
+                                       "nodePaths": {"nvme": "/mnt/nvme/hf", "ssd": "/data/hf"}}}))["args"]
+    assert sorted(arg_value(args, "--cache-node-path")) == ["nvme=/mnt/nvme/hf", "ssd=/data/hf"]
+    p = policy_from(args)
+    assert dict(p.cache_node_paths) == {"nvme": "/mnt/nvme/hf", "ssd": "/data/hf"}
+    assert p.default_cache == ("nodePath", "nvme")
+    assert policy_from(container(render({"cache": {"default": "pvc/hf-cache"}}))["args"]).default_cache == ("pvc", "hf-cache")
+
+
+@pytest.mark.parametrize("values", [{"cache": {"default": "/etc"}}, {"cache": {"default": "hostPath/x"}},
+                                    {"cache": {"nodePaths": {"nvme": "relative"}}},
+                                    {"cache": {"nodePaths": {"Bad_Name": "/x"}}}])
+def test_schema_refuses_bad_cache_values(values):
+    p = run_helm("helm3", "template", "x", str(CHART), "-f", values_file(values), check=False)
+    assert p.returncode != 0 and "cache" in p.stderr
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--cache-node-path", "nvme"], "expected NAME=PATH"),
+    (["--cache-node-path", "nvme=relative/dir"], "PATH must be an absolute directory"),
+    (["--cache-node-path", "nvme=/"], "PATH must be an absolute directory"),
+    (["--cache-node-path", "nvme=/mnt/../etc"], "PATH must be an absolute directory"),
+    (["--default-cache", "nodePath/nvme"], "no --cache-node-path named 'nvme'"),
+    (["--default-cache", "hostPath//etc"], "expected emptyDir, pvc/CLAIM or nodePath/NAME"),
+])
+def test_bad_operator_flags_are_one_line(flags, message):
+    with pytest.raises(cli.UsageError) as e:
+        policy_from(["operator", "run", *flags])
+    assert message in str(e.value)
