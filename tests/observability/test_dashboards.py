@@ -144,7 +144,12 @@ def test_template_variables(dash):
     undefined = used - set(variables) - GRAFANA_BUILTINS
     assert not undefined, f"undefined variables {undefined}"
     if dash["uid"] == "specdeploy-operator":
-        assert set(variables) == {"datasource"}
+        # The operator's namespace, read from the chart's scrape job; every query selects both.
+        assert list(variables) == ["datasource", "namespace"]
+        sel, label = label_values_query(variable_query(variables["namespace"]))
+        assert (sel, label) == (f'up{{job="{R.OPERATOR_JOB}"}}', "namespace")
+        for p, t in panel_exprs(dash):
+            assert f'job="{R.OPERATOR_JOB}"' in t["expr"] and '$namespace' in t["expr"], p["title"]
         return
     assert list(variables) == ["datasource", "namespace", "deployment"]  # order: each reads the one before
     for name in ("namespace", "deployment"):
@@ -236,7 +241,7 @@ def test_operator_series_names_are_the_controllers():
     assert D.OP_RECONCILE_SECONDS == base(M.RECONCILE_SECONDS)
     assert (D.OP_QUEUE_DEPTH, D.OP_MANAGED) == (base(M.QUEUE_DEPTH), base(M.MANAGED))
     assert (D.OP_LEADER, D.OP_LEADER_TRANSITIONS) == (base(M.LEADER), base(M.LEADER_TRANSITIONS) + "_total")
-    assert D.OPERATOR_JOB == R.RuleParams().operator_job_regex
+    assert D.OPERATOR_JOB == R.RuleParams().operator_job == R.OPERATOR_JOB
 
 
 def test_panels_cover_the_issue():

@@ -170,8 +170,13 @@ def build_cases() -> list[dict]:
               [_alerts(R.A_OPERATOR_DOWN, [expected_alert(GROUPS, R.A_OPERATOR_DOWN, {
                   "job": "specdeploy-operator", "namespace": "specdeploy-system", "instance": "10.0.0.5:8080"})])]),
         _case("operator down: not scraped at all", vllm_series(100, HEALTHY_POS),
-              [_alerts(R.A_OPERATOR_DOWN, [expected_alert(GROUPS, R.A_OPERATOR_DOWN, {})]),
+              [_alerts(R.A_OPERATOR_DOWN, [expected_alert(GROUPS, R.A_OPERATOR_DOWN, {"job": R.OPERATOR_JOB})]),
                _alerts(R.A_NO_LEADER, None)]),  # absence is OperatorDown's, not a second alert
+        # The job is the chart's jobLabel value, not the Service name: a target under another job is no operator.
+        _case("operator down: scraped under the Service name", [
+              {"series": 'up{job="specdeploy-metrics",namespace="specdeploy-system",instance="10.0.0.5:8080"}',
+               "values": f"1x{MINUTES}"}],
+              [_alerts(R.A_OPERATOR_DOWN, [expected_alert(GROUPS, R.A_OPERATOR_DOWN, {"job": R.OPERATOR_JOB})])]),
         _case("two replicas, one leads: no alert", operator_up(1) + leader_gauges(1, 0),
               [_alerts(R.A_NO_LEADER, None), _alerts(R.A_OPERATOR_DOWN, None)]),
         _case("two replicas up, none leads: no-leader fires", operator_up(1) + leader_gauges(0, 0),

@@ -38,6 +38,15 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: specdeploy
 {{- end }}
 
+{{/*
+The job label of the operator's scrape target. The ServiceMonitor's jobLabel names this Service
+label, so prometheus-operator sets job="specdeploy-operator" whatever the release is called;
+the SpecdeployOperatorDown alert and the operator dashboard select it (rules.OPERATOR_JOB).
+*/}}
+{{- define "specdeploy.operatorJob" -}}
+specdeploy-operator
+{{- end }}
+
 {{- define "specdeploy.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}
 {{- default (include "specdeploy.fullname" .) .Values.serviceAccount.name }}

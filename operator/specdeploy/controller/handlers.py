@@ -108,7 +108,9 @@ async def on_startup(settings: kopf.OperatorSettings, **_) -> None:
     if port:
         from prometheus_client import start_http_server
 
-        start_http_server(port, addr=os.environ.get("SPECDEPLOY_METRICS_ADDR", "0.0.0.0"), registry=metrics.REGISTRY)
+        addr = os.environ.get("SPECDEPLOY_METRICS_ADDR") or "127.0.0.1"
+        start_http_server(port, addr=addr, registry=metrics.REGISTRY)
+        logging.getLogger("specdeploy.operator").info("metrics on http://%s:%s/metrics", addr, port)
 
 
 async def _lead() -> None:
@@ -133,7 +135,7 @@ async def _start_health(identity: str) -> None:
         return {"identity": identity, "leader": _elector.leader if _elector else identity,
                 "leading": _elector.leading if _elector else True}
 
-    _health = HealthServer(int(port), checks, details, addr=os.environ.get("SPECDEPLOY_HEALTH_ADDR", "0.0.0.0"))
+    _health = HealthServer(int(port), checks, details, addr=os.environ.get("SPECDEPLOY_HEALTH_ADDR") or "127.0.0.1")
     await _health.start()
 
 

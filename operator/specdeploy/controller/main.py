@@ -8,13 +8,16 @@ import os
 
 
 def run(namespaces: list[str], all_namespaces: bool, *, kubeconfig: str | None = None, metrics_port: int = 8080,
-        liveness: str | None = None, resync_seconds: float | None = None, verbose: bool = False,
-        webhook=None, policy=None, election=None, health_port: int = 0) -> int:
-    """``webhook``: a ``webhooks.WebhookSettings`` (port 0 or None: no admission webhook server)."""
+        metrics_addr: str = "127.0.0.1", bind_addr: str = "127.0.0.1", liveness: str | None = None, resync_seconds: float | None = None,
+        verbose: bool = False, webhook=None, policy=None, election=None, health_port: int = 0) -> int:
+    """``webhook``: a ``webhooks.WebhookSettings`` (port 0 or None: no admission webhook server).
+    ``metrics_addr``: where /metrics listens; ``bind_addr``: where the health probes listen (the
+    webhook server's address is ``webhook.addr``)."""
     if kubeconfig:
         os.environ["KUBECONFIG"] = kubeconfig
         os.environ["SPECDEPLOY_KUBECONFIG"] = kubeconfig
     os.environ["SPECDEPLOY_METRICS_PORT"] = str(metrics_port)
+    os.environ["SPECDEPLOY_METRICS_ADDR"] = metrics_addr
     if resync_seconds is not None:
         os.environ["SPECDEPLOY_RESYNC_SECONDS"] = str(resync_seconds)
     if webhook is not None:
@@ -23,6 +26,7 @@ def run(namespaces: list[str], all_namespaces: bool, *, kubeconfig: str | None =
         os.environ.update(election.to_env())
     if health_port:
         os.environ["SPECDEPLOY_HEALTH_PORT"] = str(health_port)
+        os.environ["SPECDEPLOY_HEALTH_ADDR"] = bind_addr
     # the namespaces the CR cache must hold before this replica is ready ("" : all)
     os.environ["SPECDEPLOY_WATCH_NAMESPACES"] = "" if all_namespaces else ",".join(namespaces or ["default"])
     if policy is not None:

@@ -65,6 +65,8 @@ class Controller:
         self.backoff = Backoff(self.settings.backoff_min, self.settings.backoff_max)
         self.bodies: dict[Key, dict] = {}
         self.children: dict[tuple[str, str, str], dict] = {}  # (kind, ns, name) -> body
+        # (kind, ns, name) -> (resourceVersion, applied digest) of a child known to hold that intent
+        self._verified: dict[tuple[str, str, str], tuple[str | None, str]] = {}
         self.cm_refs: dict[tuple[str, str], set[Key]] = {}  # ConfigMap -> CRs referencing it
         self._refs_of: dict[Key, set[tuple[str, str]]] = {}  # CR -> ConfigMaps it references
         self.state: dict[Key, _State] = {}
@@ -75,6 +77,10 @@ class Controller:
         # _write_status writes it with the reconciler's own conditions: one status writer per key.
         self.monitor = None
         self.speculation: dict[Key, dict[str, Any]] = {}
+        # What the running reconcile of each key changed (children written, status transitions)
+        # and the errors it reported: logged as one line when it ends (_log_outcome).
+        self._changes: dict[Key, list[str]] = {}
+        self._errors: dict[Key, list[tuple[str, str]]] = {}
 
     # ------------------------------------------------------------- watch feeds
 
@@ -128,6 +134,7 @@ class Controller:
         ck = (body.get("kind"), meta.get("namespace") or "default", meta.get("name"))
         if event_type == "DELETED":
             self.children.pop(ck, None)
+            self._verified.pop(ck, None)
         else:
             self.children[ck] = body
         for ref in meta.get("ownerReferences") or []:
@@ -218,6 +225,7 @@ class Controller:
     async def run_once(self, key: Key) -> float | None:
         """One reconcile with the worker's error handling; returns the requeue delay, if any."""
         t0 = time.perf_counter()
+        self._changes[key], self._errors[key] = [], []
         try:
             delay = await self.reconcile(key)
             if delay is None:  # a returned delay is a retry (e.g. a resolution failure): keep the backoff growing
@@ -238,7 +246,25 @@ class Controller:
                 await self._internal_error(key, e)
         finally:
             metrics.RECONCILE_SECONDS.observe(time.perf_counter() - t0)
+            self._log_outcome(key)
         return delay
+
+    def _note(self, key: Key, change: str) -> None:
+        self._changes.setdefault(key, []).append(change)
+
+    def _log_outcome(self, key: Key) -> None:
+        """One INFO line per reconcile that changed something (children written, condition
+        transitions), or instead one WARNING line per error it reported (a condition turning bad,
+        with its reason and message). Quiet otherwise: an idle resync or a failure that is
+        already in the status logs nothing."""
+        changes, errors = self._changes.pop(key, []), self._errors.pop(key, [])
+        who = f"{key[0]}/{key[1]}"
+        for reason, message in errors:
+            log.warning("%s: %s: %s", who, reason, " ".join(message.split())[:600])
+        if errors:  # the warning says what the status says; the writes, if any, still get their line
+            changes = [c for c in changes if not c.startswith("status ")]
+        if changes:
+            log.info("%s: %s", who, "; ".join(changes))
 
     async def _internal_error(self, key: Key, exc: BaseException) -> None:
         """An unexpected error becomes status: Ready=False reason InternalError, with an Event (never raises)."""
@@ -432,6 +458,8 @@ class Controller:
             applied = await self._apply_child(ns, obj, actual)
             if applied is None:
                 conflicts.append(f"{kind}/{cname}")
+            elif applied is not actual:  # a request was made: the child was created or changed
+                self._note((ns, name), f"{'created' if actual is None else 'updated'} {kind}/{cname}")
         # obsolete children of this instance (e.g. the Deployment after switching to multi-node):
         # children are named NAME or NAME-engine, so look those up instead of scanning all.
         for kind in MANAGED_KINDS:
@@ -446,6 +474,7 @@ class Controller:
                         and labels.get("app.kubernetes.io/component") == "engine":
                     await self.kube.delete(kind, ns, cname)
                     self.children.pop((kind, ns, cname), None)
+                    self._note((ns, name), f"deleted obsolete {kind}/{cname}")
         return conflicts
 
     @staticmethod
@@ -464,8 +493,13 @@ class Controller:
         """
         kind, cname = obj["kind"], obj["metadata"]["name"]
         digest = ownership.digest(obj)
-        if actual is not None and ownership.in_sync(actual, obj, digest):
-            return actual
+        if actual is not None:
+            seen = ((actual.get("metadata") or {}).get("resourceVersion"), digest)
+            if self._verified.get((kind, ns, cname)) == seen:
+                return actual  # this version of the child was found in sync with this intent already
+            if ownership.in_sync(actual, obj, digest):
+                self._verified[(kind, ns, cname)] = seen
+                return actual
         body, _ = ownership.intent(obj, digest)
         if actual is not None:
             takeover = ownership.takeover_patch(actual)
@@ -488,6 +522,7 @@ class Controller:
             live = await self.kube.apply(body, force=True)
         live = {**live, "kind": kind} if isinstance(live, dict) else body
         self.children[(kind, ns, cname)] = live
+        self._verified[(kind, ns, cname)] = ((live.get("metadata") or {}).get("resourceVersion"), digest)
         return live
 
     def _owner_body(self, obj: dict) -> dict | None:
@@ -508,6 +543,7 @@ class Controller:
             if job is None:  # created once: a Job's pod template is immutable, a new key names a new Job
                 created = await self.kube.create(rendered.tuning_objects[0])
                 self.children[("Job", ns, plan.job_name)] = {**(created or rendered.tuning_objects[0]), "kind": "Job"}
+                self._note((ns, cr.metadata.name), f"created tuning Job/{plan.job_name}")
                 return
             self.children[("Job", ns, plan.job_name)] = {**job, "kind": "Job"}
         if plan.storage != "configMap" or not (job.get("status") or {}).get("succeeded"):
@@ -557,10 +593,18 @@ class Controller:
             patch["acceptance"] = st.merge_patch_of(current.get("acceptance"), desired["acceptance"])
         await self.kube.patch("SpeculativeDeployment", ns, name, {"status": patch}, sub="status")
         body["status"] = {**current, **desired}  # our view until the watch delivers the write
-        for c in st.transitions(current.get("conditions"), conds):
+        in_reconcile = key in self._changes
+        changed = st.transitions(current.get("conditions"), conds)
+        if changed:
+            self._note(key, "status " + ", ".join(f"{c['type']}={c['status']} ({c['reason']})" for c in changed))
+        for c in changed:
             ev = st.event_for(c)
             if ev is not None:
+                if ev[0] == "Warning":
+                    self._errors.setdefault(key, []).append((f"{c['type']}={c['status']} {ev[1]}", ev[2]))
                 await self._event(body, *ev)
+        if not in_reconcile:  # written outside a reconcile: log it now
+            self._log_outcome(key)
 
     async def _event(self, body: dict, type_: str, reason: str, message: str) -> None:
         meta = body.get("metadata") or {}

@@ -183,6 +183,9 @@ class Cluster:
         rewrite("--webhook-port", str, "webhook")
         rewrite("--liveness", lambda p: f"http://127.0.0.1:{p}/healthz", "health")
         rewrite("--health-port", str, "health")
+        for flag in ("--bind-address", "--metrics-bind-address"):  # a pod's every interface: loopback here
+            if flag in args:
+                args[args.index(flag) + 1] = "127.0.0.1"
         self.stop_operator()
         self.operator_metrics_port = ports.get("metrics")
         log = open(self.operator_log, "a")

@@ -17,7 +17,9 @@ dashboard sidecar watches for).
   deployment's pods on ``namespace, pod``).
 - ``operator`` (uid ``specdeploy-operator``): the operator's health: up, managed
   deployments, work-queue depth, reconciles by result, reconcile latency quantiles,
-  errors by reason, API writes, drafter/target check failures.
+  errors by reason, API writes, drafter/target check failures. Every query selects
+  ``job="specdeploy-operator"`` (the chart's ServiceMonitor jobLabel, ``rules.OPERATOR_JOB``)
+  and ``$namespace`` (where the operator runs).
 
 Every query filters by the template variables ``$namespace`` and ``$deployment`` (the
 ``job`` label: ``<namespace>/<PodMonitor name>`` with a PodMonitor, i.e. the
@@ -41,8 +43,8 @@ UID = "specdeploy-acceptance"
 DS = {"type": "prometheus", "uid": "${datasource}"}
 SEL = 'namespace=~"$namespace", job=~"$deployment"'
 RI = "$__rate_interval"
-# The job label of the operator's ServiceMonitor target (the same regex the operator-down alert uses).
-OPERATOR_JOB = R.RuleParams().operator_job_regex
+# The job label of the operator's ServiceMonitor target (the one the operator-down alert selects).
+OPERATOR_JOB = R.OPERATOR_JOB
 
 # Engine series (names as vLLM 0.33 / SGLang 0.5 export them; see docs/reference/metrics.md).
 VLLM_WAITING = "vllm:num_requests_waiting"
@@ -275,16 +277,20 @@ def build_engines_dashboard() -> dict:
 
 
 def build_operator_dashboard() -> dict:
-    up = f'up{{job=~"{OPERATOR_JOB}"}}'
-    rec, dur, err = OP_RECONCILES, OP_RECONCILE_SECONDS, OP_ERRORS
-    writes, checks, queue, managed = OP_API_WRITES, OP_CHECK_FAILURES, OP_QUEUE_DEPTH, OP_MANAGED
+    """Every query selects the chart's scrape job (rules.OPERATOR_JOB) and the $namespace the
+    operator runs in (one value per installed release)."""
+    osel = f'job="{OPERATOR_JOB}", namespace=~"$namespace"'
+    up = f"up{{{osel}}}"
+    rec, dur, err = (f"{m}{{{osel}}}" for m in (OP_RECONCILES, OP_RECONCILE_SECONDS + "_bucket", OP_ERRORS))
+    writes, checks, queue, managed = (f"{m}{{{osel}}}" for m in (OP_API_WRITES, OP_CHECK_FAILURES, OP_QUEUE_DEPTH,
+                                                                   OP_MANAGED))
     stat = {"options": {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
                         "colorMode": "background", "graphMode": "none", "textMode": "value_and_name"}}
-    quantiles = [_target(f"histogram_quantile({q:g}, sum by (le) (rate({dur}_bucket[{RI}])))", f"p{int(q * 100)}",
+    quantiles = [_target(f"histogram_quantile({q:g}, sum by (le) (rate({dur}[{RI}])))", f"p{int(q * 100)}",
                          chr(ord("A") + i)) for i, q in enumerate((0.5, 0.95, 0.99))]
     panels = [
-        _panel(1, "Operator up", f"up of the operator's scrape targets (job =~ \"{OPERATOR_JOB}\"): 1 = scraped. "
-               f"{R.A_OPERATOR_DOWN} fires after 5m at 0 or absent.",
+        _panel(1, "Operator up", f"up of the operator's scrape targets (job=\"{OPERATOR_JOB}\", the chart's "
+               f"ServiceMonitor jobLabel): 1 = scraped. {R.A_OPERATOR_DOWN} fires after 5m at 0 or absent.",
                [_target(up, "{{namespace}}/{{pod}}", instant=True)], 0, 0, w=6, h=5, kind="stat",
                thresholds=[("red", None), ("green", 1)], extra=stat),
         _panel(2, "Managed SpeculativeDeployments", "SpeculativeDeployments the operator watches.",
@@ -292,33 +298,36 @@ def build_operator_dashboard() -> dict:
         _panel(3, "Work queue depth", "Keys waiting in the operator's work queue: a queue that keeps growing "
                "means reconciles are slower than changes.",
                [_target(f"sum({queue})", "queued")], 12, 0, h=5),
-        _panel(4, "Reconciles per second by result", f"rate of {rec}, by result.",
+        _panel(4, "Reconciles per second by result", f"rate of {OP_RECONCILES}, by result.",
                [_target(f"sum by (result) (rate({rec}[{RI}]))", "{{result}}")], 0, 5, unit="ops"),
-        _panel(5, "Reconcile duration", f"p50, p95 and p99 of {dur}.", quantiles, 12, 5, unit="s"),
-        _panel(6, "Reconcile errors by reason", f"rate of {err}, by reason: anything above 0 for long needs a look "
-               "at the SpeculativeDeployment's conditions and the operator log.",
+        _panel(5, "Reconcile duration", f"p50, p95 and p99 of {OP_RECONCILE_SECONDS}.", quantiles, 12, 5, unit="s"),
+        _panel(6, "Reconcile errors by reason", f"rate of {OP_ERRORS}, by reason: anything above 0 for long needs a "
+               "look at the SpeculativeDeployment's conditions and the operator log.",
                [_target(f"sum by (reason) (rate({err}[{RI}]))", "{{reason}}")], 0, 13, w=8, unit="ops",
                thresholds=[("green", None), ("red", 0.001)]),
-        _panel(7, "API writes per second", f"rate of {writes} by verb and kind: steady writes with no spec "
+        _panel(7, "API writes per second", f"rate of {OP_API_WRITES} by verb and kind: steady writes with no spec "
                "changes point at a reconcile loop that never converges.",
                [_target(f"sum by (verb, kind) (rate({writes}[{RI}]))", "{{verb}} {{kind}}")], 8, 13, w=8,
                unit="ops"),
-        _panel(8, "Drafter/target check failures", f"rate of {checks} by first error code (see the check catalog).",
+        _panel(8, "Drafter/target check failures",
+               f"rate of {OP_CHECK_FAILURES} by first error code (see the check catalog).",
                [_target(f"sum by (code) (rate({checks}[{RI}]))", "{{code}}")], 16, 13, w=8, unit="ops"),
         _panel(9, "Leader", f"{OP_LEADER} per replica: 1 = holds the leader Lease (reconciles, runs the acceptance "
                f"monitor); every replica serves the admission webhooks. {R.A_NO_LEADER} fires when replicas are up "
                "and none leads for longer than a takeover takes.",
-               [_target(f'max by (namespace, pod) ({OP_LEADER}{{job=~"{OPERATOR_JOB}"}})', "{{namespace}}/{{pod}}",
+               [_target(f'max by (namespace, pod) ({OP_LEADER}{{{osel}}})', "{{namespace}}/{{pod}}",
                         instant=True)], 0, 21, w=12, h=5, kind="stat",
                thresholds=[("text", None), ("green", 1)], extra=stat),
         _panel(10, "Leader changes", f"increase of {OP_LEADER_TRANSITIONS} (holder changes each replica observed): "
                "a steady stream means replicas keep losing the Lease (API server latency above the renew deadline).",
-               [_target(f'max by (namespace) (increase({OP_LEADER_TRANSITIONS}{{job=~"{OPERATOR_JOB}"}}[{RI}]))',
+               [_target(f'max by (namespace) (increase({OP_LEADER_TRANSITIONS}{{{osel}}}[{RI}]))',
                         "{{namespace}}")], 12, 21, w=12, h=5),
     ]
+    variables = [_datasource_var(),
+                 _query_var("namespace", "Namespace", f'label_values({R.operator_up()}, namespace)')]
     return _dashboard("specdeploy-operator", "specdeploy / Operator",
                       "Health of the specdeploy operator: scrape status, reconciles, errors, API writes, leader election.",
-                      ["operator"], [_datasource_var()], panels)
+                      ["operator"], variables, panels)
 
 
 # ----------------------------------------------------------------- rendering

@@ -92,6 +92,13 @@ def _no_leader_for() -> str:
 
     return f"{math.ceil(T.lease_duration + (1 + JITTER_FACTOR) * T.retry_period)}s"
 
+# The job label of the operator's scrape target. The chart's metrics Service carries it as the
+# label specdeploy.io/job and its ServiceMonitor sets jobLabel: specdeploy.io/job, so
+# prometheus-operator writes job="specdeploy-operator" for every release name (its
+# generateServiceMonitorConfig: job = the jobLabel's Service label value, else the Service name).
+OPERATOR_JOB = "specdeploy-operator"
+OPERATOR_JOB_LABEL = "specdeploy.io/job"
+
 
 @dataclass(frozen=True)
 class RuleParams:
@@ -109,7 +116,7 @@ class RuleParams:
     # Narrows the engine series the "metrics missing" alert looks at, e.g.
     # 'app_kubernetes_io_managed_by="specdeploy"' once the PodMonitor copies that label.
     engine_selector: str = ""
-    operator_job_regex: str = ".*specdeploy.*operator.*"
+    operator_job: str = OPERATOR_JOB
     runbook_base: str = ""  # prefix of RUNBOOK in runbook_url (e.g. a repository URL ending in /)
     severity: str = "warning"
     operator_down_severity: str = "critical"
@@ -233,10 +240,15 @@ def _runbook(p: RuleParams, anchor: str) -> str:
     return f"{p.runbook_base}{RUNBOOK}#{anchor}"
 
 
+def operator_up(p: RuleParams | None = None) -> str:
+    """up of the operator's scrape targets: the alert's and the operator dashboard's selector."""
+    return f'up{{job="{(p or RuleParams()).operator_job}"}}'
+
+
 def alert_group(p: RuleParams) -> dict:
     labels = {"severity": p.severity, **p.extra_labels}
     where = "{{ $labels.namespace }}/{{ $labels.job }}"
-    op_sel = f'up{{job=~"{p.operator_job_regex}"}}'
+    op_sel = operator_up(p)
     return {"name": G_ALERTS, "rules": [
         {"alert": A_COLLAPSED,
          "expr": f"{LENGTH} < on () group_left () {T_MIN_LENGTH}",
@@ -285,12 +297,12 @@ def alert_group(p: RuleParams) -> dict:
          "labels": {**labels, "severity": p.operator_down_severity},
          "annotations": {
              "summary": "The specdeploy operator is down or not scraped",
-             "description": (f"No specdeploy operator target is up (job =~ \"{p.operator_job_regex}\") "
+             "description": (f"No specdeploy operator target is up (job=\"{p.operator_job}\") "
                              f"for {p.operator_down_for}: SpeculativeDeployments are not reconciled and "
                              "acceptance is not watched."),
              "runbook_url": _runbook(p, "operator-down")}},
         {"alert": A_NO_LEADER,
-         "expr": f'max by (namespace) ({LEADER_METRIC}{{job=~"{p.operator_job_regex}"}}) < 1',
+         "expr": f'max by (namespace) ({LEADER_METRIC}{{job="{p.operator_job}"}}) < 1',
          "for": p.no_leader_for,
          "labels": {**labels, "severity": p.operator_down_severity},
          "annotations": {

@@ -1,0 +1,182 @@
+"""`specdeploy operator run` as a process: where it listens, whether it serves the webhook, what it logs.
+
+- Outside a cluster it listens on loopback only (metrics, health probes), and serves no admission webhook
+  unless --webhook is given; --bind-address / --metrics-bind-address choose the address, and
+  inside a pod (KUBERNETES_SERVICE_HOST set) the default is every IPv4 interface.
+- At info level it logs one line per reconcile that changed something (the children it wrote,
+  the condition transitions) and one WARNING line per error, naming the CR and the reason;
+  an idle resync logs nothing.
+
+The listening sockets are read from /proc (the process's socket inodes against
+/proc/net/tcp and tcp6), so the test sees exactly what the process bound.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from specdeploy import cli
+from specdeploy.controller import main as opmain
+from specdeploy.dev.harness import ROOT, Cluster, free_port, kubectl_available, wait_for
+
+EXAMPLE = ROOT / "examples" / "qwen3.6-27b-b300-vllm"
+MISTAKE = ROOT / "examples" / "mistakes" / "qwen3.6-ids-plus-one.drafter.json"
+
+
+# ----------------------------------------------------------------- flags (the process is not started)
+
+
+@pytest.fixture
+def captured(monkeypatch):
+    seen: dict = {}
+    monkeypatch.setattr(opmain, "run", lambda *a, **kw: seen.update(kw) or 0)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.delenv("SPECDEPLOY_WEBHOOK_PORT", raising=False)
+    return seen
+
+
+def test_defaults_outside_a_cluster_are_loopback_and_no_webhook(captured):
+    assert cli.main(["operator", "run"]) == 0
+    assert captured["metrics_addr"] == captured["bind_addr"] == "127.0.0.1"
+    assert captured["webhook"].port == 0 and captured["webhook"].addr == "127.0.0.1"
+
+
+def test_inside_a_pod_the_default_is_every_interface(captured, monkeypatch):
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    assert cli.main(["operator", "run", "--webhook"]) == 0
+    assert captured["metrics_addr"] == captured["bind_addr"] == "0.0.0.0"
+    assert (captured["webhook"].port, captured["webhook"].addr) == (9443, "0.0.0.0")
+
+
+def test_bind_flags_and_webhook_flag(captured):
+    assert cli.main(["operator", "run", "--webhook", "--webhook-port", "9555", "--bind-address", "::",
+                     "--metrics-bind-address", "10.0.0.7"]) == 0
+    assert captured["metrics_addr"] == "10.0.0.7" and captured["bind_addr"] == "::"
+    assert (captured["webhook"].port, captured["webhook"].addr) == (9555, "::")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--bind-address", "localhost:80"], "--bind-address 'localhost:80' is not an IP address"),
+    (["--metrics-bind-address", "every"], "--metrics-bind-address 'every' is not an IP address"),
+    (["--webhook-port", "9443"], "--webhook-port: the admission webhook server is off; add --webhook to serve it"),
+    (["--webhook-service", "wh.ops"], "add --webhook"),
+    (["--metrics-port", "70000"], "--metrics-port 70000 is not a port"),
+])
+def test_bad_flags_exit_2_with_the_fix(captured, capsys, argv, message):
+    assert cli.main(["operator", "run", *argv]) == 2
+    assert message in capsys.readouterr().err
+    assert not captured  # nothing started
+
+
+# ----------------------------------------------------------------- the real process
+
+
+def _listening(pid: int) -> set[tuple[str, int]]:
+    """(address, port) of every TCP socket the process listens on."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        m = re.fullmatch(r"socket:\[(\d+)\]", target)
+        if m:
+            inodes.add(m.group(1))
+    out = set()
+    for table, v6 in (("/proc/net/tcp", False), ("/proc/net/tcp6", True)):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            local, state, inode = f[1], f[3], f[9]
+            if state != "0A" or inode not in inodes:  # 0A: LISTEN
+                continue
+            addr_hex, port_hex = local.split(":")
+            if v6:
+                addr = "::" if int(addr_hex, 16) == 0 else addr_hex
+            else:
+                addr = ".".join(str(b) for b in reversed(bytes.fromhex(addr_hex)))
+            out.add((addr, int(port_hex, 16)))
+    return out
+
+
+def _cr(name: str, target_cm: str, drafter_cm: str) -> dict:
+    return {"apiVersion": "specdeploy.io/v1alpha1", "kind": "SpeculativeDeployment", "metadata": {"name": name},
+            "spec": {"engine": {"name": "vllm", "version": "0.33.0"},
+                     "target": {"model": "Qwen/Qwen3.6-27B", "configFrom": {"configMapKeyRef": {"name": target_cm}}},
+                     "drafter": {"model": "z-lab/Qwen3.6-27B-DFlash",
+                                 "configFrom": {"configMapKeyRef": {"name": drafter_cm}}},
+                     "gpu": {"type": "b300", "count": 1}}}
+
+
+def _log_lines(cluster: Cluster, start: int) -> list[str]:
+    text = cluster.operator_log.read_text(errors="replace")[start:]
+    return [x for x in text.splitlines() if " specdeploy.controller: " in x]
+
+
+OUTSIDE = pytest.mark.skipif(not kubectl_available() or "KUBERNETES_SERVICE_HOST" in os.environ,
+                             reason="needs kubectl, outside a pod")
+
+
+@OUTSIDE
+def test_operator_process_listens_on_loopback_and_logs_what_it_did(tmp_path):
+    with Cluster(workdir=tmp_path, namespace="models") as cluster:
+        cluster.apply_crds()
+        cluster.kubectl("apply", "-n", "models", "-k", str(EXAMPLE))
+        cluster.kubectl("create", "configmap", "shifted-drafter", "-n", "models", f"--from-file=config.json={MISTAKE}")
+        start = cluster.operator_log.stat().st_size if cluster.operator_log.exists() else 0
+        health = free_port()
+        proc = cluster.start_operator(resync_seconds=2, namespaces=["models"],
+                                      extra_args=["--health-port", str(health)])
+        # Listening: /metrics and the probes (/healthz, /readyz), loopback only; no webhook server.
+        bound = wait_for(lambda: (lambda b: b if len(b) >= 2 else None)(_listening(proc.pid)), 30, "two listeners")
+        assert bound == {("127.0.0.1", cluster.operator_metrics_port), ("127.0.0.1", health)}, bound
+
+        # One good CR, one whose drafter is shifted by one layer, one without its ConfigMaps.
+        for cr in (_cr("shifted", "qwen36-27b-target-config", "shifted-drafter"),
+                   _cr("orphan", "no-such-target", "no-such-drafter")):
+            cluster.kubectl("apply", "-n", "models", "-f", "-", input=json.dumps(cr))
+        cluster.wait_condition("qwen36-27b", "DrafterCompatible", "True", namespace="models")
+        cluster.wait_condition("shifted", "DrafterCompatible", "False", "TargetLayerIdsShifted", namespace="models")
+        cluster.wait_condition("orphan", "DrafterCompatible", "Unknown", "ConfigMapNotFound", namespace="models")
+
+        def lines_about(name: str) -> list[str]:
+            return [x for x in _log_lines(cluster, start) if f" models/{name}: " in x]
+
+        wait_for(lambda: all(lines_about(n) for n in ("qwen36-27b", "shifted", "orphan")), 30, "a line per CR")
+        good = lines_about("qwen36-27b")
+        assert any(" INFO " in x and "created Deployment/qwen36-27b" in x and "created ConfigMap/qwen36-27b-engine" in x
+                   and "DrafterCompatible=True (Compatible)" in x for x in good), good
+        assert not [x for x in good if " WARNING " in x or " ERROR " in x], good
+        shifted = lines_about("shifted")
+        assert any(" WARNING " in x and "DrafterCompatible=False TargetLayerIdsShifted" in x
+                   and "$.dflash_config.target_layer_ids" in x for x in shifted), shifted
+        orphan = lines_about("orphan")
+        assert any(" WARNING " in x and "ConfigMapNotFound" in x and "no-such-target" in x for x in orphan), orphan
+        assert len(shifted) == len(orphan) == 1, (shifted, orphan)  # one line per outcome
+
+        # Idle: resyncs every 2 s change nothing and log nothing (status is already written).
+        before = len(_log_lines(cluster, start))
+        resyncs = sum(v for k, v in (cluster.operator_metrics() or {}).items() if k.startswith("specdeploy_reconcile_total"))
+        wait_for(lambda: sum(v for k, v in (cluster.operator_metrics() or {}).items()
+                             if k.startswith("specdeploy_reconcile_total")) >= resyncs + 6, 60, "two more resyncs")
+        after = _log_lines(cluster, start)
+        assert len(after) == before, after[before:]
+        assert proc.poll() is None
+
+
+@OUTSIDE
+def test_webhook_server_only_with_the_flag(tmp_path):
+    with Cluster(workdir=tmp_path) as cluster:
+        cluster.apply_crds()
+        port = free_port()
+        proc = cluster.start_operator(extra_args=["--webhook", "--webhook-port", str(port)])
+        bound = wait_for(lambda: (lambda b: b if len(b) >= 2 else None)(_listening(proc.pid)), 30, "two listeners")
+        assert bound == {("127.0.0.1", cluster.operator_metrics_port), ("127.0.0.1", port)}, bound
