@@ -78,6 +78,12 @@ class TrainSpec:
     target_layer_ids: tuple[int, ...] = (1, 3)
     eval_prompts: int = 48
     threads: int = 1
+    # The embeddings stay at their small initial scale: trained freely they grow until the
+    # residual stream is mostly the token's embedding at every layer (norm ~300 against updates
+    # of ~30; adjacent layers' outputs at cosine 0.93-0.98), a drafter then reads the previous
+    # token from any layer and shifted ids cost nothing (measured: tau 3.63 right, 3.58 shifted).
+    # Frozen, the layers' own updates carry the residual stream, as in a large model.
+    freeze_embeddings: bool = True
 
     def digest(self) -> str:
         h = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode())
@@ -168,7 +174,9 @@ def train_target(spec: TrainSpec, target, lang: Language, log: Callable[[str], N
     import torch.nn.functional as F
 
     rng = np.random.default_rng([spec.seed, 21])
-    opt = torch.optim.Adam(target.parameters(), lr=spec.target_lr)
+    if spec.freeze_embeddings:  # see TrainSpec.freeze_embeddings
+        target.model.embed_tokens.weight.requires_grad_(False)
+    opt = torch.optim.Adam([p for p in target.parameters() if p.requires_grad], lr=spec.target_lr)
     words = torch.from_numpy(lang.words)
     losses = []
     t0 = time.perf_counter()

@@ -341,12 +341,13 @@ class RealLoop:
         got = self.prom.query(f'{R.LENGTH}{{job="{self.namespace}/{deployment}",model_name="{model}"}}')
         return float(got[0]["value"][1]) if len(got) == 1 else None
 
-    def firing(self, deployment: str) -> list[dict]:
+    def firing(self, deployment: str, alert: str | None = None) -> list[dict]:
+        """The firing alert (default SpeculativeAcceptanceCollapsed) for the deployment."""
         from ..observability import rules as R
 
         if self.prom is None:
             return []
-        return self.prom.query(f'ALERTS{{alertname="{R.A_COLLAPSED}",alertstate="firing",'
+        return self.prom.query(f'ALERTS{{alertname="{alert or R.A_COLLAPSED}",alertstate="firing",'
                                f'job="{self.namespace}/{deployment}"}}')
 
     def operator_length(self, deployment: str) -> float | None:
