@@ -34,6 +34,10 @@ class GarbageCollector:
         self._task: asyncio.Task | None = None
         self.passes = 0
         self.deleted = 0
+        # owners whose dependents may need work: woken for by uid (a write naming them, their removal or
+        # their deletionTimestamp), so a pass costs what changed, not every owner in the store
+        self.pending: set[str] = set()
+        self._everything = False
 
     def start(self) -> None:
         if self._task is None:
@@ -49,7 +53,12 @@ class GarbageCollector:
                 pass
             self._task = None
 
-    def wake(self) -> None:
+    def wake(self, *owner_uids: str | None) -> None:
+        """Schedule a pass over these owners (every owner when none is named)."""
+        if owner_uids:
+            self.pending.update(u for u in owner_uids if u)
+        else:
+            self._everything = True
         self._wake.set()
 
     async def _run(self) -> None:
@@ -68,7 +77,10 @@ class GarbageCollector:
         st = self.store
         self.passes += 1
         changed = False
-        for owner_uid in list(st.children):
+        owners = list(st.children) if self._everything else [u for u in self.pending if u in st.children]
+        self.pending.clear()
+        self._everything = False
+        for owner_uid in owners:
             owner = st.lookup_uid(owner_uid)
             if owner is None:
                 for child_uid in sorted(st.children.get(owner_uid, set())):

@@ -306,7 +306,7 @@ class Store:
         self.uids[meta["uid"]] = (info.storage_key, namespace, name)
         self._index_owners(meta["uid"], None, obj)
         if meta.get("ownerReferences"):
-            self.gc.wake()
+            self.gc.wake(*(r.get("uid") for r in meta["ownerReferences"]))  # a dangling owner?
         if namespace:
             self.ns_counts[namespace] += 1
         self._emit(info, "ADDED", obj, None, rv)
@@ -441,7 +441,7 @@ class Store:
         self._store(info, result)
         self._index_owners(meta["uid"], old, result)
         if meta.get("ownerReferences") != _meta(old).get("ownerReferences"):
-            self.gc.wake()
+            self.gc.wake(*(r.get("uid") for r in meta.get("ownerReferences") or []))
         self._emit(info, "MODIFIED", result, old, rv)
         if info.storage_key == ("apiextensions.k8s.io", "customresourcedefinitions"):
             self._crd_changed(result)
@@ -467,7 +467,7 @@ class Store:
             self._crd_removed(obj)
         if info.storage_key == ("", "namespaces"):
             self.ns_counts.pop(meta["name"], None)
-        self.gc.wake()  # dependents are collected asynchronously (gc.py)
+        self.gc.wake(uid)  # dependents are collected asynchronously (gc.py)
         return obj
 
     def lookup_uid(self, uid: str | None) -> tuple[ResourceInfo, JSON] | None:
@@ -479,8 +479,19 @@ class Store:
         obj = bucket.objects.get((ns, name)) if bucket else None
         if obj is None:
             return None
-        info = next((i for i in self.resources.values() if i.storage_key == key), None)
+        info = self._info_by_storage_key().get(key)
         return (info, obj) if info else None
+
+    def _info_by_storage_key(self) -> dict:
+        """storage key -> the first registered ResourceInfo with it, rebuilt when the resources change
+        (the garbage collector looks owners up by uid on every pass)."""
+        cached = getattr(self, "_by_storage_key", None)
+        if cached is None or cached[0] != self.resources_generation:
+            index: dict = {}
+            for i in self.resources.values():
+                index.setdefault(i.storage_key, i)
+            cached = self._by_storage_key = (self.resources_generation, index)
+        return cached[1]
 
     def _namespace_maybe_gone(self, ns: str) -> None:
         nsobj = self.buckets[("", "namespaces")].objects.get((None, ns))
@@ -529,7 +540,7 @@ class Store:
         if finalizers:
             new = _clone(obj)
             result = self._mark_deleting(info, obj, new, finalizers)
-            self.gc.wake()
+            self.gc.wake(_meta(obj).get("uid"))
             return result
         return self.remove(info, obj)
 
