@@ -35,6 +35,18 @@ def _token() -> str | None:
     return os.environ.get("HF_TOKEN") or None
 
 
+def _hub_error(e: Exception, hf_errors: Any, repo_id: str, revision: str | None, doing: str) -> HubFetchError:
+    """One message per hub failure, the same wording for every hub call."""
+    if isinstance(e, hf_errors.GatedRepoError):  # a RepositoryNotFoundError subclass: first
+        return HubFetchError(f"{repo_id} is gated: the pod's HF_TOKEN (tokenSecretRef) has no access")
+    if isinstance(e, hf_errors.RepositoryNotFoundError):
+        return HubFetchError(f"{repo_id} not found (or private and HF_TOKEN is missing or has no access)")
+    if isinstance(e, hf_errors.RevisionNotFoundError):
+        return HubFetchError(f"{repo_id} has no revision {revision!r}")
+    return HubFetchError(f"cannot {doing} {_endpoint() or 'huggingface.co'}: {type(e).__name__}: "
+                         f"{str(e).splitlines()[0] if str(e) else ''}")
+
+
 def fetch_config(repo_id: str, revision: str | None, dest_dir: str, *, timeout: float = 30.0) -> str:
     """Download only ``config.json`` of ``repo_id`` at ``revision`` into ``dest_dir``; returns the file path."""
     try:
@@ -48,17 +60,10 @@ def fetch_config(repo_id: str, revision: str | None, dest_dir: str, *, timeout: 
     try:
         path = hh.hf_hub_download(repo_id, CONFIG_FILE, revision=revision, cache_dir=cache, endpoint=_endpoint(),
                                   token=_token() or False, etag_timeout=timeout)
-    except hf_errors.GatedRepoError:
-        raise HubFetchError(f"{repo_id} is gated: the pod's HF_TOKEN (tokenSecretRef) has no access") from None
-    except hf_errors.RepositoryNotFoundError:
-        raise HubFetchError(f"{repo_id} not found (or private and HF_TOKEN is missing or has no access)") from None
-    except hf_errors.RevisionNotFoundError:
-        raise HubFetchError(f"{repo_id} has no revision {revision!r}") from None
     except hf_errors.EntryNotFoundError:
         raise HubFetchError(f"{repo_id}@{revision or 'main'} has no config.json") from None
     except Exception as e:  # noqa: BLE001 - network errors of every kind become one message
-        raise HubFetchError(f"cannot download {repo_id}/config.json from {_endpoint() or 'huggingface.co'}: "
-                            f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
+        raise _hub_error(e, hf_errors, repo_id, revision, f"download {repo_id}/config.json from") from None
     out = os.path.join(dest_dir, CONFIG_FILE)
     shutil.copyfile(path, out)
     shutil.rmtree(cache, ignore_errors=True)
@@ -167,15 +172,8 @@ def prefetch_weights(repo_id: str, revision: str | None, hf_home: str, *, log=la
     try:
         try:
             info = hh.HfApi(endpoint=_endpoint()).model_info(repo_id, revision=revision, token=token)
-        except hf_errors.GatedRepoError:
-            raise HubFetchError(f"{repo_id} is gated: the pod's HF_TOKEN (tokenSecretRef) has no access") from None
-        except hf_errors.RepositoryNotFoundError:
-            raise HubFetchError(f"{repo_id} not found (or private and HF_TOKEN is missing or has no access)") from None
-        except hf_errors.RevisionNotFoundError:
-            raise HubFetchError(f"{repo_id} has no revision {revision!r}") from None
-        except Exception as e:  # noqa: BLE001
-            raise HubFetchError(f"cannot list {repo_id} on {_endpoint() or 'huggingface.co'}: {type(e).__name__}: "
-                                f"{str(e).splitlines()[0] if str(e) else ''}") from None
+        except Exception as e:  # noqa: BLE001 - network errors of every kind become one message
+            raise _hub_error(e, hf_errors, repo_id, revision, f"list {repo_id} on") from None
         commit = info.sha
         if not commit or not COMMIT.match(commit):
             raise HubFetchError(f"{repo_id}@{revision or 'main'}: the hub returned no commit for the revision")
