@@ -164,6 +164,13 @@ def test_a_drop_below_the_learned_baseline_is_a_regression_until_accepted(scene)
     if scene.speculation() is None:
         pytest.skip("needs the collapse scenario's deployment and pod")
     s.set_mode("healthy")
+    # the window that spans the switch mixes collapsed and healthy steps (tau ~2.5, above the floor, so
+    # it would be learned): once a healthy window shows in status, let the stand-in be scraped (each
+    # scrape, the operator's or Prometheus's, is one step) about three more monitor windows, so the
+    # latest three windows the monitor holds are healthy ones
+    wait_for(lambda: scene.acceptance().get("length") == 3.96, DEADLINE_S, "a window at tau 3.96")
+    steps = s.steps
+    wait_for(lambda: s.steps >= steps + 8, DEADLINE_S, "eight more stand-in steps")
     # learn quickly: 1 s and 100 drafts (one stand-in step) after 3 windows
     c.kubectl("patch", "specdeploy", NAME, "-n", c.namespace, "--type=merge", "-p",
               '{"spec": {"monitoring": {"baselineSettleSeconds": 1, "baselineMinDrafts": 100}}}')

@@ -130,6 +130,19 @@ def test_first_baseline_needs_time_drafts_and_samples():
     assert at == 3
 
 
+def test_a_collapsed_window_restarts_settling():
+    # healthy, collapsed (below the 1.5 floor), healthy x3: the baseline is the healthy windows only
+    windows = [(4.0, 100), (4.0, 100), (1.05, 100), (4.0, 100), (4.0, 100), (4.0, 100)]
+    settling, baseline = None, None
+    for i, (length, drafts) in enumerate(windows):
+        baseline, settling = bl.step(baseline, settling, A(length, drafts), revision="r1", now=i * 30.0,
+                                     now_text=f"T{i}", params=P, min_length=1.5)
+    assert baseline == bl.Baseline(4.0, "r1", "T5", 300.0)
+    # without the floor the collapse is averaged in (the old behaviour this guards against)
+    b, _s, _at = _feed(windows)
+    assert b.length < 4.0
+
+
 def test_the_baseline_is_the_draft_weighted_mean():
     b, _s, _at = _feed([(2.0, 100), (4.0, 300), (4.0, 0), (4.0, 100)])  # a window without drafts is no sample
     assert b.length == pytest.approx((2.0 * 100 + 4.0 * 300 + 4.0 * 100) / 500)

@@ -331,7 +331,8 @@ class AcceptanceMonitor:
                 current = all(t.config_hash == want_hash for t in reporting)
                 baseline, settling = bl.step(baseline, self._settling.get(key), combined, revision=revision,
                                              now=self.clock(), now_text=now, params=params, current_config=current,
-                                             token=bl.reset_token((body.get("metadata") or {}).get("annotations")))
+                                             token=bl.reset_token((body.get("metadata") or {}).get("annotations")),
+                                             min_length=_min_length(spec))
                 if settling is None:
                     self._settling.pop(key, None)
                 else:

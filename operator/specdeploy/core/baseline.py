@@ -20,7 +20,8 @@ kept until the latest of them span at least ``settle_seconds`` and hold ``min_dr
 (vLLM; SGLang has no draft counts) and ``MIN_SAMPLES`` windows; their mean is the baseline
 (vLLM: weighted by drafts, so it is 1 + accepted/drafts over them; SGLang: equal weight, its
 gauges carry no draft counts). Only the latest such run counts, so what the deployment did
-earlier in its life (a collapse that was fixed without a spec change) does not linger in it.
+earlier in its life (a collapse that was fixed without a spec change) does not linger in it,
+and a window below the collapse floor (``minAcceptanceLength``) restarts settling.
 Windows taken
 while the engine pods do not all run the current config (a rollout, or a spec the gate
 refused while the previous workload keeps running) are not averaged: they measure another
@@ -222,17 +223,21 @@ def regressed(length: float | None, baseline: Baseline | None, fraction: float) 
 
 def step(baseline: Baseline | None, settling: Settling | None, acceptance: "acc.Acceptance | None", *,
          revision: str, now: float, now_text: str, params: Params, current_config: bool = True,
-         token: str | None = None) -> tuple[Baseline | None, Settling | None]:
+         token: str | None = None, min_length: float | None = None) -> tuple[Baseline | None, Settling | None]:
     """One window's effect on (baseline, settling); see the module docstring.
 
     ``current_config``: every reporting pod runs the deployment's current config (False during
-    a rollout: the window is judged, never averaged into a baseline)."""
+    a rollout: the window is judged, never averaged into a baseline).
+    ``min_length``: the collapse floor (``spec.monitoring.minAcceptanceLength``); a collapsed
+    window is never learned: settling starts again after it."""
     if acceptance is None or acceptance.length is None or (acceptance.drafts is not None and acceptance.drafts <= 0):
         return baseline, settling  # no evidence
     if baseline is not None and baseline.revision == revision:
         return baseline, None  # this revision has its baseline
     if not current_config:
         return baseline, None  # another revision's pods are in the window: start over later
+    if min_length is not None and acceptance.length < min_length:
+        return baseline, None  # a collapse is never a baseline: start over once it ends
     if settling is None or settling.revision != revision:
         settling = Settling(revision)
     settling = settling.add(now, acceptance.length, acceptance.drafts)
