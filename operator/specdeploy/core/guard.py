@@ -121,3 +121,38 @@ def past_crossover(running: float | None, limit: GuardLimit | None) -> tuple[boo
         return (False, REASON_PAST, f"{shown} running requests >= {n}, where speculation stops paying "
                 f"({limit.source}); below that it wins")
     return (True, REASON_BELOW, f"{shown} running requests < {n}, where speculation stops paying ({limit.source})")
+
+
+def limit_from_benchmark(name: str, body: Any, deployment: str | None = None
+                         ) -> tuple[GuardLimit | None, tuple[bool | None, str, str] | None]:
+    """(limit, None) from a Complete SpeculativeBenchmark's ``status.recommendation.guard.maxConcurrency``
+    (Contract 4; null: speculation never lost in its matrix), else (None, the SpeculationGuarded condition saying
+    why nothing is rendered). The object is read, never trusted: a value that is no integer in [1, 65536] is
+    refused."""
+    how = ("create it (docs/how-to/tune-speculation.md) or set spec.speculation.guard.maxConcurrency instead")
+    if not isinstance(body, dict):
+        return None, (False, REASON_BENCHMARK_MISSING,
+                      f"SpeculativeBenchmark {name} does not exist in this namespace; nothing is rendered: {how}")
+    status = body.get("status") if isinstance(body.get("status"), dict) else {}
+    phase = status.get("phase") if isinstance(status.get("phase"), str) else "Pending"
+    if phase != "Complete":
+        return None, (False, REASON_BENCHMARK_PENDING,
+                      f"SpeculativeBenchmark {name} is {phase[:40]}, not Complete; nothing is rendered until it "
+                      "completes (the deployment is re-read every resync)")
+    reco = status.get("recommendation") if isinstance(status.get("recommendation"), dict) else None
+    guard = reco.get("guard") if reco is not None and isinstance(reco.get("guard"), dict) else None
+    if guard is None:
+        return None, (False, REASON_BENCHMARK_PENDING,
+                      f"SpeculativeBenchmark {name} is Complete but has no status.recommendation.guard; nothing is "
+                      "rendered")
+    mc = guard.get("maxConcurrency")
+    if mc is not None and (not isinstance(mc, int) or isinstance(mc, bool) or not 1 <= mc <= MAX_CONCURRENCY):
+        return None, (False, REASON_BENCHMARK_PENDING,
+                      f"SpeculativeBenchmark {name}: status.recommendation.guard.maxConcurrency is not an integer in "
+                      f"[1, {MAX_CONCURRENCY}]; nothing is rendered")
+    ref = ((body.get("spec") or {}).get("deploymentRef") or {}) if isinstance(body.get("spec"), dict) else {}
+    measured = ref.get("name") if isinstance(ref, dict) and isinstance(ref.get("name"), str) else None
+    source = f"SpeculativeBenchmark {name}"
+    if measured and deployment and measured != deployment:
+        source += f", measured on {measured[:63]}"
+    return GuardLimit(mc, source), None
