@@ -229,3 +229,26 @@ def test_benchmark_events_queue_only_the_deployments_that_read_it():
         assert await drained() == [KEY] and (NS, "sweep") not in c.benchmarks
 
     run(scenario())
+
+
+def test_the_guard_limit_is_exported_while_a_guard_is_set():
+    from test_monitor import _series
+
+    async def scenario():
+        r = Rig(guarded("sglang", maxConcurrency=6))
+        r.serve(pod(engine="sglang"), EngineStandin("sglang", "healthy"))
+        await r.tick()
+        labels = {"namespace": NS, "deployment": NAME, "engine": "sglang"}
+        assert list(_series("specdeploy_guard_max_concurrency", **labels).values()) == [6.0]
+        r.c.bodies[KEY] = guarded("sglang", maxConcurrency=3)
+        await r.tick()
+        assert list(_series("specdeploy_guard_max_concurrency", **labels).values()) == [3.0]
+        r.c.bodies[KEY] = cr("sglang")
+        await r.tick()
+        assert _series("specdeploy_guard_max_concurrency", **labels) == {}
+        r.c.bodies[KEY] = guarded("sglang", maxConcurrency=3)
+        await r.tick()
+        r.m.forget(KEY)
+        assert _series("specdeploy_guard_max_concurrency", **labels) == {}
+
+    run(scenario())

@@ -186,6 +186,7 @@ class AcceptanceMonitor:
         self._settling: dict[Key, bl.Settling] = {}  # a revision's baseline being learned (in memory only)
         self._reset_done: dict[Key, str] = {}  # the reset annotation value this process acted on
         self._unanswered: dict[Key, int] = {}  # consecutive ticks in which no pod of the key answered
+        self._guard_series: dict[Key, tuple[str, ...]] = {}  # key -> labels of its exported guard limit
         self.ticks = 0
 
     # ------------------------------------------------------------- watch feed
@@ -202,6 +203,7 @@ class AcceptanceMonitor:
     def forget(self, key: Key) -> None:
         """The SpeculativeDeployment is gone: drop its series and state."""
         self._unexport(key)
+        self._export_guard(key, (), None)
         self._unanswered.pop(key, None)
         self._settling.pop(key, None)
         self._reset_done.pop(key, None)
@@ -378,9 +380,9 @@ class AcceptanceMonitor:
                        "condition": st.speculation_condition(combined, _min_length(spec), prev_cond, baseline=baseline,
                                                              revision=revision,
                                                              regression_fraction=params.regression_fraction)}
-        new["profitable"] = st.profitable_condition(
-            self._running(engine, scrapes), guard_limit(key, body, getattr(self.controller, "benchmarks", {})),
-            previous.get("profitable"))
+        limit = guard_limit(key, body, getattr(self.controller, "benchmarks", {}))
+        self._export_guard(key, labels, limit)
+        new["profitable"] = st.profitable_condition(self._running(engine, scrapes), limit, previous.get("profitable"))
         if new["acceptance"] == prev_acc and new["condition"] == prev_cond \
                 and new["profitable"] == previous.get("profitable"):
             self.controller.speculation[key] = new
@@ -418,6 +420,14 @@ class AcceptanceMonitor:
             _remove(metrics.ACCEPTANCE_BASELINE, labels)
             _remove(metrics.ACCEPTANCE_REGRESSION_FRACTION, labels)
         self._series[key] = (labels, len(a.per_position))
+
+    def _export_guard(self, key: Key, labels: tuple[str, ...], limit: gd.GuardLimit | None) -> None:
+        old = self._guard_series.pop(key, None)
+        if old is not None and (limit is None or limit.max_concurrency is None or old != labels):
+            _remove(metrics.GUARD_MAX_CONCURRENCY, old)
+        if limit is not None and limit.max_concurrency is not None:
+            metrics.GUARD_MAX_CONCURRENCY.labels(*labels).set(limit.max_concurrency)
+            self._guard_series[key] = labels
 
     def _unexport(self, key: Key) -> None:
         old = self._series.pop(key, None)
