@@ -125,6 +125,11 @@ exists, with the code that needs it (operator/specdeploy/controller/):
 - apiGroups: ["specdeploy.io"]
   resources: ["speculativedeployments/finalizers"]
   verbs: ["update"]
+# SpeculativeBenchmarks: spec.speculation.guard.fromBenchmark reads their status.recommendation from a watch
+# (handlers.on_benchmark_for_guard feeds Controller.benchmarks; no GET).
+- apiGroups: ["specdeploy.io"]
+  resources: ["speculativebenchmarks"]
+  verbs: ["list", "watch"]
 # ConfigMaps: watched (handlers.on_configmap: the target/drafter config.json sources and the engine
 # ConfigMap child); get on a cache miss (Resolver._from_configmap, and the admission webhook's
 # OperatorConfigs._configmap); server-side apply (patch, and create when it creates) and delete of the
