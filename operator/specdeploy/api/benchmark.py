@@ -292,6 +292,10 @@ def validate(obj: Any) -> tuple[SpeculativeBenchmark | None, list]:
             if any(x.path == path for x in out):
                 continue
             msg, code = schema_message(err)
+            if err.get("type") == "too_short":
+                msg, code = f"must list at least {(err.get('ctx') or {}).get('min_length', 1)} value", "FieldValueInvalid"
+            elif ".draftWindow[" in path:  # the int-or-'off' union reports each alternative: say it once
+                msg, code = f"must be a positive number of tokens or 'off' (found {err.get('input')!r})", "FieldValueInvalid"
             out.append(SpecProblem(path, msg, code))
         return None, out
     except (RecursionError, ValueError, TypeError) as e:
