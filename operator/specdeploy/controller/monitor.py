@@ -25,7 +25,8 @@ A loop of its own in the operator (started with the Controller; every
    (``acceptance.running_requests``, the most loaded pod counts: the batch is per engine) against the
    guard's limit (``maxConcurrency``, or the Complete SpeculativeBenchmark's crossover from the
    Controller's watch-fed cache): ``SpeculationProfitable`` False ``PastCrossover`` at or above it,
-   True ``BelowCrossover`` under it (``status.profitable_condition``; kept while its verdict holds).
+   True ``BelowCrossover`` under it; False ``TauBelowBenchmark`` when the window's tau is below the lowest tau at
+   which the benchmark measured speculation paying (``status.profitable_condition``; kept while its verdict holds).
 6. **Hands** status.acceptance and the SpeculationHealthy condition to the Controller
    (``Controller.speculation``) and queues the key, only when they changed: the reconciler's
    one status path (``Controller._write_status``) writes them together with its own
@@ -319,6 +320,7 @@ class AcceptanceMonitor:
         revision = bl.speculation_revision(spec, resolved)
         params = bl.params_from_spec(spec)
         baseline = self._baseline(key, body, prev_acc)
+        live_tau: float | None = None  # this window's tau (None: no drafts now), for SpeculationProfitable
 
         if not scrapes:
             self._unanswered.pop(key, None)
@@ -362,6 +364,7 @@ class AcceptanceMonitor:
                 return  # the first scrape of every pod with metrics: judge at the next tick
             else:
                 combined = acc.combine(items)
+                live_tau = combined.length if combined is not None else None
                 want_hash = resolved.get("configHash")
                 current = all(t.config_hash == want_hash for t in reporting)
                 baseline, settling = bl.step(baseline, self._settling.get(key), combined, revision=revision,
@@ -382,7 +385,8 @@ class AcceptanceMonitor:
                                                              regression_fraction=params.regression_fraction)}
         limit = guard_limit(key, body, getattr(self.controller, "benchmarks", {}))
         self._export_guard(key, labels, limit)
-        new["profitable"] = st.profitable_condition(self._running(engine, scrapes), limit, previous.get("profitable"))
+        new["profitable"] = st.profitable_condition(self._running(engine, scrapes), limit, previous.get("profitable"),
+                                                    tau=live_tau)
         if new["acceptance"] == prev_acc and new["condition"] == prev_cond \
                 and new["profitable"] == previous.get("profitable"):
             self.controller.speculation[key] = new
