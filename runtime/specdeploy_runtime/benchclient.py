@@ -135,9 +135,9 @@ def parse_vllm_result(doc: dict) -> ClientRun:
         errors=[e[:256] for e in errs[:8]])
 
 
-def parse_sglang_result(line_doc: dict, details: dict | None = None) -> ClientRun:
-    """One line of ``python -m sglang.bench_serving --output-file`` (JSON lines; SGLang 0.5.23,
-    python/sglang/bench_serving.py ``benchmark()``: ``duration``, ``completed``,
+def parse_sglang_result(line_doc: dict, details: dict | None = None, *, expected: int | None = None) -> ClientRun:
+    """One line of ``python -m sglang.bench_serving --output-file`` (JSON lines, appended; SGLang 0.5.23,
+    python/sglang/benchmark/serving.py ``benchmark()``: ``duration``, ``completed``,
     ``total_output_tokens``, ``request_throughput``, ``output_throughput``, ``mean/median/p90/p99
     _ttft_ms``, ``..._itl_ms``, ``..._tpot_ms``; with ``--output-details`` also
     ``generated_texts`` and ``errors``)."""
@@ -157,7 +157,7 @@ def parse_sglang_result(line_doc: dict, details: dict | None = None) -> ClientRu
     texts = doc.get("generated_texts")
     errs = [e for e in (doc.get("errors") or []) if isinstance(e, str) and e]
     completed = int(_num(doc, "completed"))
-    n = int(_num(doc, "num_prompts", completed))
+    n = expected if expected is not None else completed  # the line has no prompt count
     return ClientRun(
         completed=completed, failed=max(0, n - completed), duration_s=_num(doc, "duration"),
         output_tokens=_num(doc, "total_output_tokens"), output_tokens_per_second=_num(doc, "output_throughput"),
@@ -332,18 +332,21 @@ def run_vllm(plan: BenchPlan, point: PlanPoint, prompts: Callable[[], list[str]]
 
 def run_sglang(plan: BenchPlan, point: PlanPoint, prompts: Callable[[], list[str]], workdir: str,
                exe: list[str]) -> ClientRun:
+    """``python -m sglang.bench_serving`` (SGLang 0.5.23: a shim over sglang/benchmark/serving.py).
+    Its ``random`` dataset (``--random-range-ratio 1``: every prompt exactly ``--random-input-len``
+    tokens of the tokenizer, seeded by ``--seed``); EOS is ignored unless ``--disable-ignore-eos``;
+    ``--temperature`` defaults to 0 and is given anyway. The ready check and the warm-up request are
+    off (this client warmed up already; the metrics window holds only the point's requests)."""
     out = os.path.join(workdir, "sglang-result.jsonl")
     if os.path.exists(out):
         os.unlink(out)
-    # SGLang's bench_serving has no "prompts from a file, as they are" dataset in 0.5.23 that keeps
-    # order and exact lengths; its `random` dataset with range ratio 1 gives exact input lengths.
     argv = [*exe, "-m", "sglang.bench_serving", "--backend", "sglang-oai", "--base-url", plan.base_url.rstrip("/"),
             "--model", plan.model, "--tokenizer", plan.tokenizer or plan.model, "--dataset-name", "random",
             "--random-input-len", str(point.context), "--random-output-len", str(point.max_output_tokens),
             "--random-range-ratio", "1", "--num-prompts", str(point.num_prompts),
             "--max-concurrency", str(point.concurrency), "--request-rate", "inf", "--seed", str(plan.prompts.seed),
-            "--output-details", "--disable-tqdm", "--output-file", out,
-            "--extra-request-body", json.dumps({"temperature": 0, "ignore_eos": True})]
+            "--temperature", "0", "--ready-check-timeout-sec", "0", "--warmup-requests", "0",
+            "--output-details", "--disable-tqdm", "--output-file", out]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=plan.point_timeout_s, cwd=workdir)
     sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:] + "\n")
     if proc.returncode != 0 or not os.path.exists(out):
@@ -352,7 +355,7 @@ def run_sglang(plan: BenchPlan, point: PlanPoint, prompts: Callable[[], list[str
         lines = [json.loads(x) for x in fh if x.strip()]
     if not lines:
         raise BenchError("sglang.bench_serving wrote no result line")
-    return parse_sglang_result(lines[-1])
+    return parse_sglang_result(lines[-1], expected=point.num_prompts)
 
 
 def _stream_one(url: str, body: dict, timeout: float) -> tuple[str, float, list[float], int, str, int]:
