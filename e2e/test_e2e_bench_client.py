@@ -10,9 +10,10 @@ and greedy equality needs one dtype on both sides.
    tau per point from the engine's real counters (``vllm:spec_decode_*`` increase over the point),
    per-position acceptance non-increasing, the digests of the greedy outputs equal with speculation
    off and on, and no acceptance for the baseline.
-2. Our own client with the trained language's prompts (a ConfigMap-style JSON lines file: in
-   distribution, so the drafter is right most of the time): tau >= 3.0 from the counters, and
-   the greedy outputs again equal off vs on.
+2. Our own client with the trained language's prompts (a ConfigMap-style JSON lines file) at contexts
+   12 and 24 (in distribution: prompt + output within the 64 tokens the pair was trained on, so the
+   drafter is right most of the time): tau >= 3.0 from the counters, and the greedy outputs again
+   equal off vs on.
 3. ``specdeploy bench report`` on the two result lines writes the plots and the page.
 """
 
@@ -111,10 +112,14 @@ def run_client(engines, variant: str, prompts: dict, client: str, points: list[d
 
 POINTS = [{"id": f"c{c}/n{n}", "context": c, "concurrency": n, "numPrompts": 4, "maxOutputTokens": 32}
           for c in (64, 256) for n in (1, 4)]
+# The trained pair saw sequences of 64 tokens (tinytrain.TrainSpec.seq_len): in distribution, the prompt
+# and the output fit in them (at context 64 + 32 output tokens the engine measured tau ~1.9).
+LANG_POINTS = [{"id": f"c{c}/n{n}", "context": c, "concurrency": n, "numPrompts": 4, "maxOutputTokens": 32}
+               for c in (12, 24) for n in (1, 4)]
 
 
 def check_pair(base: br.VariantResult, spec: br.VariantResult, tau_floor: float) -> None:
-    assert len(base.points) == len(spec.points) == len(POINTS)
+    assert len(base.points) == len(spec.points) > 0
     for b, s in zip(base.points, spec.points):
         assert b.completed == s.completed == 4 and b.failed == s.failed == 0
         assert b.acceptance is None  # speculation off: no counters move
@@ -141,8 +146,8 @@ def test_own_client_in_distribution_tau_and_report(engines, tmp_path):
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in engines["manifest"]["prompts"]))
     pset = {"kind": "file", "path": str(prompts)}
-    base = run_client(engines, "baseline", pset, "specdeploy", POINTS)
-    spec = run_client(engines, "k3", pset, "specdeploy", POINTS)
+    base = run_client(engines, "baseline", pset, "specdeploy", LANG_POINTS)
+    spec = run_client(engines, "k3", pset, "specdeploy", LANG_POINTS)
     assert base.client == spec.client == "specdeploy"
     check_pair(base, spec, TAU_FLOOR)
     print("\nspecdeploy client: " + json.dumps({p.id: {"tok_s": round(p.output_tokens_per_second, 1),
