@@ -53,6 +53,7 @@ KINDS: dict[str, Kind] = {k.kind: k for k in (
     Kind("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "leaderworkersets"),
     Kind("monitoring.coreos.com/v1", "PodMonitor", "podmonitors"),
     Kind("specdeploy.io/v1alpha1", "SpeculativeDeployment", "speculativedeployments"),
+    Kind("specdeploy.io/v1alpha1", "SpeculativeBenchmark", "speculativebenchmarks"),
 )}
 
 
