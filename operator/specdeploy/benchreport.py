@@ -141,9 +141,12 @@ def format_recommendation(reco: dict | None) -> str:
     lines = [f"recommendation: {reco.get('summary') or '(no summary)'}"]
     for b in reco.get("bands") or []:
         sp = b.get("speedup")
-        lines.append(f"  context {b.get('context')}, concurrency {b.get('concurrency')}: {b.get('best')} "
-                     f"{_f(b.get('outputTokensPerSecond'))} tok/s vs baseline {_f(b.get('baselineTokensPerSecond'))}"
-                     + (f" ({sp:.2f}x)" if isinstance(sp, (int, float)) else ""))
+        where = f"  context {b.get('context')}, concurrency {b.get('concurrency')}: "
+        if b.get("best") == BASELINE:
+            lines.append(where + f"baseline (speculation off) {_f(b.get('outputTokensPerSecond'))} tok/s")
+            continue
+        lines.append(where + f"{b.get('best')} {_f(b.get('outputTokensPerSecond'))} tok/s vs baseline "
+                     f"{_f(b.get('baselineTokensPerSecond'))}" + (f" ({sp:.2f}x)" if isinstance(sp, (int, float)) else ""))
     for c in reco.get("crossover") or []:
         lines.append(f"  crossover at context {c.get('context')}: "
                      f"{c.get('concurrency') if c.get('concurrency') is not None else 'none'} ({c.get('reason', '')})")

@@ -86,6 +86,9 @@ def test_report_from_file_writes_readable_png_svg_html(tmp_path, capsys):
     header = text.splitlines()[0].split()
     assert header[:3] == ["VARIANT", "CONTEXT", "CONC"] and "TAU" in header and "EQUAL" in header
     assert "recommendation:" in text and "tokens_per_s.png" in text
+    # computed by core/benchreco.py from the real figures: k3 (tau 1.15-1.5 on random prompts) loses everywhere
+    assert "context 64, concurrency 1: baseline (speculation off) 222.0 tok/s" in text
+    assert "crossover at context 64: 1 " in text and "guard: maxConcurrency 1" in text
     for name in ("tokens_per_s", "tau"):
         img = mpimg.imread(out / f"{name}.png")
         h, w = img.shape[:2]
