@@ -330,23 +330,41 @@ def run_vllm(plan: BenchPlan, point: PlanPoint, prompts: Callable[[], list[str]]
         return parse_vllm_result(json.load(fh))
 
 
+def sglang_source(plan: BenchPlan, point: PlanPoint, prompt_set: list[str], workdir: str) -> str:
+    """The texts SGLang's ``random`` dataset cuts its prompts from, as the ShareGPT-format JSON it reads
+    from ``--dataset-path`` (sglang/benchmark/datasets/random.py ``sample_random_requests``: without a
+    valid file it downloads ShareGPT from the Hub, which a cluster without internet cannot). One
+    entry per prompt: the set's prompts from ``i`` on (or seeded words), long enough to be cut."""
+    chars = max(256, point.context * 8)
+    texts = [benchprompts.generated_words(plan.prompts.seed, i, max(8, chars // 4)) if not prompt_set
+             else benchprompts.source_text(prompt_set, i, chars) for i in range(point.num_prompts)]
+    path = os.path.join(workdir, f"sglang-source-{point.context}-{point.num_prompts}.json")
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump([{"conversations": [{"from": "human", "value": t}, {"from": "gpt", "value": ""}]} for t in texts], fh)
+    return path
+
+
 def run_sglang(plan: BenchPlan, point: PlanPoint, prompts: Callable[[], list[str]], workdir: str,
-               exe: list[str]) -> ClientRun:
+               exe: list[str], prompt_set: list[str] | None = None) -> ClientRun:
     """``python -m sglang.bench_serving`` (SGLang 0.5.23: a shim over sglang/benchmark/serving.py).
-    Its ``random`` dataset (``--random-range-ratio 1``: every prompt exactly ``--random-input-len``
-    tokens of the tokenizer, seeded by ``--seed``); EOS is ignored unless ``--disable-ignore-eos``;
-    ``--temperature`` defaults to 0 and is given anyway. The ready check and the warm-up request are
-    off (this client warmed up already; the metrics window holds only the point's requests)."""
+    Its ``random`` dataset with ``--random-range-ratio 1``: every prompt is cut (or repeated) to exactly
+    ``--random-input-len`` token ids of the tokenizer (less the special tokens the server adds), from
+    our texts (:func:`sglang_source`), in an order shuffled by ``--seed`` (the same for every variant).
+    EOS is ignored unless ``--disable-ignore-eos``; ``--temperature`` defaults to 0 and is given anyway.
+    The ready check and the warm-up request are off (this client warmed up already; the metrics window
+    holds only the point's requests)."""
     out = os.path.join(workdir, "sglang-result.jsonl")
     if os.path.exists(out):
         os.unlink(out)
+    source = sglang_source(plan, point, prompt_set or [], workdir)
     argv = [*exe, "-m", "sglang.bench_serving", "--backend", "sglang-oai", "--base-url", plan.base_url.rstrip("/"),
             "--model", plan.model, "--tokenizer", plan.tokenizer or plan.model, "--dataset-name", "random",
-            "--random-input-len", str(point.context), "--random-output-len", str(point.max_output_tokens),
-            "--random-range-ratio", "1", "--num-prompts", str(point.num_prompts),
-            "--max-concurrency", str(point.concurrency), "--request-rate", "inf", "--seed", str(plan.prompts.seed),
-            "--temperature", "0", "--ready-check-timeout-sec", "0", "--warmup-requests", "0",
-            "--output-details", "--disable-tqdm", "--output-file", out]
+            "--dataset-path", source, "--random-input-len", str(point.context),
+            "--random-output-len", str(point.max_output_tokens), "--random-range-ratio", "1",
+            "--num-prompts", str(point.num_prompts), "--max-concurrency", str(point.concurrency),
+            "--request-rate", "inf", "--seed", str(plan.prompts.seed), "--temperature", "0",
+            "--ready-check-timeout-sec", "0", "--warmup-requests", "0", "--output-details", "--disable-tqdm",
+            "--output-file", out]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=plan.point_timeout_s, cwd=workdir)
     sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:] + "\n")
     if proc.returncode != 0 or not os.path.exists(out):
@@ -536,7 +554,10 @@ def run_plan(plan: BenchPlan, *, workdir: str | None = None) -> VariantResult:
 
             try:
                 before = scrape(plan.metrics_url)
-                run = RUNNERS[client](plan, point, prompts, tmp, exe)
+                if client == "sglang":
+                    run = run_sglang(plan, point, prompts, tmp, exe, prompt_set)
+                else:
+                    run = RUNNERS[client](plan, point, prompts, tmp, exe)
                 after = scrape(plan.metrics_url)
                 acc = acceptance_from_scrapes(plan.engine, before, after, run.duration_s) if after is not None else None
                 res = point_result(point, run, acc)
