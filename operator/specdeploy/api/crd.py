@@ -212,7 +212,8 @@ def build_bench_crd() -> dict[str, Any]:
                 "plural": B.BENCH_PLURAL,
                 "singular": B.BENCH_SINGULAR,
                 "shortNames": list(B.BENCH_SHORT_NAMES),
-                "categories": ["specdeploy"],
+                # no category: `kubectl get specdeploy` (the SpeculativeDeployment's short name and category)
+                # must keep naming one resource
             },
             "versions": [
                 {
