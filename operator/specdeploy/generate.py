@@ -157,6 +157,17 @@ def render_engines_md() -> str:
             backends = ", ".join(f"{k} ({v})" if k != v else k for k, v in sorted(row.draft_attention_backends.items()))
             out.append(f"| {rng} | {', '.join(verified) or 'none'} | {', '.join(facts) or 'from release notes'} | {ids} | "
                        f"{sliding} | {window} | {env} | {backends} | {archs} | {extra or '-'} | {_cell('; '.join(row.sources))} |")
+        out.append("\nSpeculation guard (`spec.speculation.guard`, facts `speculation_guard`):\n")
+        spans: list[list] = []  # consecutive rows with the same guard collapse into one line
+        for row in info.releases:
+            if spans and spans[-1][2:] == [row.batch_size_guard, row.guard_source]:
+                spans[-1][1] = row.until
+            else:
+                spans.append([row.since, row.until, row.batch_size_guard, row.guard_source])
+        for since, until, key, why in spans:
+            how = (f"`{key}` in the speculative config (no draft tokens from the limit on)" if key
+                   else "**unsupported** (`GuardUnsupported`)")
+            out.append(f"- >= {since}" + (f", < {until}" if until else "") + f": {how}; {why}")
     out.append("\n## CPU builds (`spec.gpu.type: cpu`)\n")
     out.append("The CPU pool (development, CI, GPU-less clusters such as kind) runs an engine's CPU build: no GPU "
                "request, node selector, taint toleration, tensor-parallel flag or CUDA variable; one engine process "

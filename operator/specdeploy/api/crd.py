@@ -212,8 +212,8 @@ def build_bench_crd() -> dict[str, Any]:
                 "plural": B.BENCH_PLURAL,
                 "singular": B.BENCH_SINGULAR,
                 "shortNames": list(B.BENCH_SHORT_NAMES),
-                # no category: `kubectl get specdeploy` (the SpeculativeDeployment's short name and category)
-                # must keep naming one resource
+                # No category: kubectl expands a category before it tries short names, so a second kind
+                # in `specdeploy` would turn `kubectl get specdeploy NAME` into two resources (an error).
             },
             "versions": [
                 {

@@ -191,6 +191,12 @@ async def on_speculativedeployment(event, **_) -> None:
     await controller().observe_cr(event.get("type"), event["object"])
 
 
+@kopf.on.event(API_GROUP, API_VERSION, "speculativebenchmarks")
+async def on_benchmark_for_guard(event, **_) -> None:
+    """spec.speculation.guard.fromBenchmark reads these (watch-fed: an idle reconcile reads nothing)."""
+    await controller().observe_benchmark(event.get("type"), event["object"])
+
+
 @kopf.on.event("configmaps")
 async def on_configmap(event, **_) -> None:
     await controller().observe_configmap(event.get("type"), event["object"])

@@ -21,7 +21,12 @@ A loop of its own in the operator (started with the Controller; every
 4. **Exports** ``specdeploy_acceptance_length``, ``_rate``, ``_per_position``,
    ``_baseline_length`` and ``_regression_fraction`` (labels namespace, deployment, engine,
    drafter; position) on every tick.
-5. **Hands** status.acceptance and the SpeculationHealthy condition to the Controller
+5. **Guard** (``spec.speculation.guard``): the engine's live running-requests gauge of each pod
+   (``acceptance.running_requests``, the most loaded pod counts: the batch is per engine) against the
+   guard's limit (``maxConcurrency``, or the Complete SpeculativeBenchmark's crossover from the
+   Controller's watch-fed cache): ``SpeculationProfitable`` False ``PastCrossover`` at or above it,
+   True ``BelowCrossover`` under it (``status.profitable_condition``; kept while its verdict holds).
+6. **Hands** status.acceptance and the SpeculationHealthy condition to the Controller
    (``Controller.speculation``) and queues the key, only when they changed: the reconciler's
    one status path (``Controller._write_status``) writes them together with its own
    conditions, and posts the Events of SpeculationHealthy transitions. One writer per key,
@@ -48,6 +53,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 from .. import API_GROUP
 from ..core import acceptance as acc
 from ..core import baseline as bl
+from ..core import guard as gd
 from ..core.engines import ENGINES
 from ..core.render import CONFIG_HASH_ANNOTATION
 from . import metrics
@@ -141,7 +147,27 @@ def _stored(body: dict) -> dict[str, Any]:
     status = body.get("status") or {}
     cond = next((c for c in status.get("conditions") or [] if isinstance(c, dict)
                  and c.get("type") == st.SPECULATION_HEALTHY), None)
-    return {"acceptance": status.get("acceptance"), "condition": st.strip_condition(cond)}
+    prof = next((c for c in status.get("conditions") or [] if isinstance(c, dict)
+                 and c.get("type") == st.SPECULATION_PROFITABLE), None)
+    return {"acceptance": status.get("acceptance"), "condition": st.strip_condition(cond),
+            "profitable": st.strip_condition(prof)}
+
+
+def guard_limit(key: Key, body: dict, benchmarks: dict) -> gd.GuardLimit | None:
+    """The guard of a raw SpeculativeDeployment body: ``maxConcurrency``, or the crossover of the Complete
+    SpeculativeBenchmark ``fromBenchmark`` names (the same reading as the reconciler's); None without one."""
+    spec = body.get("spec") if isinstance(body.get("spec"), dict) else {}
+    s = spec.get("speculation") if isinstance(spec.get("speculation"), dict) else {}
+    g = s.get("guard") if isinstance(s.get("guard"), dict) else None
+    if g is None:
+        return None
+    mc = g.get("maxConcurrency")
+    if isinstance(mc, int) and not isinstance(mc, bool) and mc >= 1:
+        return gd.GuardLimit(mc, "spec.speculation.guard.maxConcurrency")
+    name = g.get("fromBenchmark")
+    if isinstance(name, str):
+        return gd.limit_from_benchmark(name, benchmarks.get((key[0], name)), deployment=key[1])[0]
+    return None
 
 
 class AcceptanceMonitor:
@@ -250,6 +276,13 @@ class AcceptanceMonitor:
             await self._judge(key, body, [(t, *results[t.uid]) for t in by_key.get(key, [])])
 
     @staticmethod
+    def _running(engine: str, scrapes: list[tuple[Target, str | None, str | None]]) -> float | None:
+        """Running requests of the most loaded pod that answered (None: no pod exports the gauge)."""
+        vals = [r for _, text, _ in scrapes if text is not None
+                for r in (acc.running_requests(engine, text),) if r is not None]
+        return max(vals) if vals else None
+
+    @staticmethod
     def _engine(body: dict) -> str | None:
         spec = body.get("spec") or {}
         e = spec.get("engine") if isinstance(spec.get("engine"), dict) else {}
@@ -345,11 +378,16 @@ class AcceptanceMonitor:
                        "condition": st.speculation_condition(combined, _min_length(spec), prev_cond, baseline=baseline,
                                                              revision=revision,
                                                              regression_fraction=params.regression_fraction)}
-        if new["acceptance"] == prev_acc and new["condition"] == prev_cond:
+        new["profitable"] = st.profitable_condition(
+            self._running(engine, scrapes), guard_limit(key, body, getattr(self.controller, "benchmarks", {})),
+            previous.get("profitable"))
+        if new["acceptance"] == prev_acc and new["condition"] == prev_cond \
+                and new["profitable"] == previous.get("profitable"):
             self.controller.speculation[key] = new
             return
-        log.info("acceptance of %s/%s: %s %s", key[0], key[1], new["condition"]["reason"],
-                 (new["acceptance"] or {}).get("length"))
+        log.info("acceptance of %s/%s: %s %s%s", key[0], key[1], (new["condition"] or {}).get("reason"),
+                 (new["acceptance"] or {}).get("length"),
+                 f"; {new['profitable']['reason']}" if new["profitable"] else "")
         self.controller.speculation[key] = new
         await self.controller.queue.add(key)
 

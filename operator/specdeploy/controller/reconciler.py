@@ -16,6 +16,7 @@ from typing import Any, Hashable
 
 
 from ..api.validation import INVALID_SPEC, problems_message, validate
+from ..core import guard as gd
 from ..core.findings import Severity, errors as error_findings
 from ..core.policy import TenancyPolicy, check_policy, policy_needs_claims
 from ..core.render import TUNING_KEY_ANNOTATION, RenderError, Rendered, build_tuned_configmap, render, selector_labels
@@ -83,6 +84,8 @@ class Controller:
         # and the errors it reported: logged as one line when it ends (_log_outcome).
         self._changes: dict[Key, list[str]] = {}
         self._errors: dict[Key, list[tuple[str, str]]] = {}
+        # SpeculativeBenchmarks (watch-fed) that spec.speculation.guard.fromBenchmark may name: (ns, name) -> body
+        self.benchmarks: dict[tuple[str, str], dict] = {}
 
     # ------------------------------------------------------------- watch feeds
 
@@ -144,6 +147,22 @@ class Controller:
                 key = (ck[1], ref.get("name"))
                 if key in self.bodies:
                     await self.queue.add(key)
+
+    async def observe_benchmark(self, event_type: str | None, body: dict) -> None:
+        """A SpeculativeBenchmark changed: queue the deployments whose guard reads it, when what the guard reads
+        (phase, recommendation.guard) changed."""
+        meta = body.get("metadata") or {}
+        bk = (meta.get("namespace") or "default", meta.get("name"))
+        old = self.benchmarks.get(bk)
+        if event_type == "DELETED":
+            self.benchmarks.pop(bk, None)
+        else:
+            self.benchmarks[bk] = body
+        if old is not None and event_type != "DELETED" and _guard_view(old) == _guard_view(body):
+            return
+        for key, cr in list(self.bodies.items()):
+            if key[0] == bk[0] and _from_benchmark(cr) == bk[1]:
+                await self.queue.add(key)
 
     async def observe_configmap(self, event_type: str | None, body: dict) -> None:
         meta = body.get("metadata") or {}
@@ -348,10 +367,18 @@ class Controller:
                 raise  # short, fixed wait; not a failure
             return e.delay or self.backoff.failed(key)
 
+        # spec.speculation.guard.fromBenchmark: the benchmark's measured crossover, from the watch-fed cache
+        guard_limit, guard_problem = None, None
+        g = cr.spec.speculation.guard
+        if g is not None and g.from_benchmark is not None:
+            guard_limit, guard_problem = gd.limit_from_benchmark(
+                g.from_benchmark, self.benchmarks.get((ns, g.from_benchmark)), deployment=name)
+
         # check + render (pure)
         monitoring = await self.has(PODMONITOR)
         try:
-            rendered = render(cr, target.doc, drafter.doc, pod_monitor=monitoring, policy=self.settings.policy)
+            rendered = render(cr, target.doc, drafter.doc, pod_monitor=monitoring, policy=self.settings.policy,
+                              guard=guard_limit)
         except RenderError as e:
             obs = self._observation(gen, body, workload, e.findings)
             obs.accepted = e.accepted
@@ -381,6 +408,7 @@ class Controller:
         obs = self._observation(gen, body, workload, rendered.analysis.findings, rendered)
         obs.accepted = rendered.analysis.accepted
         obs.conflicts = conflicts
+        obs.guard = rendered.guard.condition if rendered.guard is not None else guard_problem
         await self._write_status(key, body, obs, resolved=self._resolved(target, drafter, rendered, cr))
         return None
 
@@ -453,6 +481,8 @@ class Controller:
             out["targetWeights"] = weight_source(cr.spec.target, "target", rendered.cache)
             out["drafterWeights"] = weight_source(cr.spec.drafter, "drafter", rendered.cache,
                                                   rendered.image if rendered.baked_drafter is not None else None)
+            if rendered.guard is not None and rendered.guard.limit.max_concurrency is not None:
+                out["guardMaxConcurrency"] = rendered.guard.limit.max_concurrency
         return out
 
     async def _apply(self, ns: str, name: str, desired: list[dict]) -> list[str]:
@@ -581,6 +611,8 @@ class Controller:
         spec_status = self.speculation.get(key)  # the acceptance monitor's part, if it has judged
         if spec_status is not None and spec_status.get("condition"):
             new.append(spec_status["condition"])
+        if spec_status is not None and spec_status.get("profitable"):
+            new.append(spec_status["profitable"])  # SpeculationProfitable: the monitor's, while a guard is set
         conds = st.merge_conditions(current.get("conditions"), new, obs.generation, now_rfc3339())
         desired: dict[str, Any] = {
             "conditions": conds,
@@ -633,3 +665,20 @@ class Controller:
             await self.kube.create(event)
         except KubeError as e:  # an Event is best effort; never fail a reconcile for it
             log.info("could not post event %s: %s", reason, e)
+
+
+def _from_benchmark(body: dict) -> str | None:
+    """spec.speculation.guard.fromBenchmark of a raw SpeculativeDeployment body."""
+    spec = body.get("spec") if isinstance(body.get("spec"), dict) else {}
+    s = spec.get("speculation") if isinstance(spec.get("speculation"), dict) else {}
+    g = s.get("guard") if isinstance(s.get("guard"), dict) else {}
+    name = g.get("fromBenchmark")
+    return name if isinstance(name, str) else None
+
+
+def _guard_view(body: dict) -> tuple:
+    """What the guard reads of a SpeculativeBenchmark (its progress updates are not worth a reconcile)."""
+    status = body.get("status") if isinstance(body.get("status"), dict) else {}
+    reco = status.get("recommendation") if isinstance(status.get("recommendation"), dict) else {}
+    ref = (body.get("spec") or {}).get("deploymentRef") if isinstance(body.get("spec"), dict) else None
+    return status.get("phase"), repr(reco.get("guard")), repr(ref)

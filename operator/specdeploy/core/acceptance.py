@@ -405,6 +405,17 @@ def _sglang(cur_text: str) -> Acceptance | None:
                       groups=max(g_len, g_rate), notes=tuple(notes))
 
 
+def running_requests(engine: str, text: str) -> float | None:
+    """Requests in the running batch of one engine pod's scrape (vLLM ``vllm:num_requests_running``, SGLang
+    ``sglang:num_running_reqs``): the largest series (one scheduler's batch: DP engines and DP ranks schedule
+    apart, TP ranks repeat the same figure); None when the pod exports no such gauge."""
+    name = {"vllm": VLLM_REQUESTS_RUNNING, "sglang": SGLANG_REQUESTS_RUNNING}.get(engine)
+    if name is None:
+        return None
+    values = [s.value for s in parse_exposition(text) if s.name == name and math.isfinite(s.value)]
+    return max(values) if values else None
+
+
 def acceptance_from_scrapes(engine: str, prev_text: str | None, cur_text: str,
                             interval_s: float | None = None) -> Acceptance | None:
     """Acceptance from one or two scrapes of one engine's /metrics text.

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Annotated, Any, Iterable
+from typing import Annotated, Any, Iterable, Literal
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 from pydantic.alias_generators import to_camel
 
 from .safejson import loads as safe_loads
@@ -91,6 +91,7 @@ class PointResult(_Model):
     max_output_tokens: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
     completed: Annotated[int, Field(ge=0, le=MAX_PROMPTS)]
     failed: Annotated[int, Field(ge=0, le=MAX_PROMPTS)] = 0
+    input_tokens: Count | None = None  # prompt tokens over the completed requests
     output_tokens: Count | None = None
     output_tokens_per_second: Rate
     requests_per_second: Rate | None = None
@@ -119,6 +120,74 @@ class VariantResult(_Model):
 
     def to_doc(self) -> dict[str, Any]:
         return self.model_dump(by_alias=True, mode="json")
+
+
+# ----------------------------------------------------------------- the plan (Contract 2)
+# The operator writes plan.json (a ConfigMap mounted in the client Job); the client reads it.
+# Both sides use these models: the operator builds ``BenchPlan(...).to_doc()``.
+
+CLIENTS = ("auto", "vllm", "sglang", "specdeploy")
+
+
+class PlanPoint(_Model):
+    id: PointId
+    context: Annotated[int, Field(ge=1, le=10_000_000)]
+    concurrency: Annotated[int, Field(ge=1, le=100_000)]
+    num_prompts: Annotated[int, Field(ge=1, le=MAX_PROMPTS)]
+    max_output_tokens: Annotated[int, Field(ge=1, le=1_000_000)]
+
+
+class PlanPrompts(_Model):
+    """``generated`` (seeded prompts of exactly ``context`` tokens), ``bundled`` (``code`` or
+    ``chat``, shipped with specdeploy) or ``file`` (JSON lines ``{"prompt": ...}``, a mounted
+    ConfigMap key)."""
+
+    kind: Literal["generated", "bundled", "file"] = "generated"
+    seed: Annotated[int, Field(ge=0, le=2**31 - 1)] = 0
+    name: Literal["code", "chat"] | None = None
+    path: Annotated[str, StringConstraints(max_length=1024)] | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        if self.kind == "bundled" and self.name is None:
+            raise ValueError("prompts.kind bundled needs prompts.name (code or chat)")
+        if self.kind == "file" and not self.path:
+            raise ValueError("prompts.kind file needs prompts.path")
+        return self
+
+
+class BenchPlan(_Model):
+    """What one client Job runs: one variant's points against one engine Service."""
+
+    benchmark: Name
+    variant: Name
+    engine: Literal["vllm", "sglang"]
+    engine_version: ShortText | None = None
+    base_url: Annotated[str, StringConstraints(max_length=512, pattern=r"^https?://[^\s]+$")]
+    metrics_url: Annotated[str, StringConstraints(max_length=512, pattern=r"^https?://[^\s]+$")] | None = None
+    model: Annotated[str, StringConstraints(min_length=1, max_length=256)]
+    tokenizer: Annotated[str, StringConstraints(max_length=512)] | None = None
+    prompts: PlanPrompts = PlanPrompts()
+    points: Annotated[list[PlanPoint], Field(min_length=1, max_length=MAX_POINTS)]
+    temperature: Annotated[float, Field(ge=0, le=0)] = 0  # greedy: outputs are compared
+    client: Literal[CLIENTS] = "auto"  # type: ignore[valid-type]
+    point_timeout_s: Annotated[float, Field(gt=0, le=86400)] = 3600
+
+    def to_doc(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+def validate_plan(doc: Any) -> BenchPlan:
+    """plan.json as a BenchPlan; BenchResultError names the field."""
+    if not isinstance(doc, dict):
+        raise BenchResultError(f"the plan must be a JSON object, not {type(doc).__name__}")
+    try:
+        return BenchPlan.model_validate(doc)
+    except pydantic.ValidationError as e:
+        errs = e.errors()
+        first = errs[0]
+        more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
+        raise BenchResultError(f"invalid plan at {_where(first)}: {first.get('msg')}{more}") from None
 
 
 def _where(err: dict) -> str:
@@ -218,6 +287,6 @@ def equal_to_baseline(point: PointResult, baseline: PointResult) -> bool | None:
     return None if diff is None else not diff
 
 
-__all__ = ["RESULT_PREFIX", "MAX_LINE_BYTES", "MAX_LOG_TAIL_BYTES", "BenchResultError", "Percentiles",
+__all__ = ["BenchPlan", "PlanPoint", "PlanPrompts", "validate_plan", "CLIENTS", "RESULT_PREFIX", "MAX_LINE_BYTES", "MAX_LOG_TAIL_BYTES", "BenchResultError", "Percentiles",
            "PointAcceptance", "PointResult", "VariantResult", "validate_result", "format_result_line",
            "find_result_line", "parse_result_line", "text_digest", "digests", "differing_prompts", "equal_to_baseline"]

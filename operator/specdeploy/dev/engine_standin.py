@@ -149,6 +149,7 @@ class EngineStandin(MetricsServer):
         self.num_spec_tokens, self.drafts_per_step, self.auto_advance = num_spec_tokens, drafts_per_step, auto_advance
         self.dp, self.tp = max(1, dp), max(1, tp)
         self.requests_per_step = max(0, requests_per_step)
+        self.requests_running = REQUESTS_RUNNING  # the running-requests gauge (per DP engine / rank); tests set it
         MetricsServer.__init__(self, host, port)
         self._lock = threading.Lock()
         self._created = time.time()
@@ -235,7 +236,7 @@ class EngineStandin(MetricsServer):
         ttft = HistogramMetricFamily(VLLM_TTFT, "Histogram of time to first token in seconds.", labels=labels)
         itl = HistogramMetricFamily(VLLM_ITL, "Histogram of inter-token latency in seconds.", labels=labels)
         for e in engines:
-            running.add_metric([self.model_name, e], REQUESTS_RUNNING)
+            running.add_metric([self.model_name, e], self.requests_running)
             waiting.add_metric([self.model_name, e], REQUESTS_WAITING)
             gen.add_metric([self.model_name, e], float(self.generation_tokens), created=created)
             _add_histogram(ttft, [self.model_name, e], self.ttft, created)
@@ -275,7 +276,7 @@ class EngineStandin(MetricsServer):
         waiting = GaugeMetricFamily(SGLANG_WAITING, "The number of requests in the waiting queue.", labels=labels)
         throughput = GaugeMetricFamily(SGLANG_THROUGHPUT, "The generation throughput (token/s).", labels=labels)
         for lv in ranks():
-            running.add_metric(lv, REQUESTS_RUNNING)
+            running.add_metric(lv, self.requests_running)
             waiting.add_metric(lv, REQUESTS_WAITING)
             throughput.add_metric(lv, self.throughput())
         yield running
