@@ -110,7 +110,7 @@ async def on_startup(settings: kopf.OperatorSettings, **_) -> None:
     ))
     from .benchmark import BenchmarkController
 
-    _controller.benchmarks = BenchmarkController(kube, resolver, deployments=_controller.bodies,
+    _controller.benchmark_controller = BenchmarkController(kube, resolver, deployments=_controller.bodies,
                                                  policy=_controller.settings.policy,
                                                  event=_controller._event)
     interval = float(os.environ.get(INTERVAL_ENV) or DEFAULT_INTERVAL)
@@ -254,7 +254,7 @@ async def on_inspector_job(event, **_) -> None:
 
 @kopf.on.event(API_GROUP, API_VERSION, BENCH_PLURAL)
 async def on_speculativebenchmark(event, **_) -> None:
-    benchmarks = controller().benchmarks
+    benchmarks = controller().benchmark_controller
     if benchmarks is not None:
         await benchmarks.observe(event.get("type"), event["object"])
 
@@ -262,7 +262,7 @@ async def on_speculativebenchmark(event, **_) -> None:
 @kopf.on.event("batch", "v1", "jobs", labels={**MANAGED, "app.kubernetes.io/component": "benchmark-client"})
 async def on_bench_client_job(event, **_) -> None:
     # a client Job finishing is the benchmark's next step
-    benchmarks = controller().benchmarks
+    benchmarks = controller().benchmark_controller
     if benchmarks is not None and event.get("type") != "DELETED":
         await benchmarks.observe_job(event["object"])
 
