@@ -212,7 +212,8 @@ def build_bench_crd() -> dict[str, Any]:
                 "plural": B.BENCH_PLURAL,
                 "singular": B.BENCH_SINGULAR,
                 "shortNames": list(B.BENCH_SHORT_NAMES),
-                "categories": ["specdeploy"],
+                # No category: kubectl expands a category before it tries short names, so a second kind
+                # in `specdeploy` would turn `kubectl get specdeploy NAME` into two resources (an error).
             },
             "versions": [
                 {

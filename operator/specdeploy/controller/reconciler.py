@@ -78,6 +78,8 @@ class Controller:
         # in each status: {"acceptance": dict | None, "condition": SpeculationHealthy | None}.
         # _write_status writes it with the reconciler's own conditions: one status writer per key.
         self.monitor = None
+        # SpeculativeBenchmarks (benchmark.py): its own queue and workers, started and stopped with these
+        self.benchmark_controller = None
         self.speculation: dict[Key, dict[str, Any]] = {}
         # What the running reconcile of each key changed (children written, status transitions)
         # and the errors it reported: logged as one line when it ends (_log_outcome).
@@ -188,8 +190,12 @@ class Controller:
         self._tasks.append(loop.create_task(self._resync()))
         if self.monitor is not None:
             self._tasks.append(loop.create_task(self.monitor.run()))
+        if self.benchmark_controller is not None:
+            self.benchmark_controller.start()
 
     async def stop(self) -> None:
+        if self.benchmark_controller is not None:
+            await self.benchmark_controller.stop()
         await self.queue.close()
         for t in self._tasks:
             t.cancel()
@@ -209,12 +215,16 @@ class Controller:
             self.start()
         for key in list(self.bodies):
             await self.queue.add(key)
+        if self.benchmark_controller is not None:
+            await self.benchmark_controller.requeue_all()
 
     async def follow(self) -> None:
         """This replica lost (or never had) the lead: stop the workers and the monitor, keep the caches.
 
         Writes are already refused by the fence (kube.Fence) at this point; this stops the work."""
         tasks, self._tasks = self._tasks, []
+        if self.benchmark_controller is not None:
+            await self.benchmark_controller.stop()
         # Close the workers' queue first: its get() returns None and each worker ends after its current
         # key, even when a cancellation is lost (Python 3.11's asyncio.wait_for can swallow one).
         old, self.queue = self.queue, WorkQueue(self.clock)
