@@ -104,8 +104,8 @@ PREREQUISITES = {"docs/how-to/production.md": [
     {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "monitoring"}},
 ]}
 # Documents whose commands assume the README's install (chart + the Qwen example).
-NEEDS_INSTALL = {"docs/concepts/acceptance.md", "docs/concepts/benchmarks.md", "docs/concepts/status-conditions.md", "docs/how-to/troubleshooting.md",
-                 "docs/how-to/troubleshoot-low-acceptance.md", "docs/how-to/upgrade.md",
+NEEDS_INSTALL = {"docs/concepts/acceptance.md", "docs/concepts/benchmarks.md", "docs/concepts/status-conditions.md",
+                 "docs/how-to/troubleshooting.md", "docs/how-to/troubleshoot-low-acceptance.md", "docs/how-to/upgrade.md",
                  "docs/how-to/tune-speculation.md"}
 # Documents whose sections are alternative paths, not one sequence: the order they are run in.
 # upgrade.md: "Roll back" follows the plain upgrade; the crds.install=false path comes last (Helm

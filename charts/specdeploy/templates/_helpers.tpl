@@ -126,7 +126,7 @@ exists, with the code that needs it (operator/specdeploy/controller/):
   resources: ["speculativedeployments/finalizers"]
   verbs: ["update"]
 # SpeculativeBenchmarks (controller/benchmark.py): kopf lists and watches them (handlers.on_speculativebenchmark;
-# handlers.on_benchmark_for_guard feeds spec.speculation.guard.fromBenchmark's cache);
+# the same watch feeds spec.speculation.guard.fromBenchmark: Controller.observe_benchmark, Controller.benchmarks);
 # BenchmarkController._expire deletes one spec.ttlSecondsAfterFinished after it finished. No get, create or update.
 - apiGroups: ["specdeploy.io"]
   resources: ["speculativebenchmarks"]
