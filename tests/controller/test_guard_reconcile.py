@@ -81,3 +81,18 @@ def test_from_benchmark_follows_the_benchmark_without_reads(env: Env):
     env.converge("fb")
     assert SCHEDULE_KEY not in spec_config(env, "fb")
     assert condition(env, "fb", "SpeculationGuarded")["reason"] == "NoCrossover"
+
+
+def test_explicit_limit_switched_to_a_pending_benchmark_renders_nothing_from_it(env: Env):
+    env.put_cr("sw", {"speculation": {"guard": {"maxConcurrency": 8}}})
+    env.converge("sw")
+    assert SCHEDULE_KEY in spec_config(env, "sw")
+    assert env.get("SpeculativeDeployment", "sw")["status"]["resolved"]["guardMaxConcurrency"] == 8
+    env.run(env.ctl.observe_benchmark("ADDED", benchmark(env, "pending", "Running", None)))
+    env.put_cr("sw", {"speculation": {"guard": {"fromBenchmark": "pending"}}})
+    env.converge("sw")
+    c = condition(env, "sw", "SpeculationGuarded")
+    assert (c["status"], c["reason"]) == ("False", "BenchmarkNotComplete") and "Running" in c["message"]
+    # the explicit limit left the spec and the benchmark has no figure yet: no schedule, no resolved limit
+    assert SCHEDULE_KEY not in spec_config(env, "sw")
+    assert "guardMaxConcurrency" not in env.get("SpeculativeDeployment", "sw")["status"]["resolved"]
