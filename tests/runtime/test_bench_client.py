@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from specdeploy.core import benchprompts as bp
 from specdeploy.core import benchresult as br
 from specdeploy.core.acceptance import Acceptance
 from specdeploy.dev.engine_standin import EngineStandin
@@ -22,6 +23,7 @@ from specdeploy_runtime import benchclient as bc
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "bench"
 VLLM_RANDOM = FIXTURES / "vllm-0.32.0-bench-serve-random.json"
+VLLM_CUSTOM = FIXTURES / "vllm-0.32.0-bench-serve-custom.json"
 SGLANG_RANDOM = FIXTURES / "sglang-0.5.23-bench-serving-random.jsonl"
 
 
@@ -55,6 +57,18 @@ def test_vllm_bench_serve_real_json_is_parsed():
     assert bc.percentile([t * 1000 for t in ttfts], 90) == pytest.approx(doc["p90_ttft_ms"], rel=1e-12)
     itls = [x * 1000 for row in doc["itls"] for x in row]
     assert bc.percentile(itls, 50) == pytest.approx(doc["p50_itl_ms"], rel=1e-12)
+
+
+def test_vllm_bench_serve_custom_dataset_keeps_our_prompts_exact_and_in_order():
+    doc = json.loads(VLLM_CUSTOM.read_text())
+    sent = [json.loads(x)["prompt"] for x in VLLM_CUSTOM.with_suffix(".prompts.jsonl").read_text().splitlines()]
+    run = bc.parse_vllm_result(doc)
+    assert (run.completed, run.failed, run.output_tokens) == (4, 0, 4 * 32)
+    assert doc["input_lens"] == [64] * 4 and run.input_tokens == 256  # cut by the engine's /tokenize: exact
+    assert doc["num_prompts"] == len(sent) == 4 and len(run.texts) == 4 and len(set(run.texts)) == 4
+    # the prompts are the bundled chat set from prompt i on, in order (no shuffle, no chat template)
+    chat = bp.bundled("chat")
+    assert [p.startswith(chat[i][:30]) for i, p in enumerate(sent)] == [True] * 4
 
 
 def test_vllm_point_result_digests_and_acceptance_validate():
