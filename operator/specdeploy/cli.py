@@ -690,6 +690,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="process (default): each container is a local process (--exec maps command[0]); podman: "
                     "each container runs from its image (never pulled) with its securityContext, volumes as bind "
                     "mounts, resource limits, host network (a loopback address per pod)")
+    kl.add_argument("--service-proxy", action="store_true",
+                    help="serve http://<service>.<namespace>.svc:<port> to the pods through a loopback forward proxy "
+                    "(HTTP_PROXY in every container; loopback stays direct), as cluster DNS and kube-proxy would")
     kl.add_argument("--verbose", "-v", action="store_true")
     kl.set_defaults(func=cmd_kubelet)
     b = dsub.add_parser("bench", help="print benchmark figures",

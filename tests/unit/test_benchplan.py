@@ -126,3 +126,18 @@ def test_client_plan_is_contract_2():
     assert doc["temperature"] == 0 and doc["client"] == "auto"
     json.dumps(doc)
     assert BASELINE == "baseline"
+
+
+def test_every_example_benchmark_validates():
+    import yaml
+
+    from conftest import EXAMPLES
+
+    found = [d for p in sorted(EXAMPLES.rglob("*.yaml")) for d in yaml.safe_load_all(p.read_text())
+             if isinstance(d, dict) and d.get("kind") == "SpeculativeBenchmark"]
+    assert found, "no SpeculativeBenchmark example"
+    for doc in found:
+        cr, problems = B.validate(doc)
+        assert cr is not None, problems
+        plan = plan_benchmark(cr.spec.matrix, engine="vllm", engine_version="0.32.0", block_size=4, served_context=2048)
+        assert plan.variants[0].name == "baseline" and len(plan.points) <= 64

@@ -194,3 +194,14 @@ def test_past_crossover(running, limit, want):
     assert (got[:2] if got else None) == want
     if got:
         assert "b" in got[2]
+
+
+def test_multi_node_leader_and_workers_get_the_same_switch():
+    cr = cpu_cr(gpu={"type": "b300", "count": 2}, engine={"version": "0.33.0"}, nodes=2,
+                speculation={"guard": {"maxConcurrency": 16}})
+    r = render(cr, TARGET, DRAFTER)
+    ec = r.engine_config
+    assert ec.worker_args is not None
+    for args in (ec.args, ec.worker_args):
+        sc = json.loads(args[args.index("--speculative-config") + 1])
+        assert sc[SCHEDULE_KEY] == [[1, 15, 3], [16, 16, 0]]

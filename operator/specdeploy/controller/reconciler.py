@@ -32,6 +32,7 @@ MANAGED_KINDS = ("ConfigMap", "Deployment", "LeaderWorkerSet", "Service", "PodDi
 WORKLOAD_KINDS = ("Deployment", "LeaderWorkerSet")
 LWS = ("leaderworkerset.x-k8s.io/v1", "leaderworkersets")
 PODMONITOR = ("monitoring.coreos.com/v1", "podmonitors")
+GUARD_RESOLVED = "guardMaxConcurrency"  # status.resolved: spec.speculation.guard's limit in use
 
 
 def now_rfc3339() -> str:
@@ -77,6 +78,8 @@ class Controller:
         # in each status: {"acceptance": dict | None, "condition": SpeculationHealthy | None}.
         # _write_status writes it with the reconciler's own conditions: one status writer per key.
         self.monitor = None
+        # SpeculativeBenchmarks (benchmark.py): its own queue and workers, started and stopped with these
+        self.benchmark_controller = None
         self.speculation: dict[Key, dict[str, Any]] = {}
         # What the running reconcile of each key changed (children written, status transitions)
         # and the errors it reported: logged as one line when it ends (_log_outcome).
@@ -187,8 +190,12 @@ class Controller:
         self._tasks.append(loop.create_task(self._resync()))
         if self.monitor is not None:
             self._tasks.append(loop.create_task(self.monitor.run()))
+        if self.benchmark_controller is not None:
+            self.benchmark_controller.start()
 
     async def stop(self) -> None:
+        if self.benchmark_controller is not None:
+            await self.benchmark_controller.stop()
         await self.queue.close()
         for t in self._tasks:
             t.cancel()
@@ -208,12 +215,16 @@ class Controller:
             self.start()
         for key in list(self.bodies):
             await self.queue.add(key)
+        if self.benchmark_controller is not None:
+            await self.benchmark_controller.requeue_all()
 
     async def follow(self) -> None:
         """This replica lost (or never had) the lead: stop the workers and the monitor, keep the caches.
 
         Writes are already refused by the fence (kube.Fence) at this point; this stops the work."""
         tasks, self._tasks = self._tasks, []
+        if self.benchmark_controller is not None:
+            await self.benchmark_controller.stop()
         # Close the workers' queue first: its get() returns None and each worker ends after its current
         # key, even when a cancellation is lost (Python 3.11's asyncio.wait_for can swallow one).
         old, self.queue = self.queue, WorkQueue(self.clock)
@@ -472,7 +483,7 @@ class Controller:
             out["drafterWeights"] = weight_source(cr.spec.drafter, "drafter", rendered.cache,
                                                   rendered.image if rendered.baked_drafter is not None else None)
             if rendered.guard is not None and rendered.guard.limit.max_concurrency is not None:
-                out["guardMaxConcurrency"] = rendered.guard.limit.max_concurrency
+                out[GUARD_RESOLVED] = rendered.guard.limit.max_concurrency
         return out
 
     async def _apply(self, ns: str, name: str, desired: list[dict]) -> list[str]:
@@ -623,6 +634,10 @@ class Controller:
         patch = dict(desired)
         if isinstance(desired.get("acceptance"), dict):  # a merge patch keeps keys it does not name: null them
             patch["acceptance"] = st.merge_patch_of(current.get("acceptance"), desired["acceptance"])
+        cur_resolved = current.get("resolved") if isinstance(current.get("resolved"), dict) else {}
+        if isinstance(desired.get("resolved"), dict) and GUARD_RESOLVED in cur_resolved \
+                and GUARD_RESOLVED not in desired["resolved"]:  # likewise a guard gone
+            patch["resolved"] = {**desired["resolved"], GUARD_RESOLVED: None}
         await self.kube.patch("SpeculativeDeployment", ns, name, {"status": patch}, sub="status")
         body["status"] = {**current, **desired}  # our view until the watch delivers the write
         in_reconcile = key in self._changes
