@@ -50,12 +50,20 @@ def test_report_reads_status_and_configmap_through_kubectl(kubectl, kubeconfig, 
         in p.stderr, p.stderr
     assert "Traceback" not in p.stderr
 
-    # what the operator writes when the benchmark completes
+    # what the operator writes when the benchmark completes (controller/benchmark.py _finish)
     doc = json.loads(RESULTS.read_text())
+    order = [v["variant"] for v in doc["variants"]]
     points = [{**pt, "variant": v["variant"]} for v in doc["variants"] for pt in v["points"]]
-    reco = benchreco.recommend(points, [v["variant"] for v in doc["variants"]])
+    eq = benchreco.equal_to_baseline(points)
+    for pt in points:
+        pt["equalToBaseline"] = eq.get(pt["id"])
+    reco = benchreco.recommend(points, order)
+    full = {"benchmark": "tiny-sweep", "deployment": "tiny", "variants": [{"name": v} for v in order],
+            "clients": {v["variant"]: {"client": v["client"], "clientVersion": v["clientVersion"]} for v in doc["variants"]},
+            "points": points, "recommendation": reco}
+    (tmp_path / "results.json").write_text(json.dumps(full, indent=1, sort_keys=True))
     kubectl("create", "configmap", "tiny-sweep-results", "-n", "default",
-            f"--from-file=results.json={RESULTS}")
+            f"--from-file=results.json={tmp_path / 'results.json'}")
     kubectl("patch", "specbench", "tiny-sweep", "--subresource", "status", "--type", "merge", "-p", json.dumps(
         {"status": {"phase": "Complete", "progress": "2/2", "resultsConfigMap": "tiny-sweep-results",
                     "recommendation": reco}}))
