@@ -156,6 +156,17 @@ def test_pick_client(tmp_path, monkeypatch):
         bc.pick_client(br.validate_plan(plan_doc(client="sglang", engine="sglang")))
 
 
+def test_vllm_has_pandas_probes_the_scripts_interpreter(tmp_path):
+    import importlib.util
+
+    script = tmp_path / "vllm"
+    script.write_text(f"#!{sys.executable}\n")
+    assert bc.vllm_has_pandas([str(script)]) is (importlib.util.find_spec("pandas") is not None)
+    script.write_text("#!/nonexistent/python\n")
+    assert bc.vllm_has_pandas([str(script)]) is False
+    assert bc.vllm_has_pandas([str(tmp_path / "missing")]) is False
+
+
 def test_vllm_dataset_args(tmp_path):
     gen = br.validate_plan(plan_doc())
     pt = gen.points[0]
