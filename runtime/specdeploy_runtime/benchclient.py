@@ -412,7 +412,8 @@ def _stream_one(url: str, body: dict, timeout: float) -> tuple[str, float, list[
                     text.append(piece)
     except (OSError, urllib.error.URLError, ValueError) as e:
         return "".join(text), ttft, gaps, tokens, f"{type(e).__name__}: {e}"[:256], prompt_tokens
-    return "".join(text), ttft, gaps, tokens, "", prompt_tokens
+    # an engine without stream_options.include_usage: one streamed chunk per token
+    return "".join(text), ttft, gaps, tokens or len(text), "", prompt_tokens
 
 
 def run_own(plan: BenchPlan, point: PlanPoint, prompts: Callable[[], list[str]], workdir: str,
@@ -581,7 +582,9 @@ def run_plan(plan: BenchPlan, *, workdir: str | None = None) -> VariantResult:
                 else:
                     run = RUNNERS[client](plan, point, prompts, tmp, exe)
                 after = scrape(plan.metrics_url)
-                acc = acceptance_from_scrapes(plan.engine, before, after, run.duration_s) if after is not None else None
+                # both scrapes or none: one scrape alone would give averages since the engine started
+                acc = (acceptance_from_scrapes(plan.engine, before, after, run.duration_s)
+                       if after is not None and (before is not None or plan.engine == "sglang") else None)
                 res = point_result(point, run, acc)
             except (BenchError, benchprompts.PromptError, subprocess.TimeoutExpired, OSError, ValueError) as e:
                 res = failed_point(point, str(e) if isinstance(e, BenchError) else f"{type(e).__name__}: {e}")

@@ -197,8 +197,9 @@ class FakeEngine:
     """/v1/completions (streamed, one word per chunk), /tokenize, /detokenize (one token per word, a BOS
     added by the completions count), /metrics (the stand-in's vLLM counters: one step per scrape)."""
 
-    def __init__(self):
+    def __init__(self, usage: bool = True):
         self.standin = EngineStandin("vllm", "healthy", model_name="m", num_spec_tokens=3)
+        self.usage = usage
         self.vocab: dict[str, int] = {}
         self.words: list[str] = []
         self.prompts: list[str] = []
@@ -249,8 +250,10 @@ class FakeEngine:
                     for k in range(n):
                         chunk = {"choices": [{"text": f" w{(seed + k) % 7}"}]}
                         self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-                    usage = {"choices": [], "usage": {"completion_tokens": n, "prompt_tokens": seed + 1}}
-                    self.wfile.write(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
+                    if eng.usage:
+                        usage = {"choices": [], "usage": {"completion_tokens": n, "prompt_tokens": seed + 1}}
+                        self.wfile.write(f"data: {json.dumps(usage)}\n\n".encode())
+                    self.wfile.write(b"data: [DONE]\n\n")
                     self.wfile.flush()
                     self.close_connection = True
                 else:
@@ -309,6 +312,16 @@ def test_own_client_end_to_end_against_a_stand_in(tmp_path, prompts):
     want = [br.text_digest("".join(f" w{(len(x.split()) + k) % 7}" for k in range(5))) for x in sent[:3]]
     assert a.output_digests == want
     assert a.ttft_ms.p50 is not None and a.itl_ms.p99 is not None and a.output_tokens_per_second > 0
+
+
+def test_no_metrics_no_acceptance_and_no_usage_chunk(tmp_path):
+    with FakeEngine(usage=False) as eng:
+        p = run_cli(plan_doc(baseUrl=eng.url, metricsUrl=eng.url + "/not-metrics"), tmp_path)
+    assert p.returncode == 0, p.stderr
+    (pt,) = br.parse_result_line(p.stdout).points
+    assert pt.acceptance is None  # no scrape, no window: never the averages since the engine started
+    assert pt.completed == 3 and pt.output_tokens == 15  # one streamed chunk per token
+    assert "scrape of" in p.stderr
 
 
 def test_same_seed_same_prompts_other_seed_other_prompts(tmp_path):
