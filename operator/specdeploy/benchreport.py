@@ -209,6 +209,9 @@ def _figure(rs: list[Row], metric: str, title: str):
                              constrained_layout=True)
     ylabel = "output tokens/s" if metric == "tokens_per_s" else "acceptance length (tau)"
     concs = sorted({r.point.concurrency for r in rs})
+    values = [(r.point.output_tokens_per_second if metric == "tokens_per_s" else
+               (r.point.acceptance.length if r.point.acceptance else None)) for r in rs]
+    top = max([v for v in values if v is not None] or [1.0])  # one scale for every panel
     for ax, ctx in zip(axes[0], contexts):
         for v in variants:
             pts = sorted((r for r in rs if r.variant == v and r.point.context == ctx), key=lambda r: r.point.concurrency)
@@ -224,6 +227,11 @@ def _figure(rs: list[Row], metric: str, title: str):
             label = "baseline (speculation off)" if v == BASELINE else f"{v} (speculation on)"
             style = {"linestyle": "--", "color": "black"} if v == BASELINE else {}
             ax.plot(xs, ys, marker="o", label=label, **style)
+        # honest axes: tokens/s from 0; tau from 1 (no drafts accepted) with room above the best
+        if metric == "tokens_per_s":
+            ax.set_ylim(bottom=0, top=max(1.0, top) * 1.1)
+        else:
+            ax.set_ylim(bottom=1, top=max(2.0, top * 1.1))
         ax.set_title(f"context {ctx} tokens")
         ax.set_xlabel("concurrency")
         ax.set_ylabel(ylabel)
