@@ -25,7 +25,10 @@ dev kubelet running the rendered pods as local processes, real Prometheus with t
    outputs equal the target's alone; tokens/s with and without speculation.
 6. The same weights with ``target_layer_ids`` shifted by one: refused (``TargetLayerIdsShifted``,
    the previous workload keeps running), accepted through ``spec.checks.accept``, served with the
-   target's greedy output unchanged, and judged as a new revision against the carried baseline.
+   target's greedy output unchanged; tau drops to well under 3/4 of the carried baseline:
+   ``SpeculationHealthy=False AcceptanceRegressed`` (the message names the carried baseline and
+   its revision), the baseline stays the trained revision's, and Prometheus fires
+   ``SpecdeployAcceptanceRegressed``.
 
 Figures (boot, tokens/s with and without speculation, traffic-to-status latency) are printed and
 written to ``$SPECDEPLOY_E2E_FIGURES`` when set.
