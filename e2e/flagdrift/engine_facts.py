@@ -396,6 +396,7 @@ def sglang_facts(src: Source) -> dict:
     facts["draft_attention_backends"] = sglang_backends(src)
     facts["trtllm_mha_condition"] = sglang_trtllm_condition(src)
     facts["drafter_architectures"] = sglang_drafter_archs(src)
+    facts["speculation_guard"] = sglang_speculation_guard(src)
     return facts
 
 
@@ -535,6 +536,30 @@ CAPTURE_PROBES = {
     "duplicate": [1, 16, 16, 46, 61],
     "unsorted": [16, 1, 31, 46, 61],
 }
+
+
+def sglang_speculation_guard(src: Source) -> dict:
+    """Whether the release has a switch that turns speculation down by load, and for which algorithms:
+    ``--speculative-adaptive`` (speculative/adaptive_spec_params.py) is refused for every algorithm
+    ``adaptive_unsupported_reason`` does not list, with a warning and static speculation."""
+    rel = "sglang/srt/speculative/adaptive_spec_params.py"
+    fn = src.top_defs(rel).get("adaptive_unsupported_reason")
+    if fn is None:
+        return {"value": {"switch": None, "algorithms": [], "dflash": False},
+                "evidence": f"{rel}: no adaptive_unsupported_reason (no load-dependent speculation switch)"}
+    algos: list[str] = []
+    for node in ast.walk(fn):
+        if (isinstance(node, ast.Compare) and "speculative_algorithm" in ast.unparse(node.left)
+                and isinstance(node.ops[0], ast.NotIn) and isinstance(node.comparators[0], (ast.Tuple, ast.List))):
+            algos = [e.value for e in node.comparators[0].elts if isinstance(e, ast.Constant)]
+            break
+    tiers = src.top_defs(rel).get("DEFAULT_ADAPTIVE_CONFIG")
+    keys = [k.value for k in tiers.value.keys if isinstance(k, ast.Constant)] \
+        if tiers is not None and isinstance(getattr(tiers, "value", None), ast.Dict) else []
+    return {"value": {"switch": "--speculative-adaptive", "algorithms": sorted(algos), "dflash": "DFLASH" in algos,
+                      "batch_size_tiers": keys},
+            "evidence": _evidence(src, rel, fn, "adaptive_unsupported_reason: speculative_algorithm not in "
+                                  f"{tuple(algos)} -> adaptive disabled, static speculation")}
 
 
 def _class_index(src: Source) -> dict[str, list[tuple[str, ast.ClassDef]]]:
@@ -761,6 +786,7 @@ def vllm_facts(src: Source) -> dict:
     facts["drafter_architectures"] = vllm_archs(src)
     facts["non_causal_backends"] = vllm_noncausal(src)
     facts["draft_context"] = vllm_draft_context(src)
+    facts["speculation_guard"] = vllm_speculation_guard(src)
     return facts
 
 
@@ -908,6 +934,52 @@ def vllm_noncausal(src: Source) -> dict:
                         out.append(enum_paths.get(dotted, dotted))
     return {"value": sorted(set(out)), "evidence": "AttentionBackend.supports_non_causal() returning True under "
             "vllm/v1/attention/backends; names from " + reg}
+
+
+def vllm_speculation_guard(src: Source) -> dict:
+    """The speculative-config keys that limit speculation by batch size, and whether the V1 engine uses them.
+
+    ``disable_by_batch_size`` (the V0 switch) must be a SpeculativeConfig field, else the release rejects it
+    (config/utils.py ``config``: extra fields forbidden). ``num_speculative_tokens_per_batch_size`` (dynamic
+    speculative decoding) is run through the release's own ``build_dynamic_sd_schedule_lookup`` on a
+    schedule that switches speculation off from batch size 4."""
+    spec = "vllm/config/speculative.py"
+    tree = src.tree(spec)
+    cls = next((c for c in (tree.body if tree else []) if isinstance(c, ast.ClassDef) and c.name == "SpeculativeConfig"), None)
+    fields = {n.target.id for n in (cls.body if cls else []) if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    value: dict[str, Any] = {
+        "disable_by_batch_size": "disable_by_batch_size" in fields,
+        "unknown_keys_rejected": 'extra="forbid"' in src.text("vllm/config/utils.py"),
+        "v1_reads_disable_by_batch_size": bool(src.grep(r"\bdisable_by_batch_size\b", "v1")),
+    }
+    evidence = [f"{spec} SpeculativeConfig fields; vllm/config/utils.py config (extra fields forbidden)"]
+    key = "num_speculative_tokens_per_batch_size"
+    dyn = "vllm/v1/spec_decode/dynamic/utils.py"
+    if key not in fields or "build_dynamic_sd_schedule_lookup" not in src.top_defs(dyn):
+        value["batch_size_schedule"] = None
+        return {"value": value, "evidence": "; ".join(evidence + [f"no SpeculativeConfig.{key}"])}
+    fn = src.load(dyn, "build_dynamic_sd_schedule_lookup")
+    schedule = [[1, 3, 3], [4, 4, 0]]
+    status, lookup = _outcome(fn, schedule, 8, 3)
+    sched = "vllm/v1/core/sched/scheduler.py"
+    stext = src.text(sched)
+    runner = src.text("vllm/v1/worker/gpu_model_runner.py")
+    m = re.search(r"use_dflash\(\)(.|\n){0,6000}?num_speculative_tokens=num_spec_tokens_to_schedule", runner)
+    base = src.text("vllm/v1/spec_decode/llm_base_proposer.py")
+    value.update({
+        "batch_size_schedule": key,
+        # index b: speculative tokens the scheduler asks for at batch size b (index 0 unused)
+        "lookup": {"schedule": schedule, "max_num_seqs": 8, "num_speculative_tokens": 3,
+                   "per_batch_size": list(lookup)[1:] if status == "ok" else status},
+        "scheduler_reads_schedule": key in stext and "num_spec_tokens_to_schedule=" in stext,
+        "v1_runner_passes_k_to_dflash": m is not None,
+        "drafter_skips_zero": bool(re.search(r"if self\.num_speculative_tokens == 0:", base)),
+    })
+    evidence.append(f"{dyn} build_dynamic_sd_schedule_lookup (run); {sched} Scheduler.__init__/schedule "
+                    "(dynamic_sd_lookup -> SchedulerOutput.num_spec_tokens_to_schedule); vllm/v1/worker/gpu_model_runner.py "
+                    "propose_draft_token_ids (dflash: num_speculative_tokens=num_spec_tokens_to_schedule); "
+                    "vllm/v1/spec_decode/llm_base_proposer.py propose (K=0: empty drafts)")
+    return {"value": value, "evidence": "; ".join(evidence)}
 
 
 # --------------------------------------------------------------------------- main

@@ -690,6 +690,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="process (default): each container is a local process (--exec maps command[0]); podman: "
                     "each container runs from its image (never pulled) with its securityContext, volumes as bind "
                     "mounts, resource limits, host network (a loopback address per pod)")
+    kl.add_argument("--service-proxy", action="store_true",
+                    help="serve http://<service>.<namespace>.svc:<port> to the pods through a loopback forward proxy "
+                    "(HTTP_PROXY in every container; loopback stays direct), as cluster DNS and kube-proxy would")
     kl.add_argument("--verbose", "-v", action="store_true")
     kl.set_defaults(func=cmd_kubelet)
     b = dsub.add_parser("bench", help="print benchmark figures",
@@ -705,6 +708,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .acceptance_cli import add_parser as add_acceptance_parser
 
     add_acceptance_parser(sub)
+    from .bench_cli import add_parser as add_bench_parser
+
+    add_bench_parser(sub)
     return p
 
 
@@ -752,7 +758,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: error: choose a command", file=sys.stderr)
         return 2
     label = " ".join(filter(None, (args.command, getattr(args, "dev_command", None),
-                                   getattr(args, "operator_command", None))))
+                                   getattr(args, "operator_command", None), getattr(args, "bench_command", None))))
     try:
         return args.func(args)
     except UsageError as e:

@@ -382,6 +382,12 @@ def cmd_train_tiny_drafter(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_client(args: argparse.Namespace) -> int:
+    from .benchclient import main as bench_main
+
+    return bench_main(args.plan, workdir=args.work_dir)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description="specdeploy pod runtime: check, launch and verify the rendered engine config.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -526,6 +532,18 @@ def build_parser() -> argparse.ArgumentParser:
     tt.add_argument("--no-cache", action="store_true", help="train even when the cache holds this output")
     tt.add_argument("--output", "-o", choices=["text", "json"], default="text")
     tt.set_defaults(func=cmd_train_tiny_drafter)
+
+    bc = sub.add_parser("bench-client", help="run one variant's points of a SpeculativeBenchmark (the client Job)",
+                        description="For each point of the plan: prompts of exactly `context` tokens, a scrape of the "
+                                    "engine's /metrics, the engine's own benchmark client (vllm bench serve, python -m "
+                                    "sglang.bench_serving) or ours, another scrape. The last stdout line is "
+                                    "SPECDEPLOY_BENCH_RESULT + JSON (tokens/s, TTFT/ITL percentiles, acceptance from "
+                                    "the counters' increase, sha256 of each greedy output). Exit 1 on a bad plan or an "
+                                    "engine that does not answer (no result line).")
+    bc.add_argument("--plan", default="/etc/specdeploy/bench/plan.json", metavar="FILE",
+                    help="the plan the operator wrote (default /etc/specdeploy/bench/plan.json)")
+    bc.add_argument("--work-dir", default=None, metavar="DIR", help="scratch directory (default: $TMPDIR)")
+    bc.set_defaults(func=cmd_bench_client)
     return p
 
 

@@ -80,6 +80,7 @@ def test_default_objects():
     assert kinds == sorted([
         ("ServiceAccount", "specdeploy"), ("ServiceAccount", "specdeploy-engine"),
         ("CustomResourceDefinition", "speculativedeployments.specdeploy.io"),
+        ("CustomResourceDefinition", "speculativebenchmarks.specdeploy.io"),
         ("ClusterRole", "specdeploy-cluster"), ("ClusterRoleBinding", "specdeploy-cluster"),
         ("Role", "specdeploy-workloads"), ("RoleBinding", "specdeploy-workloads"),
         ("Role", "specdeploy-webhook-tls"), ("RoleBinding", "specdeploy-webhook-tls"),
@@ -95,11 +96,15 @@ def test_default_objects():
 
 
 def test_crd_template_is_the_generated_crd():
-    crd = one(render(), "CustomResourceDefinition")
-    assert crd["metadata"].pop("annotations") == {"helm.sh/resource-policy": "keep"}
-    assert crd == build_crd()
-    crd = one(render({"crds": {"keep": False}}), "CustomResourceDefinition")
-    assert "annotations" not in crd["metadata"]
+    from specdeploy.api.crd import build_bench_crd
+
+    for name, build in (("speculativedeployments.specdeploy.io", build_crd),
+                        ("speculativebenchmarks.specdeploy.io", build_bench_crd)):
+        crd = one(render(), "CustomResourceDefinition", name)
+        assert crd["metadata"].pop("annotations") == {"helm.sh/resource-policy": "keep"}
+        assert crd == build()
+        crd = one(render({"crds": {"keep": False}}), "CustomResourceDefinition", name)
+        assert "annotations" not in crd["metadata"]
     assert not find(render({"crds": {"install": False}}), "CustomResourceDefinition")
 
 

@@ -22,7 +22,7 @@ from specdeploy.controller import kube as kube_mod
 from specdeploy.controller import reconciler
 
 CONTROLLER = Path(kube_mod.__file__).parent
-KUBE_VERBS = {"get", "list", "create", "patch", "apply", "delete", "call", "has_api"}
+KUBE_VERBS = {"get", "list", "create", "patch", "apply", "delete", "call", "has_api", "log"}
 HTTP_VERBS = {"GET": "get", "PATCH": "patch", "POST": "create", "PUT": "update", "DELETE": "delete"}
 TLS_SECRET = "specdeploy-webhook-tls"
 CONFIGURATION = "specdeploy"
@@ -75,6 +75,24 @@ def _calls() -> dict[str, set[tuple]]:
         "LeaderElector._try:call:create": {("coordination.k8s.io", "leases", "create", "lease")},
         "LeaderElector._try:call:update": {("coordination.k8s.io", "leases", "update", "lease")},
         "LeaderElector.release:call:update": {("coordination.k8s.io", "leases", "update", "lease")},
+        # SpeculativeBenchmark (controller/benchmark.py): variants, client Jobs, their logs, the results ConfigMap
+        "BenchmarkController._expire:delete": {("specdeploy.io", "speculativebenchmarks", "delete", "watched")},
+        "BenchmarkController._status:patch": {("specdeploy.io", "speculativebenchmarks/status", "patch", "watched")},
+        "BenchmarkController._step:get": {(*gr("ConfigMap"), "get", "watched"), (*gr("Deployment"), "get", "watched")},
+        "BenchmarkController._step:apply": {(*gr(k), v, "watched") for k in ("ConfigMap", "Deployment", "Service")
+                                            for v in ("create", "patch")},
+        "BenchmarkController._measure_serving:get": {(*gr("Deployment"), "get", "watched")},
+        "BenchmarkController._client:get": {(*gr("Job"), "get", "watched"), (*gr("ConfigMap"), "get", "watched")},
+        "BenchmarkController._client:apply": {(*gr("ConfigMap"), v, "watched") for v in ("create", "patch")},
+        "BenchmarkController._client:create": {(*gr("Job"), "create", "watched")},
+        "BenchmarkController._client_log:list": {(*gr("Pod"), "list", "watched")},
+        "BenchmarkController._client_log:log": {("", "pods/log", "get", "watched")},
+        "BenchmarkController._record:get": {(*gr("ConfigMap"), "get", "watched")},
+        "BenchmarkController._record:apply": {(*gr("ConfigMap"), v, "watched") for v in ("create", "patch")},
+        "BenchmarkController._finish:get": {(*gr("ConfigMap"), "get", "watched")},
+        "BenchmarkController._finish:apply": {(*gr("ConfigMap"), v, "watched") for v in ("create", "patch")},
+        "BenchmarkController._delete_variant:delete": {(*gr(k), "delete", "watched")
+                                                       for k in ("Job", "ConfigMap", "Deployment", "Service")},
     }
 
 
@@ -132,6 +150,8 @@ def used(tokens: bool, self_managed_tls: bool, leader_election: bool = True) -> 
     sources = (CONTROLLER.parent / "core" / "render.py").read_text() + (CONTROLLER / "resolve.py").read_text()
     if re.search(r'"blockOwnerDeletion": True', sources):
         out.add(("specdeploy.io", "speculativedeployments/finalizers", "update", "watched"))
+    if re.search(r'"blockOwnerDeletion": True', (CONTROLLER.parent / "core" / "benchrender.py").read_text()):
+        out.add(("specdeploy.io", "speculativebenchmarks/finalizers", "update", "watched"))
     for needs in _calls().values():
         for g, r, v, scope in needs:
             if scope == "token" and not tokens or scope in ("tls", "cluster") and not self_managed_tls \

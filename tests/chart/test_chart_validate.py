@@ -51,7 +51,7 @@ def test_kubernetes_validate_command_line(tmp_path):
 
 
 def _crd_schema() -> dict:
-    crd = one(render(), "CustomResourceDefinition")
+    crd = one(render(), "CustomResourceDefinition", "speculativedeployments.specdeploy.io")
     (version,) = crd["spec"]["versions"]
     return version["schema"]["openAPIV3Schema"]
 

@@ -21,6 +21,11 @@ from specdeploy.core.lease import LeaseTiming
 from specdeploy.dev import apiserver
 
 TIMING = LeaseTiming(lease_duration=2, renew_deadline=1.2, retry_period=0.2)
+# The partition test asserts that the fenced leader's last write attempt reaches the server before the
+# new leader's first: the margin between them is leaseDuration - renewDeadline (0.8 s in TIMING), and
+# on a loaded 2-core machine one request can wait longer than that in the client's thread pool between
+# the fence's check and the server. Production keeps 5 s (15/10); this test keeps 2.5 s.
+PARTITION_TIMING = LeaseTiming(lease_duration=4, renew_deadline=1.5, retry_period=0.2)
 NS = "default"
 
 
@@ -34,13 +39,13 @@ def server(tmp_path):
 
 
 class Replica:
-    def __init__(self, server, name: str, stop_writer: bool = True):
+    def __init__(self, server, name: str, stop_writer: bool = True, timing: LeaseTiming = TIMING):
         self.stop_writer = stop_writer  # False: only the fence stops the writer (it keeps trying)
         api = load_api_client(server.kubeconfig)
         api.user_agent = f"specdeploy-operator/{name}"
         self.name = name
         self.base = Kube(api)
-        self.elector = LeaderElector(self.base, NS, name, timing=TIMING, on_started=self._started,
+        self.elector = LeaderElector(self.base, NS, name, timing=timing, on_started=self._started,
                                      on_stopped=self._stopped)
         self.kube = self.base.fenced(self.elector.fence())
         self.events: list[tuple[str, float]] = []
@@ -148,7 +153,7 @@ def test_a_partitioned_leader_stops_writing_before_the_follower_starts(server):
 
     async def main():
         # a's writer is never stopped: only its fence keeps it from writing once it cannot renew
-        a, b = Replica(server, "a", stop_writer=False), Replica(server, "b")
+        a, b = Replica(server, "a", stop_writer=False, timing=PARTITION_TIMING), Replica(server, "b", timing=PARTITION_TIMING)
         a.elector.start()
         await wait(lambda: a.elector.leading and a.writes > 5, what="a to lead and write")
         b.elector.start()
@@ -167,7 +172,7 @@ def test_a_partitioned_leader_stops_writing_before_the_follower_starts(server):
         took = b.events[0][1] - cut
         print(f"partition: a's last write attempt {last_a - cut:+.2f}s after the cut, b's first write "
               f"{first_b - cut:+.2f}s (gap {first_b - last_a:.2f}s; leaseDuration - renewDeadline = "
-              f"{TIMING.lease_duration - TIMING.renew_deadline:g}s); b led {took:.2f}s after the cut")
+              f"{PARTITION_TIMING.lease_duration - PARTITION_TIMING.renew_deadline:g}s); b led {took:.2f}s after the cut")
         assert last_a < first_b
         # nothing of a's reached the server after the cut ended its last in-flight request
         assert all(w["status"] == 0 for w in a_attempts if w["start"] > cut)
@@ -175,7 +180,7 @@ def test_a_partitioned_leader_stops_writing_before_the_follower_starts(server):
         server.call(lambda e: e.faults.clear("specdeploy-operator/a"))
         await wait(lambda: a.elector.leader == "b", what="a to observe b")
         n = len(writes_by(server, "a"))
-        await asyncio.sleep(TIMING.retry_period * 3)
+        await asyncio.sleep(PARTITION_TIMING.retry_period * 3)
         assert len(writes_by(server, "a")) == n and not a.elector.leading
         for r in (a, b):
             await r.elector.stop(release=False)

@@ -112,12 +112,24 @@ def status_of(pod: dict, cname: str) -> dict:
                 if s["name"] == cname)
 
 
+SECRET = "hf_not-on-the-command-line-7f3a"
+
+
+def _cmdline(pid: str) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
 def test_a_hardened_pod_runs_from_its_image(cluster):
     c = cluster
     web = container("web", "--host", "0.0.0.0", "--port", "8080", "--read", "/data/from-init",
                     "--read", "/app/greeting.txt", "--write", "/tmp/scratch", "x", "--env", "MODE", "--env",
-                    "NODE_LEVEL", "--env", "POD_IP",
+                    "NODE_LEVEL", "--env", "POD_IP", "--env", "HF_TOKEN",
                     env=[{"name": "MODE", "value": "fast"},
+                         {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hub", "key": "token"}}},
                          {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
                     ports=[{"name": "http", "containerPort": 8080}],
                     readinessProbe={"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 1},
@@ -126,6 +138,7 @@ def test_a_hardened_pod_runs_from_its_image(cluster):
                                   {"name": "tmp", "mountPath": "/tmp"}])
     init = container("init", "--write", "/data/from-init", "written by the init container", "--exit-after", "0",
                      securityContext=HARDENED, volumeMounts=[{"name": "data", "mountPath": "/data"}])
+    c.kubectl("create", "secret", "generic", "hub", f"--from-literal=token={SECRET}")
     c.kubectl("apply", "-f", "-", input=json.dumps(deployment("web", [web], init=[init], volumes=[
         {"name": "data", "emptyDir": {}}, {"name": "tmp", "emptyDir": {}}])))
     pod = the_pod(c, "web")
@@ -135,8 +148,11 @@ def test_a_hardened_pod_runs_from_its_image(cluster):
     # paths are the container's own (bind mounts), not rewritten as in process mode
     for line in (f"listening on {ip}:8080", "read /data/from-init: written by the init container",
                  "read /app/greeting.txt: hello from a configmap", "wrote /tmp/scratch", "env MODE=fast",
-                 "env NODE_LEVEL=from-the-node", f"env POD_IP={ip}"):
+                 "env NODE_LEVEL=from-the-node", f"env POD_IP={ip}", f"env HF_TOKEN={SECRET}"):
         assert line in out, (line, out)
+    # the Secret's value reached the container through the 0600 env file, never a command line
+    leaked = [pid for pid in os.listdir("/proc") if pid.isdigit() and SECRET.encode() in _cmdline(pid)]
+    assert not leaked, f"the secret is on the command line of {leaked}"
     with urllib.request.urlopen(f"http://{ip}:8080/healthz", timeout=5) as r:
         assert r.status == 200
     (info,) = json.loads(podman("container", "inspect", f"sdk-{pod['metadata']['uid']}-web").stdout)

@@ -131,3 +131,20 @@ def test_termination_message_path_and_working_dir():
 def test_an_image_that_looks_like_a_flag_is_refused():
     with pytest.raises(kp.PodConfigError, match="not an image reference"):
         argv(pod(), engine(image="--privileged"))
+
+
+def test_env_goes_in_the_env_file_and_only_what_it_cannot_carry_on_the_command_line():
+    env = {"MODEL": "m", "HF_TOKEN": "hf_secret value=1 'q\"", "PEM": "-----BEGIN\nX\n-----END", "CR": "a\rb",
+           "#NOTE": "x", "SP ACE": "y", "EMPTY": ""}
+    text, rest = kpm.split_env(env)
+    assert text == "MODEL=m\nHF_TOKEN=hf_secret value=1 'q\"\nEMPTY=\n"
+    assert rest == {"PEM": "-----BEGIN\nX\n-----END", "CR": "a\rb", "#NOTE": "x", "SP ACE": "y"}
+    a = kpm.podman_run_argv(pod(), engine(), env=env, mounts=[], pod_ip="127.0.0.5", port_map={},
+                            termination_log="/k/term", image_user="65532:65532", root_label="/k", env_file="/k/env")
+    assert flag_values(a, "--env-file") == ["/k/env"]
+    assert sorted(flag_values(a, "--env")) == sorted(f"{k}={v}" for k, v in rest.items())
+    assert not any("hf_secret" in x for x in a)
+    # $(VAR) expansion still sees every variable, wherever it is passed
+    assert a[-1] == "m"
+    # without an env file (the harness's operator container) every variable is on the command line
+    assert sorted(flag_values(argv(pod(), engine(), env={"A": "1", "B": "2"}), "--env")) == ["A=1", "B=2"]

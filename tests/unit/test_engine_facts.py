@@ -136,6 +136,33 @@ def test_vllm_row_matches_recorded_facts(version):
             assert (got == 16384) == (rope in row.raises_draft_context), (rope, got)
 
 
+@pytest.mark.parametrize("engine, version", [(e, v) for e, v in FACTS if eng.ENGINES[e].release_for(v) is not None],
+                         ids=[f"{e}-{v}" for e, v in FACTS if eng.ENGINES[e].release_for(v) is not None])
+def test_guard_switch_matches_recorded_facts(engine, version):
+    """spec.speculation.guard renders a switch exactly where the release's code has one that DFlash honours."""
+    from specdeploy.core import guard as gd
+
+    row = eng.ENGINES[engine].release_for(version)
+    g = f(facts(engine, version), "speculation_guard")
+    assert g is not None, f"{engine} {version}: re-record facts (e2e/flagdrift/record-facts.sh)"
+    assert row.guard_source, "a row without a guard says why (or cites the code that honours it)"
+    if engine == "sglang":
+        assert row.batch_size_guard is None and g["dflash"] is False and "DFLASH" not in g["algorithms"]
+        return
+    # no release the table covers has the V0 key; every one refuses unknown keys: never render it
+    assert g["disable_by_batch_size"] is False and g["unknown_keys_rejected"] is True
+    assert g["v1_reads_disable_by_batch_size"] is False
+    honours = (g["batch_size_schedule"] == eng.VLLM_SCHEDULE_KEY and g["scheduler_reads_schedule"]
+               and g["v1_runner_passes_k_to_dflash"] and g["drafter_skips_zero"])
+    assert (row.batch_size_guard == eng.VLLM_SCHEDULE_KEY) == honours, (version, g)
+    if honours:
+        # the release's own lookup, run on [[1, 3, 3], [4, 4, 0]] up to 8 sequences, and ours agree
+        lk = g["lookup"]
+        assert lk["per_batch_size"] == [3, 3, 3, 0, 0, 0, 0, 0]
+        assert lk["schedule"] == gd.vllm_schedule(4, 3)
+        assert [gd.schedule_tokens(lk["schedule"], b, 3) for b in range(1, 9)] == lk["per_batch_size"]
+
+
 def test_every_row_cites_the_engine_code():
     for info in eng.ENGINES.values():
         for row in info.releases:

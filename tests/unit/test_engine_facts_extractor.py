@@ -214,3 +214,96 @@ def test_vllm_probes_catch_a_missing_plus_one(ef, tmp_path):
     assert f["drafter_architectures"]["value"] == {"registered": ["DFlashDraftModel"], "renames_to_dflash": True}
     assert f["non_causal_backends"]["value"] == ["FLASH_ATTN"]
     assert f["draft_context"]["value"] == {"raises_draft_limit": False}
+
+
+# ----------------------------------------------------------------- speculation guard probes
+
+VLLM_GUARD_FILES = {
+    "vllm/config/utils.py": """
+        def config(cls):
+            merged_config = ConfigDict(extra="forbid")
+            return cls
+    """,
+    "vllm/config/speculative.py": """
+        class SpeculativeConfig:
+            num_speculative_tokens: int = 1
+            num_speculative_tokens_per_batch_size: list | None = None
+    """,
+    "vllm/v1/spec_decode/dynamic/utils.py": """
+        def build_dynamic_sd_schedule_lookup(schedule, vllm_max_batch_size, vllm_num_speculative_tokens):
+            dense = [0] * (vllm_max_batch_size + 1)
+            k = vllm_num_speculative_tokens
+            for start, end, n in sorted(schedule):
+                for b in range(start, vllm_max_batch_size + 1):
+                    dense[b] = min(vllm_num_speculative_tokens, n)
+            return dense
+    """,
+    "vllm/v1/core/sched/scheduler.py": """
+        class Scheduler:
+            def schedule(self):
+                x = self.speculative_config.num_speculative_tokens_per_batch_size
+                return SchedulerOutput(num_spec_tokens_to_schedule=x)
+    """,
+    "vllm/v1/worker/gpu_model_runner.py": """
+        class R:
+            def propose_draft_token_ids(self, spec_config, k):
+                if spec_config.use_dflash():
+                    return self.drafter.propose(num_speculative_tokens=num_spec_tokens_to_schedule)
+    """,
+    "vllm/v1/spec_decode/llm_base_proposer.py": """
+        class P:
+            def propose(self):
+                if self.num_speculative_tokens == 0:
+                    return []
+    """,
+}
+
+
+def test_vllm_guard_probe_runs_the_schedule_lookup(ef, tmp_path):
+    src = ef.Source(write(tmp_path, VLLM_GUARD_FILES), "vllm")
+    g = ef.vllm_speculation_guard(src)["value"]
+    assert g["disable_by_batch_size"] is False and g["unknown_keys_rejected"] is True
+    assert g["batch_size_schedule"] == "num_speculative_tokens_per_batch_size"
+    assert g["scheduler_reads_schedule"] and g["v1_runner_passes_k_to_dflash"] and g["drafter_skips_zero"]
+    assert g["lookup"]["per_batch_size"] == [3, 3, 3, 0, 0, 0, 0, 0]
+
+
+def test_vllm_guard_probe_catches_a_v0_key_and_a_runner_that_ignores_k(ef, tmp_path):
+    files = dict(VLLM_GUARD_FILES)
+    files["vllm/config/speculative.py"] = """
+        class SpeculativeConfig:
+            disable_by_batch_size: int | None = None
+            num_speculative_tokens_per_batch_size: list | None = None
+    """
+    files["vllm/v1/worker/gpu_model_runner.py"] = """
+        class R:
+            def propose_draft_token_ids(self, spec_config):
+                if spec_config.use_dflash():
+                    return self.drafter.propose(num_speculative_tokens=self.num_spec_tokens)
+    """
+    g = ef.vllm_speculation_guard(ef.Source(write(tmp_path, files), "vllm"))["value"]
+    assert g["disable_by_batch_size"] is True and g["v1_runner_passes_k_to_dflash"] is False
+    files["vllm/config/speculative.py"] = "class SpeculativeConfig:\n    num_speculative_tokens: int = 1\n"
+    g = ef.vllm_speculation_guard(ef.Source(write(tmp_path / "old", files), "vllm"))["value"]
+    assert g["batch_size_schedule"] is None
+
+
+def test_sglang_guard_probe_reads_the_adaptive_algorithms(ef, tmp_path):
+    rel = "sglang/srt/speculative/adaptive_spec_params.py"
+    body = """
+        DEFAULT_ADAPTIVE_CONFIG = {"1": {}, "8": {}}
+
+        def adaptive_unsupported_reason(server_args):
+            if server_args.speculative_algorithm not in (ALGOS):
+                return "no"
+            return None
+    """
+    g = ef.sglang_speculation_guard(ef.Source(write(tmp_path, {rel: body.replace("ALGOS", '"EAGLE", "EAGLE3"')}),
+                                              "sglang"))["value"]
+    assert g == {"switch": "--speculative-adaptive", "algorithms": ["EAGLE", "EAGLE3"], "dflash": False,
+                 "batch_size_tiers": ["1", "8"]}
+    g = ef.sglang_speculation_guard(ef.Source(write(tmp_path / "b", {rel: body.replace("ALGOS", '"EAGLE", "DFLASH"')}),
+                                              "sglang"))["value"]
+    assert g["dflash"] is True
+    g = ef.sglang_speculation_guard(ef.Source(write(tmp_path / "c", {"sglang/srt/x.py": "X = 1\n"}), "sglang"))
+    assert g["value"]["switch"] is None

@@ -163,3 +163,19 @@ def test_every_emitted_code_is_documented_and_none_is_dead():
 
 def test_no_operator_package_init():
     assert not (ROOT / "operator" / "__init__.py").exists()
+
+
+def test_no_category_shadows_a_name_kubectl_resolves():
+    """kubectl expands categories before short names: a category that is also a kind's name must hold
+    that one kind only, or `kubectl get specdeploy NAME` asks for two resources and fails."""
+    from specdeploy.api.crd import build_bench_crd, build_crd
+
+    crds = [build_crd(), build_bench_crd()]
+    members: dict[str, set[str]] = {}
+    for crd in crds:
+        for c in crd["spec"]["names"].get("categories", []):
+            members.setdefault(c, set()).add(crd["spec"]["names"]["kind"])
+    for crd in crds:
+        n = crd["spec"]["names"]
+        for name in [n["plural"], n["singular"], *n.get("shortNames", [])]:
+            assert members.get(name, {n["kind"]}) == {n["kind"]}, (name, members[name])

@@ -125,6 +125,21 @@ exists, with the code that needs it (operator/specdeploy/controller/):
 - apiGroups: ["specdeploy.io"]
   resources: ["speculativedeployments/finalizers"]
   verbs: ["update"]
+# SpeculativeBenchmarks (controller/benchmark.py): kopf lists and watches them (handlers.on_speculativebenchmark;
+# the same watch feeds spec.speculation.guard.fromBenchmark: Controller.observe_benchmark, Controller.benchmarks);
+# BenchmarkController._expire deletes one spec.ttlSecondsAfterFinished after it finished. No get, create or update.
+- apiGroups: ["specdeploy.io"]
+  resources: ["speculativebenchmarks"]
+  verbs: ["list", "watch", "delete"]
+# Their status: BenchmarkController._status merge-patches phase, progress, points, recommendation.
+- apiGroups: ["specdeploy.io"]
+  resources: ["speculativebenchmarks/status"]
+  verbs: ["patch"]
+# The variant Deployments/Services/ConfigMaps, client Jobs and the results ConfigMap carry ownerReferences
+# to the benchmark with blockOwnerDeletion=true (core/benchrender.py): update on its finalizers subresource.
+- apiGroups: ["specdeploy.io"]
+  resources: ["speculativebenchmarks/finalizers"]
+  verbs: ["update"]
 # ConfigMaps: watched (handlers.on_configmap: the target/drafter config.json sources and the engine
 # ConfigMap child); get on a cache miss (Resolver._from_configmap, and the admission webhook's
 # OperatorConfigs._configmap); server-side apply (patch, and create when it creates) and delete of the
@@ -138,10 +153,12 @@ exists, with the code that needs it (operator/specdeploy/controller/):
   resources: ["services"]
   verbs: ["list", "watch", "create", "patch", "delete"]
 # Deployments: the single-node engine workload; watched (handlers.on_deployment), server-side apply and
-# delete in Controller._apply (deleted when the CR switches to multi-node).
+# delete in Controller._apply (deleted when the CR switches to multi-node). A benchmark's variant
+# Deployment: get (is it Ready?), server-side apply and delete (BenchmarkController._step, _delete_variant);
+# the serving Deployment: get only (spec.useServingDeployment, BenchmarkController._measure_serving).
 - apiGroups: ["apps"]
   resources: ["deployments"]
-  verbs: ["list", "watch", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # PodDisruptionBudgets: the engine PDB child; watched (handlers.on_pdb), server-side apply and delete in
 # Controller._apply.
 - apiGroups: ["policy"]
@@ -170,6 +187,11 @@ exists, with the code that needs it (operator/specdeploy/controller/):
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list", "watch"]
+# Pod logs: the benchmark client Job's pod prints its result as the last log line
+# (BenchmarkController._client_log reads the log's tail; core/benchresult.py parses it, untrusted).
+- apiGroups: [""]
+  resources: ["pods/log"]
+  verbs: ["get"]
 # PersistentVolumeClaims: Controller._policy reads a claim's labels for the tenancy policy's pvcLabel
 # rule (core/policy.py). get only: no list, no watch, no write.
 - apiGroups: [""]

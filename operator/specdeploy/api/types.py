@@ -132,6 +132,34 @@ class DDTree(_Model):
     topk: Optional[int] = Field(default=None, ge=1, le=64, description="Candidates per depth; default: the engine's.")
 
 
+class SpeculationGuard(_Model):
+    """Where speculation stops paying: from this many running requests per engine on, the engine drafts nothing
+    (rendered into the engine's own switch where its code has one; see docs/how-to/tune-speculation.md)."""
+
+    model_config = ConfigDict(**_Model.model_config, json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "has(self.fromBenchmark) != has(self.maxConcurrency)",
+         "message": "set exactly one of guard.fromBenchmark (a SpeculativeBenchmark's measured crossover) or "
+                    "guard.maxConcurrency (running requests per engine from which speculation is off)"},
+    ]})
+
+    from_benchmark: Optional[str] = Field(
+        default=None, pattern=NAME_PATTERN, max_length=253,
+        description="Name of a SpeculativeBenchmark in the same namespace: its "
+        "`status.recommendation.guard.maxConcurrency` (the measured crossover) is the limit. Until it is `Complete` "
+        "nothing is rendered and the `SpeculationGuarded` condition says why.")
+    max_concurrency: Optional[StrictInt] = Field(
+        default=None, ge=1, le=65536,
+        description="Running requests per engine from which speculation is off (vLLM >= 0.24: "
+        "`num_speculative_tokens_per_batch_size` in `--speculative-config`, no draft tokens from this batch size on).")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> "SpeculationGuard":
+        if (self.from_benchmark is None) == (self.max_concurrency is None):
+            raise ValueError("set exactly one of guard.fromBenchmark (a SpeculativeBenchmark's measured crossover) "
+                             "or guard.maxConcurrency (running requests per engine from which speculation is off)")
+        return self
+
+
 class Speculation(_Model):
     """Speculative decoding settings; unset fields are derived from the drafter config."""
 
@@ -161,6 +189,11 @@ class Speculation(_Model):
         default=None, description="Draft model attention backend (SGLang); default: the GPU profile's."
     )
     ddtree: Optional[DDTree] = Field(default=None, description="DDTree settings; only with method `ddtree`.")
+    guard: Optional[SpeculationGuard] = Field(
+        default=None, description="Turn speculation off from a load where it stops paying (measured by a "
+        "SpeculativeBenchmark or given). Rendered into the engine's own switch where the release's code has one; "
+        "otherwise a `GuardUnsupported` warning says why. The `SpeculationProfitable` condition compares live load "
+        "with it either way.")
 
 
 class Gpu(_Model):
@@ -383,6 +416,9 @@ class Resolved(_Model):
                                  "or `nodePath/<name>`.")
     target_weights: Optional[str] = Field(default=None, description="Where the target's weights come from.")
     drafter_weights: Optional[str] = Field(default=None, description="Where the drafter's weights come from.")
+    guard_max_concurrency: Optional[int] = Field(
+        default=None, description="Running requests per engine from which speculation is off (spec.speculation.guard, "
+        "resolved; a benchmark's crossover for fromBenchmark).")
 
 
 class AcceptanceBaseline(_Model):
@@ -437,7 +473,7 @@ class SpeculativeDeploymentStatus(_Model):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
 
     conditions: list[Condition] = Field(
-        default_factory=list, description="DrafterCompatible, Progressing, Ready, Degraded, SpeculationHealthy.",
+        default_factory=list, description="DrafterCompatible, Progressing, Ready, Degraded, SpeculationHealthy, SpeculationGuarded, SpeculationProfitable.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     observed_generation: Optional[int] = Field(default=None, description="Last generation the operator acted on.")

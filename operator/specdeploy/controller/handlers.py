@@ -16,6 +16,7 @@ import kopf
 from ..api.crd import API_GROUP, API_VERSION
 from ..core.policy import POLICY_ENV, TenancyPolicy
 from .. import PLURAL
+from ..api.benchmark import BENCH_PLURAL
 from . import metrics
 from .kube import Fence, Kube, load_api_client
 from .monitor import DEFAULT_INTERVAL, ENGINE_POD_LABELS, ENGINE_POD_SELECTOR, INTERVAL_ENV, AcceptanceMonitor
@@ -107,6 +108,11 @@ async def on_startup(settings: kopf.OperatorSettings, **_) -> None:
         capability_ttl=float(os.environ.get("SPECDEPLOY_CAPABILITY_TTL", "60")),
         policy=TenancyPolicy.from_env(os.environ.get(POLICY_ENV)),
     ))
+    from .benchmark import BenchmarkController
+
+    _controller.benchmark_controller = BenchmarkController(kube, resolver, deployments=_controller.bodies,
+                                                 policy=_controller.settings.policy,
+                                                 event=_controller._event)
     interval = float(os.environ.get(INTERVAL_ENV) or DEFAULT_INTERVAL)
     if interval > 0:  # 0: no acceptance monitoring
         _controller.monitor = AcceptanceMonitor(_controller, interval)
@@ -238,6 +244,24 @@ async def on_inspector_job(event, **_) -> None:
         key = (meta.get("namespace") or "default", ref.get("name"))
         if ref.get("kind") == "SpeculativeDeployment" and key in controller().bodies:
             await controller().queue.add(key)
+
+
+@kopf.on.event(API_GROUP, API_VERSION, BENCH_PLURAL)
+async def on_speculativebenchmark(event, **_) -> None:
+    # one watch, two readers: spec.speculation.guard.fromBenchmark reads the benchmarks' recommendation
+    # (watch-fed: an idle reconcile reads nothing), and the benchmark controller runs them
+    await controller().observe_benchmark(event.get("type"), event["object"])
+    benchmarks = controller().benchmark_controller
+    if benchmarks is not None:
+        await benchmarks.observe(event.get("type"), event["object"])
+
+
+@kopf.on.event("batch", "v1", "jobs", labels={**MANAGED, "app.kubernetes.io/component": "benchmark-client"})
+async def on_bench_client_job(event, **_) -> None:
+    # a client Job finishing is the benchmark's next step
+    benchmarks = controller().benchmark_controller
+    if benchmarks is not None and event.get("type") != "DELETED":
+        await benchmarks.observe_job(event["object"])
 
 
 logging.getLogger("kopf.objects").setLevel(logging.WARNING)

@@ -53,6 +53,7 @@ KINDS: dict[str, Kind] = {k.kind: k for k in (
     Kind("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "leaderworkersets"),
     Kind("monitoring.coreos.com/v1", "PodMonitor", "podmonitors"),
     Kind("specdeploy.io/v1alpha1", "SpeculativeDeployment", "speculativedeployments"),
+    Kind("specdeploy.io/v1alpha1", "SpeculativeBenchmark", "speculativebenchmarks"),
 )}
 
 
@@ -117,8 +118,8 @@ class Kube:
         return max(0.05, min(30.0, self.fence.budget()))
 
     def _call(self, method: str, path: str, body: Any = None, query: list | None = None,
-              content_type: str = "application/json", timeout: float = 30.0) -> Any:
-        headers = {"Content-Type": content_type, "Accept": "application/json"}
+              content_type: str = "application/json", timeout: float = 30.0, text: bool = False) -> Any:
+        headers = {"Content-Type": content_type, "Accept": "text/plain" if text else "application/json"}
         try:
             m, url, hdrs, data, _ = self.api.param_serialize(
                 method, path, query_params=query or [], header_params=headers, body=body, auth_settings=["BearerToken"])
@@ -137,6 +138,8 @@ class Kube:
             except ValueError:
                 message = (raw or "")[:200]
             raise KubeError(status, reason, message)
+        if text:
+            return raw or ""
         return json.loads(raw) if raw else None
 
     async def call(self, method: str, path: str, body: Any = None, query: list | None = None,
@@ -145,6 +148,20 @@ class Kube:
             return await asyncio.to_thread(self._call, method, path, body, query, content_type, timeout)
         return await asyncio.get_running_loop().run_in_executor(
             self.executor, self._call, method, path, body, query, content_type, timeout)
+
+    async def log(self, namespace: str, pod: str, container: str | None = None, tail_lines: int | None = None,
+                  limit_bytes: int | None = None) -> str:
+        """A pod container's log (pods/log), as text."""
+        q = [("container", container)] if container else []
+        if tail_lines:
+            q.append(("tailLines", str(tail_lines)))
+        if limit_bytes:
+            q.append(("limitBytes", str(limit_bytes)))
+        path = KINDS["Pod"].path(namespace, pod, "log")
+        if self.executor is None:
+            return await asyncio.to_thread(self._call, "GET", path, None, q, "application/json", 60.0, True)
+        return await asyncio.get_running_loop().run_in_executor(
+            self.executor, self._call, "GET", path, None, q, "application/json", 60.0, True)
 
     async def get(self, kind: str, namespace: str | None, name: str) -> dict | None:
         try:

@@ -21,7 +21,13 @@ A loop of its own in the operator (started with the Controller; every
 4. **Exports** ``specdeploy_acceptance_length``, ``_rate``, ``_per_position``,
    ``_baseline_length`` and ``_regression_fraction`` (labels namespace, deployment, engine,
    drafter; position) on every tick.
-5. **Hands** status.acceptance and the SpeculationHealthy condition to the Controller
+5. **Guard** (``spec.speculation.guard``): the engine's live running-requests gauge of each pod
+   (``acceptance.running_requests``, the most loaded pod counts: the batch is per engine) against the
+   guard's limit (``maxConcurrency``, or the Complete SpeculativeBenchmark's crossover from the
+   Controller's watch-fed cache): ``SpeculationProfitable`` False ``PastCrossover`` at or above it,
+   True ``BelowCrossover`` under it; False ``TauBelowBenchmark`` when the window's tau is below the lowest tau at
+   which the benchmark measured speculation paying (``status.profitable_condition``; kept while its verdict holds).
+6. **Hands** status.acceptance and the SpeculationHealthy condition to the Controller
    (``Controller.speculation``) and queues the key, only when they changed: the reconciler's
    one status path (``Controller._write_status``) writes them together with its own
    conditions, and posts the Events of SpeculationHealthy transitions. One writer per key,
@@ -48,6 +54,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 from .. import API_GROUP
 from ..core import acceptance as acc
 from ..core import baseline as bl
+from ..core import guard as gd
 from ..core.engines import ENGINES
 from ..core.render import CONFIG_HASH_ANNOTATION
 from . import metrics
@@ -141,7 +148,27 @@ def _stored(body: dict) -> dict[str, Any]:
     status = body.get("status") or {}
     cond = next((c for c in status.get("conditions") or [] if isinstance(c, dict)
                  and c.get("type") == st.SPECULATION_HEALTHY), None)
-    return {"acceptance": status.get("acceptance"), "condition": st.strip_condition(cond)}
+    prof = next((c for c in status.get("conditions") or [] if isinstance(c, dict)
+                 and c.get("type") == st.SPECULATION_PROFITABLE), None)
+    return {"acceptance": status.get("acceptance"), "condition": st.strip_condition(cond),
+            "profitable": st.strip_condition(prof)}
+
+
+def guard_limit(key: Key, body: dict, benchmarks: dict) -> gd.GuardLimit | None:
+    """The guard of a raw SpeculativeDeployment body: ``maxConcurrency``, or the crossover of the Complete
+    SpeculativeBenchmark ``fromBenchmark`` names (the same reading as the reconciler's); None without one."""
+    spec = body.get("spec") if isinstance(body.get("spec"), dict) else {}
+    s = spec.get("speculation") if isinstance(spec.get("speculation"), dict) else {}
+    g = s.get("guard") if isinstance(s.get("guard"), dict) else None
+    if g is None:
+        return None
+    mc = g.get("maxConcurrency")
+    if isinstance(mc, int) and not isinstance(mc, bool) and mc >= 1:
+        return gd.GuardLimit(mc, "spec.speculation.guard.maxConcurrency")
+    name = g.get("fromBenchmark")
+    if isinstance(name, str):
+        return gd.limit_from_benchmark(name, benchmarks.get((key[0], name)), deployment=key[1])[0]
+    return None
 
 
 class AcceptanceMonitor:
@@ -160,6 +187,7 @@ class AcceptanceMonitor:
         self._settling: dict[Key, bl.Settling] = {}  # a revision's baseline being learned (in memory only)
         self._reset_done: dict[Key, str] = {}  # the reset annotation value this process acted on
         self._unanswered: dict[Key, int] = {}  # consecutive ticks in which no pod of the key answered
+        self._guard_series: dict[Key, tuple[str, ...]] = {}  # key -> labels of its exported guard limit
         self.ticks = 0
 
     # ------------------------------------------------------------- watch feed
@@ -176,6 +204,7 @@ class AcceptanceMonitor:
     def forget(self, key: Key) -> None:
         """The SpeculativeDeployment is gone: drop its series and state."""
         self._unexport(key)
+        self._export_guard(key, (), None)
         self._unanswered.pop(key, None)
         self._settling.pop(key, None)
         self._reset_done.pop(key, None)
@@ -250,6 +279,13 @@ class AcceptanceMonitor:
             await self._judge(key, body, [(t, *results[t.uid]) for t in by_key.get(key, [])])
 
     @staticmethod
+    def _running(engine: str, scrapes: list[tuple[Target, str | None, str | None]]) -> float | None:
+        """Running requests of the most loaded pod that answered (None: no pod exports the gauge)."""
+        vals = [r for _, text, _ in scrapes if text is not None
+                for r in (acc.running_requests(engine, text),) if r is not None]
+        return max(vals) if vals else None
+
+    @staticmethod
     def _engine(body: dict) -> str | None:
         spec = body.get("spec") or {}
         e = spec.get("engine") if isinstance(spec.get("engine"), dict) else {}
@@ -284,6 +320,7 @@ class AcceptanceMonitor:
         revision = bl.speculation_revision(spec, resolved)
         params = bl.params_from_spec(spec)
         baseline = self._baseline(key, body, prev_acc)
+        live_tau: float | None = None  # this window's tau (None: no drafts now), for SpeculationProfitable
 
         if not scrapes:
             self._unanswered.pop(key, None)
@@ -327,6 +364,7 @@ class AcceptanceMonitor:
                 return  # the first scrape of every pod with metrics: judge at the next tick
             else:
                 combined = acc.combine(items)
+                live_tau = combined.length if combined is not None else None
                 want_hash = resolved.get("configHash")
                 current = all(t.config_hash == want_hash for t in reporting)
                 baseline, settling = bl.step(baseline, self._settling.get(key), combined, revision=revision,
@@ -345,11 +383,17 @@ class AcceptanceMonitor:
                        "condition": st.speculation_condition(combined, _min_length(spec), prev_cond, baseline=baseline,
                                                              revision=revision,
                                                              regression_fraction=params.regression_fraction)}
-        if new["acceptance"] == prev_acc and new["condition"] == prev_cond:
+        limit = guard_limit(key, body, getattr(self.controller, "benchmarks", {}))
+        self._export_guard(key, labels, limit)
+        new["profitable"] = st.profitable_condition(self._running(engine, scrapes), limit, previous.get("profitable"),
+                                                    tau=live_tau)
+        if new["acceptance"] == prev_acc and new["condition"] == prev_cond \
+                and new["profitable"] == previous.get("profitable"):
             self.controller.speculation[key] = new
             return
-        log.info("acceptance of %s/%s: %s %s", key[0], key[1], new["condition"]["reason"],
-                 (new["acceptance"] or {}).get("length"))
+        log.info("acceptance of %s/%s: %s %s%s", key[0], key[1], (new["condition"] or {}).get("reason"),
+                 (new["acceptance"] or {}).get("length"),
+                 f"; {new['profitable']['reason']}" if new["profitable"] else "")
         self.controller.speculation[key] = new
         await self.controller.queue.add(key)
 
@@ -380,6 +424,14 @@ class AcceptanceMonitor:
             _remove(metrics.ACCEPTANCE_BASELINE, labels)
             _remove(metrics.ACCEPTANCE_REGRESSION_FRACTION, labels)
         self._series[key] = (labels, len(a.per_position))
+
+    def _export_guard(self, key: Key, labels: tuple[str, ...], limit: gd.GuardLimit | None) -> None:
+        old = self._guard_series.pop(key, None)
+        if old is not None and (limit is None or limit.max_concurrency is None or old != labels):
+            _remove(metrics.GUARD_MAX_CONCURRENCY, old)
+        if limit is not None and limit.max_concurrency is not None:
+            metrics.GUARD_MAX_CONCURRENCY.labels(*labels).set(limit.max_concurrency)
+            self._guard_series[key] = labels
 
     def _unexport(self, key: Key) -> None:
         old = self._series.pop(key, None)

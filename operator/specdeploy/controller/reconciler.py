@@ -16,6 +16,7 @@ from typing import Any, Hashable
 
 
 from ..api.validation import INVALID_SPEC, problems_message, validate
+from ..core import guard as gd
 from ..core.findings import Severity, errors as error_findings
 from ..core.policy import TenancyPolicy, check_policy, policy_needs_claims
 from ..core.render import TUNING_KEY_ANNOTATION, RenderError, Rendered, build_tuned_configmap, render, selector_labels
@@ -31,6 +32,7 @@ MANAGED_KINDS = ("ConfigMap", "Deployment", "LeaderWorkerSet", "Service", "PodDi
 WORKLOAD_KINDS = ("Deployment", "LeaderWorkerSet")
 LWS = ("leaderworkerset.x-k8s.io/v1", "leaderworkersets")
 PODMONITOR = ("monitoring.coreos.com/v1", "podmonitors")
+GUARD_RESOLVED = "guardMaxConcurrency"  # status.resolved: spec.speculation.guard's limit in use
 
 
 def now_rfc3339() -> str:
@@ -76,11 +78,15 @@ class Controller:
         # in each status: {"acceptance": dict | None, "condition": SpeculationHealthy | None}.
         # _write_status writes it with the reconciler's own conditions: one status writer per key.
         self.monitor = None
+        # SpeculativeBenchmarks (benchmark.py): its own queue and workers, started and stopped with these
+        self.benchmark_controller = None
         self.speculation: dict[Key, dict[str, Any]] = {}
         # What the running reconcile of each key changed (children written, status transitions)
         # and the errors it reported: logged as one line when it ends (_log_outcome).
         self._changes: dict[Key, list[str]] = {}
         self._errors: dict[Key, list[tuple[str, str]]] = {}
+        # SpeculativeBenchmarks (watch-fed) that spec.speculation.guard.fromBenchmark may name: (ns, name) -> body
+        self.benchmarks: dict[tuple[str, str], dict] = {}
 
     # ------------------------------------------------------------- watch feeds
 
@@ -143,6 +149,22 @@ class Controller:
                 if key in self.bodies:
                     await self.queue.add(key)
 
+    async def observe_benchmark(self, event_type: str | None, body: dict) -> None:
+        """A SpeculativeBenchmark changed: queue the deployments whose guard reads it, when what the guard reads
+        (phase, recommendation.guard) changed."""
+        meta = body.get("metadata") or {}
+        bk = (meta.get("namespace") or "default", meta.get("name"))
+        old = self.benchmarks.get(bk)
+        if event_type == "DELETED":
+            self.benchmarks.pop(bk, None)
+        else:
+            self.benchmarks[bk] = body
+        if old is not None and event_type != "DELETED" and _guard_view(old) == _guard_view(body):
+            return
+        for key, cr in list(self.bodies.items()):
+            if key[0] == bk[0] and _from_benchmark(cr) == bk[1]:
+                await self.queue.add(key)
+
     async def observe_configmap(self, event_type: str | None, body: dict) -> None:
         meta = body.get("metadata") or {}
         ck = (meta.get("namespace") or "default", meta.get("name"))
@@ -168,8 +190,12 @@ class Controller:
         self._tasks.append(loop.create_task(self._resync()))
         if self.monitor is not None:
             self._tasks.append(loop.create_task(self.monitor.run()))
+        if self.benchmark_controller is not None:
+            self.benchmark_controller.start()
 
     async def stop(self) -> None:
+        if self.benchmark_controller is not None:
+            await self.benchmark_controller.stop()
         await self.queue.close()
         for t in self._tasks:
             t.cancel()
@@ -189,12 +215,16 @@ class Controller:
             self.start()
         for key in list(self.bodies):
             await self.queue.add(key)
+        if self.benchmark_controller is not None:
+            await self.benchmark_controller.requeue_all()
 
     async def follow(self) -> None:
         """This replica lost (or never had) the lead: stop the workers and the monitor, keep the caches.
 
         Writes are already refused by the fence (kube.Fence) at this point; this stops the work."""
         tasks, self._tasks = self._tasks, []
+        if self.benchmark_controller is not None:
+            await self.benchmark_controller.stop()
         # Close the workers' queue first: its get() returns None and each worker ends after its current
         # key, even when a cancellation is lost (Python 3.11's asyncio.wait_for can swallow one).
         old, self.queue = self.queue, WorkQueue(self.clock)
@@ -338,10 +368,18 @@ class Controller:
                 raise  # short, fixed wait; not a failure
             return e.delay or self.backoff.failed(key)
 
+        # spec.speculation.guard.fromBenchmark: the benchmark's measured crossover, from the watch-fed cache
+        guard_limit, guard_problem = None, None
+        g = cr.spec.speculation.guard
+        if g is not None and g.from_benchmark is not None:
+            guard_limit, guard_problem = gd.limit_from_benchmark(
+                g.from_benchmark, self.benchmarks.get((ns, g.from_benchmark)), deployment=name)
+
         # check + render (pure)
         monitoring = await self.has(PODMONITOR)
         try:
-            rendered = render(cr, target.doc, drafter.doc, pod_monitor=monitoring, policy=self.settings.policy)
+            rendered = render(cr, target.doc, drafter.doc, pod_monitor=monitoring, policy=self.settings.policy,
+                              guard=guard_limit)
         except RenderError as e:
             obs = self._observation(gen, body, workload, e.findings)
             obs.accepted = e.accepted
@@ -371,6 +409,7 @@ class Controller:
         obs = self._observation(gen, body, workload, rendered.analysis.findings, rendered)
         obs.accepted = rendered.analysis.accepted
         obs.conflicts = conflicts
+        obs.guard = rendered.guard.condition if rendered.guard is not None else guard_problem
         await self._write_status(key, body, obs, resolved=self._resolved(target, drafter, rendered, cr))
         return None
 
@@ -443,6 +482,8 @@ class Controller:
             out["targetWeights"] = weight_source(cr.spec.target, "target", rendered.cache)
             out["drafterWeights"] = weight_source(cr.spec.drafter, "drafter", rendered.cache,
                                                   rendered.image if rendered.baked_drafter is not None else None)
+            if rendered.guard is not None and rendered.guard.limit.max_concurrency is not None:
+                out[GUARD_RESOLVED] = rendered.guard.limit.max_concurrency
         return out
 
     async def _apply(self, ns: str, name: str, desired: list[dict]) -> list[str]:
@@ -571,6 +612,8 @@ class Controller:
         spec_status = self.speculation.get(key)  # the acceptance monitor's part, if it has judged
         if spec_status is not None and spec_status.get("condition"):
             new.append(spec_status["condition"])
+        if spec_status is not None and spec_status.get("profitable"):
+            new.append(spec_status["profitable"])  # SpeculationProfitable: the monitor's, while a guard is set
         conds = st.merge_conditions(current.get("conditions"), new, obs.generation, now_rfc3339())
         desired: dict[str, Any] = {
             "conditions": conds,
@@ -591,6 +634,10 @@ class Controller:
         patch = dict(desired)
         if isinstance(desired.get("acceptance"), dict):  # a merge patch keeps keys it does not name: null them
             patch["acceptance"] = st.merge_patch_of(current.get("acceptance"), desired["acceptance"])
+        cur_resolved = current.get("resolved") if isinstance(current.get("resolved"), dict) else {}
+        if isinstance(desired.get("resolved"), dict) and GUARD_RESOLVED in cur_resolved \
+                and GUARD_RESOLVED not in desired["resolved"]:  # likewise a guard gone
+            patch["resolved"] = {**desired["resolved"], GUARD_RESOLVED: None}
         await self.kube.patch("SpeculativeDeployment", ns, name, {"status": patch}, sub="status")
         body["status"] = {**current, **desired}  # our view until the watch delivers the write
         in_reconcile = key in self._changes
@@ -623,3 +670,20 @@ class Controller:
             await self.kube.create(event)
         except KubeError as e:  # an Event is best effort; never fail a reconcile for it
             log.info("could not post event %s: %s", reason, e)
+
+
+def _from_benchmark(body: dict) -> str | None:
+    """spec.speculation.guard.fromBenchmark of a raw SpeculativeDeployment body."""
+    spec = body.get("spec") if isinstance(body.get("spec"), dict) else {}
+    s = spec.get("speculation") if isinstance(spec.get("speculation"), dict) else {}
+    g = s.get("guard") if isinstance(s.get("guard"), dict) else {}
+    name = g.get("fromBenchmark")
+    return name if isinstance(name, str) else None
+
+
+def _guard_view(body: dict) -> tuple:
+    """What the guard reads of a SpeculativeBenchmark (its progress updates are not worth a reconcile)."""
+    status = body.get("status") if isinstance(body.get("status"), dict) else {}
+    reco = status.get("recommendation") if isinstance(status.get("recommendation"), dict) else {}
+    ref = (body.get("spec") or {}).get("deploymentRef") if isinstance(body.get("spec"), dict) else None
+    return status.get("phase"), repr(reco.get("guard")), repr(ref)

@@ -12,6 +12,7 @@ from typing import Any, Iterable
 
 from ..core import acceptance as acc
 from ..core import baseline as bl
+from ..core import guard as gd
 from ..core.findings import Finding, Severity
 
 DRAFTER_COMPATIBLE = "DrafterCompatible"
@@ -23,6 +24,12 @@ CONDITION_TYPES = (DRAFTER_COMPATIBLE, PROGRESSING, READY, DEGRADED)
 SPECULATION_HEALTHY = "SpeculationHealthy"
 NO_READY_PODS = "NoReadyPods"  # Unknown: no ready engine pod to scrape (any more)
 SCRAPE_FAILED = "ScrapeFailed"  # Unknown: no engine pod's /metrics answered
+# spec.speculation.guard (core/guard.py): SpeculationGuarded from the reconciler (what was rendered),
+# SpeculationProfitable from the acceptance monitor (live load against the guard). Written only while a guard
+# is set: a status write without one drops them.
+SPECULATION_GUARDED = gd.GUARD_CONDITION
+SPECULATION_PROFITABLE = gd.PROFITABLE_CONDITION
+GUARD_TYPES = (SPECULATION_GUARDED, SPECULATION_PROFITABLE)
 MAX_MESSAGE = 4000
 
 
@@ -43,6 +50,7 @@ class Observation:
     conflicts: list[str] = field(default_factory=list)  # children owned by someone else
     accepted: list[Finding] = field(default_factory=list)  # turned into info by spec.checks.accept
     internal_error: tuple[str, str] | None = None  # (exception type, one-line message): a bug, retried with backoff
+    guard: tuple[bool | None, str, str] | None = None  # SpeculationGuarded (status, reason, message); None: no guard
 
 
 def _findings_message(findings: Iterable[Finding]) -> str:
@@ -126,7 +134,10 @@ def compute_conditions(o: Observation) -> list[dict[str, Any]]:
         deg = _cond(DEGRADED, True, "ReplicasUnavailable", f"only {o.ready_replicas}/{o.desired_replicas} replicas ready")
     else:
         deg = _cond(DEGRADED, False, "AsExpected", "no known problem")
-    return [compat, prog, ready, deg]
+    out = [compat, prog, ready, deg]
+    if o.guard is not None:
+        out.append(_cond(SPECULATION_GUARDED, *o.guard))
+    return out
 
 
 def merge_conditions(previous: list[dict] | None, new: list[dict], generation: int, now: str) -> list[dict]:
@@ -141,7 +152,7 @@ def merge_conditions(previous: list[dict] | None, new: list[dict], generation: i
         old = prev.pop(c["type"], None)
         t = old.get("lastTransitionTime") if old and old.get("status") == c["status"] and old.get("lastTransitionTime") else now
         out.append({**c, "lastTransitionTime": t, "observedGeneration": generation})
-    out.extend(v for k, v in prev.items() if k not in CONDITION_TYPES)
+    out.extend(v for k, v in prev.items() if k not in CONDITION_TYPES and k not in GUARD_TYPES)
     return out
 
 
@@ -189,6 +200,8 @@ def event_for(cond: dict) -> tuple[str, str, str] | None:
         return "Warning", reason, cond["message"]
     if t == READY and s == "True":
         return "Normal", reason, cond["message"]
+    if t in GUARD_TYPES:  # the guard not rendered, load past the crossover: worth a Warning; back to normal: Normal
+        return ("Warning" if s == "False" else "Normal"), reason, cond["message"]
     if t == SPECULATION_HEALTHY:  # every transition: a person wants to see acceptance change
         if s == "False" or (s == "Unknown" and reason == acc.NO_METRICS):
             return "Warning", reason, cond["message"]
@@ -284,3 +297,23 @@ def accepted_findings(o: Observation) -> list[dict[str, str]] | None:
         return None
     return [{"code": f.code, "severity": f.severity.value, "source": f.source.value, "path": f.path,
              "message": f.message[:1024]} for f in o.accepted]
+
+
+# ----------------------------------------------------------------- SpeculationProfitable (pure)
+
+
+def profitable_condition(running: float | None, limit: "gd.GuardLimit | None", previous: dict | None = None,
+                         tau: float | None = None) -> dict[str, Any] | None:
+    """SpeculationProfitable (without times) from the live running requests, the live tau and the guard, or None
+    without a guard. While status, reason and the guard stay, the previous condition is kept as it is (the live
+    figures in its message are the ones at the transition): a busy engine causes no status writes."""
+    judged = gd.past_crossover(running, limit, tau)
+    if judged is None:
+        return None
+    new = _cond(SPECULATION_PROFITABLE, *judged)
+    prev = strip_condition(previous)
+    if prev is not None and prev.get("type") == SPECULATION_PROFITABLE and prev.get("status") == new["status"] \
+            and prev.get("reason") == new["reason"] \
+            and gd.stable_part(prev.get("message", "")) == gd.stable_part(new["message"]):
+        return prev
+    return new

@@ -66,6 +66,8 @@ OP_RATE = "specdeploy_acceptance_rate"
 OP_PER_POSITION = "specdeploy_acceptance_per_position"  # + label position
 OP_BASELINE = "specdeploy_acceptance_baseline_length"
 OP_REGRESSION_FRACTION = "specdeploy_acceptance_regression_fraction"
+# spec.speculation.guard (core/guard.py) as resolved: running requests per engine from which speculation loses.
+OP_GUARD_MAX_CONCURRENCY = "specdeploy_guard_max_concurrency"
 
 # ----------------------------------------------------------------- health thresholds
 DEFAULT_MIN_LENGTH = 1.5  # tau below this: AcceptanceCollapsed
@@ -403,6 +405,17 @@ def _sglang(cur_text: str) -> Acceptance | None:
         notes.append(f"{g_len} data-parallel groups averaged with equal weight")
     return Acceptance(engine="sglang", length=length, rate=rate, window="instant", series=max(n_len, n_rate),
                       groups=max(g_len, g_rate), notes=tuple(notes))
+
+
+def running_requests(engine: str, text: str) -> float | None:
+    """Requests in the running batch of one engine pod's scrape (vLLM ``vllm:num_requests_running``, SGLang
+    ``sglang:num_running_reqs``): the largest series (one scheduler's batch: DP engines and DP ranks schedule
+    apart, TP ranks repeat the same figure); None when the pod exports no such gauge."""
+    name = {"vllm": VLLM_REQUESTS_RUNNING, "sglang": SGLANG_REQUESTS_RUNNING}.get(engine)
+    if name is None:
+        return None
+    values = [s.value for s in parse_exposition(text) if s.name == name and math.isfinite(s.value)]
+    return max(values) if values else None
 
 
 def acceptance_from_scrapes(engine: str, prev_text: str | None, cur_text: str,

@@ -70,6 +70,10 @@ class EngineRelease:
     # RoPE types for which the engine raises a drafter's max_position_embeddings to the served context
     # itself; None: it never does (a shorter drafter reads past its RoPE cache: vllm #57941).
     raises_draft_context: frozenset[str] | None = None
+    # The speculative-config key through which the engine turns speculation off from a batch size
+    # (spec.speculation.guard); None: the range has no such switch for DFlash and ``guard_source`` says why.
+    batch_size_guard: str | None = None
+    guard_source: str = ""
 
 
 @dataclass(frozen=True)
@@ -168,6 +172,22 @@ _SGLANG_NEW_WINDOW = "--speculative-draft-window-size"
 _SGLANG_BACKENDS = ("flashinfer", "fa3", "fa4", "triton")
 
 
+# Facts: speculation_guard (e2e/flagdrift/engine_facts.py sglang_speculation_guard / vllm_speculation_guard).
+SGLANG_NO_GUARD = (
+    "SGLang has no switch that turns DFLASH speculation off by load: its only one, --speculative-adaptive, serves "
+    "EAGLE/EAGLE3 only (speculative/adaptive_spec_params.py adaptive_unsupported_reason: any other algorithm logs "
+    "'speculative_adaptive disabled' and keeps static speculation)")
+VLLM_NO_GUARD = (
+    "vLLM before 0.24.0 has no batch-size switch for speculation: SpeculativeConfig has neither the V0 key "
+    "disable_by_batch_size nor num_speculative_tokens_per_batch_size, and rejects unknown keys "
+    "(config/utils.py config: extra fields forbidden)")
+VLLM_GUARD = (
+    "config/speculative.py SpeculativeConfig.num_speculative_tokens_per_batch_size (disable_by_batch_size is no "
+    "field: rejected); v1/spec_decode/dynamic/utils.py build_dynamic_sd_schedule_lookup; v1/core/sched/scheduler.py "
+    "Scheduler.schedule (num_spec_tokens_to_schedule per batch size); v1/worker/gpu_model_runner.py "
+    "propose_draft_token_ids; v1/spec_decode/llm_base_proposer.py propose (K=0: no drafts)")
+
+
 def _sglang(since: str, until: str | None, *, window_flag: str, alias: bool, native: bool, archs: Iterable[str],
             trtllm: str | None, acts: Iterable[str] = ("silu",), sources: tuple[str, ...] = ()) -> EngineRelease:
     backends = _SGLANG_BACKENDS + (("trtllm_mha",) if trtllm == "sliding_or_causal" else ())
@@ -183,6 +203,7 @@ def _sglang(since: str, until: str | None, *, window_flag: str, alias: bool, nat
         native_draft_window=native,
         native_window_backends=frozenset(backends) if native else frozenset(),
         compact_cache="all_layers", trtllm_mha_draft=trtllm, hidden_acts=frozenset(acts),
+        batch_size_guard=None, guard_source=SGLANG_NO_GUARD,
         sources=sources + (
             "speculative/dflash_utils.py build_target_layer_ids, get_dflash_layer_types, "
             "get_dflash_attention_sliding_window_size; models/*: set_dflash_layers_to_capture (+1 per target class)",
@@ -212,6 +233,8 @@ _V2_ENV = MappingProxyType({"VLLM_USE_V2_MODEL_RUNNER": "1"})
 _VLLM_FA = {"fa3": "FLASH_ATTN", "fa4": "FLASH_ATTN"}
 _VLLM_FA_FI_TRITON = {**_VLLM_FA, "flashinfer": "FLASHINFER", "triton": "TRITON_ATTN"}
 # vllm 0.33 config/speculative.py _CACHE_ONLY_ROPE_TYPES
+# vllm >= 0.24 config/speculative.py: (range_start, range_end, num_speculative_tokens) per inclusive batch-size range
+VLLM_SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
 CACHE_ONLY_ROPE = frozenset({"default", "linear", "llama3", "ntk", "proportional"})
 
 
@@ -227,6 +250,8 @@ def _vllm(since: str, until: str | None, *, offset: int, swa: bool, mixed_env, a
         layer_ids_offset=offset, native_draft_window=swa,
         native_window_backends=frozenset(backends) if swa else frozenset(),
         raises_draft_context=draft_context,
+        batch_size_guard=VLLM_SCHEDULE_KEY if parse_version(since) >= (0, 24, 0) else None,
+        guard_source=VLLM_GUARD if parse_version(since) >= (0, 24, 0) else VLLM_NO_GUARD,
         sources=sources + (
             "v1/worker/gpu_model_runner.py + v1/worker/gpu/spec_decode/eagle/eagle3_utils.py: aux layer ids from "
             "dflash_config.target_layer_ids",

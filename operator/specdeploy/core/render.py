@@ -20,6 +20,7 @@ from . import gpus
 from .checker import Analysis, Derived, analyze
 from .engineconfig import (CHECK_REPORT_KEY, ENGINE_CONFIG_KEY, ENGINE_CONFIG_MOUNT, EngineConfig, ModelRef,
                            SpeculationPlan, config_digest)
+from . import guard as gd
 from . import tuning as tn
 from .cache import CacheError, CachePlan, plan_cache
 from .findings import Finding, Severity, Source, report
@@ -62,6 +63,7 @@ class Rendered:
     image: str | None = None
     baked_drafter: eng.BakedDrafterImage | None = None
     cache: CachePlan = field(default_factory=lambda: CachePlan("emptyDir"))
+    guard: "gd.GuardPlan | None" = None  # spec.speculation.guard as rendered (None: no guard, or not yet resolved)
 
     def by_kind(self, kind: str) -> list[dict]:
         return [o for o in self.objects + self.tuning_objects if o["kind"] == kind]
@@ -265,6 +267,38 @@ def method_render_problem(engine: str, method: str) -> Finding | None:
     return Finding(Severity.ERROR, "MethodNotRenderable", Source.SPEC, "spec.speculation.method",
                    f"the renderer has no {engine} command line for method {method!r}{why}; it refuses rather than "
                    "serve another method under that name. Use method dflash")
+
+
+# ----------------------------------------------------------------- speculation guard
+
+
+def guard_limit(spec, resolved: "gd.GuardLimit | None" = None) -> "gd.GuardLimit | None":
+    """The guard's limit: ``maxConcurrency`` from the spec, else the controller's resolution of ``fromBenchmark``
+    (None until the benchmark is Complete: nothing is rendered)."""
+    g = spec.speculation.guard
+    if g is None:
+        return None
+    if g.max_concurrency is not None:
+        return gd.GuardLimit(g.max_concurrency, "spec.speculation.guard.maxConcurrency")
+    return resolved
+
+
+def plan_guard(spec, d: Derived, resolved: "gd.GuardLimit | None" = None) -> "gd.GuardPlan | None":
+    limit = guard_limit(spec, resolved)
+    if limit is None:
+        return None
+    return gd.plan_guard(spec.engine.name, spec.engine.version, limit, d.num_speculative_tokens)
+
+
+def apply_guard(args: list[str] | None, row: eng.EngineRelease, plan: "gd.GuardPlan | None") -> list[str] | None:
+    """Merge the guard's keys into the ``--speculative-config`` JSON of an argv (a copy); an argv without
+    speculation (a benchmark's baseline variant) or a plan with nothing to render is returned as it is."""
+    flag = row.flags.get("speculative_config")
+    if args is None or plan is None or not plan.config or flag is None or flag not in args:
+        return args
+    i = args.index(flag) + 1
+    sc = {**json.loads(args[i]), **plan.config}
+    return args[:i] + [json.dumps(sc, sort_keys=True, separators=(",", ":"))] + args[i + 1:]
 
 
 # ----------------------------------------------------------------- objects
@@ -566,7 +600,7 @@ def build_podmonitor(cr, ec: EngineConfig) -> dict:
 
 
 def build_engine_config(cr, analysis: Analysis, target_doc: Any, drafter_doc: Any, *, baked: bool = False,
-                        cache: CachePlan | None = None) -> EngineConfig:
+                        cache: CachePlan | None = None, guard: "gd.GuardPlan | None" = None) -> EngineConfig:
     spec = cr.spec
     d = analysis.derived
     assert d is not None
@@ -580,6 +614,7 @@ def build_engine_config(cr, analysis: Analysis, target_doc: Any, drafter_doc: An
     if problem is not None:
         raise RenderError([problem])
     args, worker_args = ARG_BUILDERS[(info.name, spec.speculation.method)](spec, d, row, target, drafter, multinode, baked)
+    args, worker_args = apply_guard(args, row, guard), apply_guard(worker_args, row, guard)
     env = dict(d.engine_env)
     env["HF_HOME"] = HF_HOME
     if prefetches(spec, baked, cache):
@@ -800,8 +835,10 @@ def render_tuning(cr, target_doc: Any, image: str | None = None) -> tuple[Tuning
 
 
 def render(cr, target_doc: Any, drafter_doc: Any, *, pod_monitor: bool = False,
-           image_table: tuple[eng.BakedDrafterImage, ...] | None = None, policy=None) -> Rendered:
-    """Every child object for a SpeculativeDeployment; raises RenderError when the check fails."""
+           image_table: tuple[eng.BakedDrafterImage, ...] | None = None, policy=None,
+           guard: "gd.GuardLimit | None" = None) -> Rendered:
+    """Every child object for a SpeculativeDeployment; raises RenderError when the check fails. ``guard``: the
+    controller's resolution of ``spec.speculation.guard.fromBenchmark`` (the render reads no benchmark itself)."""
     analysis = analyze(drafter_doc, target_doc, cr.spec.options())
     if not analysis.ok or analysis.derived is None:
         raise RenderError(analysis.findings, analysis.accepted)
@@ -818,7 +855,10 @@ def render(cr, target_doc: Any, drafter_doc: Any, *, pod_monitor: bool = False,
         cache = plan_cache(spec, policy)
     except CacheError as e:
         raise RenderError(analysis.findings + [e.finding], analysis.accepted) from None
-    ec = build_engine_config(cr, analysis, target_doc, drafter_doc, baked=baked, cache=cache)
+    guard_plan = plan_guard(spec, analysis.derived, guard)
+    if guard_plan is not None and guard_plan.finding is not None:
+        analysis.findings.append(guard_plan.finding)
+    ec = build_engine_config(cr, analysis, target_doc, drafter_doc, baked=baked, cache=cache, guard=guard_plan)
     # the tuning Job runs the engine image without the baked drafter (same engine, same kernels)
     try:
         plan, tuning_objects = render_tuning(cr, target_doc)
@@ -837,4 +877,34 @@ def render(cr, target_doc: Any, drafter_doc: Any, *, pod_monitor: bool = False,
     if pod_monitor:
         objects.append(build_podmonitor(cr, ec))
     return Rendered(analysis=analysis, engine_config=ec, config_hash=config_hash, objects=objects,
-                    tuning_objects=tuning_objects, tuning=plan, image=image, baked_drafter=baked_row, cache=cache)
+                    tuning_objects=tuning_objects, tuning=plan, image=image, baked_drafter=baked_row, cache=cache,
+                    guard=guard_plan)
+
+
+# ----------------------------------------------------------------- speculation off (SpeculativeBenchmark baseline)
+
+# Capability-row flag keys of speculative decoding: each takes one value (core/engines.py rows).
+SPECULATIVE_FLAG_KEYS = ("speculative_config", "algorithm", "draft_model", "draft_revision", "num_draft_tokens",
+                         "num_steps", "eagle_topk", "draft_attention_backend", "draft_window")
+
+
+def strip_speculation_args(engine: str, engine_version: str, args: list[str]) -> list[str]:
+    """The engine argv with every speculative-decoding flag and its value removed: the target served
+    alone (a SpeculativeBenchmark's ``baseline`` variant). Flags written ``--flag=value`` go too."""
+    row = eng.get_engine(engine).release_for(engine_version)
+    if row is None:
+        raise ValueError(f"no {engine} capability row for {engine_version}")
+    flags = {row.flags[k] for k in SPECULATIVE_FLAG_KEYS if k in row.flags}
+    out: list[str] = []
+    skip = False
+    for a in args:
+        if skip:
+            skip = False
+            continue
+        if a in flags:
+            skip = True
+            continue
+        if a.split("=", 1)[0] in flags and "=" in a:
+            continue
+        out.append(a)
+    return out

@@ -149,6 +149,7 @@ class EngineStandin(MetricsServer):
         self.num_spec_tokens, self.drafts_per_step, self.auto_advance = num_spec_tokens, drafts_per_step, auto_advance
         self.dp, self.tp = max(1, dp), max(1, tp)
         self.requests_per_step = max(0, requests_per_step)
+        self.requests_running = REQUESTS_RUNNING  # the running-requests gauge (per DP engine / rank); tests set it
         MetricsServer.__init__(self, host, port)
         self._lock = threading.Lock()
         self._created = time.time()
@@ -235,7 +236,7 @@ class EngineStandin(MetricsServer):
         ttft = HistogramMetricFamily(VLLM_TTFT, "Histogram of time to first token in seconds.", labels=labels)
         itl = HistogramMetricFamily(VLLM_ITL, "Histogram of inter-token latency in seconds.", labels=labels)
         for e in engines:
-            running.add_metric([self.model_name, e], REQUESTS_RUNNING)
+            running.add_metric([self.model_name, e], self.requests_running)
             waiting.add_metric([self.model_name, e], REQUESTS_WAITING)
             gen.add_metric([self.model_name, e], float(self.generation_tokens), created=created)
             _add_histogram(ttft, [self.model_name, e], self.ttft, created)
@@ -275,7 +276,7 @@ class EngineStandin(MetricsServer):
         waiting = GaugeMetricFamily(SGLANG_WAITING, "The number of requests in the waiting queue.", labels=labels)
         throughput = GaugeMetricFamily(SGLANG_THROUGHPUT, "The generation throughput (token/s).", labels=labels)
         for lv in ranks():
-            running.add_metric(lv, REQUESTS_RUNNING)
+            running.add_metric(lv, self.requests_running)
             waiting.add_metric(lv, REQUESTS_WAITING)
             throughput.add_metric(lv, self.throughput())
         yield running
@@ -320,6 +321,90 @@ class EngineStandin(MetricsServer):
     def serve_metrics(self) -> str:
         return self.metrics_text(advance=True)
 
+    # ------------------------------------------------------------- completions (SpeculativeBenchmark tests)
+    # ``POST /v1/completions`` (OpenAI's completions API, non-streaming, as vLLM and SGLang serve it):
+    # greedy text that depends only on the prompt and max_tokens (``completion_text``), so outputs with
+    # and without speculation are equal, as the engines' greedy outputs must be. Each request advances
+    # the counters one step and takes ``max_tokens`` x the inter-token latency, which grows with the
+    # requests running at once, faster with speculation (drafting costs batch capacity): speculation
+    # wins at low concurrency and loses above a crossover, deterministically in the counters and
+    # roughly in the clock. ``sleep_scale`` 0 answers at once.
+    sleep_scale: float = 0.2
+    running: int = 0
+
+    def serve_post(self, path: str, body: bytes) -> tuple[int, bytes, str] | None:
+        import json as _json
+
+        if path != "/v1/completions":
+            return None
+        try:
+            req = _json.loads(body or b"{}")
+            prompt, max_tokens = req.get("prompt", ""), int(req.get("max_tokens") or 16)
+            if isinstance(prompt, list):
+                prompt = " ".join(str(p) for p in prompt)
+        except (ValueError, TypeError) as e:
+            return 400, _json.dumps({"error": {"message": f"bad request: {e}"}}).encode(), "application/json"
+        if req.get("model") not in (None, self.model_name):
+            return 404, _json.dumps({"error": {"message": f"The model `{req.get('model')}` does not exist."}}).encode(), \
+                "application/json"
+        with self._lock:
+            self.running += 1
+            running = self.running
+        try:
+            tau = self.expected_length() or 1.0
+            penalty = 0.6 if self.expected_length() else 0.1
+            time.sleep(self.sleep_scale * max_tokens * BASE_ITL_SECONDS * (1 + penalty * (running - 1)) / tau)
+            self.advance(1)
+        finally:
+            with self._lock:
+                self.running -= 1
+        text = completion_text(str(prompt), max_tokens)
+        doc = {"id": "cmpl-standin", "object": "text_completion", "created": int(time.time()), "model": self.model_name,
+               "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": "length"}],
+               "usage": {"prompt_tokens": len(str(prompt).split()), "completion_tokens": max_tokens,
+                         "total_tokens": len(str(prompt).split()) + max_tokens}}
+        return 200, _json.dumps(doc).encode(), "application/json"
+
+
+WORDS = ("alpha", "beta", "gamma", "delta", "kernel", "token", "draft", "block", "pod", "node", "cache", "layer")
+
+
+def completion_text(prompt: str, max_tokens: int) -> str:
+    """The stand-in's greedy output: ``max_tokens`` words, a function of the prompt alone."""
+    import hashlib
+
+    seed = hashlib.sha256(prompt.encode()).digest()
+    return "".join(" " + WORDS[seed[i % len(seed)] % len(WORDS)] for i in range(max(0, max_tokens)))
+
+
+def vllm_main(argv: list[str] | None = None) -> int:
+    """``vllm serve MODEL [flags]`` played by the stand-in (the dev kubelet's ``--exec vllm=...``): binds
+    ``--host``/``--port``, serves MODEL's name, drafts ``num_speculative_tokens`` of ``--speculative-config``
+    (healthy acceptance), or exports no speculative series without one (speculation off). Other flags are
+    accepted and ignored."""
+    import json as _json
+
+    p = argparse.ArgumentParser(prog="vllm (engine stand-in)")
+    p.add_argument("serve")
+    p.add_argument("model")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--speculative-config", default=None)
+    a, _ = p.parse_known_args(argv)
+    sc = _json.loads(a.speculative_config) if a.speculative_config else None
+    k = int(sc.get("num_speculative_tokens") or 1) if sc else 1
+    s = EngineStandin("vllm", "healthy" if sc else "none", model_name=a.model, num_spec_tokens=k, auto_advance=0,
+                      host=a.host, port=a.port).start()
+    print(f"engine stand-in as vllm serve {a.model} ({'speculative, k=' + str(k) if sc else 'no speculation'}) "
+          f"on {s.url}; Application startup complete", flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        s.stop()
+    return 0
+
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m specdeploy.dev.engine_standin",
@@ -349,4 +434,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(vllm_main(sys.argv[2:]) if sys.argv[1:2] == ["--as-vllm"] else main())

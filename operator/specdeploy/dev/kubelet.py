@@ -48,9 +48,11 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from . import kubelet_jobs as kj
 from . import kubelet_podman as kpm
 from . import kubelet_pods as kp
 from . import kubelet_rollout as ro
+from .kubelet_proxy import ServiceProxy, proxy_env
 from .kubelet_run import PodWorker, api_path, kill_leftovers, stamp
 
 logger = logging.getLogger("specdeploy.dev.kubelet")
@@ -89,6 +91,7 @@ class Settings:
     resync: float = 5.0
     runtime: str = "process"  # process: local processes; podman: containers from the pods' images
     podman: str = "podman"
+    service_proxy: bool = False  # kubelet_proxy.ServiceProxy: Service DNS names for the pods
 
 
 def _now() -> dt.datetime:
@@ -165,6 +168,7 @@ class Kubelet:
         self.by_name: dict[tuple[str, str], PodWorker] = {}
         self.wake = asyncio.Event()
         self.log_port = 0
+        self.proxy: ServiceProxy | None = None
         first, last = settings.ip_range
         self._free_ips = [f"127.0.0.{i}" for i in range(first, last + 1)]
         self._runner: web.AppRunner | None = None
@@ -289,12 +293,18 @@ class Kubelet:
         from ..controller.kube import KubeError
 
         s = self.settings
-        deployments, replicasets, pods = [], [], []
+        deployments, replicasets, pods, jobs = [], [], [], []
         for ns in self._scopes():
             deployments += await self.api.items(api_path("apps/v1", "deployments", ns), s.selector)
             replicasets += await self.api.items(api_path("apps/v1", "replicasets", ns))
             pods += await self.api.items(api_path("v1", "pods", ns))
+            jobs += await self.api.items(api_path("batch/v1", "jobs", ns), s.selector)
         now = _now()
+        for job in jobs:  # the Job controller's part (kubelet_jobs.plan_job): one pod at a time
+            try:
+                await self.apply_job_plan(job, kj.plan_job(job, pods, s.node_name, stamp(now)))
+            except KubeError as e:
+                logger.warning("job %s/%s: %s", job["metadata"].get("namespace"), job["metadata"]["name"], e)
         for dep in deployments:
             try:
                 await self.apply_plan(dep, ro.plan_deployment(dep, replicasets, pods, s.node_name, now))
@@ -319,6 +329,39 @@ class Kubelet:
             elif uid not in self.workers:
                 logger.warning("pod %s/%s: not started: %d pods already run here (--max-pods)",
                                pod["metadata"].get("namespace"), pod["metadata"]["name"], len(self.workers))
+
+    async def resolve_service(self, ns: str, name: str, port: int) -> tuple[str, int] | None:
+        """A ready pod of this node behind Service ns/name port: (loopback address, the port it bound)."""
+        from ..controller.kube import KubeError
+
+        try:
+            svc = await self.api.call("GET", api_path("v1", "services", ns, name))
+        except KubeError:
+            return None
+        spec = (svc or {}).get("spec") or {}
+        sp = next((p for p in spec.get("ports") or [] if p.get("port") == port), None)
+        selector = spec.get("selector") or {}
+        if sp is None or not selector:
+            return None
+        target = sp.get("targetPort", port)
+        pods = await self.api.items(api_path("v1", "pods", ns), ",".join(f"{k}={v}" for k, v in sorted(selector.items())))
+        for pod in pods:
+            conds = (pod.get("status") or {}).get("conditions") or []
+            w = self.workers.get((pod.get("metadata") or {}).get("uid"))
+            if w is None or not any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds):
+                continue
+            for c in w.mains:
+                for cp in c.spec.get("ports") or []:
+                    if target in (cp.get("name"), cp.get("containerPort")):
+                        return w.ip, c.port_map.get(cp["containerPort"], cp["containerPort"])
+        return None
+
+    async def apply_job_plan(self, job: dict, plan: kj.JobPlan) -> None:
+        ns, name = job["metadata"].get("namespace"), job["metadata"]["name"]
+        if plan.create_pod is not None:
+            await self.api.call("POST", api_path("v1", "pods", ns), plan.create_pod)
+        if plan.status is not None:
+            await self.api.merge(api_path("batch/v1", "jobs", ns, name, "status"), {"status": plan.status})
 
     async def apply_plan(self, dep: dict, plan: ro.RolloutPlan) -> None:
         ns = dep["metadata"].get("namespace")
@@ -378,10 +421,14 @@ class Kubelet:
         if self.podman and await self.remove_leftover_containers():
             logger.warning("removed containers left by a previous kubelet")
         await self.start_log_server()
+        if self.settings.service_proxy:
+            self.proxy = ServiceProxy(self.resolve_service)
+            self.settings.node_env.update(proxy_env(await self.proxy.start()))
         await self.register_node()
         watches = [asyncio.create_task(self.api.watch(api_path(gv, plural, ns), self.wake))
                    for ns in self._scopes()
-                   for gv, plural in (("apps/v1", "deployments"), ("apps/v1", "replicasets"), ("v1", "pods"))]
+                   for gv, plural in (("apps/v1", "deployments"), ("apps/v1", "replicasets"), ("v1", "pods"),
+                                      ("batch/v1", "jobs"))]
         runs = ("containers (podman)" if self.podman else
                 f"executables: {', '.join(f'{k}={v}' for k, v in sorted(self.settings.exec_table.items()))}")
         print(f"kubelet {self.settings.node_name}: logs on 127.0.0.1:{self.log_port}, root {self.settings.root}, {runs}",
@@ -405,6 +452,8 @@ class Kubelet:
                                  return_exceptions=True)
             if self._runner is not None:
                 await self._runner.cleanup()
+            if self.proxy is not None:
+                await self.proxy.stop()
 
 
 # ----------------------------------------------------------------------------- command line
@@ -432,7 +481,8 @@ def main(a: argparse.Namespace) -> int:
             kubeconfig=a.kubeconfig, root=Path(a.root).resolve(), node_name=a.node_name, namespaces=a.namespace or [],
             selector=None if a.all_deployments else (a.selector or None), exec_table=table,
             node_env=_pairs(a.env, "--env"), log_port=a.log_port, max_pods=a.max_pods,
-            probe_period_cap=a.probe_period_cap, backoff=a.backoff, max_grace=a.max_grace, runtime=a.runtime)
+            probe_period_cap=a.probe_period_cap, backoff=a.backoff, max_grace=a.max_grace, runtime=a.runtime,
+            service_proxy=getattr(a, "service_proxy", False))
         if a.runtime == "podman" and shutil.which(settings.podman) is None:
             raise ValueError("--runtime podman: podman is not installed (bash .ci/install-podman)")
         first, _, last = a.ip_range.partition("-")

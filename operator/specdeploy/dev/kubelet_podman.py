@@ -6,8 +6,12 @@
 - **command and args** as Kubernetes defines them: ``command`` replaces the image's ENTRYPOINT
   (``--entrypoint`` as a JSON array), ``args`` replace its CMD; ``$(VAR)`` expanded by
   :func:`specdeploy.core.render.expand_kubelet_vars`, no shell anywhere.
-- **env** resolved as in process mode (:func:`specdeploy.dev.kubelet_pods.resolve_env`), passed with
-  ``--env NAME=VALUE`` (dev tool: values are visible in the host's process list).
+- **env** resolved as in process mode (:func:`specdeploy.dev.kubelet_pods.resolve_env`), passed in an
+  ``--env-file`` (mode 0600, in the pod's directory) so that values (a hub token from a Secret) never
+  appear on podman's command line, which every local user can read in the process list. podman's
+  env-file format is one ``NAME=VALUE`` per line, the value taken verbatim to the end of the line: a
+  value with a line break (or a name podman would read as a comment or reject) cannot be written
+  there and goes as ``--env NAME=VALUE`` instead (:func:`split_env`).
 - **volumes**: each volumeMount as a bind mount of the volume's local directory (``emptyDir`` and
   claims writable, mode 0777 as kubelet makes an emptyDir; ``configMap``, ``secret``, ``downwardAPI``
   and ``readOnly: true`` mounts read-only; ``subPath`` honoured); the termination message file is
@@ -165,10 +169,26 @@ def _resource_args(container: dict) -> list[str]:
     return args
 
 
+def split_env(env: Mapping[str, str]) -> tuple[str, dict[str, str]]:
+    """``(env-file text, the rest)``: every variable podman's env-file format can carry verbatim (one
+    ``NAME=VALUE`` line: no line break in the value, a name without whitespace, ``=`` or a leading
+    ``#``), and the others, which must go on the command line."""
+    lines, rest = [], {}
+    for k, v in env.items():
+        if not k or k.startswith("#") or any(ch.isspace() or ch == "=" for ch in k) or "\n" in v or "\r" in v:
+            rest[k] = v
+        else:
+            lines.append(f"{k}={v}\n")
+    return "".join(lines), rest
+
+
 def podman_run_argv(pod: dict, container: dict, *, env: Mapping[str, str], mounts: list[Mount], pod_ip: str,
                     port_map: Mapping[int, int], termination_log: str, image_user: str, root_label: str,
-                    podman: str = "podman") -> list[str]:
-    """``podman run`` for one container of ``pod`` (exec form: the list is the argv, no shell)."""
+                    podman: str = "podman", env_file: str | None = None) -> list[str]:
+    """``podman run`` for one container of ``pod`` (exec form: the list is the argv, no shell).
+
+    ``env_file``: the path where the caller wrote ``split_env(env)[0]`` (mode 0600); only the
+    variables it cannot carry are then passed with ``--env``. Without it every variable is."""
     name = container.get("name") or "?"
     image = container.get("image") or ""
     if not image or image.startswith("-"):
@@ -181,7 +201,11 @@ def podman_run_argv(pod: dict, container: dict, *, env: Mapping[str, str], mount
     message_path = posixpath.normpath(container.get("terminationMessagePath") or kp.DEFAULT_TERMINATION_PATH)
     for m in [*mounts, Mount(message_path, termination_log, False)]:
         argv += ["-v", f"{m.local}:{m.mount_path}:{'ro' if m.read_only else 'rw'}"]
-    for k, v in env.items():
+    inline = dict(env)
+    if env_file is not None:
+        argv += ["--env-file", env_file]
+        inline = split_env(env)[1]
+    for k, v in inline.items():
         argv += ["--env", f"{k}={v}"]
     if container.get("workingDir"):
         argv += ["--workdir", str(container["workingDir"])]

@@ -463,10 +463,16 @@ class PodWorker:
             if not os.path.exists(m.local):
                 os.makedirs(m.local, exist_ok=True)
                 os.chmod(m.local, 0o777)
+        c.dir.mkdir(parents=True, exist_ok=True)
+        env_file = c.dir / "env"
+        fd = os.open(env_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            os.fchmod(f.fileno(), 0o600)
+            f.write(kpm.split_env(env)[0])
         argv = kpm.podman_run_argv(self.pod, c.spec, env=env, mounts=mounts,
                                    pod_ip=self.ip, port_map=c.port_map, termination_log=termination,
                                    image_user=image_user, root_label=str(self.k.settings.root),
-                                   podman=self.k.settings.podman)
+                                   podman=self.k.settings.podman, env_file=str(env_file))
         await self.k.podman_cmd("rm", "-f", "-t", "0", kpm.container_name(self.uid, c.name))  # a leftover run
         return kp.ProcessSpec(argv=argv, env=dict(os.environ), cwd=str(c.dir), termination_log=termination,
                               port_map=dict(c.port_map))

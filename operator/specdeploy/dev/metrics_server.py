@@ -23,6 +23,10 @@ class MetricsServer:
     def serve_metrics(self) -> str:
         raise NotImplementedError
 
+    def serve_post(self, path: str, body: bytes) -> tuple[int, bytes, str] | None:
+        """(status, body, content type) for a POST, or None: 404. None by default."""
+        return None
+
     def start(self):
         if self._server is not None:
             return self
@@ -40,6 +44,16 @@ class MetricsServer:
                     self._send(200, b"", "text/plain")
                 else:
                     self._send(404, b"not found\n", "text/plain")
+
+            def do_POST(self) -> None:  # noqa: N802 - subclasses that serve requests (serve_post) answer
+                path = self.path.split("?", 1)[0]
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(min(n, 1 << 20)) if n > 0 else b""
+                answer = standin.serve_post(path, body)
+                if answer is None:
+                    self._send(404, b"not found\n", "text/plain")
+                else:
+                    self._send(*answer)
 
             def _send(self, code: int, body: bytes, ctype: str) -> None:
                 self.send_response(code)

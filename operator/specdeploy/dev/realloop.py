@@ -141,6 +141,8 @@ class RealLoop:
     alert_for: str = "2s"
     trained: bool = False  # also write train-tiny-drafter's models (tiny/lang-*; trained or from its cache)
     trained_manifest: dict | None = None
+    kubelet_args: list[str] = field(default_factory=list)  # more `specdeploy dev kubelet` arguments
+    operator_env: dict[str, str] = field(default_factory=dict)  # more operator environment
     hub: Any = None
     cluster: Cluster | None = None
     prom: Any = None
@@ -172,7 +174,7 @@ class RealLoop:
             c.apply_crds()
             c.start_operator(resync_seconds=30, extra_env={
                 "HF_ENDPOINT": str(self.hub), "SPECDEPLOY_ACCEPTANCE_INTERVAL": f"{self.interval:g}",
-                "SPECDEPLOY_WEBHOOK_PORT": "0"})
+                "SPECDEPLOY_WEBHOOK_PORT": "0", **self.operator_env})
             self._start_kubelet()
             wait_for(lambda: c.kubectl("get", "node", "specdeploy-dev", check=False).returncode == 0, 30,
                      "the dev kubelet's Node")
@@ -206,7 +208,7 @@ class RealLoop:
              "--env", f"HF_ENDPOINT={self.hub}", "--env", "HF_HUB_DISABLE_TELEMETRY=1",
              "--env", "VLLM_NO_USAGE_STATS=1", "--probe-period-cap", str(self.probe_period_cap), "--backoff", "2",
              "--max-grace", "20",
-             "--runtime", self.runtime],
+             "--runtime", self.runtime, *self.kubelet_args],
             stdout=self._kubelet_log, stderr=subprocess.STDOUT, cwd=ROOT)
 
         def stop_kubelet() -> None:

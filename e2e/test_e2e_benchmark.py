@@ -1,0 +1,165 @@
+"""SpeculativeBenchmark on the embedded cluster: the real operator (`kopf run`), the dev kubelet
+running the variant pods and the client Jobs as local processes, the engine stand-in as `vllm serve`.
+
+The scene is ``specdeploy.dev.realloop.RealLoop`` (tiny models on the hub stand-in, the embedded API
+server, the operator, the dev kubelet) with two stand-ins in place of the heavy parts:
+- ``vllm`` is the engine stand-in's ``--as-vllm`` mode (``specdeploy.dev.engine_standin``): it reads
+  the rendered ``vllm serve`` command line (``--speculative-config``'s num_speculative_tokens, or
+  none for the baseline), serves /health, vLLM's real /metrics counters and a deterministic greedy
+  /v1/completions;
+- ``specdeploy-runtime bench-client`` is ``specdeploy.dev.bench_client_standin`` until the real
+  client is installed (every other ``specdeploy-runtime`` command, the preflight included, is real).
+The client pod reaches the variant's Service by its cluster DNS name through the dev kubelet's
+``--service-proxy``.
+
+Checks: ``kubectl apply`` -> Running -> Complete; the variant Deployments are owned by the benchmark
+and gone afterwards; the serving Deployment untouched; tau per point equals the stand-in's exact
+per-step tau (from the counters' increase); every speculative point's greedy outputs equal the
+baseline's; a recommendation and the results ConfigMap; printer columns; a second benchmark whose
+speculative tokens exceed the drafter's block fails with a message naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from specdeploy.dev.harness import BIN, HarnessError, kubectl_available, wait_for
+from specdeploy.dev.realloop import RealLoop, cpu_cr
+
+NAME, DEP = "sweep", "tiny"
+
+
+def _script(path: Path, body: str) -> Path:
+    path.write_text(body)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+@pytest.fixture(scope="module")
+def loop(tmp_path_factory):
+    if not kubectl_available():
+        pytest.fail("kubectl is missing")
+    work = tmp_path_factory.mktemp("bench")
+    vllm = _script(work / "vllm-standin", f"#!{sys.executable}\nimport sys\nfrom specdeploy.dev.engine_standin import "
+                   "vllm_main\nsys.exit(vllm_main(sys.argv[1:]))\n")
+    real = BIN / "specdeploy-runtime"
+    runtime = _script(work / "specdeploy-runtime", f"#!{sys.executable}\nimport os, sys\n"
+                      "if sys.argv[1:2] == ['bench-client'] and os.environ.get('SPECDEPLOY_TEST_REAL_CLIENT') != '1':\n"
+                      "    from specdeploy.dev.bench_client_standin import main\n    sys.exit(main(sys.argv[1:]))\n"
+                      f"os.execv({str(real)!r}, [{str(real)!r}] + sys.argv[1:])\n")
+    lp = RealLoop(work, vllm=vllm, prometheus=False, kubelet_args=["--service-proxy", "--exec",
+                                                                     f"specdeploy-runtime={runtime}"],
+                  operator_env={"SPECDEPLOY_BENCH_POLL_SECONDS": "1"})
+    try:
+        lp.start()
+    except HarnessError as e:
+        pytest.fail(f"the loop did not start: {e}\n{lp.diagnostics()}")
+    try:
+        yield lp
+    finally:
+        lp.stop()
+
+
+@pytest.fixture(autouse=True)
+def diagnostics(request, loop):
+    before = request.session.testsfailed
+    yield
+    if request.session.testsfailed > before:
+        print(loop.diagnostics())
+        print(loop.cluster.kubectl("get", "specbench,deploy,jobs,pods,cm", "-o", "wide", check=False).stdout)
+
+
+def bench(name: str, **matrix) -> dict:
+    return {"apiVersion": "specdeploy.io/v1alpha1", "kind": "SpeculativeBenchmark", "metadata": {"name": name},
+            "spec": {"deploymentRef": {"name": DEP},
+                     "matrix": {"speculativeTokens": [3], "contexts": [16], "concurrency": [1, 2],
+                                "promptsPerPoint": 4, "maxOutputTokens": 16, **matrix}}}
+
+
+def phase(loop, name):
+    return (loop.get("specbench", name).get("status") or {}).get("phase")
+
+
+def test_benchmark_completes_with_a_recommendation(loop):
+    loop.apply(cpu_cr(DEP, "tiny/target-flat", "tiny/dflash-accept-all"))
+    loop.ready_pod(DEP)
+    serving = loop.get("deployment", DEP)
+    t0 = time.monotonic()
+    loop.apply(bench(NAME))
+    seen = set()
+
+    def done():
+        st = loop.get("specbench", NAME).get("status") or {}
+        seen.add(st.get("phase"))
+        for d in loop.get("deployments", "-l", f"specdeploy.io/benchmark={NAME}")["items"]:
+            seen.add(d["metadata"]["name"])
+            assert d["metadata"]["ownerReferences"][0]["kind"] == "SpeculativeBenchmark"
+            assert d["metadata"]["labels"]["app.kubernetes.io/component"] == "benchmark-engine"
+        assert st.get("phase") != "Failed", st
+        return st if st.get("phase") == "Complete" else None
+
+    st = wait_for(done, 600, "the SpeculativeBenchmark to complete", interval=0.5)
+    print(f"benchmark complete in {time.monotonic() - t0:.1f}s")
+    assert "Running" in seen and {"sweep-baseline", "sweep-k3"} <= seen
+    assert st["progress"] == "2/2" and st["variants"] == ["baseline", "k3"]
+    assert st["resultsConfigMap"] == f"{NAME}-results"
+    cond = next(c for c in st["conditions"] if c["type"] == "Complete")
+    assert cond["status"] == "True" and cond["reason"] == "Measured" and cond["message"] == st["recommendation"]["summary"]
+    pts = {(p["variant"], p["concurrency"]): p for p in st["points"]}
+    assert set(pts) == {("baseline", 1), ("baseline", 2), ("k3", 1), ("k3", 2)}
+    # tau from the counters' increase over each point: the stand-in's healthy mode, k=3: 1 + 75 + 56 + 42 per 100 drafts
+    for n in (1, 2):
+        assert pts[("k3", n)]["tau"] == 2.73 and pts[("k3", n)]["equalToBaseline"] is True
+        assert "tau" not in pts[("baseline", n)]
+        assert pts[("k3", n)]["outputTokensPerSecond"] > 0 and pts[("baseline", n)]["failed"] == 0
+    reco = st["recommendation"]
+    assert [(b["context"], b["concurrency"]) for b in reco["bands"]] == [(16, 1), (16, 2)]
+    assert all(b["best"] in ("baseline", "k3") and b["baselineTokensPerSecond"] > 0 for b in reco["bands"])
+    assert reco["excluded"] == [] and reco["crossover"][0]["context"] == 16
+
+    cm = loop.get("configmap", f"{NAME}-results")
+    assert cm["metadata"]["ownerReferences"][0]["name"] == NAME
+    full = json.loads(cm["data"]["results.json"])
+    assert full["benchmark"] == NAME and full["deployment"] == DEP
+    assert full["recommendation"]["bands"] == reco["bands"] and full["recommendation"]["summary"] == reco["summary"]
+    assert {p["id"] for p in full["points"]} == {"baseline/c16/n1", "baseline/c16/n2", "k3/c16/n1", "k3/c16/n2"}
+    k3 = next(p for p in full["points"] if p["id"] == "k3/c16/n1")
+    assert k3["acceptance"]["perPosition"] == [0.75, 0.56, 0.42] and len(k3["outputDigests"]) == 4
+    assert full["variants"] == [{"name": "baseline", "speculation": False},
+                                {"name": "k3", "speculation": True, "speculativeTokens": 3}]
+
+    # nothing of the variants is left running; the serving Deployment was never touched
+    wait_for(lambda: not loop.get("deployments", "-l", f"specdeploy.io/benchmark={NAME}")["items"], 60,
+             "the variant Deployments to be deleted")
+    assert not loop.get("jobs", "-l", f"specdeploy.io/benchmark={NAME}")["items"]
+    after = loop.get("deployment", DEP)
+    assert after["metadata"]["generation"] == serving["metadata"]["generation"]
+    assert after["spec"]["template"] == serving["spec"]["template"]
+
+    out = loop.cluster.kubectl("get", "specbench", NAME).stdout
+    header, row = out.splitlines()[0].split(), out.splitlines()[1].split()
+    assert header[:5] == ["NAME", "DEPLOYMENT", "PHASE", "PROGRESS", "BEST"] and row[:4] == [NAME, DEP, "Complete", "2/2"]
+
+
+def test_too_many_speculative_tokens_fail_with_the_field(loop):
+    loop.apply(bench("toolong", speculativeTokens=[9]))  # the tiny drafter's block size is 4
+    st = wait_for(lambda: (s := loop.get("specbench", "toolong").get("status") or {}).get("phase") == "Failed" and s,
+                  120, "the benchmark to fail")
+    cond = next(c for c in st["conditions"] if c["type"] == "Failed")
+    assert cond["reason"] == "InvalidMatrix"
+    assert "spec.matrix.speculativeTokens[0]" in cond["message"] and "at most block size - 1 = 3" in cond["message"]
+    assert not loop.get("deployments", "-l", "specdeploy.io/benchmark=toolong")["items"]
+
+
+def test_spec_is_immutable(loop):
+    p = loop.cluster.kubectl("patch", "specbench", "toolong", "--type=merge", "-p",
+                             json.dumps({"spec": {"matrix": {"contexts": [32]}}}), check=False)
+    assert p.returncode != 0 and "spec is immutable" in p.stderr

@@ -1,0 +1,108 @@
+"""SpeculativeBenchmark against real vLLM (CPU build): `kubectl apply` -> Complete, end to end.
+
+Opt-in like e2e/test_e2e_vllm_cpu.py (``SPECDEPLOY_E2E_VLLM_CPU=1``; ``bash .ci/test`` sets it). The
+scene is ``specdeploy.dev.realloop.RealLoop`` with the trained tiny pair (train-tiny-drafter: a
+6-layer target and a 1-layer drafter of block 4, cached under ~/.cache/specdeploy/tiny-trained/):
+the embedded API server, the real operator, the dev kubelet running every pod as local processes
+(``vllm`` from .venv-vllm-cpu, the real ``specdeploy-runtime bench-client`` in the client Jobs,
+which reach the variant Services by their cluster DNS names through ``--service-proxy``).
+
+A tiny matrix (baseline + k3, context 32, concurrency 1 and 2, 4 prompts, 32 tokens) must end
+``Complete`` with: tau per speculative point from the engine's real counters (delta over the point,
+above the trained pair's floor), per-position acceptance non-increasing, greedy outputs equal to the
+baseline's at every point, a recommendation with bands for every point, the results ConfigMap, and
+the variants gone afterwards. The serving deployment has ``replicas: 0`` (2 cores: one engine at a
+time). Figures are printed (and written to ``$SPECDEPLOY_E2E_FIGURES`` when set); nothing is timed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from specdeploy.dev.harness import HarnessError, kubectl_available, wait_for
+from specdeploy.dev.realloop import VLLM_CPU, RealLoop, cpu_cr
+
+OPTED_IN = os.environ.get("SPECDEPLOY_E2E_VLLM_CPU") == "1"
+pytestmark = pytest.mark.skipif(not OPTED_IN, reason="opt-in: SPECDEPLOY_E2E_VLLM_CPU=1 (bash .ci/test sets it)")
+
+DEP, NAME = "lang", "lang-sweep"
+TARGET, DRAFTER = "tiny/lang-target", "tiny/lang-dflash"
+TAU_FLOOR = 3.0  # the trained pair measured 3.37-3.61 through the operator (e2e/test_e2e_vllm_cpu.py)
+DEADLINE = 1800  # two cold vLLM boots and 4 client points on 2 shared cores
+
+
+@pytest.fixture(scope="module")
+def loop(tmp_path_factory):
+    if not VLLM_CPU.exists():
+        pytest.fail(f"{VLLM_CPU} is missing: run bash .ci/install-vllm-cpu first")
+    if not kubectl_available():
+        pytest.fail("kubectl is missing")
+    lp = RealLoop(tmp_path_factory.mktemp("bench-vllm-cpu"), trained=True, prometheus=False,
+                  kubelet_args=["--service-proxy"], operator_env={"SPECDEPLOY_BENCH_POLL_SECONDS": "2"})
+    try:
+        lp.start()
+    except HarnessError as e:
+        pytest.fail(f"the loop did not start: {e}\n{lp.diagnostics()}")
+    try:
+        yield lp
+    finally:
+        lp.stop()
+
+
+def test_benchmark_of_the_trained_pair_on_real_vllm(loop):
+    cr = cpu_cr(DEP, TARGET, DRAFTER)
+    cr["spec"]["replicas"] = 0  # measured on the benchmark's own variants only
+    loop.apply(cr)
+    loop.wait_condition(DEP, "DrafterCompatible", "True")
+    loop.cluster.kubectl("apply", "-n", loop.namespace, "-f", "-", input=json.dumps({
+        "apiVersion": "specdeploy.io/v1alpha1", "kind": "SpeculativeBenchmark", "metadata": {"name": NAME},
+        "spec": {"deploymentRef": {"name": DEP},
+                 "matrix": {"speculativeTokens": [3], "contexts": [32], "concurrency": [1, 2],
+                            "promptsPerPoint": 4, "maxOutputTokens": 32}}}))
+    t0 = time.monotonic()
+
+    def done():
+        st = loop.get("specbench", NAME).get("status") or {}
+        if st.get("phase") == "Failed":
+            raise AssertionError(json.dumps(st, indent=1)[:3000])
+        return st if st.get("phase") == "Complete" else None
+
+    try:
+        st = wait_for(done, DEADLINE, f"SpeculativeBenchmark {NAME} to complete", interval=2)
+    except (HarnessError, AssertionError):
+        print(loop.diagnostics())
+        print(loop.cluster.kubectl("get", "specbench,deploy,jobs,pods", "-o", "wide", check=False).stdout)
+        raise
+    seconds = round(time.monotonic() - t0, 1)
+    full = json.loads(loop.get("configmap", f"{NAME}-results")["data"]["results.json"])
+    figures = {"apply_to_complete_s": seconds, "points": st["points"], "recommendation": st["recommendation"],
+               "clients": full["clients"]}
+    print("\n== SpeculativeBenchmark on vLLM CPU\n" + json.dumps(figures, indent=1))
+    if os.environ.get("SPECDEPLOY_E2E_FIGURES"):
+        Path(os.environ["SPECDEPLOY_E2E_FIGURES"]).write_text(json.dumps(figures, indent=2) + "\n")
+
+    pts = {(p["variant"], p["concurrency"]): p for p in st["points"]}
+    assert set(pts) == {("baseline", 1), ("baseline", 2), ("k3", 1), ("k3", 2)}
+    for n in (1, 2):
+        assert pts[("k3", n)]["tau"] >= TAU_FLOOR, pts[("k3", n)]
+        assert pts[("k3", n)]["equalToBaseline"] is True, "greedy outputs differ from the target alone"
+        assert "tau" not in pts[("baseline", n)]  # speculation off: the counters did not move
+        assert pts[("baseline", n)]["outputTokensPerSecond"] > 0 and pts[("k3", n)]["outputTokensPerSecond"] > 0
+    for p in full["points"]:
+        assert p["completed"] == 4 and p["failed"] == 0 and len(p["outputDigests"]) == 4
+        if p["variant"] == "k3":
+            per = p["acceptance"]["perPosition"]
+            assert len(per) == 3 and all(a >= b for a, b in zip(per, per[1:])), per
+            assert p["acceptance"]["drafts"] > 0
+        else:
+            assert not (p.get("acceptance") or {}).get("drafts")
+    reco = st["recommendation"]
+    assert len(reco["bands"]) == 2 and reco["excluded"] == [] and reco["summary"]
+    assert all(b["baselineTokensPerSecond"] > 0 and b["speedup"] > 0 for b in reco["bands"])
+    wait_for(lambda: not loop.get("deployments", "-l", f"specdeploy.io/benchmark={NAME}")["items"], 120,
+             "the variant Deployments to be deleted")

@@ -1,0 +1,312 @@
+"""SpeculativeBenchmark (specdeploy.io/v1alpha1): the API types of a speculation sweep.
+
+A SpeculativeBenchmark measures one SpeculativeDeployment under a matrix of speculation
+settings (speculative tokens, draft window, draft attention backend, speculation off as the
+baseline), contexts and concurrency levels, on temporary variant Deployments it owns, and
+recommends where speculation pays (docs/concepts/benchmarks.md). Like api/types.py these
+models are the single source: the CRD in crds/, the chart's template and the reference docs
+are generated from them. JSON is camelCase; every field has a description.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Optional, Union
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
+from pydantic.alias_generators import to_camel
+
+from .. import API_GROUP, API_VERSION
+from ..core.checker import MAX_BLOCK_SIZE
+from .types import NAME_PATTERN, Condition, ObjectMeta
+
+BENCH_KIND = "SpeculativeBenchmark"
+BENCH_PLURAL = "speculativebenchmarks"
+BENCH_SINGULAR = "speculativebenchmark"
+BENCH_SHORT_NAMES = ("specbench",)
+# Variant children are named <bench>-<variant>[-client|-plan|-engine]: the longest variant name
+# (k15-w1048576-trtllm_mha is not possible: backends are short) plus suffixes stays within 63.
+MAX_BENCH_NAME_LENGTH = 30
+MAX_CONTEXT = 1024 * 1024
+MAX_CONCURRENCY = 1024
+MAX_POINTS = 64  # points over every variant: each is a client run on a live engine
+DRAFT_ATTENTION_BACKENDS = ("flashinfer", "fa3", "fa4", "triton", "trtllm_mha")
+BUNDLED_PROMPT_SETS = ("code", "chat")
+
+SpecTokens = Annotated[StrictInt, Field(ge=1, le=MAX_BLOCK_SIZE - 1)]
+ContextLength = Annotated[StrictInt, Field(ge=1, le=MAX_CONTEXT)]
+ConcurrencyLevel = Annotated[StrictInt, Field(ge=1, le=MAX_CONCURRENCY)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+class DeploymentRef(_Model):
+    """The SpeculativeDeployment to measure (same namespace)."""
+
+    name: str = Field(description="Name of the SpeculativeDeployment.", pattern=NAME_PATTERN, max_length=253)
+
+
+class Matrix(_Model):
+    """What to sweep: every speculation variant is measured at every (context, concurrency) point."""
+
+    model_config = ConfigDict(**_Model.model_config, json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "size(self.contexts) * size(self.concurrency) * "
+                 "((has(self.baseline) && !self.baseline ? 0 : 1) + "
+                 "(!has(self.speculativeTokens) || size(self.speculativeTokens) == 0 ? 1 : size(self.speculativeTokens)) * "
+                 "(!has(self.draftWindow) || size(self.draftWindow) == 0 ? 1 : size(self.draftWindow)) * "
+                 "(!has(self.draftAttentionBackend) || size(self.draftAttentionBackend) == 0 ? 1 : "
+                 f"size(self.draftAttentionBackend))) <= {MAX_POINTS}",
+         "message": f"the matrix has more than {MAX_POINTS} points (variants x contexts x concurrency levels): "
+                    "measure fewer values per axis or split it into several benchmarks"},
+    ]})
+
+    speculative_tokens: list[SpecTokens] = Field(
+        default_factory=list, max_length=16,
+        description="Draft tokens per step to measure, each at most the drafter's block size - 1 (checked against "
+        "the resolved drafter). Empty: the deployment's own (block size - 1).",
+    )
+    draft_window: list[Union[StrictInt, Literal["off"]]] = Field(
+        default_factory=list, max_length=8,
+        description="Compact draft KV cache windows to measure (tokens, or `off`). Empty: the deployment's own "
+        "setting. SGLang only: vLLM has no draft window switch.",
+        json_schema_extra={"items": {"x-kubernetes-int-or-string": True, "x-kubernetes-validations": [
+            {"rule": "type(self) == string ? self == 'off' : int(self) >= 1",
+             "message": "each draftWindow must be a positive integer or 'off'"}]}},
+    )
+    draft_attention_backend: list[Literal[DRAFT_ATTENTION_BACKENDS]] = Field(  # type: ignore[valid-type]
+        default_factory=list, max_length=5,
+        description="Draft attention backends to measure. Empty: the deployment's own setting.",
+    )
+    baseline: bool = Field(
+        default=True, description="Also measure with speculation off (no speculative flags at all): the baseline "
+        "the speedup, the crossover and the greedy-output equality are computed against.",
+    )
+    contexts: list[ContextLength] = Field(
+        min_length=1, max_length=8, description="Prompt lengths in tokens.")
+    concurrency: list[ConcurrencyLevel] = Field(
+        min_length=1, max_length=8, description="Concurrent requests (client concurrency levels).")
+    prompts_per_point: int = Field(default=16, ge=1, le=1024, description="Requests sent at each point.")
+    max_output_tokens: int = Field(default=128, ge=1, le=16384, description="Output tokens per request (the client "
+                                   "asks the engine to ignore end-of-sequence, so every request generates this many).")
+
+    @model_validator(mode="after")
+    def _checks(self) -> "Matrix":
+        for axis in ("speculative_tokens", "contexts", "concurrency"):
+            values = getattr(self, axis)
+            if len(set(values)) != len(values):
+                raise ValueError(f"{to_camel(axis)} lists a value twice: list each value once")
+        if len({str(w) for w in self.draft_window}) != len(self.draft_window):
+            raise ValueError("draftWindow lists a value twice: list each value once")
+        for w in self.draft_window:
+            if isinstance(w, int) and not 1 <= w <= MAX_CONTEXT:
+                raise ValueError(f"draftWindow {w} must be between 1 and {MAX_CONTEXT} tokens, or 'off'")
+        n = len(self.contexts) * len(self.concurrency) * (int(self.baseline) + (
+            max(1, len(self.speculative_tokens)) * max(1, len(self.draft_window)) * max(1, len(self.draft_attention_backend))))
+        if n > MAX_POINTS:
+            raise ValueError(f"the matrix has {n} points (variants x contexts x concurrency levels), more than "
+                             f"{MAX_POINTS}: measure fewer values per axis or split it into several benchmarks")
+        return self
+
+
+class PromptConfigMapRef(_Model):
+    """A ConfigMap key of JSON lines, one ``{"prompt": "..."}`` object per line."""
+
+    name: str = Field(description="Name of the ConfigMap (same namespace).", pattern=NAME_PATTERN, max_length=253)
+    key: str = Field(default="prompts.jsonl", description="Key holding the JSON lines.", pattern=r"^[-._a-zA-Z0-9]+$",
+                     max_length=253)
+
+
+class GeneratedPrompts(_Model):
+    """Random-token prompts of exactly `context` tokens (the target's tokenizer), reproducible by seed."""
+
+    seed: int = Field(default=0, ge=0, le=2**31 - 1, description="Random seed.")
+
+
+class Prompts(_Model):
+    """The prompt set: exactly one of `bundled`, `configMapRef`, `generated` (default: generated, seed 0)."""
+
+    model_config = ConfigDict(**_Model.model_config, json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "(has(self.bundled) ? 1 : 0) + (has(self.configMapRef) ? 1 : 0) + (has(self.generated) ? 1 : 0) <= 1",
+         "message": "set exactly one of prompts.bundled, prompts.configMapRef and prompts.generated"},
+    ]})
+
+    bundled: Optional[Literal[BUNDLED_PROMPT_SETS]] = Field(  # type: ignore[valid-type]
+        default=None, description="A small prompt set shipped with specdeploy (our own text, Apache-2.0): `code` or "
+        "`chat`. Prompts are cut or repeated to each context length.")
+    config_map_ref: Optional[PromptConfigMapRef] = Field(default=None, description="Your own prompts from a ConfigMap.")
+    generated: Optional[GeneratedPrompts] = Field(default=None, description="Random-token prompts (the default).")
+
+    @model_validator(mode="after")
+    def _one(self) -> "Prompts":
+        if sum(x is not None for x in (self.bundled, self.config_map_ref, self.generated)) > 1:
+            raise ValueError("set exactly one of prompts.bundled, prompts.configMapRef and prompts.generated")
+        return self
+
+    def plan(self) -> dict[str, Any]:
+        """The client plan's prompts entry (Contract 2)."""
+        if self.bundled is not None:
+            return {"kind": "bundled", "name": self.bundled}
+        if self.config_map_ref is not None:
+            return {"kind": "file", "path": "/etc/specdeploy/bench/prompts.jsonl"}
+        return {"kind": "generated", "seed": self.generated.seed if self.generated else 0}
+
+
+class SpeculativeBenchmarkSpec(_Model):
+    """What to measure: a SpeculativeDeployment under a matrix of speculation settings and loads."""
+
+    model_config = ConfigDict(**_Model.model_config, json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "self == oldSelf", "message": "spec is immutable: create a new SpeculativeBenchmark to measure again"},
+    ]})
+
+    deployment_ref: DeploymentRef = Field(description="The SpeculativeDeployment to measure (same namespace). It is "
+                                          "never modified: each variant runs on a temporary Deployment of its own.")
+    matrix: Matrix = Field(description="The sweep.")
+    prompts: Prompts = Field(default_factory=Prompts, description="The prompt set (default: generated, seed 0).")
+    use_serving_deployment: bool = Field(
+        default=False, description="Also measure the serving Deployment as it runs (never modified; its live traffic "
+        "mixes into the figures).")
+    ttl_seconds_after_finished: Optional[int] = Field(
+        default=None, ge=0, le=365 * 86400,
+        description="Delete the benchmark (and its results ConfigMap) this many seconds after it finished. Default: "
+        "kept.")
+
+
+class PointSummary(_Model):
+    """One measured point, compact (the results ConfigMap has every figure)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    variant: str = Field(description="Variant name: `baseline`, `k3`, `k3-w2048`, `k3-fa3`...")
+    context: int = Field(description="Prompt length in tokens.")
+    concurrency: int = Field(description="Concurrent requests.")
+    output_tokens_per_second: Optional[float] = Field(default=None, description="Output tokens per second.")
+    tau: Optional[float] = Field(default=None, description="Acceptance length (tokens per step, bonus included) from "
+                                 "the engine's counters over the point; none for the baseline.")
+    ttft_p50_ms: Optional[float] = Field(default=None, description="Median time to first token (ms).")
+    itl_p50_ms: Optional[float] = Field(default=None, description="Median inter-token latency (ms).")
+    failed: Optional[int] = Field(default=None, description="Requests that failed.")
+    equal_to_baseline: Optional[bool] = Field(default=None, description="Greedy outputs equal the baseline's at the "
+                                              "same point (none without a baseline).")
+
+
+class Band(_Model):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    context: int = Field(description="Prompt length in tokens.")
+    concurrency: int = Field(description="Concurrent requests.")
+    best: str = Field(description="Fastest variant at this point whose outputs equal the baseline's.")
+    output_tokens_per_second: Optional[float] = Field(default=None, description="Its output tokens per second.")
+    baseline_tokens_per_second: Optional[float] = Field(default=None, description="The baseline's.")
+    speedup: Optional[float] = Field(default=None, description="Best over baseline.")
+
+
+class Crossover(_Model):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    context: int = Field(description="Prompt length in tokens.")
+    concurrency: Optional[int] = Field(default=None, description="Lowest measured concurrency from which speculation "
+                                       "is slower than the baseline; none: it never loses here.")
+    reason: str = Field(default="", description="The numbers behind it.")
+
+
+class Guard(_Model):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    max_concurrency: Optional[int] = Field(default=None, description="Speculation should be off at or above this "
+                                           "concurrency (the smallest crossover); none: it never lost.")
+    max_context: Optional[int] = Field(default=None, description="Speculation should be off above this context.")
+
+
+class Excluded(_Model):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    variant: str = Field(description="Variant never recommended.")
+    reason: str = Field(description="Why (e.g. greedy outputs differ from the baseline).")
+
+
+class Recommendation(_Model):
+    """Best configuration per load band, crossover and guard (docs/concepts/benchmarks.md)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    bands: list[Band] = Field(default_factory=list, description="Best variant per (context, concurrency).")
+    crossover: list[Crossover] = Field(default_factory=list, description="Where speculation stops paying, per context.")
+    guard: Guard = Field(default_factory=Guard, description="Limits for `spec.speculation.guard.fromBenchmark`.")
+    excluded: list[Excluded] = Field(default_factory=list, description="Variants never recommended, with the reason.")
+    best: Optional[str] = Field(default=None, description="The variant that wins most bands (printer column).")
+    summary: str = Field(default="", description="One sentence.")
+
+
+class SpeculativeBenchmarkStatus(_Model):
+    """Observed state."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    phase: Optional[Literal["Pending", "Running", "Complete", "Failed"]] = Field(default=None, description="Where "
+                                                                                  "the benchmark is.")
+    conditions: list[Condition] = Field(
+        default_factory=list, description="Complete, Failed.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]})
+    observed_generation: Optional[int] = Field(default=None, description="Last generation the operator acted on.")
+    progress: Optional[str] = Field(default=None, description="Variants measured / planned, e.g. `1/2`.")
+    current: Optional[str] = Field(default=None, description="The variant being measured and its stage.")
+    variants: list[str] = Field(default_factory=list, description="The planned variants, in order.")
+    started_at: Optional[str] = Field(default=None, description="When the current stage started (RFC 3339).")
+    finished_at: Optional[str] = Field(default=None, description="When the benchmark finished (RFC 3339).")
+    points: list[PointSummary] = Field(default_factory=list, description="Compact table of the measured points.")
+    recommendation: Optional[Recommendation] = Field(default=None, description="Where speculation pays.")
+    results_config_map: Optional[str] = Field(default=None, description="ConfigMap holding every figure "
+                                              "(key results.json).")
+    crossover_concurrency: Optional[int] = Field(default=None, description="recommendation.guard.maxConcurrency "
+                                                 "(printer column).")
+
+
+class SpeculativeBenchmark(BaseModel):
+    """A sweep of a SpeculativeDeployment's speculation settings: the operator's second custom resource."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    api_version: Literal[f"{API_GROUP}/{API_VERSION}"] = Field(alias="apiVersion", description="API version.")
+    kind: Literal[BENCH_KIND] = Field(description="Kind.")  # type: ignore[valid-type]
+    metadata: ObjectMeta = Field(description="Standard object metadata.")
+    spec: SpeculativeBenchmarkSpec = Field(description="Desired state.")
+    status: Optional[SpeculativeBenchmarkStatus] = Field(default=None, description="Observed state.")
+
+
+def parse(obj: Any) -> SpeculativeBenchmark:
+    return SpeculativeBenchmark.model_validate(obj)
+
+
+def validate(obj: Any) -> tuple[SpeculativeBenchmark | None, list]:
+    """(parsed, []) or (None, problems) in the spec message catalog's words (api/validation.py)."""
+    from .validation import SpecProblem, _path, schema_message
+
+    try:
+        cr = SpeculativeBenchmark.model_validate(obj)
+    except pydantic.ValidationError as e:
+        out: list[SpecProblem] = []
+        for err in e.errors():
+            path = _path(tuple(err.get("loc", ())))
+            if any(x.path == path for x in out):
+                continue
+            msg, code = schema_message(err)
+            if err.get("type") == "too_short":
+                msg, code = f"must list at least {(err.get('ctx') or {}).get('min_length', 1)} value", "FieldValueInvalid"
+            elif ".draftWindow[" in path:  # the int-or-'off' union reports each alternative: say it once
+                msg, code = f"must be a positive number of tokens or 'off' (found {err.get('input')!r})", "FieldValueInvalid"
+            out.append(SpecProblem(path, msg, code))
+        return None, out
+    except (RecursionError, ValueError, TypeError) as e:
+        from .validation import SpecProblem
+
+        return None, [SpecProblem("(object)", f"cannot be read as a {BENCH_KIND}: {str(e)[:200]}", "InvalidObject")]
+    name = cr.metadata.name
+    if len(name) > MAX_BENCH_NAME_LENGTH:
+        from .validation import SpecProblem
+
+        return None, [SpecProblem("metadata.name", f"is {len(name)} characters; at most {MAX_BENCH_NAME_LENGTH} (the "
+                                  "variant Deployments, Services and Jobs are named <name>-<variant>-...)",
+                                  "FieldValueTooLong")]
+    return cr, []

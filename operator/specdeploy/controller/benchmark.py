@@ -1,0 +1,462 @@
+"""SpeculativeBenchmark reconcile: one step per call, every state in the API (restart-safe).
+
+parse -> resolve the deployment and its configs -> plan (core/benchplan.py) -> for the first
+variant without a result: apply its Deployment/Service/ConfigMap (core/benchrender.py), wait
+until it is Ready, write the client plan ConfigMap and create the client Job, wait for it, read
+its pod's log and parse the last ``SPECDEPLOY_BENCH_RESULT`` line (core/benchresult.py), store the
+result in the ``<bench>-results`` ConfigMap, delete the variant -> when every variant has a result:
+greedy-output equality and the recommendation (core/benchreco.py), ``results.json``, status
+``Complete``.
+
+What has been measured lives in the results ConfigMap (key ``variant-<name>.json`` per variant),
+where the benchmark is lives in ``status``, and the variant's objects are looked up by name, so an
+operator restart continues with the variant it was measuring (an already created client Job is
+waited for, not created again). Every failure ends in ``phase: Failed`` with a condition whose
+message says what failed and what to do; the variant's objects are deleted (nothing is left
+running), the results measured so far stay in the ConfigMap.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+from typing import Any
+
+from ..api import benchmark as B
+from ..api.validation import problems_message, validate as validate_deployment
+from ..core.benchplan import BASELINE, PROMPTS_KEY, BenchPlan, PlanError, Point, Variant, build_client_plan, plan_benchmark
+from ..core.benchreco import equal_to_baseline, recommend
+from ..core.benchrender import (BENCH_LABEL, BenchOwner, build_client_configmap, build_client_job, render_variant,
+                                variant_object_name)
+from ..core.checker import analyze
+from ..core.findings import errors as error_findings
+from ..core.render import RenderError
+from . import status as st
+from .kube import Kube, KubeError
+from .queue import WorkQueue
+from .resolve import ResolutionError, Resolver
+
+log = logging.getLogger("specdeploy.benchmark")
+
+Key = tuple[str, str]
+RESULTS_KEY = "results.json"
+POLL_SECONDS = float(os.environ.get("SPECDEPLOY_BENCH_POLL_SECONDS", "3"))
+READY_DEADLINE = float(os.environ.get("SPECDEPLOY_BENCH_READY_SECONDS", "3600"))  # a variant's engine start
+CLIENT_DEADLINE = float(os.environ.get("SPECDEPLOY_BENCH_CLIENT_SECONDS", str(6 * 3600)))
+LOG_TAIL_LINES = 2000
+CONFIGMAP_BUDGET = 900 * 1024  # a ConfigMap holds ~1 MiB
+CONDITIONS = ("Complete", "Failed")
+
+
+def now_rfc3339() -> str:
+    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def _age(ts: str | None) -> float:
+    if not ts:
+        return 0.0
+    try:
+        t = dt.datetime.fromisoformat(ts.replace("Z", "+00:00"))
+    except ValueError:
+        return 0.0
+    return (dt.datetime.now(dt.timezone.utc) - t).total_seconds()
+
+
+class BenchFailed(Exception):
+    def __init__(self, reason: str, message: str):
+        self.reason, self.message = reason, message
+        super().__init__(f"{reason}: {message}")
+
+
+class Waiting(Exception):
+    """Not measurable yet (the deployment or its configs are missing): Pending, retried."""
+
+    def __init__(self, reason: str, message: str, delay: float = 15.0):
+        self.reason, self.message, self.delay = reason, message, delay
+        super().__init__(message)
+
+
+class BenchmarkController:
+    def __init__(self, kube: Kube, resolver: Resolver, *, deployments: dict | None = None, policy=None, event=None,
+                 workers: int = 2):
+        self.kube, self.resolver, self.policy = kube, resolver, policy
+        # the SpeculativeDeployment bodies the reconciler's watch keeps ((namespace, name) -> body): read, never written
+        self.deployments: dict = deployments if deployments is not None else {}
+        self.event = event  # async (body, type, reason, message): Controller._event
+        self.workers = workers
+        self.queue = WorkQueue()
+        self.bodies: dict[Key, dict] = {}
+        self._tasks: list = []
+
+    # ------------------------------------------------------------- feeds and workers
+    async def observe(self, event_type: str | None, body: dict) -> None:
+        meta = body.get("metadata") or {}
+        key = (meta.get("namespace") or "default", meta.get("name"))
+        if event_type == "DELETED":
+            self.bodies.pop(key, None)
+            return
+        self.bodies[key] = body
+        await self.queue.add(key)
+
+    async def observe_job(self, body: dict) -> None:
+        labels = (body.get("metadata") or {}).get("labels") or {}
+        key = ((body.get("metadata") or {}).get("namespace") or "default", labels.get(BENCH_LABEL))
+        if key in self.bodies:
+            await self.queue.add(key)
+
+    def start(self) -> None:
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        if self._tasks:
+            return
+        self.queue = WorkQueue()
+        self._tasks = [loop.create_task(self._worker(self.queue)) for _ in range(self.workers)]
+
+    async def stop(self) -> None:
+        import asyncio
+
+        tasks, self._tasks = self._tasks, []
+        await self.queue.close()
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def requeue_all(self) -> None:
+        for key in list(self.bodies):
+            await self.queue.add(key)
+
+    async def _worker(self, queue: WorkQueue) -> None:
+        while True:
+            key = await queue.get()
+            if key is None:
+                return
+            delay: float | None
+            try:
+                delay = await self.reconcile(key)
+            except KubeError as e:
+                log.warning("benchmark %s/%s: %s; retrying", key[0], key[1], e)
+                delay = 10.0
+            except Exception as e:  # noqa: BLE001 - a bug: say so in status, retry later
+                log.exception("benchmark %s/%s: internal error", *key)
+                delay = 30.0
+                body = self.bodies.get(key)
+                if body is not None:
+                    try:
+                        await self._status(key, body, {"current": f"internal error: {type(e).__name__}: {str(e)[:200]}"})
+                    except Exception:  # noqa: BLE001
+                        pass
+            finally:
+                await queue.done(key)
+            if delay:
+                await queue.add(key, delay)
+
+    # ------------------------------------------------------------- reconcile
+    async def reconcile(self, key: Key) -> float | None:
+        body = self.bodies.get(key)
+        if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
+            return None
+        status = body.get("status") or {}
+        if status.get("phase") in ("Complete", "Failed"):
+            return await self._expire(key, body)
+        try:
+            return await self._step(key, body)
+        except Waiting as w:
+            await self._status(key, body, {"phase": "Pending", "current": f"waiting: {w.message}"},
+                               condition=None)
+            return w.delay
+        except BenchFailed as f:
+            await self._fail(key, body, f.reason, f.message)
+            return None
+
+    async def _expire(self, key: Key, body: dict) -> float | None:
+        ttl = (body.get("spec") or {}).get("ttlSecondsAfterFinished")
+        if not isinstance(ttl, int) or isinstance(ttl, bool):
+            return None
+        left = ttl - _age((body.get("status") or {}).get("finishedAt"))
+        if left > 0:
+            return left
+        await self.kube.delete("SpeculativeBenchmark", key[0], key[1])
+        return None
+
+    async def _step(self, key: Key, body: dict) -> float | None:
+        ns, name = key
+        cr, problems = B.validate(body)
+        if cr is None:
+            raise BenchFailed("InvalidSpec", problems_message(problems))
+        owner = BenchOwner(name, ns, (body.get("metadata") or {}).get("uid"))
+        dcr, target, drafter, plan = await self._plan(ns, cr)
+        results = await self.kube.get("ConfigMap", ns, f"{name}-results")
+        data = (results or {}).get("data") or {}
+        done = {v.name: json.loads(data[f"variant-{v.name}.json"]) for v in plan.variants if f"variant-{v.name}.json" in data}
+        todo = [v for v in plan.variants if v.name not in done]
+        progress = f"{len(done)}/{len(plan.variants)}"
+        if not todo:
+            return await self._finish(key, body, cr, plan, done)
+        v = todo[0]
+        if v.name == "serving":
+            return await self._measure_serving(key, body, cr, dcr, owner, plan, v, progress)
+        try:
+            vo = render_variant(dcr, target.doc, drafter.doc, owner, v, policy=self.policy)
+        except RenderError as e:
+            raise BenchFailed("VariantNotRenderable", f"variant {v.name}: " + "; ".join(
+                f.one_line() for f in error_findings(e.findings)))
+        except ValueError as e:
+            raise BenchFailed("VariantNotRenderable", f"variant {v.name}: {e}")
+        dep = await self.kube.get("Deployment", ns, vo.name)
+        if dep is None:
+            for obj in vo.objects:
+                await self.kube.apply(obj, force=True)
+            await self._status(key, body, {"phase": "Running", "progress": progress, "variants": [x.name for x in plan.variants],
+                                           "current": f"{v.name}: starting the engine", "startedAt": now_rfc3339()})
+            return POLL_SECONDS
+        ready = int(((dep.get("status") or {}).get("readyReplicas")) or 0) >= 1
+        stage_age = _age((body.get("status") or {}).get("startedAt"))
+        if not ready:
+            if stage_age > READY_DEADLINE:
+                await self._delete_variant(ns, name, v.name)
+                raise BenchFailed("VariantNotReady", f"variant {v.name}: Deployment {vo.name} not Ready after "
+                                  f"{READY_DEADLINE:.0f}s; see kubectl describe deployment {vo.name} and its pods' logs")
+            return POLL_SECONDS
+        return await self._client(key, body, cr, owner, plan, v, progress, image=vo.image, base_url=vo.url(ns),
+                                  model=vo.model, engine=vo.engine_config.engine,
+                                  engine_version=vo.engine_config.engine_version)
+
+    async def _plan(self, ns: str, cr):
+        ref = cr.spec.deployment_ref.name
+        dep_body = self.deployments.get((ns, ref))
+        if dep_body is None:
+            raise Waiting("DeploymentNotFound", f"SpeculativeDeployment {ref} does not exist in namespace {ns}; "
+                          "create it or fix spec.deploymentRef.name")
+        dcr, problems = validate_deployment(dep_body)
+        if dcr is None:
+            raise BenchFailed("DeploymentInvalid", f"SpeculativeDeployment {ref}: {problems_message(problems)}")
+        dcr.metadata.namespace = ns
+        try:
+            target = await self.resolver.resolve(dcr, "target")
+            drafter = await self.resolver.resolve(dcr, "drafter")
+        except ResolutionError as e:
+            raise Waiting(e.reason, f"SpeculativeDeployment {ref}: {e.message}", e.delay or 15.0) from None
+        analysis = analyze(drafter.doc, target.doc, dcr.spec.options())
+        if not analysis.ok or analysis.derived is None:
+            raise BenchFailed("DeploymentNotServable", f"SpeculativeDeployment {ref} fails its check: " + "; ".join(
+                f.one_line() for f in error_findings(analysis.findings)))
+        d = analysis.derived
+        try:
+            plan = plan_benchmark(cr.spec.matrix, engine=dcr.spec.engine.name, engine_version=dcr.spec.engine.version,
+                                  block_size=d.block_size, served_context=d.served_context)
+        except PlanError as e:
+            raise BenchFailed("InvalidMatrix", str(e)) from None
+        if cr.spec.use_serving_deployment:
+            serving = [Point(p.id.replace(p.variant, "serving", 1), "serving", p.context, p.concurrency, p.num_prompts,
+                             p.max_output_tokens, p.new_engine) for p in plan.points_of(plan.variants[-1].name)]
+            plan = BenchPlan(plan.variants + (Variant("serving", True),), plan.points + tuple(serving), plan.block_size,
+                             plan.notes)
+        return dcr, target, drafter, plan
+
+    async def _measure_serving(self, key, body, cr, dcr, owner, plan, v, progress) -> float | None:
+        ns = key[0]
+        ref = dcr.metadata.name
+        dep = await self.kube.get("Deployment", ns, ref)
+        dstatus = (self.deployments.get((ns, ref)) or {}).get("status") or {}
+        image = ((dstatus.get("resolved") or {}).get("image"))
+        if dep is None or not int((dep.get("status") or {}).get("readyReplicas") or 0) or not image:
+            raise BenchFailed("ServingNotReady", f"spec.useServingDeployment: the Deployment of SpeculativeDeployment "
+                              f"{ref} is not Ready; measure it when it serves, or set useServingDeployment: false")
+        from ..core import engines as eng
+
+        port = eng.get_engine(dcr.spec.engine.name).port
+        model = dcr.spec.target.model if dcr.spec.target.pvc is None else f"/models/target/{dcr.spec.target.model.lstrip('/')}"
+        return await self._client(key, body, cr, owner, plan, v, progress, image=image,
+                                  base_url=f"http://{ref}.{ns}.svc:{port}", model=model, engine=dcr.spec.engine.name,
+                                  engine_version=dcr.spec.engine.version)
+
+    async def _client(self, key, body, cr, owner: BenchOwner, plan: BenchPlan, v: Variant, progress: str, *, image: str,
+                      base_url: str, model: str, engine: str, engine_version: str) -> float | None:
+        ns, name = key
+        job_name = f"{name}-{v.name}-client"
+        job = await self.kube.get("Job", ns, job_name)
+        if job is None:
+            prompts_jsonl = None
+            ref = cr.spec.prompts.config_map_ref
+            if ref is not None:
+                cm = await self.kube.get("ConfigMap", ns, ref.name)
+                prompts_jsonl = ((cm or {}).get("data") or {}).get(ref.key)
+                if prompts_jsonl is None:
+                    await self._delete_variant(ns, name, v.name)
+                    raise BenchFailed("PromptsNotFound", f"spec.prompts.configMapRef: ConfigMap {ref.name} has no key "
+                                      f"{ref.key} in namespace {ns}; create it (JSON lines {{\"prompt\": \"...\"}})")
+            doc = build_client_plan(benchmark=name, variant=v.name, engine=engine, engine_version=engine_version,
+                                    base_url=base_url, metrics_url=f"{base_url}/metrics", model=model, tokenizer=model,
+                                    prompts=cr.spec.prompts.plan(), points=plan.points_of(v.name))
+            await self.kube.apply(build_client_configmap(owner, v.name, doc, prompts_jsonl), force=True)
+            try:
+                await self.kube.create(build_client_job(owner, v.name, image,
+                                                        service_account=None))
+            except KubeError as e:
+                if e.status != 409:  # created by an earlier attempt: wait for it
+                    raise
+            await self._status(key, body, {"phase": "Running", "progress": progress,
+                                           "variants": [x.name for x in plan.variants],
+                                           "current": f"{v.name}: client running", "startedAt": now_rfc3339()})
+            return POLL_SECONDS
+        js = job.get("status") or {}
+        if js.get("succeeded"):
+            text = await self._client_log(ns, job_name)
+            from ..core.benchresult import BenchResultError, parse_result_line
+
+            try:
+                result = parse_result_line(text)
+            except BenchResultError as e:
+                await self._delete_variant(ns, name, v.name)
+                raise BenchFailed("ClientResultInvalid", f"variant {v.name}: {e}") from None
+            if result.variant != v.name:
+                await self._delete_variant(ns, name, v.name)
+                raise BenchFailed("ClientResultInvalid", f"the client Job {job_name} reported variant {result.variant}, "
+                                  f"not {v.name}")
+            await self._record(owner, plan, v, result.to_doc())
+            await self._delete_variant(ns, name, v.name)
+            return 0.05  # the next variant
+        failed = js.get("failed") or any(c.get("type") == "Failed" and c.get("status") == "True"
+                                         for c in js.get("conditions") or [])
+        if failed:
+            text = await self._client_log(ns, job_name)
+            tail = " | ".join(line.strip() for line in text.strip().splitlines()[-5:])[-800:]
+            await self._delete_variant(ns, name, v.name)
+            raise BenchFailed("ClientFailed", f"variant {v.name}: the client Job {job_name} failed; its log ends: "
+                              f"{tail or '(empty)'}")
+        if _age((body.get("status") or {}).get("startedAt")) > CLIENT_DEADLINE:
+            await self._delete_variant(ns, name, v.name)
+            raise BenchFailed("ClientTimedOut", f"variant {v.name}: the client Job {job_name} ran past {CLIENT_DEADLINE:.0f}s")
+        return POLL_SECONDS
+
+    async def _client_log(self, ns: str, job_name: str) -> str:
+        pods = await self.kube.list("Pod", ns, f"job-name={job_name}")
+        if not pods:
+            return ""
+        pods.sort(key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or "")
+        try:
+            return await self.kube.log(ns, pods[-1]["metadata"]["name"], "client", tail_lines=LOG_TAIL_LINES)
+        except KubeError as e:
+            return f"(log unavailable: {e})"
+
+    async def _record(self, owner: BenchOwner, plan: BenchPlan, v: Variant, doc: dict) -> None:
+        """Store one variant's result (its points with the plan's shape) in the results ConfigMap."""
+        planned = {p.id: p for p in plan.points_of(v.name)}
+        points = []
+        for p in doc.get("points") or []:
+            want = planned.get(p.get("id"))
+            if want is None:
+                continue  # a point the plan did not ask for
+            points.append({**p, "variant": v.name, "numPrompts": p.get("numPrompts") or want.num_prompts,
+                           "maxOutputTokens": p.get("maxOutputTokens") or want.max_output_tokens})
+        doc = {**doc, "points": points, "settings": v.to_doc()}
+        text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
+        cm = await self.kube.get("ConfigMap", owner.namespace, f"{owner.name}-results")
+        data = dict(((cm or {}).get("data")) or {})
+        data[f"variant-{v.name}.json"] = text
+        await self.kube.apply(self._results_cm(owner, data), force=True)
+
+    def _results_cm(self, owner: BenchOwner, data: dict[str, str]) -> dict:
+        meta: dict[str, Any] = {"name": f"{owner.name}-results", "namespace": owner.namespace,
+                                "labels": {"app.kubernetes.io/managed-by": "specdeploy", "app.kubernetes.io/part-of": "specdeploy",
+                                           "app.kubernetes.io/component": "benchmark-results", BENCH_LABEL: owner.name}}
+        if owner.reference():
+            meta["ownerReferences"] = owner.reference()
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
+
+    async def _delete_variant(self, ns: str, bench: str, variant: str) -> None:
+        name = variant_object_name(bench, variant)
+        await self.kube.delete("Job", ns, f"{name}-client")
+        await self.kube.delete("ConfigMap", ns, f"{name}-plan")
+        if variant != "serving":
+            await self.kube.delete("Deployment", ns, name)
+            await self.kube.delete("Service", ns, name)
+            await self.kube.delete("ConfigMap", ns, f"{name}-engine")
+
+    async def _finish(self, key: Key, body: dict, cr, plan: BenchPlan, done: dict[str, dict]) -> None:
+        ns, name = key
+        owner = BenchOwner(name, ns, (body.get("metadata") or {}).get("uid"))
+        order = [v.name for v in plan.variants]
+        points = [p for v in order for p in done[v].get("points") or []]
+        eq = equal_to_baseline(points)
+        for p in points:
+            p["equalToBaseline"] = eq.get(p["id"])
+        reco = recommend(points, order)
+        full = {"benchmark": name, "deployment": cr.spec.deployment_ref.name,
+                "variants": [done[v].get("settings") or {"name": v} for v in order],
+                "clients": {v: {"client": done[v].get("client"), "clientVersion": done[v].get("clientVersion")} for v in order},
+                "points": points, "recommendation": reco}
+        text = json.dumps(full, indent=1, sort_keys=True)
+        if len(text.encode()) > CONFIGMAP_BUDGET:  # the digests are what grows: equality is already computed
+            for p in full["points"]:
+                p.pop("outputDigests", None)
+            full["digestsOmitted"] = True
+            text = json.dumps(full, separators=(",", ":"), sort_keys=True)
+        cm = await self.kube.get("ConfigMap", ns, f"{name}-results")
+        data = {k: v for k, v in (((cm or {}).get("data")) or {}).items()}
+        data[RESULTS_KEY] = text
+        if len(json.dumps(data).encode()) > CONFIGMAP_BUDGET:
+            data = {RESULTS_KEY: text}
+        await self.kube.apply(self._results_cm(owner, data), force=True)
+        compact = [{k: v for k, v in {
+            "variant": p["variant"], "context": p["context"], "concurrency": p["concurrency"],
+            "outputTokensPerSecond": _r(p.get("outputTokensPerSecond")),
+            "tau": _r((p.get("acceptance") or {}).get("length")),
+            "ttftP50Ms": _r((p.get("ttftMs") or {}).get("p50")), "itlP50Ms": _r((p.get("itlMs") or {}).get("p50")),
+            "failed": p.get("failed"), "equalToBaseline": p.get("equalToBaseline")}.items() if v is not None}
+            for p in points]
+        message = reco["summary"]
+        await self._status(key, body, {
+            "phase": "Complete", "progress": f"{len(order)}/{len(order)}", "variants": order, "current": None,
+            "points": compact, "recommendation": reco, "resultsConfigMap": f"{name}-results",
+            "crossoverConcurrency": reco["guard"]["maxConcurrency"], "finishedAt": now_rfc3339()},
+            condition=("Complete", "True", "Measured", message))
+        return None
+
+    async def _fail(self, key: Key, body: dict, reason: str, message: str) -> None:
+        await self._status(key, body, {"phase": "Failed", "current": None, "finishedAt": now_rfc3339()},
+                           condition=("Failed", "True", reason, message))
+
+    async def _status(self, key: Key, body: dict, fields: dict[str, Any],
+                      condition: tuple[str, str, str, str] | None = None) -> None:
+        ns, name = key
+        current = body.get("status") or {}
+        gen = (body.get("metadata") or {}).get("generation") or 1
+        desired = {k: (_pruned(v) if v is not None else None) for k, v in {**fields, "observedGeneration": gen}.items()}
+        conds = list(current.get("conditions") or [])
+        transitioned = None
+        if condition is not None:
+            ctype, cstatus, reason, message = condition
+            new = {"type": ctype, "status": cstatus, "reason": reason, "message": message[:32768]}
+            conds = st.merge_conditions(conds, [new], gen, now_rfc3339())
+            transitioned = st.transitions(current.get("conditions"), [new])
+            desired["conditions"] = conds
+        if all(current.get(k) == v for k, v in desired.items() if k != "startedAt"):
+            return  # startedAt only ever changes with the stage (current)
+        await self.kube.patch("SpeculativeBenchmark", ns, name, {"status": desired}, sub="status")
+        body["status"] = {k: v for k, v in {**current, **desired}.items() if v is not None}
+        if transitioned and self.event is not None:
+            ctype, cstatus, reason, message = condition
+            kind = "Warning" if ctype == "Failed" else "Normal"
+            log.log(logging.WARNING if kind == "Warning" else logging.INFO, "benchmark %s/%s: %s: %s", ns, name, reason, message)
+            await self.event(body, kind, reason, message)
+
+
+def _pruned(x: Any) -> Any:
+    """Without null fields: a merge patch keeps nulls inside lists, which the schema refuses (top-level
+    nulls, which clear a field, are kept by the caller)."""
+    if isinstance(x, dict):
+        return {k: _pruned(v) for k, v in x.items() if v is not None}
+    if isinstance(x, list):
+        return [_pruned(v) for v in x]
+    return x
+
+
+def _r(x: Any, digits: int = 3) -> Any:
+    return round(float(x), digits) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
+__all__ = ["BenchmarkController", "RESULTS_KEY"]

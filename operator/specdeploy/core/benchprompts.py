@@ -1,0 +1,162 @@
+"""Prompt sets of a SpeculativeBenchmark (pure: the tokenizer is passed in as functions).
+
+Three sources (``spec.prompts``; the plan's ``prompts.kind``):
+
+- ``bundled``: ``code`` or ``chat``, 32 short prompts each, written for specdeploy by its
+  authors and shipped under the project's license (Apache-2.0): ``specdeploy/data/prompts/``.
+- ``file``: JSON lines, one object per line with a string ``prompt`` (a ConfigMap key mounted
+  in the client Job); blank lines are skipped, anything else is an error naming the line.
+- ``generated``: seeded word sequences (``random.Random``, so the same seed gives the same
+  text on every machine and Python version >= 3.2).
+
+Every point asks for prompts of exactly ``context`` tokens. Prompt ``i`` of a point is built
+from the set's prompts ``i, i+1, ...`` (cycling) joined by spaces, or from generated
+words, then cut to exactly ``context`` tokens as the engine counts them (special tokens the
+completions endpoint adds, e.g. BOS, included): :func:`fit_to_tokens` cuts the token ids,
+decodes them, and re-counts the text, adjusting until the count is exact (decoding and
+re-encoding can merge or split tokens at the cut).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from importlib import resources
+from typing import Callable, Sequence
+
+BUNDLED = ("code", "chat")
+MAX_FILE_BYTES = 8 * 1024 * 1024  # a ConfigMap holds at most 1 MiB; a mounted file is bounded too
+MAX_PROMPT_CHARS = 200_000
+MAX_PROMPTS = 100_000
+FIT_TRIES = 8
+
+# Words for generated prompts: common English words (each one token or two for most tokenizers).
+_WORDS = ("the of and to in is was for on that with as by at from this be are or an it not which have but all can "
+          "one had were they their there been has more when who will no if out so what up said about into than "
+          "them some could time these two may then first any new like now people my made over only way did many "
+          "before must through back years where much your well down should because each just those how too little "
+          "state good very make world still own see men work long get here between both life being under never day "
+          "same another know while last might us great old year off come since against go came right used take "
+          "three small number water light house place point city tree river cloud stone green quiet bright").split()
+
+
+class PromptError(ValueError):
+    """A prompt set cannot be read or fitted (the message names the line or the point)."""
+
+
+def bundled(name: str) -> list[str]:
+    """A bundled prompt set (``code`` or ``chat``)."""
+    if name not in BUNDLED:
+        raise PromptError(f"no bundled prompt set {name!r}: use one of {', '.join(BUNDLED)}")
+    text = resources.files("specdeploy.data").joinpath("prompts", f"{name}.json").read_text(encoding="utf-8")
+    return list(json.loads(text)["prompts"])
+
+
+def parse_jsonl(text: str, *, source: str = "prompts.jsonl") -> list[str]:
+    """JSON lines ``{"prompt": "..."}``; blank lines skipped; errors name the line."""
+    if not isinstance(text, str):
+        raise PromptError(f"{source}: not text")
+    if len(text) > MAX_FILE_BYTES:
+        raise PromptError(f"{source}: {len(text)} characters, over the limit of {MAX_FILE_BYTES}")
+    out: list[str] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            doc = json.loads(line)
+        except (ValueError, RecursionError) as e:
+            raise PromptError(f"{source} line {n}: not JSON ({str(e)[:80]}); each line must be "
+                              '{"prompt": "..."}') from None
+        if not isinstance(doc, dict) or "prompt" not in doc:
+            raise PromptError(f'{source} line {n}: needs an object with a "prompt" field, like {{"prompt": "..."}}')
+        prompt = doc["prompt"]
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise PromptError(f'{source} line {n}: "prompt" must be a non-empty string')
+        if len(prompt) > MAX_PROMPT_CHARS:
+            raise PromptError(f"{source} line {n}: the prompt has {len(prompt)} characters, over {MAX_PROMPT_CHARS}")
+        out.append(prompt)
+        if len(out) > MAX_PROMPTS:
+            raise PromptError(f"{source}: more than {MAX_PROMPTS} prompts")
+    if not out:
+        raise PromptError(f'{source}: no prompts (JSON lines {{"prompt": "..."}} expected)')
+    return out
+
+
+def generated_words(seed: int, index: int, n_words: int) -> str:
+    """Seeded text of ``n_words`` words for prompt ``index`` (independent of other prompts)."""
+    rng = random.Random(f"specdeploy-bench:{seed}:{index}")
+    return " ".join(rng.choice(_WORDS) for _ in range(n_words))
+
+
+def source_text(prompts: Sequence[str], index: int, min_chars: int) -> str:
+    """The set's prompts from ``index`` on (cycling), joined by one space, at least ``min_chars`` long.
+    (A space, not a blank line: a word-level language stays in its distribution across the joins.)"""
+    if not prompts:
+        raise PromptError("the prompt set is empty")
+    parts: list[str] = []
+    total = 0
+    i = index
+    while total < min_chars:
+        p = prompts[i % len(prompts)]
+        parts.append(p)
+        total += len(p) + 1
+        i += 1
+    return " ".join(parts)
+
+
+Tokenize = Callable[[str], list[int]]  # text -> ids, WITHOUT special tokens
+Detokenize = Callable[[list[int]], str]
+Count = Callable[[str], int]  # text -> tokens as the completions endpoint counts them (special tokens included)
+
+
+def fit_to_tokens(text: str, n: int, tokenize: Tokenize, detokenize: Detokenize, count: Count) -> str | None:
+    """``text`` cut to exactly ``n`` tokens as ``count`` sees them, or None when ``text`` is too
+    short (the caller supplies more). Raises PromptError when no cut gives exactly ``n``."""
+    ids = tokenize(text)
+    special = count("")
+    target = n - special
+    if target < 1:
+        raise PromptError(f"context {n} leaves no room for a prompt: the engine adds {special} special token(s)")
+    if len(ids) < target + 2:
+        return None
+    seen: set[int] = set()
+    for _ in range(FIT_TRIES):
+        if target < 1 or target in seen:
+            break
+        seen.add(target)
+        out = detokenize(ids[:target])
+        got = count(out)
+        if got == n:
+            return out
+        target -= got - n
+    raise PromptError(f"no cut of the prompt text gives exactly {n} tokens with this tokenizer")
+
+
+def build_prompts(kind: str, n_prompts: int, context: int, tokenize: Tokenize, detokenize: Detokenize,
+                  count: Count, *, prompts: Sequence[str] = (), seed: int = 0) -> list[str]:
+    """``n_prompts`` prompts of exactly ``context`` tokens (``kind``: generated, bundled or file;
+    ``prompts``: the set for bundled/file)."""
+    out: list[str] = []
+    for i in range(n_prompts):
+        chars = max(64, context * 6)
+        for _ in range(12):
+            if kind == "generated":
+                text = generated_words(seed, i, max(8, chars // 4))
+            else:
+                text = source_text(prompts, i, chars)
+            fitted = fit_to_tokens(text, context, tokenize, detokenize, count)
+            if fitted is not None:
+                out.append(fitted)
+                break
+            chars *= 2
+        else:
+            raise PromptError(f"could not build a prompt of {context} tokens")
+    return out
+
+
+def to_jsonl(prompts: Sequence[str]) -> str:
+    return "".join(json.dumps({"prompt": p}, ensure_ascii=False) + "\n" for p in prompts)
+
+
+__all__ = ["BUNDLED", "PromptError", "bundled", "parse_jsonl", "generated_words", "source_text", "fit_to_tokens",
+           "build_prompts", "to_jsonl"]

@@ -1,0 +1,196 @@
+"""A SpeculativeBenchmark's variant and client Job as objects (pure).
+
+A variant is the benchmarked SpeculativeDeployment rendered by the one renderer (core/render.py)
+with its speculation overridden, under its own name ``<bench>-<variant>``: a ConfigMap (the engine
+config), a Deployment of one replica and a Service. They are owned by the benchmark (never by the
+SpeculativeDeployment, whose own workload is never touched), labelled
+``specdeploy.io/benchmark=<bench>``, and carry component ``benchmark-engine`` so that the
+SpeculativeDeployment reconciler and the acceptance monitor leave them alone.
+
+- ``baseline``: every speculative flag removed (``render.strip_speculation_args``): the target served
+  alone. The preflight init container is left out: it checks the drafter/target pair and the
+  speculative flags, and there are none.
+- ``k<N>[-w<window>][-<backend>]``: ``spec.speculation`` overridden (blockSize N + 1, draftWindow,
+  draftAttentionBackend) and checked and rendered exactly as a deployment with those settings.
+
+The client Job runs ``specdeploy-runtime bench-client --plan /etc/specdeploy/bench/plan.json`` in
+the variant's engine image, hardened like every pod the operator renders (core/podsecurity.py).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from .. import API_GROUP, API_VERSION
+from . import gpus
+from .benchplan import CLIENT_PLAN_KEY, CLIENT_PLAN_MOUNT, PROMPTS_KEY, Variant
+from .engineconfig import EngineConfig
+from .podsecurity import container_security_context, harden_pod
+from .render import (RUNTIME_COMMAND, RenderError, build_configmap, build_deployment, build_service, render,
+                     strip_speculation_args)
+
+BENCH_KIND = "SpeculativeBenchmark"
+BENCH_LABEL = f"{API_GROUP}/benchmark"
+VARIANT_LABEL = f"{API_GROUP}/variant"
+COMPONENT = "benchmark-engine"
+CLIENT_COMPONENT = "benchmark-client"
+CLIENT_DEADLINE_SECONDS = 6 * 3600
+KEEP_ENV_OFFLINE = "HF_HUB_OFFLINE"
+
+
+@dataclass(frozen=True)
+class BenchOwner:
+    name: str
+    namespace: str
+    uid: str | None
+
+    def reference(self) -> list[dict[str, Any]]:
+        if not self.uid:
+            return []
+        return [{"apiVersion": f"{API_GROUP}/{API_VERSION}", "kind": BENCH_KIND, "name": self.name, "uid": self.uid,
+                 "controller": True, "blockOwnerDeletion": True}]
+
+
+@dataclass(frozen=True)
+class VariantObjects:
+    name: str  # <bench>-<variant>: the Deployment and the Service
+    objects: list[dict]  # ConfigMap, Deployment, Service (apply in this order)
+    engine_config: EngineConfig
+    image: str
+    port: int
+
+    def url(self, namespace: str) -> str:
+        return f"http://{self.name}.{namespace}.svc:{self.port}"
+
+    @property
+    def model(self) -> str:
+        """What the engine serves the target as (vLLM and SGLang: the model argument)."""
+        return self.engine_config.target.model
+
+
+def variant_object_name(bench: str, variant: str) -> str:
+    return f"{bench}-{variant}"
+
+
+def _relabel(labels: dict | None, owner: BenchOwner, variant: str, component: str = COMPONENT) -> None:
+    if labels is None:
+        return
+    if labels.get("app.kubernetes.io/component") == "engine":
+        labels["app.kubernetes.io/component"] = component
+    if "app.kubernetes.io/managed-by" in labels or "app.kubernetes.io/instance" in labels:
+        labels[BENCH_LABEL] = owner.name
+        labels[VARIANT_LABEL] = variant
+
+
+def _override(cr, name: str, variant: Variant):
+    cr = cr.model_copy(deep=True)
+    cr.metadata.name = name
+    cr.metadata.uid = None  # ownerReferences are the benchmark's, added below
+    cr.spec.replicas = 1
+    cr.spec.tuning.enabled = False  # a variant runs with default kernels (tuned ones are keyed to the deployment)
+    s = cr.spec.speculation
+    s.guard = None  # variants measure speculation itself: the deployment's guard would switch it off from its limit
+    if variant.speculative_tokens is not None:
+        s.block_size = variant.speculative_tokens + 1
+    if variant.draft_window is not None:
+        s.draft_window = variant.draft_window
+    if variant.draft_attention_backend is not None:
+        s.draft_attention_backend = variant.draft_attention_backend
+    return cr
+
+
+def render_variant(cr, target_doc: Any, drafter_doc: Any, owner: BenchOwner, variant: Variant, *,
+                   policy=None) -> VariantObjects:
+    """The variant's ConfigMap, Deployment and Service; raises RenderError (the variant's settings fail
+    the check) or ValueError (the deployment cannot be benchmarked: multi-node)."""
+    if cr.spec.nodes > 1:
+        raise ValueError(f"spec.nodes is {cr.spec.nodes}: benchmarks of multi-node deployments are not supported; "
+                         "benchmark a single-node deployment of the same model")
+    name = variant_object_name(owner.name, variant.name)
+    vcr = _override(cr, name, variant)
+    vcr.metadata.namespace = owner.namespace
+    rendered = render(vcr, target_doc, drafter_doc, pod_monitor=False, policy=policy)
+    ec = rendered.engine_config
+    if not variant.speculation:
+        ec = ec.model_copy(update={"args": strip_speculation_args(ec.engine, ec.engine_version, ec.args)})
+    config_hash = ec.digest()[:16]
+    prof = gpus.get_profile(vcr.spec.gpu.type)
+    cm = build_configmap(vcr, ec, rendered.analysis)
+    dep = build_deployment(vcr, ec, prof, rendered.image, config_hash, baked=rendered.baked_drafter is not None,
+                           service_account=policy.engine_service_account if policy is not None else None,
+                           cache=rendered.cache)
+    svc = build_service(vcr, ec)
+    pod = dep["spec"]["template"]["spec"]
+    if not variant.speculation:
+        pod["initContainers"] = [c for c in pod.get("initContainers", []) if c["name"] != "preflight"]
+        if not pod["initContainers"]:
+            pod.pop("initContainers")
+        for c in pod["containers"]:
+            c["env"] = [e for e in c.get("env", []) if e.get("name") != KEEP_ENV_OFFLINE]
+    for obj in (cm, dep, svc):
+        _relabel(obj["metadata"].get("labels"), owner, variant.name)
+        obj["metadata"]["ownerReferences"] = owner.reference()
+        if not obj["metadata"]["ownerReferences"]:
+            obj["metadata"].pop("ownerReferences")
+    _relabel(dep["spec"]["selector"]["matchLabels"], owner, variant.name)
+    _relabel(dep["spec"]["template"]["metadata"]["labels"], owner, variant.name)
+    _relabel(svc["spec"]["selector"], owner, variant.name)
+    return VariantObjects(name, [cm, dep, svc], ec, rendered.image or "", ec.port)
+
+
+def client_labels(owner: BenchOwner, variant: str) -> dict[str, str]:
+    return {"app.kubernetes.io/name": "specdeploy-bench-client", "app.kubernetes.io/instance": owner.name,
+            "app.kubernetes.io/component": CLIENT_COMPONENT, "app.kubernetes.io/managed-by": "specdeploy",
+            "app.kubernetes.io/part-of": "specdeploy", BENCH_LABEL: owner.name, VARIANT_LABEL: variant}
+
+
+def build_client_configmap(owner: BenchOwner, variant: str, plan: dict, prompts_jsonl: str | None = None) -> dict:
+    data = {CLIENT_PLAN_KEY: json.dumps(plan, indent=2, sort_keys=True) + "\n"}
+    if prompts_jsonl is not None:
+        data[PROMPTS_KEY] = prompts_jsonl
+    meta: dict[str, Any] = {"name": f"{owner.name}-{variant}-plan", "namespace": owner.namespace,
+                            "labels": client_labels(owner, variant)}
+    if owner.reference():
+        meta["ownerReferences"] = owner.reference()
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
+
+
+def build_client_job(owner: BenchOwner, variant: str, image: str, *, env: dict[str, str] | None = None,
+                     service_account: str | None = None) -> dict:
+    """The Job that runs the client against one variant (created once; a Job's template is immutable)."""
+    labels = client_labels(owner, variant)
+    name = f"{owner.name}-{variant}-client"
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "containers": [{
+            "name": "client",
+            "image": image,
+            "imagePullPolicy": "IfNotPresent",
+            "command": [RUNTIME_COMMAND, "bench-client"],
+            "args": ["--plan", f"{CLIENT_PLAN_MOUNT}/{CLIENT_PLAN_KEY}"],
+            "env": [{"name": "HOME", "value": "/tmp"}, {"name": "HF_HOME", "value": "/tmp/hf-home"},
+                    {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
+                    *({"name": k, "value": v} for k, v in sorted((env or {}).items()))],
+            "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "2Gi"}},
+            "securityContext": container_security_context(),
+            "volumeMounts": [{"name": "plan", "mountPath": CLIENT_PLAN_MOUNT, "readOnly": True},
+                             {"name": "tmp", "mountPath": "/tmp"}],
+        }],
+        "volumes": [{"name": "plan", "configMap": {"name": f"{owner.name}-{variant}-plan"}},
+                    {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}],
+    }
+    if service_account:
+        pod_spec["serviceAccountName"] = service_account
+    harden_pod(pod_spec)
+    meta: dict[str, Any] = {"name": name, "namespace": owner.namespace, "labels": labels}
+    if owner.reference():
+        meta["ownerReferences"] = owner.reference()
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta,
+            "spec": {"backoffLimit": 0, "activeDeadlineSeconds": CLIENT_DEADLINE_SECONDS,
+                     "template": {"metadata": {"labels": labels}, "spec": pod_spec}}}
+
+
+__all__ = ["BenchOwner", "VariantObjects", "RenderError", "render_variant", "build_client_job",
+           "build_client_configmap", "variant_object_name", "BENCH_LABEL", "VARIANT_LABEL"]
