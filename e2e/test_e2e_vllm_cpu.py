@@ -31,7 +31,9 @@ dev kubelet running the rendered pods as local processes, real Prometheus with t
    ``SpecdeployAcceptanceRegressed``.
 
 Figures (boot, tokens/s with and without speculation, traffic-to-status latency) are printed and
-written to ``$SPECDEPLOY_E2E_FIGURES`` when set.
+written to ``$SPECDEPLOY_E2E_FIGURES`` when set. ``SPECDEPLOY_E2E_IP_RANGE=FIRST-LAST`` gives the
+dev kubelet's pods other loopback addresses than 127.0.0.2.. (another loop or kubelet on the same
+machine: two engines on one address and port answer each other's probes and traffic).
 """
 
 from __future__ import annotations
@@ -68,7 +70,10 @@ def loop(tmp_path_factory):
         pytest.fail("kubectl is missing")
     if find_exe() is None:
         pytest.fail("prometheus is missing: run bash .ci/install-prometheus")
-    lp = RealLoop(tmp_path_factory.mktemp("vllm-cpu"), trained=True)
+    # pods get 127.0.0.2, .3, ... from the dev kubelet; two loops on one machine (other suites
+    # beside this one) collide there unless one of them takes another range
+    ips = os.environ.get("SPECDEPLOY_E2E_IP_RANGE")
+    lp = RealLoop(tmp_path_factory.mktemp("vllm-cpu"), trained=True, kubelet_args=["--ip-range", ips] if ips else [])
     try:
         lp.start()
     except HarnessError as e:
