@@ -245,7 +245,7 @@ def test_speculation_profitable_follows_live_load(loop):
     assert f"SpeculativeBenchmark {BENCH}" in c["message"], c
     # four clients, each sending its next request when the last one ends (long requests of different lengths, so
     # that they do not end together). The monitor reads the gauge once a tick; on these busy cores its readings
-    # under this load still came as 0 or 1 for 1-70 s before the first >= 2 (by hand: 0 in 15 of 25 scrapes of
+    # under this load still came as 0 or 1 for up to 72 s before the first >= 2 (by hand: 0 in 15 of 25 scrapes of
     # /metrics under four clients), and the condition flips back and forth while the load runs: a deadline, no
     # bound, and only the first PastCrossover is waited for.
     loads = [Load(url, TARGET, max_tokens=n, prompts=[p]) for n, p in
