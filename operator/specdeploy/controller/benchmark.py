@@ -46,6 +46,7 @@ POLL_SECONDS = float(os.environ.get("SPECDEPLOY_BENCH_POLL_SECONDS", "3"))
 READY_DEADLINE = float(os.environ.get("SPECDEPLOY_BENCH_READY_SECONDS", "3600"))  # a variant's engine start
 CLIENT_DEADLINE = float(os.environ.get("SPECDEPLOY_BENCH_CLIENT_SECONDS", str(6 * 3600)))
 LOG_TAIL_LINES = 2000
+CRASH_RESTARTS = int(os.environ.get("SPECDEPLOY_BENCH_CRASH_RESTARTS", "3"))  # a variant container failing this often fails the benchmark
 CONFIGMAP_BUDGET = 900 * 1024  # a ConfigMap holds ~1 MiB
 CONDITIONS = ("Complete", "Failed")
 
@@ -215,6 +216,10 @@ class BenchmarkController:
         ready = int(((dep.get("status") or {}).get("readyReplicas")) or 0) >= 1
         stage_age = _age((body.get("status") or {}).get("startedAt"))
         if not ready:
+            crash = await self._crashing(ns, vo.name)
+            if crash:
+                await self._delete_variant(ns, name, v.name)
+                raise BenchFailed("VariantCrashing", f"variant {v.name}: {crash}")
             if stage_age > READY_DEADLINE:
                 await self._delete_variant(ns, name, v.name)
                 raise BenchFailed("VariantNotReady", f"variant {v.name}: Deployment {vo.name} not Ready after "
@@ -223,6 +228,21 @@ class BenchmarkController:
         return await self._client(key, body, cr, owner, plan, v, progress, image=vo.image, base_url=vo.url(ns),
                                   model=vo.model, engine=vo.engine_config.engine,
                                   engine_version=vo.engine_config.engine_version)
+
+    async def _crashing(self, ns: str, deployment: str) -> str | None:
+        """A container of the variant's pod that keeps failing (CRASH_RESTARTS restarts), in words; else None."""
+        pods = await self.kube.list("Pod", ns, f"app.kubernetes.io/instance={deployment}")
+        for p in pods:
+            st = p.get("status") or {}
+            for cs in (st.get("initContainerStatuses") or []) + (st.get("containerStatuses") or []):
+                last = ((cs.get("lastState") or {}).get("terminated") or {})
+                if (cs.get("restartCount") or 0) >= CRASH_RESTARTS and last:
+                    msg = " ".join(str(last.get("message") or "").split())[-600:]
+                    return (f"container {cs.get('name')} of pod {p['metadata']['name']} restarted {cs['restartCount']} "
+                            f"times (last exit code {last.get('exitCode')}, {last.get('reason') or 'no reason'})"
+                            + (f": {msg}" if msg else "") + f"; see kubectl logs {p['metadata']['name']} -c {cs.get('name')} "
+                            "--previous")
+        return None
 
     async def _plan(self, ns: str, cr):
         ref = cr.spec.deployment_ref.name
