@@ -212,3 +212,29 @@ def test_a_missing_deployment_waits_and_a_bad_matrix_fails():
     cond = body["status"]["conditions"][0]
     assert body["status"]["phase"] == "Failed" and cond["reason"] == "InvalidMatrix"
     assert "spec.matrix.speculativeTokens[0]" in cond["message"] and not api.objs
+
+
+def test_use_serving_deployment_measures_it_last_without_touching_it():
+    api = Api()
+    bc, body = controller(api)
+    body["spec"]["useServingDeployment"] = True
+    bc.deployments[(NS, "tiny")]["status"] = {"resolved": {"image": "ghcr.io/specdeploy/runtime:vllm-cpu-0.32.0"}}
+    api.objs[("Deployment", NS, "tiny")] = {"kind": "Deployment", "metadata": {"name": "tiny", "namespace": NS},
+                                            "status": {"readyReplicas": 1}}
+    for v, tau in (("baseline", None), ("k3", 3.0)):
+        step(bc)
+        ready(api, v)
+        step(bc)
+        finish_job(api, v, result(v, tau, 100))
+        step(bc)
+    step(bc)  # serving: no engine objects, straight to its client
+    assert not [w for w in api.writes if w[0] == "apply" and "serving" in w[2] and w[1] != "ConfigMap"]
+    plan = json.loads(api.objs[("ConfigMap", NS, "tiny-sweep-serving-plan")]["data"]["plan.json"])
+    assert plan["baseUrl"] == "http://tiny.default.svc:8000" and [p["id"] for p in plan["points"]] == [
+        "serving/c32/n1", "serving/c32/n2"]
+    finish_job(api, "serving", result("serving", 3.0, 90))
+    step(bc)
+    step(bc)
+    st = body["status"]
+    assert st["phase"] == "Complete" and st["variants"] == ["baseline", "k3", "serving"]
+    assert ("Deployment", NS, "tiny") in api.objs and ("delete", "Deployment", "tiny") not in api.writes
