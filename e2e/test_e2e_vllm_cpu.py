@@ -45,6 +45,8 @@ import pytest
 from specdeploy.dev.harness import ROOT, HarnessError, kubectl_available, wait_for
 from specdeploy.dev.prometheus import find_exe
 from specdeploy.dev.realloop import ENGINE_VERSION, VLLM_CPU, Load, RealLoop, complete, cpu_cr
+from specdeploy.core.baseline import DEFAULT_REGRESSION_FRACTION
+from specdeploy.observability import rules as R
 
 OPTED_IN = os.environ.get("SPECDEPLOY_E2E_VLLM_CPU") == "1"
 pytestmark = pytest.mark.skipif(not OPTED_IN, reason="opt-in: SPECDEPLOY_E2E_VLLM_CPU=1 (bash .ci/test sets it)")
@@ -280,7 +282,13 @@ TAU_FLOOR = 3.0
 LANG_BOOT_TIMEOUT = 600  # the 6-layer pair boots in ~60 s alone; 5+ minutes when other suites share the cores
 # The baseline settles within the trained scene's traffic (the defaults, 10 minutes and 1000 drafts,
 # suit production; here a few windows); the shifted ids must then show as a regression.
-MONITORING = {"baselineSettleSeconds": 4, "baselineMinDrafts": 30}
+# The collapse floor sits below the shifted drafter's tau (offline 1.48; a drafter that reads nothing
+# from its context: ~1.07, the bonus token alone predicts the next word 1 time in 16), so that the
+# shifted ids read as what they are against the baseline, AcceptanceRegressed; at the default floor
+# (1.5) the stronger statement, AcceptanceCollapsed, wins (core/baseline.judge).
+COLLAPSE_FLOOR = 1.15
+MONITORING = {"baselineSettleSeconds": 4, "baselineMinDrafts": 30, "minAcceptanceLength": COLLAPSE_FLOOR}
+REGRESSION_FRACTION = DEFAULT_REGRESSION_FRACTION  # the CR leaves spec.monitoring.regressionFraction at its default
 
 
 def lang_cr(drafter: str) -> dict:
@@ -345,17 +353,18 @@ def test_trained_drafter_tau_floor_per_position_and_greedy_outputs_equal(loop):
         "lang_target_alone": round(plain_tokens / plain_s, 1)})
 
 
-def test_shifted_ids_refused_then_accepted_served_and_judged_against_the_carried_baseline(loop):
+def test_shifted_ids_refused_then_accepted_served_and_flagged_as_a_regression(loop):
     trained_tau = state(loop).get("trained_tau")
     if trained_tau is None:
         pytest.fail("needs the trained drafter's tau from the previous test")
     m = loop.trained_manifest
+    right, shifted = m["target_layer_ids"], m["shifted_layer_ids"]
     before = loop.status(LANG)["acceptance"]
     old = {p["metadata"]["name"] for p in loop.get("pods")["items"]}
     cr = lang_cr(LANG_SHIFTED)
     loop.apply(cr)
     cond = loop.wait_condition(LANG, "DrafterCompatible", "False", "TargetLayerIdsShifted")
-    assert "[2, 4]" in cond["message"] and "[1, 3]" in cond["message"], cond["message"]
+    assert str(shifted) in cond["message"] and str(right) in cond["message"], cond["message"]
     loop.wait_condition(LANG, "Degraded", "True", "RunningPreviousConfig")
     assert {p["metadata"]["name"] for p in loop.get("pods")["items"]} >= old  # nothing rolled
 
@@ -366,25 +375,40 @@ def test_shifted_ids_refused_then_accepted_served_and_judged_against_the_carried
     pod = loop.ready_pod(LANG, exclude=old, timeout=LANG_BOOT_TIMEOUT)
     loop.discover(LANG, pod)
     readings: dict[str, Any] = {}
+    carried = before["baseline"]
 
     def until(t0: float):
         # a new speculation revision (the drafter's config.json changed), judged against the trained
-        # revision's baseline until its own has settled; within regressionFraction of it, the new
-        # revision's mean becomes the baseline (core/baseline.py)
-        readings["baseline"] = wait_for(
-            lambda: (b := (loop.status(LANG).get("acceptance") or {}).get("baseline") or {}).get("revision")
-            and b["revision"] != before["baseline"]["revision"] and b, 180,
-            "the shifted revision's baseline")
+        # revision's baseline (carried over): tau falls below baseline x (1 - regressionFraction) but
+        # stays above the collapse floor, so the reason is AcceptanceRegressed, not AcceptanceCollapsed
+        readings["condition"] = loop.wait_condition(LANG, "SpeculationHealthy", "False", "AcceptanceRegressed",
+                                                    timeout=180)
         readings["status"] = (loop.status(LANG).get("acceptance") or {}).get("length")
+        readings["alert"] = loop.prom.wait_until(lambda: loop.firing(LANG, R.A_REGRESSED), 120,
+                                                 f"{R.A_REGRESSED} firing for the shifted ids")
+        # the shifted revision settles (4 s, 30 drafts) below the carried baseline: the carried one stays
+        wait_for(lambda: time.monotonic() - t0 > 3 * MONITORING["baselineSettleSeconds"] or None, 60,
+                 "three settling periods of traffic")
+        readings["baseline"] = (loop.status(LANG).get("acceptance") or {}).get("baseline")
+        readings["health"] = loop.condition(LANG, "SpeculationHealthy")
 
     acc, load, _ = measure(loop, pod, LANG_TARGET, until, prompts=m["prompts"])
-    assert acc.drafts > 0 and acc.length >= 1.0
     assert loop.status(LANG)["acceptance"]["revision"] != before["revision"]
+    msg = readings["condition"]["message"]
+    assert f"below the baseline {carried['length']:.2f}" in msg and carried["revision"] in msg, msg
+    assert readings["baseline"] == carried, (readings["baseline"], carried)  # not learned as the new normal
+    assert readings["health"]["reason"] == "AcceptanceRegressed", readings["health"]
+    alert = readings["alert"][0]["metric"]
+    assert alert["deployment"] == LANG and alert["namespace"] == loop.namespace, alert
+    # the engine's own counters agree: below the regression threshold, above the collapse floor
+    assert COLLAPSE_FLOOR < acc.length < carried["length"] * (1 - REGRESSION_FRACTION), acc
+    per = list(acc.per_position)
+    assert all(per[i] >= per[i + 1] for i in range(2)), per
     # greedy outputs are still the target's: a shifted drafter only costs speed
     texts, _, _ = complete(loop.pod_url(pod), LANG_TARGET, m["prompts"], max_tokens=64)
     assert texts == state(loop)["trained_texts"]
-    FIGURES["shifted"] = {"tau_engine": round(acc.length, 3), "tau_status": readings["status"],
-                          "per_position_engine": [round(x, 3) for x in acc.per_position],
-                          "drop": round(trained_tau - acc.length, 3), "drafts": acc.drafts,
-                          "baseline_before": before["baseline"]["length"], "baseline_after": readings["baseline"]["length"],
-                          "offline_replay": m["replay"]["shifted_ids"]}
+    FIGURES["shifted"] = {"ids": shifted, "tau_engine": round(acc.length, 3), "tau_status": readings["status"],
+                          "per_position_engine": [round(x, 3) for x in per],
+                          "drop": round(trained_tau - acc.length, 3), "ratio": round(acc.length / trained_tau, 3),
+                          "drafts": acc.drafts, "baseline_carried": carried["length"],
+                          "condition": msg, "offline_replay": m["replay"]["shifted_ids"]}

@@ -708,6 +708,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .acceptance_cli import add_parser as add_acceptance_parser
 
     add_acceptance_parser(sub)
+    from .bench_cli import add_parser as add_bench_parser
+
+    add_bench_parser(sub)
     return p
 
 
@@ -755,7 +758,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: error: choose a command", file=sys.stderr)
         return 2
     label = " ".join(filter(None, (args.command, getattr(args, "dev_command", None),
-                                   getattr(args, "operator_command", None))))
+                                   getattr(args, "operator_command", None), getattr(args, "bench_command", None))))
     try:
         return args.func(args)
     except UsageError as e:

@@ -135,9 +135,9 @@ def parse_vllm_result(doc: dict) -> ClientRun:
         errors=[e[:256] for e in errs[:8]])
 
 
-def parse_sglang_result(line_doc: dict, details: dict | None = None) -> ClientRun:
-    """One line of ``python -m sglang.bench_serving --output-file`` (JSON lines; SGLang 0.5.23,
-    python/sglang/bench_serving.py ``benchmark()``: ``duration``, ``completed``,
+def parse_sglang_result(line_doc: dict, details: dict | None = None, *, expected: int | None = None) -> ClientRun:
+    """One line of ``python -m sglang.bench_serving --output-file`` (JSON lines, appended; SGLang 0.5.23,
+    python/sglang/benchmark/serving.py ``benchmark()``: ``duration``, ``completed``,
     ``total_output_tokens``, ``request_throughput``, ``output_throughput``, ``mean/median/p90/p99
     _ttft_ms``, ``..._itl_ms``, ``..._tpot_ms``; with ``--output-details`` also
     ``generated_texts`` and ``errors``)."""
@@ -157,7 +157,7 @@ def parse_sglang_result(line_doc: dict, details: dict | None = None) -> ClientRu
     texts = doc.get("generated_texts")
     errs = [e for e in (doc.get("errors") or []) if isinstance(e, str) and e]
     completed = int(_num(doc, "completed"))
-    n = int(_num(doc, "num_prompts", completed))
+    n = expected if expected is not None else completed  # the line has no prompt count
     return ClientRun(
         completed=completed, failed=max(0, n - completed), duration_s=_num(doc, "duration"),
         output_tokens=_num(doc, "total_output_tokens"), output_tokens_per_second=_num(doc, "output_throughput"),
@@ -330,20 +330,41 @@ def run_vllm(plan: BenchPlan, point: PlanPoint, prompts: Callable[[], list[str]]
         return parse_vllm_result(json.load(fh))
 
 
+def sglang_source(plan: BenchPlan, point: PlanPoint, prompt_set: list[str], workdir: str) -> str:
+    """The texts SGLang's ``random`` dataset cuts its prompts from, as the ShareGPT-format JSON it reads
+    from ``--dataset-path`` (sglang/benchmark/datasets/random.py ``sample_random_requests``: without a
+    valid file it downloads ShareGPT from the Hub, which a cluster without internet cannot). One
+    entry per prompt: the set's prompts from ``i`` on (or seeded words), long enough to be cut."""
+    chars = max(256, point.context * 8)
+    texts = [benchprompts.generated_words(plan.prompts.seed, i, max(8, chars // 4)) if not prompt_set
+             else benchprompts.source_text(prompt_set, i, chars) for i in range(point.num_prompts)]
+    path = os.path.join(workdir, f"sglang-source-{point.context}-{point.num_prompts}.json")
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump([{"conversations": [{"from": "human", "value": t}, {"from": "gpt", "value": ""}]} for t in texts], fh)
+    return path
+
+
 def run_sglang(plan: BenchPlan, point: PlanPoint, prompts: Callable[[], list[str]], workdir: str,
-               exe: list[str]) -> ClientRun:
+               exe: list[str], prompt_set: list[str] | None = None) -> ClientRun:
+    """``python -m sglang.bench_serving`` (SGLang 0.5.23: a shim over sglang/benchmark/serving.py).
+    Its ``random`` dataset with ``--random-range-ratio 1``: every prompt is cut (or repeated) to exactly
+    ``--random-input-len`` token ids of the tokenizer (less the special tokens the server adds), from
+    our texts (:func:`sglang_source`), in an order shuffled by ``--seed`` (the same for every variant).
+    EOS is ignored unless ``--disable-ignore-eos``; ``--temperature`` defaults to 0 and is given anyway.
+    The ready check and the warm-up request are off (this client warmed up already; the metrics window
+    holds only the point's requests)."""
     out = os.path.join(workdir, "sglang-result.jsonl")
     if os.path.exists(out):
         os.unlink(out)
-    # SGLang's bench_serving has no "prompts from a file, as they are" dataset in 0.5.23 that keeps
-    # order and exact lengths; its `random` dataset with range ratio 1 gives exact input lengths.
+    source = sglang_source(plan, point, prompt_set or [], workdir)
     argv = [*exe, "-m", "sglang.bench_serving", "--backend", "sglang-oai", "--base-url", plan.base_url.rstrip("/"),
             "--model", plan.model, "--tokenizer", plan.tokenizer or plan.model, "--dataset-name", "random",
-            "--random-input-len", str(point.context), "--random-output-len", str(point.max_output_tokens),
-            "--random-range-ratio", "1", "--num-prompts", str(point.num_prompts),
-            "--max-concurrency", str(point.concurrency), "--request-rate", "inf", "--seed", str(plan.prompts.seed),
-            "--output-details", "--disable-tqdm", "--output-file", out,
-            "--extra-request-body", json.dumps({"temperature": 0, "ignore_eos": True})]
+            "--dataset-path", source, "--random-input-len", str(point.context),
+            "--random-output-len", str(point.max_output_tokens), "--random-range-ratio", "1",
+            "--num-prompts", str(point.num_prompts), "--max-concurrency", str(point.concurrency),
+            "--request-rate", "inf", "--seed", str(plan.prompts.seed), "--temperature", "0",
+            "--ready-check-timeout-sec", "0", "--warmup-requests", "0", "--output-details", "--disable-tqdm",
+            "--output-file", out]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=plan.point_timeout_s, cwd=workdir)
     sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:] + "\n")
     if proc.returncode != 0 or not os.path.exists(out):
@@ -352,7 +373,7 @@ def run_sglang(plan: BenchPlan, point: PlanPoint, prompts: Callable[[], list[str
         lines = [json.loads(x) for x in fh if x.strip()]
     if not lines:
         raise BenchError("sglang.bench_serving wrote no result line")
-    return parse_sglang_result(lines[-1])
+    return parse_sglang_result(lines[-1], expected=point.num_prompts)
 
 
 def _stream_one(url: str, body: dict, timeout: float) -> tuple[str, float, list[float], int, str, int]:
@@ -533,7 +554,10 @@ def run_plan(plan: BenchPlan, *, workdir: str | None = None) -> VariantResult:
 
             try:
                 before = scrape(plan.metrics_url)
-                run = RUNNERS[client](plan, point, prompts, tmp, exe)
+                if client == "sglang":
+                    run = run_sglang(plan, point, prompts, tmp, exe, prompt_set)
+                else:
+                    run = RUNNERS[client](plan, point, prompts, tmp, exe)
                 after = scrape(plan.metrics_url)
                 acc = acceptance_from_scrapes(plan.engine, before, after, run.duration_s) if after is not None else None
                 res = point_result(point, run, acc)

@@ -377,7 +377,8 @@ def cmd_train_tiny_drafter(args: argparse.Namespace) -> int:
           f"drafter loss {tr['drafter']['final_loss']}")
     print(f"  offline greedy replay, {spec.block_size - 1} speculative tokens: tau {ev['right_ids']['tau']} "
           f"(per position {ev['right_ids']['per_position']}); ids shifted to {m['shifted_layer_ids']}: "
-          f"tau {ev['shifted_ids']['tau']} (per position {ev['shifted_ids']['per_position']})")
+          f"tau {ev['shifted_ids']['tau']} (per position {ev['shifted_ids']['per_position']})"
+          + "".join(f"; ids {r['ids']}: tau {r['tau']}" for k, r in ev.items() if k not in ("right_ids", "shifted_ids")))
     return 0
 
 

@@ -64,6 +64,9 @@ REAL_CLUSTER_ONLY = {
         "the results ConfigMap exists once the benchmark completed (e2e/test_e2e_benchmark.py)",
     # docs/how-to/production.md: a served model and a Prometheus
     "kubectl -n models port-forward svc/qwen36-27b 8000:8000 &": "needs the engine pod serving (a GPU node)",
+    # docs/how-to/tune-speculation.md: a benchmark runs engines (the real-engine e2e runs one)
+    "kubectl apply -f qwen-sweep.yaml": "the manifest is the how-to's YAML block, and running it needs serving engines",
+    "kubectl get specbench qwen-sweep -w": "needs a SpeculativeBenchmark the operator runs on serving engines",
     "kubectl -n monitoring port-forward svc/kube-prometheus-stack-prometheus 9090:9090 &":
         "needs kube-prometheus-stack's Prometheus (tests/observability/test_monitoring_as_installed.py runs the "
         "chart's rules in a real Prometheus)",
@@ -101,8 +104,9 @@ PREREQUISITES = {"docs/how-to/production.md": [
     {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "monitoring"}},
 ]}
 # Documents whose commands assume the README's install (chart + the Qwen example).
-NEEDS_INSTALL = {"docs/concepts/acceptance.md", "docs/concepts/benchmarks.md", "docs/concepts/status-conditions.md", "docs/how-to/troubleshooting.md",
-                 "docs/how-to/troubleshoot-low-acceptance.md", "docs/how-to/upgrade.md"}
+NEEDS_INSTALL = {"docs/concepts/acceptance.md", "docs/concepts/benchmarks.md", "docs/concepts/status-conditions.md",
+                 "docs/how-to/troubleshooting.md", "docs/how-to/troubleshoot-low-acceptance.md", "docs/how-to/upgrade.md",
+                 "docs/how-to/tune-speculation.md"}
 # Documents whose sections are alternative paths, not one sequence: the order they are run in.
 # upgrade.md: "Roll back" follows the plain upgrade; the crds.install=false path comes last (Helm
 # itself refuses to roll back across the switch to crds.install=false: the CRD is no longer in the

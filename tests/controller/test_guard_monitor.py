@@ -229,3 +229,95 @@ def test_benchmark_events_queue_only_the_deployments_that_read_it():
         assert await drained() == [KEY] and (NS, "sweep") not in c.benchmarks
 
     run(scenario())
+
+
+def test_the_guard_limit_is_exported_while_a_guard_is_set():
+    from test_monitor import _series
+
+    async def scenario():
+        r = Rig(guarded("sglang", maxConcurrency=6))
+        r.serve(pod(engine="sglang"), EngineStandin("sglang", "healthy"))
+        await r.tick()
+        labels = {"namespace": NS, "deployment": NAME, "engine": "sglang"}
+        assert list(_series("specdeploy_guard_max_concurrency", **labels).values()) == [6.0]
+        r.c.bodies[KEY] = guarded("sglang", maxConcurrency=3)
+        await r.tick()
+        assert list(_series("specdeploy_guard_max_concurrency", **labels).values()) == [3.0]
+        r.c.bodies[KEY] = cr("sglang")
+        await r.tick()
+        assert _series("specdeploy_guard_max_concurrency", **labels) == {}
+        r.c.bodies[KEY] = guarded("sglang", maxConcurrency=3)
+        await r.tick()
+        r.m.forget(KEY)
+        assert _series("specdeploy_guard_max_concurrency", **labels) == {}
+
+    run(scenario())
+
+
+# ----------------------------------------------------------------- live tau against the benchmark's
+
+
+def measured(max_concurrency=8) -> dict:
+    """A Complete benchmark: k7 paid at (512, 1) with tau 3.2 and at (512, 4) with tau 2.5; the baseline won at
+    (512, 8); a band whose tau is garbage, and one whose speedup is not above 1, do not count."""
+    b = benchmark(max_concurrency=max_concurrency)
+    b["status"]["points"] = [
+        {"variant": "k7", "context": 512, "concurrency": 1, "tau": 3.2},
+        {"variant": "k7", "context": 512, "concurrency": 4, "tau": 2.5},
+        {"variant": "k7", "context": 512, "concurrency": 8, "tau": 1.4},
+        {"variant": "k3", "context": 4096, "concurrency": 1, "tau": "lots"},
+        {"variant": "k3", "context": 4096, "concurrency": 4, "tau": 1.1},
+        {"variant": "baseline", "context": 512, "concurrency": 8, "tau": None},
+    ]
+    b["status"]["recommendation"]["bands"] = [
+        {"context": 512, "concurrency": 1, "best": "k7", "speedup": 1.9},
+        {"context": 512, "concurrency": 4, "best": "k7", "speedup": 1.2},
+        {"context": 512, "concurrency": 8, "best": "baseline", "speedup": 1.0},
+        {"context": 4096, "concurrency": 1, "best": "k3", "speedup": 1.3},
+        {"context": 4096, "concurrency": 4, "best": "k3", "speedup": 0.9},
+    ]
+    return b
+
+
+def test_the_lowest_paying_tau_comes_from_bands_and_points():
+    limit, _ = gd.limit_from_benchmark("sweep", measured(), deployment=NAME)
+    assert limit.min_paying_tau == 2.5 and limit.max_concurrency == 8
+    no_points = benchmark()
+    assert gd.limit_from_benchmark("sweep", no_points, deployment=NAME)[0].min_paying_tau is None
+
+
+@pytest.mark.parametrize("running, tau, want", [
+    (1.0, 3.0, (True, gd.REASON_BELOW)),
+    (1.0, 2.0, (False, gd.REASON_TAU)),
+    (9.0, 2.0, (False, gd.REASON_PAST)),  # load past the crossover says more
+    (1.0, None, (True, gd.REASON_BELOW)),  # no drafts in the window: no tau evidence
+])
+def test_past_crossover_with_tau(running, tau, want):
+    limit = gd.GuardLimit(8, "SpeculativeBenchmark sweep", 2.5)
+    got = gd.past_crossover(running, limit, tau)
+    assert got[:2] == want
+    if want[1] == gd.REASON_TAU:
+        assert "live tau 2.00 is below 2.50" in got[2] and "SpeculativeBenchmark sweep" in got[2]
+    # never lost, but paid with tau 2.5 at best: tau is still judged
+    no_cross = gd.GuardLimit(None, "SpeculativeBenchmark sweep", 2.5)
+    assert gd.past_crossover(running, no_cross, 2.0)[1] == gd.REASON_TAU
+    assert gd.past_crossover(running, no_cross, 3.0)[1] == gd.REASON_BELOW
+
+
+def test_live_tau_below_the_benchmarks_is_not_profitable():
+    async def scenario():
+        r = Rig(guarded("sglang", fromBenchmark="sweep"))
+        r.c.benchmarks[(NS, "sweep")] = measured()
+        s = r.serve(pod(engine="sglang"), EngineStandin("sglang", "healthy"))
+        s.requests_running = 2.0
+        await r.tick()
+        assert prof(r)["reason"] == gd.REASON_BELOW  # tau 3.96 >= 2.5
+        s.set_mode("collapsed")
+        assert await r.tick() == [KEY]
+        assert prof(r)["reason"] == gd.REASON_TAU and "live tau 1.05 is below 2.50" in prof(r)["message"]
+        s.set_mode("healthy")
+        s.requests_running = 8.0
+        assert await r.tick() == [KEY]
+        assert prof(r)["reason"] == gd.REASON_PAST
+
+    run(scenario())

@@ -185,6 +185,41 @@ def build_cases() -> list[dict]:
         _case("two replicas up, none leads: no-leader fires", operator_up(1) + leader_gauges(0, 0),
               [_alerts(R.A_NO_LEADER, [expected_alert(GROUPS, R.A_NO_LEADER, {"namespace": "specdeploy-system"})]),
                _alerts(R.A_OPERATOR_DOWN, None)]),
+    ] + guard_cases()
+
+
+def running(values: str, pod: str = "qwen3-8b-0", engine: str = "vllm", dp: str = "0") -> list[dict]:
+    """The engine's running-requests gauge as one pod exports it (vLLM: per DP engine)."""
+    if engine == "vllm":
+        return [{"series": f"{acc.VLLM_REQUESTS_RUNNING}"
+                           f"{_lab({'namespace': NS, 'job': JOB, 'pod': pod, 'engine': dp, 'model_name': MODEL})}",
+                 "values": values}]
+    return [{"series": f"{acc.SGLANG_REQUESTS_RUNNING}{_lab({'namespace': NS, 'job': JOB, 'pod': pod, 'tp_rank': '0'})}",
+             "values": values}]
+
+
+def guard_gauge(limit: int, key: dict = OP_KEY) -> list[dict]:
+    return [{"series": f"{acc.OP_GUARD_MAX_CONCURRENCY}{_lab({**key, **OP_SCRAPE})}", "values": f"{limit}x{MINUTES}"}]
+
+
+def guard_cases() -> list[dict]:
+    past = {**OP_KEY, **OP_JOB}
+    return [
+        _case("past the crossover: the busiest engine averages 6 >= the guard's 4 for 15m", guard_gauge(4)
+              + running(f"6x{MINUTES}") + running(f"1x{MINUTES}", pod="qwen3-8b-1") + running(f"2x{MINUTES}", dp="1"),
+              [_alerts(R.A_PAST_CROSSOVER, [expected_alert(GROUPS, R.A_PAST_CROSSOVER, past, 6)])],
+              [{"expr": R.REQUESTS_RUNNING, "eval_time": "10m",
+                "exp_samples": [{"labels": R.REQUESTS_RUNNING + _lab({"namespace": NS, "job": JOB}), "value": 6}]},
+               {"expr": R.GUARD, "eval_time": "10m", "exp_samples": [{"labels": R.GUARD + _lab(past), "value": 4}]}]),
+        _case("at the crossover exactly (SGLang): fires", guard_gauge(4, {**OP_KEY, "engine": "sglang"})
+              + running(f"4x{MINUTES}", engine="sglang"),
+              [_alerts(R.A_PAST_CROSSOVER, [expected_alert(GROUPS, R.A_PAST_CROSSOVER,
+                                                           {**past, "engine": "sglang"}, 4)])]),
+        _case("below the crossover: no alert", guard_gauge(4) + running(f"3x{MINUTES}"),
+              [_alerts(R.A_PAST_CROSSOVER, None)]),
+        _case("a burst shorter than 15m: no alert", guard_gauge(4) + running(f"1x10 9x8 1x{MINUTES - 18}"),
+              [_alerts(R.A_PAST_CROSSOVER, None)]),
+        _case("no guard: no alert however busy", running(f"60x{MINUTES}"), [_alerts(R.A_PAST_CROSSOVER, None)]),
     ]
 
 
@@ -227,7 +262,8 @@ def test_rules_use_the_shared_metric_names():
     text = R.render_rules_yaml()
     for name in (acc.VLLM_DRAFTS, acc.VLLM_DRAFT_TOKENS, acc.VLLM_ACCEPTED, acc.VLLM_ACCEPTED_PER_POS,
                  acc.SGLANG_ACCEPT_LENGTH, acc.SGLANG_ACCEPT_RATE, acc.OP_LENGTH, acc.OP_BASELINE,
-                 acc.OP_REGRESSION_FRACTION):
+                 acc.OP_REGRESSION_FRACTION, acc.OP_GUARD_MAX_CONCURRENCY, acc.VLLM_REQUESTS_RUNNING,
+                 acc.SGLANG_REQUESTS_RUNNING):
         assert name in text
     doc = yaml.safe_load(text)
     records = {r.get("record") for g in doc["groups"] for r in g["rules"]}

@@ -22,6 +22,7 @@ from specdeploy_runtime import benchclient as bc
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "bench"
 VLLM_RANDOM = FIXTURES / "vllm-0.32.0-bench-serve-random.json"
+SGLANG_RANDOM = FIXTURES / "sglang-0.5.23-bench-serving-random.jsonl"
 
 
 def plan_doc(**over) -> dict:
@@ -93,6 +94,36 @@ def test_not_vllm_json_is_refused():
 def test_percentile_is_numpys(p):
     xs = [5.0, 1.0, 3.5, 9.25, 2.0, 7.0, 7.0]
     assert bc.percentile(xs, p) == pytest.approx(float(np.percentile(xs, p)))
+
+
+# ----------------------------------------------------------------- SGLang's real JSON line
+
+
+def test_sglang_bench_serving_real_line_is_parsed():
+    (doc,) = [json.loads(x) for x in SGLANG_RANDOM.read_text().splitlines() if x.strip()]
+    run = bc.parse_sglang_result(doc, expected=4)
+    assert (run.completed, run.failed) == (doc["completed"], 0) == (4, 0)
+    assert run.output_tokens == doc["total_output_tokens"] == 128
+    assert run.input_tokens == doc["total_input_tokens"] == 4 * 64  # --random-range-ratio 1: exact lengths
+    assert run.output_tokens_per_second == doc["output_throughput"] and run.duration_s == doc["duration"]
+    # SGLang names the median "median_*", vLLM "p50_*": both land in p50
+    assert run.ttft_ms == {"p50": doc["median_ttft_ms"], "p90": doc["p90_ttft_ms"], "p99": doc["p99_ttft_ms"],
+                           "mean": doc["mean_ttft_ms"]}
+    assert run.itl_ms["p50"] == doc["median_itl_ms"] and run.tpot_ms["p99"] == doc["p99_tpot_ms"]
+    assert run.texts == doc["generated_texts"] and all(run.texts)
+    assert bc.parse_sglang_result(doc, expected=5).failed == 1  # the line has no prompt count: the plan's
+    with pytest.raises(bc.BenchError, match="not its JSON"):
+        bc.parse_sglang_result({"backend": "x"})
+
+
+def test_sglang_source_is_sharegpt_shaped(tmp_path):
+    plan = br.validate_plan(plan_doc(prompts={"kind": "bundled", "name": "code"}, engine="sglang"))
+    path = bc.sglang_source(plan, plan.points[0], ["first prompt", "second prompt"], str(tmp_path))
+    doc = json.loads(Path(path).read_text())
+    assert len(doc) == plan.points[0].num_prompts
+    assert all(len(e["conversations"]) == 2 for e in doc)  # SGLang keeps entries with >= 2 turns
+    assert doc[0]["conversations"][0]["value"].startswith("first prompt second prompt")
+    assert doc[1]["conversations"][0]["value"].startswith("second prompt first prompt")
 
 
 # ----------------------------------------------------------------- client choice

@@ -194,3 +194,30 @@ def test_past_crossover(running, limit, want):
     assert (got[:2] if got else None) == want
     if got:
         assert "b" in got[2]
+
+
+def test_multi_node_leader_and_workers_get_the_same_switch():
+    cr = cpu_cr(gpu={"type": "b300", "count": 2}, engine={"version": "0.33.0"}, nodes=2,
+                speculation={"guard": {"maxConcurrency": 16}})
+    r = render(cr, TARGET, DRAFTER)
+    ec = r.engine_config
+    assert ec.worker_args is not None
+    for args in (ec.args, ec.worker_args):
+        sc = json.loads(args[args.index("--speculative-config") + 1])
+        assert sc[SCHEDULE_KEY] == [[1, 15, 3], [16, 16, 0]]
+
+
+def test_benchmark_variants_measure_speculation_without_the_deployments_guard():
+    """A guarded deployment's benchmark variants would otherwise draft nothing from the limit on: the benchmark
+    could never see speculation lose above it."""
+    from specdeploy.core.benchplan import Variant
+    from specdeploy.core.benchrender import BenchOwner, render_variant
+
+    cr = cpu_cr(speculation={"guard": {"maxConcurrency": 2}})
+    assert SCHEDULE_KEY in spec_config(render(cr, TARGET, DRAFTER))
+    vo = render_variant(cr, TARGET, DRAFTER, BenchOwner("sweep", "default", "uid"), Variant("k3", True, 3))
+    dep = next(o for o in vo.objects if o["kind"] == "Deployment")
+    args = next(c for c in dep["spec"]["template"]["spec"]["containers"] if c["name"] == "engine")["args"]
+    sc = json.loads(args[args.index("--speculative-config") + 1])
+    assert SCHEDULE_KEY not in sc and sc["num_speculative_tokens"] == 3
+    assert cr.spec.speculation.guard is not None  # the deployment itself is untouched

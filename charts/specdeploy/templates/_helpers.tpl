@@ -125,7 +125,8 @@ exists, with the code that needs it (operator/specdeploy/controller/):
 - apiGroups: ["specdeploy.io"]
   resources: ["speculativedeployments/finalizers"]
   verbs: ["update"]
-# SpeculativeBenchmarks (controller/benchmark.py): kopf lists and watches them (handlers.on_speculativebenchmark);
+# SpeculativeBenchmarks (controller/benchmark.py): kopf lists and watches them (handlers.on_speculativebenchmark;
+# the same watch feeds spec.speculation.guard.fromBenchmark: Controller.observe_benchmark, Controller.benchmarks);
 # BenchmarkController._expire deletes one spec.ttlSecondsAfterFinished after it finished. No get, create or update.
 - apiGroups: ["specdeploy.io"]
   resources: ["speculativebenchmarks"]

@@ -191,12 +191,6 @@ async def on_speculativedeployment(event, **_) -> None:
     await controller().observe_cr(event.get("type"), event["object"])
 
 
-@kopf.on.event(API_GROUP, API_VERSION, "speculativebenchmarks")
-async def on_benchmark_for_guard(event, **_) -> None:
-    """spec.speculation.guard.fromBenchmark reads these (watch-fed: an idle reconcile reads nothing)."""
-    await controller().observe_benchmark(event.get("type"), event["object"])
-
-
 @kopf.on.event("configmaps")
 async def on_configmap(event, **_) -> None:
     await controller().observe_configmap(event.get("type"), event["object"])
@@ -254,6 +248,9 @@ async def on_inspector_job(event, **_) -> None:
 
 @kopf.on.event(API_GROUP, API_VERSION, BENCH_PLURAL)
 async def on_speculativebenchmark(event, **_) -> None:
+    # one watch, two readers: spec.speculation.guard.fromBenchmark reads the benchmarks' recommendation
+    # (watch-fed: an idle reconcile reads nothing), and the benchmark controller runs them
+    await controller().observe_benchmark(event.get("type"), event["object"])
     benchmarks = controller().benchmark_controller
     if benchmarks is not None:
         await benchmarks.observe(event.get("type"), event["object"])

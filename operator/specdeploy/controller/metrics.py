@@ -48,6 +48,11 @@ ACCEPTANCE_BASELINE = Gauge(acc.OP_BASELINE,
 ACCEPTANCE_REGRESSION_FRACTION = Gauge(acc.OP_REGRESSION_FRACTION,
                                        "spec.monitoring.regressionFraction: tau below baseline x (1 - this) "
                                        "is a regression.", ACCEPTANCE_LABELS, registry=REGISTRY)
+# spec.speculation.guard's limit (maxConcurrency, or the SpeculativeBenchmark's crossover), while one is set:
+# the SpeculationPastCrossover alert compares the engines' running requests with it.
+GUARD_MAX_CONCURRENCY = Gauge(acc.OP_GUARD_MAX_CONCURRENCY,
+                              "Running requests per engine from which speculation stops paying (spec.speculation.guard).",
+                              ACCEPTANCE_LABELS, registry=REGISTRY)
 ACCEPTANCE_GAUGES = (ACCEPTANCE_LENGTH, ACCEPTANCE_RATE, ACCEPTANCE_PER_POSITION, ACCEPTANCE_BASELINE,
                      ACCEPTANCE_REGRESSION_FRACTION)
 

@@ -25,7 +25,8 @@ A loop of its own in the operator (started with the Controller; every
    (``acceptance.running_requests``, the most loaded pod counts: the batch is per engine) against the
    guard's limit (``maxConcurrency``, or the Complete SpeculativeBenchmark's crossover from the
    Controller's watch-fed cache): ``SpeculationProfitable`` False ``PastCrossover`` at or above it,
-   True ``BelowCrossover`` under it (``status.profitable_condition``; kept while its verdict holds).
+   True ``BelowCrossover`` under it; False ``TauBelowBenchmark`` when the window's tau is below the lowest tau at
+   which the benchmark measured speculation paying (``status.profitable_condition``; kept while its verdict holds).
 6. **Hands** status.acceptance and the SpeculationHealthy condition to the Controller
    (``Controller.speculation``) and queues the key, only when they changed: the reconciler's
    one status path (``Controller._write_status``) writes them together with its own
@@ -186,6 +187,7 @@ class AcceptanceMonitor:
         self._settling: dict[Key, bl.Settling] = {}  # a revision's baseline being learned (in memory only)
         self._reset_done: dict[Key, str] = {}  # the reset annotation value this process acted on
         self._unanswered: dict[Key, int] = {}  # consecutive ticks in which no pod of the key answered
+        self._guard_series: dict[Key, tuple[str, ...]] = {}  # key -> labels of its exported guard limit
         self.ticks = 0
 
     # ------------------------------------------------------------- watch feed
@@ -202,6 +204,7 @@ class AcceptanceMonitor:
     def forget(self, key: Key) -> None:
         """The SpeculativeDeployment is gone: drop its series and state."""
         self._unexport(key)
+        self._export_guard(key, (), None)
         self._unanswered.pop(key, None)
         self._settling.pop(key, None)
         self._reset_done.pop(key, None)
@@ -317,6 +320,7 @@ class AcceptanceMonitor:
         revision = bl.speculation_revision(spec, resolved)
         params = bl.params_from_spec(spec)
         baseline = self._baseline(key, body, prev_acc)
+        live_tau: float | None = None  # this window's tau (None: no drafts now), for SpeculationProfitable
 
         if not scrapes:
             self._unanswered.pop(key, None)
@@ -360,6 +364,7 @@ class AcceptanceMonitor:
                 return  # the first scrape of every pod with metrics: judge at the next tick
             else:
                 combined = acc.combine(items)
+                live_tau = combined.length if combined is not None else None
                 want_hash = resolved.get("configHash")
                 current = all(t.config_hash == want_hash for t in reporting)
                 baseline, settling = bl.step(baseline, self._settling.get(key), combined, revision=revision,
@@ -378,9 +383,10 @@ class AcceptanceMonitor:
                        "condition": st.speculation_condition(combined, _min_length(spec), prev_cond, baseline=baseline,
                                                              revision=revision,
                                                              regression_fraction=params.regression_fraction)}
-        new["profitable"] = st.profitable_condition(
-            self._running(engine, scrapes), guard_limit(key, body, getattr(self.controller, "benchmarks", {})),
-            previous.get("profitable"))
+        limit = guard_limit(key, body, getattr(self.controller, "benchmarks", {}))
+        self._export_guard(key, labels, limit)
+        new["profitable"] = st.profitable_condition(self._running(engine, scrapes), limit, previous.get("profitable"),
+                                                    tau=live_tau)
         if new["acceptance"] == prev_acc and new["condition"] == prev_cond \
                 and new["profitable"] == previous.get("profitable"):
             self.controller.speculation[key] = new
@@ -418,6 +424,14 @@ class AcceptanceMonitor:
             _remove(metrics.ACCEPTANCE_BASELINE, labels)
             _remove(metrics.ACCEPTANCE_REGRESSION_FRACTION, labels)
         self._series[key] = (labels, len(a.per_position))
+
+    def _export_guard(self, key: Key, labels: tuple[str, ...], limit: gd.GuardLimit | None) -> None:
+        old = self._guard_series.pop(key, None)
+        if old is not None and (limit is None or limit.max_concurrency is None or old != labels):
+            _remove(metrics.GUARD_MAX_CONCURRENCY, old)
+        if limit is not None and limit.max_concurrency is not None:
+            metrics.GUARD_MAX_CONCURRENCY.labels(*labels).set(limit.max_concurrency)
+            self._guard_series[key] = labels
 
     def _unexport(self, key: Key) -> None:
         old = self._series.pop(key, None)

@@ -32,6 +32,7 @@ MANAGED_KINDS = ("ConfigMap", "Deployment", "LeaderWorkerSet", "Service", "PodDi
 WORKLOAD_KINDS = ("Deployment", "LeaderWorkerSet")
 LWS = ("leaderworkerset.x-k8s.io/v1", "leaderworkersets")
 PODMONITOR = ("monitoring.coreos.com/v1", "podmonitors")
+GUARD_RESOLVED = "guardMaxConcurrency"  # status.resolved: spec.speculation.guard's limit in use
 
 
 def now_rfc3339() -> str:
@@ -482,7 +483,7 @@ class Controller:
             out["drafterWeights"] = weight_source(cr.spec.drafter, "drafter", rendered.cache,
                                                   rendered.image if rendered.baked_drafter is not None else None)
             if rendered.guard is not None and rendered.guard.limit.max_concurrency is not None:
-                out["guardMaxConcurrency"] = rendered.guard.limit.max_concurrency
+                out[GUARD_RESOLVED] = rendered.guard.limit.max_concurrency
         return out
 
     async def _apply(self, ns: str, name: str, desired: list[dict]) -> list[str]:
@@ -633,6 +634,10 @@ class Controller:
         patch = dict(desired)
         if isinstance(desired.get("acceptance"), dict):  # a merge patch keeps keys it does not name: null them
             patch["acceptance"] = st.merge_patch_of(current.get("acceptance"), desired["acceptance"])
+        cur_resolved = current.get("resolved") if isinstance(current.get("resolved"), dict) else {}
+        if isinstance(desired.get("resolved"), dict) and GUARD_RESOLVED in cur_resolved \
+                and GUARD_RESOLVED not in desired["resolved"]:  # likewise a guard gone
+            patch["resolved"] = {**desired["resolved"], GUARD_RESOLVED: None}
         await self.kube.patch("SpeculativeDeployment", ns, name, {"status": patch}, sub="status")
         body["status"] = {**current, **desired}  # our view until the watch delivers the write
         in_reconcile = key in self._changes

@@ -302,18 +302,18 @@ def accepted_findings(o: Observation) -> list[dict[str, str]] | None:
 # ----------------------------------------------------------------- SpeculationProfitable (pure)
 
 
-def profitable_condition(running: float | None, limit: "gd.GuardLimit | None",
-                         previous: dict | None = None) -> dict[str, Any] | None:
-    """SpeculationProfitable (without times) from the live running requests and the guard, or None without a
-    guard. While status and reason stay, the previous condition is kept as it is (the live count in its message
-    is the one at the transition): a busy engine causes no status writes."""
-    judged = gd.past_crossover(running, limit)
+def profitable_condition(running: float | None, limit: "gd.GuardLimit | None", previous: dict | None = None,
+                         tau: float | None = None) -> dict[str, Any] | None:
+    """SpeculationProfitable (without times) from the live running requests, the live tau and the guard, or None
+    without a guard. While status, reason and the guard stay, the previous condition is kept as it is (the live
+    figures in its message are the ones at the transition): a busy engine causes no status writes."""
+    judged = gd.past_crossover(running, limit, tau)
     if judged is None:
         return None
     new = _cond(SPECULATION_PROFITABLE, *judged)
     prev = strip_condition(previous)
     if prev is not None and prev.get("type") == SPECULATION_PROFITABLE and prev.get("status") == new["status"] \
-            and prev.get("reason") == new["reason"] and limit is not None \
-            and f" {limit.max_concurrency}," in prev.get("message", ""):
+            and prev.get("reason") == new["reason"] \
+            and gd.stable_part(prev.get("message", "")) == gd.stable_part(new["message"]):
         return prev
     return new

@@ -66,6 +66,8 @@ OP_RATE = "specdeploy_acceptance_rate"
 OP_PER_POSITION = "specdeploy_acceptance_per_position"  # + label position
 OP_BASELINE = "specdeploy_acceptance_baseline_length"
 OP_REGRESSION_FRACTION = "specdeploy_acceptance_regression_fraction"
+# spec.speculation.guard (core/guard.py) as resolved: running requests per engine from which speculation loses.
+OP_GUARD_MAX_CONCURRENCY = "specdeploy_guard_max_concurrency"
 
 # ----------------------------------------------------------------- health thresholds
 DEFAULT_MIN_LENGTH = 1.5  # tau below this: AcceptanceCollapsed

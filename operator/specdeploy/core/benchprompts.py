@@ -10,7 +10,7 @@ Three sources (``spec.prompts``; the plan's ``prompts.kind``):
   text on every machine and Python version >= 3.2).
 
 Every point asks for prompts of exactly ``context`` tokens. Prompt ``i`` of a point is built
-from the set's prompts ``i, i+1, ...`` (cycling) joined by blank lines, or from generated
+from the set's prompts ``i, i+1, ...`` (cycling) joined by spaces, or from generated
 words, then cut to exactly ``context`` tokens as the engine counts them (special tokens the
 completions endpoint adds, e.g. BOS, included): :func:`fit_to_tokens` cuts the token ids,
 decodes them, and re-counts the text, adjusting until the count is exact (decoding and
@@ -89,7 +89,8 @@ def generated_words(seed: int, index: int, n_words: int) -> str:
 
 
 def source_text(prompts: Sequence[str], index: int, min_chars: int) -> str:
-    """The set's prompts from ``index`` on (cycling), joined by blank lines, at least ``min_chars`` long."""
+    """The set's prompts from ``index`` on (cycling), joined by one space, at least ``min_chars`` long.
+    (A space, not a blank line: a word-level language stays in its distribution across the joins.)"""
     if not prompts:
         raise PromptError("the prompt set is empty")
     parts: list[str] = []
@@ -98,9 +99,9 @@ def source_text(prompts: Sequence[str], index: int, min_chars: int) -> str:
     while total < min_chars:
         p = prompts[i % len(prompts)]
         parts.append(p)
-        total += len(p) + 2
+        total += len(p) + 1
         i += 1
-    return "\n\n".join(parts)
+    return " ".join(parts)
 
 
 Tokenize = Callable[[str], list[int]]  # text -> ids, WITHOUT special tokens

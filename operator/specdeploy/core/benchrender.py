@@ -91,6 +91,7 @@ def _override(cr, name: str, variant: Variant):
     cr.spec.replicas = 1
     cr.spec.tuning.enabled = False  # a variant runs with default kernels (tuned ones are keyed to the deployment)
     s = cr.spec.speculation
+    s.guard = None  # variants measure speculation itself: the deployment's guard would switch it off from its limit
     if variant.speculative_tokens is not None:
         s.block_size = variant.speculative_tokens + 1
     if variant.draft_window is not None:

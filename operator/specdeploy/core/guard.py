@@ -39,6 +39,7 @@ REASON_NO_CROSSOVER = "NoCrossover"
 REASON_PAST = "PastCrossover"
 REASON_BELOW = "BelowCrossover"
 REASON_NO_LOAD = "LoadUnknown"
+REASON_TAU = "TauBelowBenchmark"
 MAX_CONCURRENCY = 65536
 
 
@@ -49,6 +50,9 @@ class GuardLimit:
 
     max_concurrency: int | None
     source: str
+    # The lowest tau at which the benchmark measured speculation paying (a band whose best variant beat the
+    # baseline); None: not from a benchmark, or no such band. Live tau below it: no evidence speculation pays.
+    min_paying_tau: float | None = None
 
 
 @dataclass(frozen=True)
@@ -107,20 +111,50 @@ def plan_guard(engine: str, version: str, limit: GuardLimit, num_speculative_tok
     raise AssertionError(f"no renderer for guard switch {key!r}")  # a new row key needs a branch here
 
 
-def past_crossover(running: float | None, limit: GuardLimit | None) -> tuple[bool | None, str, str] | None:
-    """SpeculationProfitable from the engine's live running-requests gauge (summed over the pods of one
-    (the most loaded engine pod: the batch size is per engine) and the guard: None when there is no guard to compare with."""
-    if limit is None or limit.max_concurrency is None:
+def past_crossover(running: float | None, limit: GuardLimit | None, tau: float | None = None
+                   ) -> tuple[bool | None, str, str] | None:
+    """SpeculationProfitable (status, reason, message) from the live running requests of the most loaded engine pod
+    (the batch is per engine), the live tau (None: no drafts in the window) and the guard; None without a guard to
+    compare with. Load past the limit wins over tau. Messages are ``<live figures>; <the guard>``: the part after
+    ``; `` changes only with the guard (``status.profitable_condition`` keeps a verdict's message while it holds)."""
+    if limit is None or (limit.max_concurrency is None and limit.min_paying_tau is None):
         return None
     n = limit.max_concurrency
-    if running is None:
-        return (None, REASON_NO_LOAD, f"no running-requests gauge from the engine yet; the guard says speculation "
-                f"loses from {n} running requests ({limit.source})")
-    shown = f"{running:g}"
-    if running >= n:
-        return (False, REASON_PAST, f"{shown} running requests >= {n}, where speculation stops paying "
-                f"({limit.source}); below that it wins")
-    return (True, REASON_BELOW, f"{shown} running requests < {n}, where speculation stops paying ({limit.source})")
+    where = f"speculation stops paying at {n} running requests per engine ({limit.source})" if n is not None \
+        else f"no load where speculation stops paying ({limit.source})"
+    if n is not None and running is not None and running >= n:
+        return (False, REASON_PAST, f"{running:g} running requests >= {n}; {where}")
+    if tau is not None and limit.min_paying_tau is not None and tau < limit.min_paying_tau:
+        return (False, REASON_TAU, f"live tau {tau:.2f} is below {limit.min_paying_tau:.2f}; the lowest tau at which "
+                f"{limit.source} measured speculation paying")
+    if n is not None and running is None:
+        return (None, REASON_NO_LOAD, f"no running-requests gauge from the engine yet; {where}")
+    live = f"{running:g} running requests < {n}" if n is not None and running is not None else "below the crossover"
+    return (True, REASON_BELOW, f"{live}; {where}")
+
+
+def stable_part(message: str) -> str:
+    """The part of a SpeculationProfitable message that changes only with the guard."""
+    return message.split("; ", 1)[1] if "; " in message else message
+
+
+def _min_paying_tau(status: dict) -> float | None:
+    """The lowest tau of a band's best variant that beat the baseline (status.recommendation.bands joined with
+    status.points); None when no band paid or no tau was measured. Values are bounded, never trusted."""
+    reco = status.get("recommendation") if isinstance(status.get("recommendation"), dict) else {}
+    bands = reco.get("bands") if isinstance(reco.get("bands"), list) else []
+    points = status.get("points") if isinstance(status.get("points"), list) else []
+    taus = {}
+    for p in points[:4096]:
+        if isinstance(p, dict) and isinstance(p.get("tau"), (int, float)) and not isinstance(p.get("tau"), bool) \
+                and 1.0 <= p["tau"] <= 1024:
+            taus[(p.get("variant"), p.get("context"), p.get("concurrency"))] = float(p["tau"])
+    paid = [taus.get((b.get("best"), b.get("context"), b.get("concurrency"))) for b in bands[:4096]
+            if isinstance(b, dict) and b.get("best") not in (None, "baseline")
+            and isinstance(b.get("speedup"), (int, float)) and not isinstance(b.get("speedup"), bool)
+            and b["speedup"] > 1.0]
+    paid = [t for t in paid if t is not None]
+    return min(paid) if paid else None
 
 
 def limit_from_benchmark(name: str, body: Any, deployment: str | None = None
@@ -155,4 +189,4 @@ def limit_from_benchmark(name: str, body: Any, deployment: str | None = None
     source = f"SpeculativeBenchmark {name}"
     if measured and deployment and measured != deployment:
         source += f", measured on {measured[:63]}"
-    return GuardLimit(mc, source), None
+    return GuardLimit(mc, source, _min_paying_tau(status)), None

@@ -32,6 +32,14 @@ dashboards select them like the engines' series):
                                                         tau below it is ``AcceptanceRegressed``
 - ``specdeploy:acceptance_length_over_baseline:ratio``  tau / baseline (1 = as learned)
 
+The speculation guard (``spec.speculation.guard``, core/guard.py), per deployment:
+
+- ``specdeploy:guard_max_concurrency:max``          the guard's limit (the operator's gauge, with ``job``)
+- ``specdeploy:engine_requests_running:max_avg5m``  the most loaded engine's running requests (labels
+                                                    ``namespace, job``), averaged over 5m
+- alert ``SpeculationPastCrossover``: the second at or above the first: the deployment runs where its
+  benchmark measured speculation losing (vLLM >= 0.24 then drafts nothing; SGLang keeps drafting).
+
 Thresholds are recording rules of their own (group ``specdeploy.thresholds``, each
 ``vector(<number>)``): the chart renders that group from values, everything else is
 embedded verbatim.
@@ -61,6 +69,8 @@ ACCEPTED_PER_POSITION = "specdeploy:spec_accepted_tokens_per_position:rate5m"
 BASELINE = "specdeploy:acceptance_baseline:length"
 BASELINE_RATIO = "specdeploy:acceptance_length_over_baseline:ratio"
 REGRESSION_THRESHOLD = "specdeploy:acceptance_regression_threshold:length"
+GUARD = "specdeploy:guard_max_concurrency:max"
+REQUESTS_RUNNING = "specdeploy:engine_requests_running:max_avg5m"
 T_MIN_LENGTH = "specdeploy:threshold:acceptance_min_length"
 T_CLIFF_HIGH = "specdeploy:threshold:cliff_high"
 T_CLIFF_LOW = "specdeploy:threshold:cliff_low"
@@ -71,6 +81,7 @@ G_VLLM = "specdeploy.acceptance.vllm"
 G_SGLANG = "specdeploy.acceptance.sglang"
 G_CLIFF = "specdeploy.acceptance.cliff"
 G_REGRESSION = "specdeploy.acceptance.regression"
+G_GUARD = "specdeploy.guard"
 G_ALERTS = "specdeploy.alerts"
 
 # Alert names.
@@ -80,7 +91,8 @@ A_REGRESSED = "SpecdeployAcceptanceRegressed"
 A_MISSING = "SpeculativeMetricsMissing"
 A_OPERATOR_DOWN = "SpecdeployOperatorDown"
 A_NO_LEADER = "SpecdeployOperatorNoLeader"
-ALERTS = (A_COLLAPSED, A_REGRESSED, A_CLIFF, A_MISSING, A_OPERATOR_DOWN, A_NO_LEADER)
+A_PAST_CROSSOVER = "SpeculationPastCrossover"
+ALERTS = (A_COLLAPSED, A_REGRESSED, A_CLIFF, A_MISSING, A_OPERATOR_DOWN, A_NO_LEADER, A_PAST_CROSSOVER)
 LEADER_METRIC = "specdeploy_leader"  # controller/metrics.py LEADER
 
 
@@ -112,6 +124,7 @@ class RuleParams:
     missing_for: str = "15m"
     operator_down_for: str = "5m"
     no_leader_for: str = field(default_factory=_no_leader_for)
+    crossover_for: str = "15m"
     aggregation: tuple[str, ...] = ("namespace", "job", "model_name")
     # Narrows the engine series the "metrics missing" alert looks at, e.g.
     # 'app_kubernetes_io_managed_by="specdeploy"' once the PodMonitor copies that label.
@@ -210,6 +223,20 @@ def regression_group(p: RuleParams) -> dict:
          "expr": _job(f"{_op(acc.OP_BASELINE)} * (1 - {_op(acc.OP_REGRESSION_FRACTION)})")},
         {"record": BASELINE_RATIO, "expr": _job(f"{_op(acc.OP_LENGTH)} / {_op(acc.OP_BASELINE)}")},
     ]}
+
+
+def guard_group(p: RuleParams) -> dict:
+    running = f'{{__name__=~"{acc.VLLM_REQUESTS_RUNNING}|{acc.SGLANG_REQUESTS_RUNNING}"{"," + p.engine_selector if p.engine_selector else ""}}}'
+    return {"name": G_GUARD, "rules": [
+        {"record": GUARD, "expr": _job(_op(acc.OP_GUARD_MAX_CONCURRENCY))},
+        # the batch is per engine (DP engine, pod): the most loaded one is where speculation loses first
+        {"record": REQUESTS_RUNNING, "expr": f"max by (namespace, job) (avg_over_time({running}[{p.window}]))"},
+    ]}
+
+
+def crossover_expr(p: RuleParams) -> str:
+    """Running requests (5m average of the most loaded engine) at or above the guard: core/guard.past_crossover."""
+    return f"{REQUESTS_RUNNING} >= on (namespace, job) group_left (deployment, engine, drafter) {GUARD}"
 
 
 def regression_expr(p: RuleParams) -> str:
@@ -312,12 +339,26 @@ def alert_group(p: RuleParams) -> dict:
                              "answers. A replica that cannot reach the API server, or Lease RBAC, is the usual "
                              "cause (docs/concepts/high-availability.md)."),
              "runbook_url": _runbook(p, "operator-no-leader")}},
+        {"alert": A_PAST_CROSSOVER,
+         "expr": crossover_expr(p),
+         "for": p.crossover_for, "labels": dict(labels),
+         "annotations": {
+             "summary": "{{ $labels.namespace }}/{{ $labels.deployment }} runs past its speculation crossover",
+             "description": ("The most loaded engine of {{ $labels.namespace }}/{{ $labels.deployment }} "
+                             "({{ $labels.engine }}) averages {{ $value | printf \"%.1f\" }} running requests, at or "
+                             "above spec.speculation.guard's limit, for " + p.crossover_for + ": where its benchmark "
+                             "measured speculation losing throughput. vLLM >= 0.24 drafts nothing at that batch size "
+                             "(num_speculative_tokens_per_batch_size); SGLang keeps drafting. SpeculationProfitable "
+                             "says PastCrossover. Scale out, or rerun the SpeculativeBenchmark if the load is the new "
+                             "normal (docs/how-to/tune-speculation.md)."),
+             "runbook_url": _runbook(p, "past-the-crossover")}},
     ]}
 
 
 def build_groups(params: RuleParams | None = None) -> list[dict[str, Any]]:
     p = params or RuleParams()
-    return [threshold_group(p), vllm_group(p), sglang_group(p), cliff_group(p), regression_group(p), alert_group(p)]
+    return [threshold_group(p), vllm_group(p), sglang_group(p), cliff_group(p), regression_group(p), guard_group(p),
+            alert_group(p)]
 
 
 class _Dumper(yaml.SafeDumper):
