@@ -238,3 +238,29 @@ def test_use_serving_deployment_measures_it_last_without_touching_it():
     st = body["status"]
     assert st["phase"] == "Complete" and st["variants"] == ["baseline", "k3", "serving"]
     assert ("Deployment", NS, "tiny") in api.objs and ("delete", "Deployment", "tiny") not in api.writes
+
+
+def test_the_deployment_going_away_mid_run_fails_and_leaves_nothing_running():
+    api = Api()
+    bc, body = controller(api)
+    step(bc)
+    ready(api, "baseline")
+    step(bc)  # the client Job runs
+    assert ("Job", NS, "tiny-sweep-baseline-client") in api.objs
+    bc.deployments.clear()  # the SpeculativeDeployment was deleted
+    step(bc)
+    cond = body["status"]["conditions"][0]
+    assert body["status"]["phase"] == "Failed" and cond["reason"] == "DeploymentNotFound"
+    left = [k for k in api.objs if k[0] in ("Deployment", "Service", "Job", "ConfigMap")]
+    assert left == [], left
+
+
+def test_ttl_deletes_the_finished_benchmark():
+    api = Api()
+    bc, body = controller(api)
+    body["spec"]["ttlSecondsAfterFinished"] = 60
+    body["status"] = {"phase": "Complete", "finishedAt": "2020-01-01T00:00:00Z"}
+    assert step(bc) is None and api.writes == [("delete", "SpeculativeBenchmark", "tiny-sweep")]
+    api.writes.clear()
+    body["status"]["finishedAt"] = "2999-01-01T00:00:00Z"  # not yet: requeued for the time left
+    assert step(bc) > 60 and api.writes == []

@@ -165,6 +165,9 @@ class BenchmarkController:
         try:
             return await self._step(key, body)
         except Waiting as w:
+            if status.get("phase") == "Running":  # what it measures went away mid-run: stop, leave nothing running
+                await self._fail(key, body, w.reason, f"{w.message} (while variant {status.get('current')})")
+                return None
             await self._status(key, body, {"phase": "Pending", "current": f"waiting: {w.message}"},
                                condition=None)
             return w.delay
@@ -437,8 +440,17 @@ class BenchmarkController:
         return None
 
     async def _fail(self, key: Key, body: dict, reason: str, message: str) -> None:
+        await self._cleanup(*key)
         await self._status(key, body, {"phase": "Failed", "current": None, "finishedAt": now_rfc3339()},
                            condition=("Failed", "True", reason, message))
+
+    async def _cleanup(self, ns: str, bench: str) -> None:
+        """Delete every variant object and client Job of this benchmark (the results ConfigMap stays)."""
+        for kind in ("Job", "Deployment", "Service", "ConfigMap"):
+            for obj in await self.kube.list(kind, ns, f"{BENCH_LABEL}={bench}"):
+                labels = (obj.get("metadata") or {}).get("labels") or {}
+                if labels.get("app.kubernetes.io/component") != "benchmark-results":
+                    await self.kube.delete(kind, ns, obj["metadata"]["name"])
 
     async def _status(self, key: Key, body: dict, fields: dict[str, Any],
                       condition: tuple[str, str, str, str] | None = None) -> None:
