@@ -135,7 +135,7 @@ def test_benchmark_completes_with_a_recommendation(loop):
     assert {p["id"] for p in full["points"]} == {"baseline/c16/n1", "baseline/c16/n2", "k3/c16/n1", "k3/c16/n2"}
     k3 = next(p for p in full["points"] if p["id"] == "k3/c16/n1")
     assert k3["acceptance"]["perPosition"] == [0.75, 0.56, 0.42] and len(k3["outputDigests"]) == 4
-    assert full["variants"] == [{"name": "baseline", "speculation": False},
+    assert full["variantSettings"] == [{"name": "baseline", "speculation": False},
                                 {"name": "k3", "speculation": True, "speculativeTokens": 3}]
 
     # nothing of the variants is left running; the serving Deployment was never touched

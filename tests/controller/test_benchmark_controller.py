@@ -154,6 +154,12 @@ def test_a_benchmark_runs_variant_after_variant_and_completes():
     assert st["conditions"][0]["type"] == "Complete" and st["conditions"][0]["message"] == st["recommendation"]["summary"]
     full = json.loads(api.objs[("ConfigMap", NS, "tiny-sweep-results")]["data"]["results.json"])
     assert len(full["points"]) == 4 and full["recommendation"]["bands"][0]["speedup"] == 1.5
+    # `specdeploy bench report` reads this document as it is
+    from specdeploy.benchreport import load_results, rows
+
+    results, reco = load_results(full)
+    assert [r.variant for r in results] == ["baseline", "k3"] and reco == full["recommendation"]
+    assert [(r.variant, r.equal) for r in rows(results)][2:] == [("k3", True), ("k3", True)]
     n = len(api.writes)
     assert step(bc2) is None and api.writes[n:] == []  # Complete: nothing more
 

@@ -409,7 +409,7 @@ class BenchmarkController:
             p["equalToBaseline"] = eq.get(p["id"])
         reco = recommend(points, order)
         full = {"benchmark": name, "deployment": cr.spec.deployment_ref.name,
-                "variants": [done[v].get("settings") or {"name": v} for v in order],
+                "variantSettings": [done[v].get("settings") or {"name": v} for v in order],
                 "clients": {v: {"client": done[v].get("client"), "clientVersion": done[v].get("clientVersion")} for v in order},
                 "points": points, "recommendation": reco}
         text = json.dumps(full, indent=1, sort_keys=True)
