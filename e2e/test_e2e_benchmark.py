@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -145,6 +146,18 @@ def test_benchmark_completes_with_a_recommendation(loop):
     after = loop.get("deployment", DEP)
     assert after["metadata"]["generation"] == serving["metadata"]["generation"]
     assert after["spec"]["template"] == serving["spec"]["template"]
+
+    # `specdeploy bench report NAME` reads the benchmark and its results ConfigMap with kubectl and writes the plots
+    out_dir = loop.workdir / "report"
+    rep = subprocess.run([str(BIN / "specdeploy"), "bench", "report", NAME, "-n", loop.namespace, "--out", str(out_dir)],
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "KUBECONFIG": loop.cluster.kubeconfig})
+    assert rep.returncode == 0, rep.stderr
+    assert "k3" in rep.stdout and "baseline" in rep.stdout, rep.stdout
+    png = (out_dir / "tokens_per_s.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and int.from_bytes(png[16:20], "big") >= 400  # width in the IHDR chunk
+    svg = (out_dir / "tokens_per_s.svg").read_text()
+    assert "concurrency" in svg.lower() and "tokens/s" in svg.lower()
+    assert (out_dir / "report.html").stat().st_size > 1000
 
     out = loop.cluster.kubectl("get", "specbench", NAME).stdout
     header, row = out.splitlines()[0].split(), out.splitlines()[1].split()
