@@ -164,6 +164,46 @@ def test_benchmark_completes_with_a_recommendation(loop):
     assert header[:5] == ["NAME", "DEPLOYMENT", "PHASE", "PROGRESS", "BEST"] and row[:4] == [NAME, DEP, "Complete", "2/2"]
 
 
+def test_an_operator_restart_mid_variant_continues_where_it_was(loop):
+    """The operator stops while the baseline's client Job runs and starts again: the same variant
+    Deployment and the same Job are waited for (never created twice), and the benchmark completes."""
+    name = "restart"
+    loop.apply(bench(name, concurrency=[1], promptsPerPoint=8, maxOutputTokens=200))
+    job = f"{name}-baseline-client"
+    seen: dict[str, set] = {"job": set(), "deployment": set()}
+
+    def watch(until):
+        def check():
+            for j in loop.get("jobs", "-l", f"specdeploy.io/benchmark={name}")["items"]:
+                if j["metadata"]["name"] == job:
+                    seen["job"].add(j["metadata"]["uid"])
+            for d in loop.get("deployments", "-l", f"specdeploy.io/benchmark={name}")["items"]:
+                if d["metadata"]["name"] == f"{name}-baseline":
+                    seen["deployment"].add(d["metadata"]["uid"])
+            return until()
+        return check
+
+    def client_running():
+        st = loop.get("specbench", name).get("status") or {}
+        return st.get("current") == "baseline: client running" and seen["job"]
+
+    wait_for(watch(client_running), 300, "the baseline's client Job to run", interval=0.3)
+    c = loop.cluster
+    c.stop_operator()
+    c.start_operator(resync_seconds=30, extra_env={"HF_ENDPOINT": str(loop.hub), "SPECDEPLOY_WEBHOOK_PORT": "0",
+                                                   "SPECDEPLOY_ACCEPTANCE_INTERVAL": f"{loop.interval:g}",
+                                                   **loop.operator_env})
+
+    def finished():
+        st = loop.get("specbench", name).get("status") or {}
+        return st if st.get("phase") in ("Complete", "Failed") else None
+
+    st = wait_for(watch(finished), 600, "the benchmark to finish after the restart", interval=0.3)
+    assert st["phase"] == "Complete", st
+    assert len(seen["job"]) == 1 and len(seen["deployment"]) == 1, seen
+    assert [p["variant"] for p in st["points"]] == ["baseline", "k3"]
+
+
 def test_too_many_speculative_tokens_fail_with_the_field(loop):
     loop.apply(bench("toolong", speculativeTokens=[9]))  # the tiny drafter's block size is 4
     st = wait_for(lambda: (s := loop.get("specbench", "toolong").get("status") or {}).get("phase") == "Failed" and s,
