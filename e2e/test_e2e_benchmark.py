@@ -30,7 +30,6 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from specdeploy.dev.harness import BIN, HarnessError, kubectl_available, wait_for
 from specdeploy.dev.realloop import RealLoop, cpu_cr

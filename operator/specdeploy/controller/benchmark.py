@@ -26,7 +26,7 @@ from typing import Any
 
 from ..api import benchmark as B
 from ..api.validation import problems_message, validate as validate_deployment
-from ..core.benchplan import BASELINE, PROMPTS_KEY, BenchPlan, PlanError, Point, Variant, build_client_plan, plan_benchmark
+from ..core.benchplan import BenchPlan, PlanError, Point, Variant, build_client_plan, plan_benchmark
 from ..core.benchreco import equal_to_baseline, recommend
 from ..core.benchrender import (BENCH_LABEL, BenchOwner, build_client_configmap, build_client_job, render_variant,
                                 variant_object_name)
