@@ -18,6 +18,7 @@ running), the results measured so far stay in the ConfigMap.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import logging
@@ -267,9 +268,12 @@ class BenchmarkController:
             raise BenchFailed("DeploymentNotServable", f"SpeculativeDeployment {ref} fails its check: " + "; ".join(
                 f.one_line() for f in error_findings(analysis.findings)))
         d = analysis.derived
+        # the drafter's trained block bounds the sweep, not a blockSize the deployment lowered it to
+        trained = analyze(drafter.doc, target.doc, dataclasses.replace(dcr.spec.options(), block_size=None)).derived
         try:
             plan = plan_benchmark(cr.spec.matrix, engine=dcr.spec.engine.name, engine_version=dcr.spec.engine.version,
-                                  block_size=d.block_size, served_context=d.served_context)
+                                  block_size=(trained or d).block_size, served_context=d.served_context,
+                                  deployment_tokens=d.num_speculative_tokens)
         except PlanError as e:
             raise BenchFailed("InvalidMatrix", str(e)) from None
         if cr.spec.use_serving_deployment:
