@@ -270,3 +270,26 @@ def test_ttl_deletes_the_finished_benchmark():
     api.writes.clear()
     body["status"]["finishedAt"] = "2999-01-01T00:00:00Z"  # not yet: requeued for the time left
     assert step(bc) > 60 and api.writes == []
+
+
+def test_configmap_prompts_travel_with_the_plan_or_fail_naming_the_configmap():
+    api = Api()
+    bc, body = controller(api)
+    body["spec"]["prompts"] = {"configMapRef": {"name": "my-prompts"}}
+    step(bc)
+    ready(api, "baseline")
+    step(bc)
+    cond = body["status"]["conditions"][0]
+    assert cond["reason"] == "PromptsNotFound" and "ConfigMap my-prompts has no key prompts.jsonl" in cond["message"]
+    assert not [k for k in api.objs if k[0] in ("Deployment", "Job")]
+    api = Api()
+    api.objs[("ConfigMap", NS, "my-prompts")] = {"kind": "ConfigMap", "metadata": {"name": "my-prompts"},
+                                                 "data": {"prompts.jsonl": '{"prompt": "hi"}\n'}}
+    bc, body = controller(api)
+    body["spec"]["prompts"] = {"configMapRef": {"name": "my-prompts"}}
+    step(bc)
+    ready(api, "baseline")
+    step(bc)
+    cm = api.objs[("ConfigMap", NS, "tiny-sweep-baseline-plan")]
+    assert cm["data"]["prompts.jsonl"] == '{"prompt": "hi"}\n'
+    assert json.loads(cm["data"]["plan.json"])["prompts"] == {"kind": "file", "path": "/etc/specdeploy/bench/prompts.jsonl"}
