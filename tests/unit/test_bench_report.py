@@ -23,6 +23,26 @@ def results_doc() -> dict:
     return json.loads(RESULTS.read_text())
 
 
+def operator_doc(omit_digests: bool = False) -> dict:
+    """The results.json the operator writes (controller/benchmark.py ``_finish``) from these lines."""
+    from specdeploy.core.benchreco import equal_to_baseline, recommend
+
+    doc = results_doc()
+    order = [v["variant"] for v in doc["variants"]]
+    points = [{**p, "variant": v["variant"]} for v in doc["variants"] for p in v["points"]]
+    eq = equal_to_baseline(points)
+    for p in points:
+        p["equalToBaseline"] = eq.get(p["id"])
+        if omit_digests:
+            p.pop("outputDigests")
+    full = {"benchmark": "tiny-sweep", "deployment": "tiny", "variants": [{"name": v} for v in order],
+            "clients": {v["variant"]: {"client": v["client"], "clientVersion": v["clientVersion"]} for v in doc["variants"]},
+            "points": points, "recommendation": recommend(points, order)}
+    if omit_digests:
+        full["digestsOmitted"] = True
+    return full
+
+
 def test_fixture_is_real_client_output():
     doc = results_doc()
     variants = {v["variant"]: v for v in doc["variants"]}
@@ -48,9 +68,17 @@ def test_rows_speedup_and_greedy_equality():
     assert "NO" in rep.format_table(rs2)
 
 
-@pytest.mark.parametrize("shape", ["variants", "results", "list", "points"])
+@pytest.mark.parametrize("shape", ["variants", "results", "list", "points", "operator", "operator-no-digests"])
 def test_accepted_shapes(shape):
     doc = results_doc()
+    if shape.startswith("operator"):
+        doc = operator_doc(omit_digests=shape.endswith("no-digests"))
+        results, reco = rep.load_results(doc)
+        assert [r.variant for r in results] == ["baseline", "k3"] and results[1].client == "vllm bench serve"
+        assert reco == doc["recommendation"]
+        rs = rep.rows(results, rep.given_equality(doc))
+        assert [r.equal for r in rs if r.variant == "k3"] == [True] * 4  # from digests, or the operator's verdict
+        return
     if shape == "results":
         doc = {"results": doc["variants"]}
     elif shape == "list":
@@ -64,7 +92,8 @@ def test_accepted_shapes(shape):
 @pytest.mark.parametrize("doc, words", [
     ({"nothing": 1}, "no results found"),
     ("text", "must be a JSON object"),
-    ({"variants": []}, "no variant"),
+    ({"variants": []}, "no results found"),
+    ([], "no variant"),
     ({"variants": [{"variant": "k3", "client": "x", "points": [{"id": "a", "context": -1}]}]},
      "variant k3: invalid result at points[0].context"),
     ({"points": [{"id": "a"}]}, "points[0] has no variant"),
