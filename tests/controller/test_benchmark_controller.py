@@ -293,3 +293,18 @@ def test_configmap_prompts_travel_with_the_plan_or_fail_naming_the_configmap():
     cm = api.objs[("ConfigMap", NS, "tiny-sweep-baseline-plan")]
     assert cm["data"]["prompts.jsonl"] == '{"prompt": "hi"}\n'
     assert json.loads(cm["data"]["plan.json"])["prompts"] == {"kind": "file", "path": "/etc/specdeploy/bench/prompts.jsonl"}
+
+
+def test_benchmarks_of_one_deployment_run_one_at_a_time():
+    api = Api()
+    bc, body = controller(api)
+    body["metadata"]["creationTimestamp"] = "2026-01-01T00:00:01Z"
+    other = copy.deepcopy(BENCH)
+    other["metadata"].update({"name": "older", "uid": "u2", "creationTimestamp": "2026-01-01T00:00:00Z"})
+    bc.bodies[(NS, "older")] = other
+    assert step(bc) == 15.0 and body["status"]["phase"] == "Pending"
+    assert "SpeculativeBenchmark older measures SpeculativeDeployment tiny first" in body["status"]["current"]
+    assert not [w for w in api.writes if w[0] in ("apply", "create")]
+    other["status"] = {"phase": "Complete"}
+    step(bc)
+    assert body["status"]["phase"] == "Running"  # the older one finished: this one starts

@@ -192,6 +192,11 @@ class BenchmarkController:
         if cr is None:
             raise BenchFailed("InvalidSpec", problems_message(problems))
         owner = BenchOwner(name, ns, (body.get("metadata") or {}).get("uid"))
+        ahead = self._ahead_of(key, body, cr.spec.deployment_ref.name)
+        if ahead is not None and (body.get("status") or {}).get("phase") != "Running":
+            raise Waiting("AnotherBenchmarkRunning", f"SpeculativeBenchmark {ahead} measures SpeculativeDeployment "
+                          f"{cr.spec.deployment_ref.name} first (one at a time: their engines would share the nodes)",
+                          delay=POLL_SECONDS * 5)
         dcr, target, drafter, plan = await self._plan(ns, cr)
         results = await self.kube.get("ConfigMap", ns, f"{name}-results")
         data = (results or {}).get("data") or {}
@@ -232,6 +237,21 @@ class BenchmarkController:
         return await self._client(key, body, cr, owner, plan, v, progress, image=vo.image, base_url=vo.url(ns),
                                   model=vo.model, engine=vo.engine_config.engine,
                                   engine_version=vo.engine_config.engine_version)
+
+    def _ahead_of(self, key: Key, body: dict, deployment: str) -> str | None:
+        """The name of an unfinished benchmark of the same deployment that goes first (Running, else the
+        oldest by creation time and name), or None: benchmarks of one deployment run one at a time."""
+        mine = ((body.get("metadata") or {}).get("creationTimestamp") or "", key[1])
+        for (ns, name), other in self.bodies.items():
+            if ns != key[0] or name == key[1] or ((other.get("spec") or {}).get("deploymentRef") or {}).get("name") != deployment:
+                continue
+            phase = (other.get("status") or {}).get("phase")
+            if phase in ("Complete", "Failed") or (other.get("metadata") or {}).get("deletionTimestamp"):
+                continue
+            theirs = ((other.get("metadata") or {}).get("creationTimestamp") or "", name)
+            if phase == "Running" or theirs < mine:
+                return name
+        return None
 
     async def _crashing(self, ns: str, deployment: str) -> str | None:
         """A container of the variant's pod that keeps failing (CRASH_RESTARTS restarts), in words; else None."""
