@@ -25,10 +25,15 @@ dev kubelet running the rendered pods as local processes, real Prometheus with t
    outputs equal the target's alone; tokens/s with and without speculation.
 6. The same weights with ``target_layer_ids`` shifted by one: refused (``TargetLayerIdsShifted``,
    the previous workload keeps running), accepted through ``spec.checks.accept``, served with the
-   target's greedy output unchanged, and judged as a new revision against the carried baseline.
+   target's greedy output unchanged; tau drops to well under 3/4 of the carried baseline:
+   ``SpeculationHealthy=False AcceptanceRegressed`` (the message names the carried baseline and
+   its revision), the baseline stays the trained revision's, and Prometheus fires
+   ``SpecdeployAcceptanceRegressed``.
 
 Figures (boot, tokens/s with and without speculation, traffic-to-status latency) are printed and
-written to ``$SPECDEPLOY_E2E_FIGURES`` when set.
+written to ``$SPECDEPLOY_E2E_FIGURES`` when set. ``SPECDEPLOY_E2E_IP_RANGE=FIRST-LAST`` gives the
+dev kubelet's pods other loopback addresses than 127.0.0.2.. (another loop or kubelet on the same
+machine: two engines on one address and port answer each other's probes and traffic).
 """
 
 from __future__ import annotations
@@ -65,7 +70,10 @@ def loop(tmp_path_factory):
         pytest.fail("kubectl is missing")
     if find_exe() is None:
         pytest.fail("prometheus is missing: run bash .ci/install-prometheus")
-    lp = RealLoop(tmp_path_factory.mktemp("vllm-cpu"), trained=True)
+    # pods get 127.0.0.2, .3, ... from the dev kubelet; two loops on one machine (other suites
+    # beside this one) collide there unless one of them takes another range
+    ips = os.environ.get("SPECDEPLOY_E2E_IP_RANGE")
+    lp = RealLoop(tmp_path_factory.mktemp("vllm-cpu"), trained=True, kubelet_args=["--ip-range", ips] if ips else [])
     try:
         lp.start()
     except HarnessError as e:
@@ -272,17 +280,17 @@ def test_live_engine_command_parses_with_vllm_cpu_parser(loop, tmp_path):
 # it (minutes) or copied it from ~/.cache/specdeploy/tiny-trained/<digest>/ (seconds).
 LANG = "lang"
 LANG_TARGET, LANG_DRAFTER, LANG_SHIFTED = "tiny/lang-target", "tiny/lang-dflash", "tiny/lang-dflash-shifted"
-# The floor: the offline replay of the trained pair (tiny-trained.json) gives tau 3.67 at 3
-# speculative tokens; vLLM CPU through the operator measured 3.37 (engine counters), 3.50
-# (status), 3.61 (recording rule), baseline 3.39 (docs/benchmarks.md, "A drafter trained here").
-# 3.0 leaves room for the engine's bf16 arithmetic and the monitor's window, and fails a drafter
-# that does not read its context (the bonus token alone predicts the next word 1 time in 16
-# here: tau ~1.1).
+# The floor: the offline replay of the trained pair (tiny-trained.json) gives tau 3.80 at 3
+# speculative tokens; vLLM CPU through the operator measured 3.72 (engine counters), 3.73
+# (status), 3.71 (recording rule), baseline 3.72 (docs/benchmarks.md, "A drafter trained here";
+# the previous target, trained without the layer penalty: 3.37-3.61). 3.0 leaves room for the
+# engine's bf16 arithmetic and the monitor's window, and fails a drafter that does not read its
+# context (the bonus token alone predicts the next word 1 time in 16 here: tau ~1.1).
 TAU_FLOOR = 3.0
 LANG_BOOT_TIMEOUT = 600  # the 6-layer pair boots in ~60 s alone; 5+ minutes when other suites share the cores
 # The baseline settles within the trained scene's traffic (the defaults, 10 minutes and 1000 drafts,
 # suit production; here a few windows); the shifted ids must then show as a regression.
-# The collapse floor sits below the shifted drafter's tau (offline 1.48; a drafter that reads nothing
+# The collapse floor sits below the shifted drafter's tau (offline 1.46, engine 1.45; a drafter that reads nothing
 # from its context: ~1.07, the bonus token alone predicts the next word 1 time in 16), so that the
 # shifted ids read as what they are against the baseline, AcceptanceRegressed; at the default floor
 # (1.5) the stronger statement, AcceptanceCollapsed, wins (core/baseline.judge).

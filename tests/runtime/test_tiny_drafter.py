@@ -152,3 +152,17 @@ def test_verify_window_on_the_trained_weights(quick):
 def test_verify_window_drafter_needs_target():
     p = run_runtime("verify-window", "--drafter", "/nonexistent")
     assert p.returncode != 0 and "--drafter and --target go together" in p.stderr
+
+
+def test_adjacent_cosine_is_centred_and_the_penalty_is_in_the_spec():
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(2, 7, 16, generator=g)
+    b = torch.randn(2, 7, 16, generator=g)
+    c = tt.adjacent_cosine([a, a + 5.0, 2 * a, b])  # a constant offset and a scale change nothing
+    assert c.shape == (3, 14)
+    assert torch.allclose(c[0], torch.ones(14), atol=1e-5) and torch.allclose(c[1], torch.ones(14), atol=1e-5)
+    assert c[2].abs().mean() < 0.5  # unrelated layers
+    assert tt.adjacent_cosine([a, -a])[0].mean() < -0.99
+    # the shipped recipe decorrelates the target's layers (docs/benchmarks.md: without it a shift costs ~2%)
+    spec = tt.TrainSpec()
+    assert spec.decorrelate > 0 and 0 < spec.decorrelate_from < 1
