@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from specdeploy.dev.harness import HarnessError, kubectl_available, wait_for
+from specdeploy.dev.harness import BIN, HarnessError, kubectl_available, wait_for
 from specdeploy.dev.realloop import VLLM_CPU, RealLoop, cpu_cr
 
 OPTED_IN = os.environ.get("SPECDEPLOY_E2E_VLLM_CPU") == "1"
@@ -115,3 +116,16 @@ def test_benchmark_of_the_trained_pair_on_real_vllm(loop):
     assert all(b["baselineTokensPerSecond"] > 0 and b["speedup"] > 0 for b in reco["bands"])
     wait_for(lambda: not loop.get("deployments", "-l", f"specdeploy.io/benchmark={NAME}")["items"], 120,
              "the variant Deployments to be deleted")
+
+    # the report of the real run (docs/how-to/tune-speculation.md shows one): table, PNG, SVG and HTML
+    out_dir = Path(os.environ.get("SPECDEPLOY_E2E_REPORT_DIR") or loop.workdir / "report")
+    rep = subprocess.run([str(BIN / "specdeploy"), "bench", "report", NAME, "-n", loop.namespace, "--out", str(out_dir)],
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "KUBECONFIG": loop.cluster.kubeconfig})
+    print("\n== specdeploy bench report\n" + rep.stdout + rep.stderr)
+    assert rep.returncode == 0, rep.stderr
+    assert "k3" in rep.stdout and "baseline" in rep.stdout, rep.stdout
+    for name in ("tokens_per_s", "tau"):
+        png = (out_dir / f"{name}.png").read_bytes()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and int.from_bytes(png[16:20], "big") >= 400  # IHDR width
+        assert "concurrency" in (out_dir / f"{name}.svg").read_text().lower()
+    assert (out_dir / "report.html").stat().st_size > 1000
