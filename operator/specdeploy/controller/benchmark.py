@@ -453,6 +453,7 @@ class BenchmarkController:
             "outputTokensPerSecond": _r(p.get("outputTokensPerSecond")),
             "tau": _r((p.get("acceptance") or {}).get("length")),
             "ttftP50Ms": _r((p.get("ttftMs") or {}).get("p50")), "itlP50Ms": _r((p.get("itlMs") or {}).get("p50")),
+            "tpotP50Ms": _r((p.get("tpotMs") or {}).get("p50")),
             "failed": p.get("failed"), "equalToBaseline": p.get("equalToBaseline")}.items() if v is not None}
             for p in points]
         message = reco["summary"]
