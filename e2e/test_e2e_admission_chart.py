@@ -113,3 +113,19 @@ def test_operator_webhooks_and_the_negative_set(chart_cluster):
     p = _apply(c, unknown)
     assert p.returncode != 0
     assert 'strict decoding error: unknown field "spec.replica"' in p.stderr, p.stderr
+
+    # A SpeculativeBenchmark: the schema's defaults and CEL rules, and the webhook's check of what they cannot say
+    bench = {"apiVersion": "specdeploy.io/v1alpha1", "kind": "SpeculativeBenchmark", "metadata": {"name": "sweep"},
+             "spec": {"deploymentRef": {"name": "good"}, "matrix": {"contexts": [64], "concurrency": [1, 4]}}}
+    assert _apply(c, bench).returncode == 0
+    assert c.get_json("specbench", "sweep", "-n", c.namespace)["spec"]["matrix"]["promptsPerPoint"] == 16
+    dup = copy.deepcopy(bench)
+    dup["metadata"]["name"] = "dup"
+    dup["spec"]["matrix"]["concurrency"] = [4, 4]
+    p = _apply(c, dup)
+    assert p.returncode != 0 and "concurrency lists a value twice: list each value once" in p.stderr, p.stderr
+    both = copy.deepcopy(bench)
+    both["metadata"]["name"] = "both"
+    both["spec"]["prompts"] = {"bundled": "code", "generated": {"seed": 1}}
+    p = _apply(c, both)
+    assert p.returncode != 0 and "set exactly one of prompts.bundled" in p.stderr, p.stderr

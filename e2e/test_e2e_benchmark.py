@@ -24,12 +24,12 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from specdeploy.dev.harness import BIN, HarnessError, kubectl_available, wait_for
 from specdeploy.dev.realloop import RealLoop, cpu_cr
@@ -94,21 +94,23 @@ def test_benchmark_completes_with_a_recommendation(loop):
     serving = loop.get("deployment", DEP)
     t0 = time.monotonic()
     loop.apply(bench(NAME))
-    seen = set()
+    seen: set = set()
+    variants: dict = {}
 
     def done():
         st = loop.get("specbench", NAME).get("status") or {}
         seen.add(st.get("phase"))
         for d in loop.get("deployments", "-l", f"specdeploy.io/benchmark={NAME}")["items"]:
             seen.add(d["metadata"]["name"])
-            assert d["metadata"]["ownerReferences"][0]["kind"] == "SpeculativeBenchmark"
-            assert d["metadata"]["labels"]["app.kubernetes.io/component"] == "benchmark-engine"
-        assert st.get("phase") != "Failed", st
-        return st if st.get("phase") == "Complete" else None
+            variants[d["metadata"]["name"]] = (d["metadata"]["ownerReferences"][0]["kind"],
+                                               d["metadata"]["labels"]["app.kubernetes.io/component"])
+        return st if st.get("phase") in ("Complete", "Failed") else None
 
-    st = wait_for(done, 600, "the SpeculativeBenchmark to complete", interval=0.5)
+    st = wait_for(done, 600, "the SpeculativeBenchmark to finish", interval=0.5)
+    assert st["phase"] == "Complete", st
     print(f"benchmark complete in {time.monotonic() - t0:.1f}s")
     assert "Running" in seen and {"sweep-baseline", "sweep-k3"} <= seen
+    assert set(variants.values()) == {("SpeculativeBenchmark", "benchmark-engine")}
     assert st["progress"] == "2/2" and st["variants"] == ["baseline", "k3"]
     assert st["resultsConfigMap"] == f"{NAME}-results"
     cond = next(c for c in st["conditions"] if c["type"] == "Complete")
@@ -133,7 +135,7 @@ def test_benchmark_completes_with_a_recommendation(loop):
     assert {p["id"] for p in full["points"]} == {"baseline/c16/n1", "baseline/c16/n2", "k3/c16/n1", "k3/c16/n2"}
     k3 = next(p for p in full["points"] if p["id"] == "k3/c16/n1")
     assert k3["acceptance"]["perPosition"] == [0.75, 0.56, 0.42] and len(k3["outputDigests"]) == 4
-    assert full["variants"] == [{"name": "baseline", "speculation": False},
+    assert full["variantSettings"] == [{"name": "baseline", "speculation": False},
                                 {"name": "k3", "speculation": True, "speculativeTokens": 3}]
 
     # nothing of the variants is left running; the serving Deployment was never touched
@@ -144,9 +146,61 @@ def test_benchmark_completes_with_a_recommendation(loop):
     assert after["metadata"]["generation"] == serving["metadata"]["generation"]
     assert after["spec"]["template"] == serving["spec"]["template"]
 
+    # `specdeploy bench report NAME` reads the benchmark and its results ConfigMap with kubectl and writes the plots
+    out_dir = loop.workdir / "report"
+    rep = subprocess.run([str(BIN / "specdeploy"), "bench", "report", NAME, "-n", loop.namespace, "--out", str(out_dir)],
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "KUBECONFIG": loop.cluster.kubeconfig})
+    assert rep.returncode == 0, rep.stderr
+    assert "k3" in rep.stdout and "baseline" in rep.stdout, rep.stdout
+    png = (out_dir / "tokens_per_s.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and int.from_bytes(png[16:20], "big") >= 400  # width in the IHDR chunk
+    svg = (out_dir / "tokens_per_s.svg").read_text()
+    assert "concurrency" in svg.lower() and "tokens/s" in svg.lower()
+    assert (out_dir / "report.html").stat().st_size > 1000
+
     out = loop.cluster.kubectl("get", "specbench", NAME).stdout
     header, row = out.splitlines()[0].split(), out.splitlines()[1].split()
     assert header[:5] == ["NAME", "DEPLOYMENT", "PHASE", "PROGRESS", "BEST"] and row[:4] == [NAME, DEP, "Complete", "2/2"]
+
+
+def test_an_operator_restart_mid_variant_continues_where_it_was(loop):
+    """The operator stops while the baseline's client Job runs and starts again: the same variant
+    Deployment and the same Job are waited for (never created twice), and the benchmark completes."""
+    name = "restart"
+    loop.apply(bench(name, concurrency=[1], promptsPerPoint=8, maxOutputTokens=200))
+    job = f"{name}-baseline-client"
+    seen: dict[str, set] = {"job": set(), "deployment": set()}
+
+    def watch(until):
+        def check():
+            for j in loop.get("jobs", "-l", f"specdeploy.io/benchmark={name}")["items"]:
+                if j["metadata"]["name"] == job:
+                    seen["job"].add(j["metadata"]["uid"])
+            for d in loop.get("deployments", "-l", f"specdeploy.io/benchmark={name}")["items"]:
+                if d["metadata"]["name"] == f"{name}-baseline":
+                    seen["deployment"].add(d["metadata"]["uid"])
+            return until()
+        return check
+
+    def client_running():
+        st = loop.get("specbench", name).get("status") or {}
+        return st.get("current") == "baseline: client running" and seen["job"]
+
+    wait_for(watch(client_running), 300, "the baseline's client Job to run", interval=0.3)
+    c = loop.cluster
+    c.stop_operator()
+    c.start_operator(resync_seconds=30, extra_env={"HF_ENDPOINT": str(loop.hub), "SPECDEPLOY_WEBHOOK_PORT": "0",
+                                                   "SPECDEPLOY_ACCEPTANCE_INTERVAL": f"{loop.interval:g}",
+                                                   **loop.operator_env})
+
+    def finished():
+        st = loop.get("specbench", name).get("status") or {}
+        return st if st.get("phase") in ("Complete", "Failed") else None
+
+    st = wait_for(watch(finished), 600, "the benchmark to finish after the restart", interval=0.3)
+    assert st["phase"] == "Complete", st
+    assert len(seen["job"]) == 1 and len(seen["deployment"]) == 1, seen
+    assert [p["variant"] for p in st["points"]] == ["baseline", "k3"]
 
 
 def test_too_many_speculative_tokens_fail_with_the_field(loop):

@@ -32,8 +32,9 @@ dev kubelet running the rendered pods as local processes, real Prometheus with t
 
 Figures (boot, tokens/s with and without speculation, traffic-to-status latency) are printed and
 written to ``$SPECDEPLOY_E2E_FIGURES`` when set. ``SPECDEPLOY_E2E_IP_RANGE=FIRST-LAST`` gives the
-dev kubelet's pods other loopback addresses than 127.0.0.2.. (another loop or kubelet on the same
-machine: two engines on one address and port answer each other's probes and traffic).
+dev kubelet's pods other loopback addresses than 127.0.0.2.. (every RealLoop scene honours it: another
+loop or kubelet on the same machine would put two engines on one address and port, each answering the
+other's probes and traffic).
 """
 
 from __future__ import annotations
@@ -70,10 +71,8 @@ def loop(tmp_path_factory):
         pytest.fail("kubectl is missing")
     if find_exe() is None:
         pytest.fail("prometheus is missing: run bash .ci/install-prometheus")
-    # pods get 127.0.0.2, .3, ... from the dev kubelet; two loops on one machine (other suites
-    # beside this one) collide there unless one of them takes another range
-    ips = os.environ.get("SPECDEPLOY_E2E_IP_RANGE")
-    lp = RealLoop(tmp_path_factory.mktemp("vllm-cpu"), trained=True, kubelet_args=["--ip-range", ips] if ips else [])
+    # SPECDEPLOY_E2E_IP_RANGE (RealLoop): another range of pod addresses, beside another loop
+    lp = RealLoop(tmp_path_factory.mktemp("vllm-cpu"), trained=True)
     try:
         lp.start()
     except HarnessError as e:

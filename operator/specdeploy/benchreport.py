@@ -137,8 +137,8 @@ def _f(x: float | None, digits: int = 1) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
-COLUMNS = ("VARIANT", "CONTEXT", "CONC", "DONE", "TOK/S", "SPEEDUP", "TTFT P50", "TTFT P99", "ITL P50", "TAU",
-           "EQUAL")
+COLUMNS = ("VARIANT", "CONTEXT", "CONC", "DONE", "TOK/S", "SPEEDUP", "TTFT P50", "TTFT P99", "TPOT P50", "ITL P50",
+           "TAU", "EQUAL")
 
 
 def table_rows(rs: list[Row]) -> list[list[str]]:
@@ -147,7 +147,7 @@ def table_rows(rs: list[Row]) -> list[list[str]]:
         p = r.point
         out.append([r.variant, str(p.context), str(p.concurrency), f"{p.completed}/{p.completed + p.failed}",
                     _f(p.output_tokens_per_second), "-" if r.speedup is None else f"{r.speedup:.2f}x",
-                    _f(p.ttft_ms.p50), _f(p.ttft_ms.p99), _f(p.itl_ms.p50, 2),
+                    _f(p.ttft_ms.p50), _f(p.ttft_ms.p99), _f(p.tpot_ms.p50 if p.tpot_ms else None, 2), _f(p.itl_ms.p50, 2),
                     _f(p.acceptance.length if p.acceptance else None, 2),
                     {True: "yes", False: "NO", None: "-"}[r.equal]])
     return out

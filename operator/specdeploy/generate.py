@@ -76,12 +76,10 @@ def _walk(schema: dict, path: str, rows: list, required: bool) -> None:
             _walk(sub, f"{path}[].{name}", rows, name in set(schema["items"].get("required", [])))
 
 
-def render_api_md() -> str:
-    root = build_openapi_schema()
-    out = [GENERATED.format(src="operator/specdeploy/api/types.py"),
-           "# API reference: SpeculativeDeployment (specdeploy.io/v1alpha1)\n",
-           "Short name `specdeploy`. Namespaced. Status and scale subresources. "
-           "JSON field names are camelCase. The CRD in `crds/` is generated from the same types.\n"]
+def _render_kind_md(root: dict, src: str, title: str, intro: str, nested: str, columns: list[dict]) -> str:
+    """One kind's API reference: spec and status tables, its CEL rules (object, spec and
+    ``spec.<nested>``) and its printer columns, from the same schema the CRD is built from."""
+    out = [GENERATED.format(src=src), f"# API reference: {title} (specdeploy.io/v1alpha1)\n", intro]
     for top in ("spec", "status"):
         rows: list = []
         _walk(root["properties"][top], top, rows, top == "spec")
@@ -94,12 +92,20 @@ def render_api_md() -> str:
     spec = root["properties"]["spec"]
     for rule in spec.get("x-kubernetes-validations", []):
         out.append(f"- `spec`: {rule['message']}")
-    for rule in spec["properties"]["speculation"].get("x-kubernetes-validations", []):
-        out.append(f"- `spec.speculation`: {rule['message']}")
+    for rule in spec["properties"][nested].get("x-kubernetes-validations", []):
+        out.append(f"- `spec.{nested}`: {rule['message']}")
     out.append("\n## Printer columns\n\n| column | JSONPath | shown |\n|---|---|---|")
-    for c in PRINTER_COLUMNS:
+    for c in columns:
         out.append(f"| {c['name']} | `{_cell(c['jsonPath'])}` | {'-o wide' if c.get('priority') else 'always'} |")
     return "\n".join(out) + "\n"
+
+
+def render_api_md() -> str:
+    return _render_kind_md(
+        build_openapi_schema(), "operator/specdeploy/api/types.py", "SpeculativeDeployment",
+        "Short name `specdeploy`. Namespaced. Status and scale subresources. "
+        "JSON field names are camelCase. The CRD in `crds/` is generated from the same types.\n",
+        "speculation", PRINTER_COLUMNS)
 
 
 def render_engines_md() -> str:
@@ -295,29 +301,11 @@ def render_chart_bench_crd() -> str:
 def render_bench_api_md() -> str:
     from .api.crd import BENCH_PRINTER_COLUMNS, build_bench_openapi_schema
 
-    root = build_bench_openapi_schema()
-    out = [GENERATED.format(src="operator/specdeploy/api/benchmark.py"),
-           "# API reference: SpeculativeBenchmark (specdeploy.io/v1alpha1)\n",
-           "Short name `specbench`. Namespaced. Status subresource. JSON field names are camelCase. The CRD in "
-           "`crds/` is generated from the same types. How it runs: [benchmarks](../concepts/benchmarks.md).\n"]
-    for top in ("spec", "status"):
-        rows: list = []
-        _walk(root["properties"][top], top, rows, top == "spec")
-        out.append(f"\n## {top}\n\n| field | type | required | default | description | constraints |\n|---|---|---|---|---|---|")
-        for r in rows[1:]:
-            out.append("| `" + r[0] + "` | " + " | ".join(_cell(x) for x in r[1:]) + " |")
-    out.append("\n## Object-level rules (CEL, enforced by the API server)\n")
-    for rule in root.get("x-kubernetes-validations", []):
-        out.append(f"- `metadata`: {rule['message']}")
-    spec = root["properties"]["spec"]
-    for rule in spec.get("x-kubernetes-validations", []):
-        out.append(f"- `spec`: {rule['message']}")
-    for rule in spec["properties"]["matrix"].get("x-kubernetes-validations", []):
-        out.append(f"- `spec.matrix`: {rule['message']}")
-    out.append("\n## Printer columns\n\n| column | JSONPath | shown |\n|---|---|---|")
-    for c in BENCH_PRINTER_COLUMNS:
-        out.append(f"| {c['name']} | `{_cell(c['jsonPath'])}` | {'-o wide' if c.get('priority') else 'always'} |")
-    return "\n".join(out) + "\n"
+    return _render_kind_md(
+        build_bench_openapi_schema(), "operator/specdeploy/api/benchmark.py", "SpeculativeBenchmark",
+        "Short name `specbench`. Namespaced. Status subresource. JSON field names are camelCase. The CRD in "
+        "`crds/` is generated from the same types. How it runs: [benchmarks](../concepts/benchmarks.md).\n",
+        "matrix", BENCH_PRINTER_COLUMNS)
 
 
 def _schema_rows(schema: dict, path: str, rows: list) -> None:

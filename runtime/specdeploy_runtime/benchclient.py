@@ -517,9 +517,23 @@ def load_plan(path: str) -> BenchPlan:
     except ValueError as e:
         raise BenchError(f"plan {path} is not valid JSON: {e}") from None
     try:
-        return validate_plan(doc)
+        plan = validate_plan(doc)
     except BenchResultError as e:
         raise BenchError(f"plan {path}: {e}") from None
+    return _prompts_beside(plan, path)
+
+
+def _prompts_beside(plan: BenchPlan, plan_path: str) -> BenchPlan:
+    """The operator mounts the prompts file and the plan from one ConfigMap (same directory). Where the
+    plan's absolute prompts path does not exist but a file of that name sits beside the plan (a runtime
+    that mounts volumes elsewhere: the dev kubelet's volume directories), that file is read."""
+    p = plan.prompts
+    if p.kind != "file" or not p.path or os.path.exists(p.path):
+        return plan
+    beside = os.path.join(os.path.dirname(os.path.abspath(plan_path)), os.path.basename(p.path))
+    if not os.path.isfile(beside):
+        return plan
+    return plan.model_copy(update={"prompts": p.model_copy(update={"path": beside})})
 
 
 def warm_up(plan: BenchPlan) -> None:

@@ -195,7 +195,7 @@ def test_webhook_service_and_configurations():
             {"key": "kubernetes.io/metadata.name", "operator": "In", "values": [NAMESPACE]}]}
         assert "objectSelector" not in wh
         assert wh["rules"] == [{"apiGroups": ["specdeploy.io"], "apiVersions": ["v1alpha1"],
-                                "operations": ["CREATE", "UPDATE"], "resources": ["speculativedeployments"],
+                                "operations": ["CREATE", "UPDATE"], "resources": ["speculativedeployments", "speculativebenchmarks"],
                                 "scope": "Namespaced"}]
 
 

@@ -86,6 +86,10 @@ def _calls() -> dict[str, set[tuple]]:
         "BenchmarkController._client:apply": {(*gr("ConfigMap"), v, "watched") for v in ("create", "patch")},
         "BenchmarkController._client:create": {(*gr("Job"), "create", "watched")},
         "BenchmarkController._client_log:list": {(*gr("Pod"), "list", "watched")},
+        "BenchmarkController._crashing:list": {(*gr("Pod"), "list", "watched")},
+        "BenchmarkController._cleanup:list": {(*gr(k), "list", "watched") for k in ("Job", "Deployment", "Service", "ConfigMap")},
+        "BenchmarkController._cleanup:delete": {(*gr(k), "delete", "watched")
+                                                for k in ("Job", "Deployment", "Service", "ConfigMap")},
         "BenchmarkController._client_log:log": {("", "pods/log", "get", "watched")},
         "BenchmarkController._record:get": {(*gr("ConfigMap"), "get", "watched")},
         "BenchmarkController._record:apply": {(*gr("ConfigMap"), v, "watched") for v in ("create", "patch")},

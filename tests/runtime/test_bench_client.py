@@ -353,3 +353,16 @@ def test_bad_prompt_file_fails_the_run_with_the_line(tmp_path):
         p = run_cli(plan_doc(baseUrl=eng.url, metricsUrl=eng.url + "/metrics",
                              prompts={"kind": "file", "path": str(bad)}), tmp_path)
     assert p.returncode == 1 and "line 2" in p.stderr and '"prompt"' in p.stderr
+
+
+def test_prompts_file_beside_the_plan_when_its_mount_path_is_elsewhere(tmp_path):
+    """The operator mounts plan.json and prompts.jsonl from one ConfigMap at /etc/specdeploy/bench; a runtime
+    that puts the volume elsewhere (the dev kubelet) has the file beside the plan, not at the plan's path."""
+    (tmp_path / "prompts.jsonl").write_text('{"prompt": "alpha beta"}\n{"prompt": "gamma delta"}\n')
+    (tmp_path / "plan.json").write_text(json.dumps(plan_doc(prompts={"kind": "file",
+                                                                      "path": "/etc/specdeploy/bench/prompts.jsonl"})))
+    plan = bc.load_plan(str(tmp_path / "plan.json"))
+    assert plan.prompts.path == str(tmp_path / "prompts.jsonl")
+    assert bc.load_prompt_set(plan) == ["alpha beta", "gamma delta"]
+    (tmp_path / "prompts.jsonl").unlink()  # nothing beside it either: the path stays, the run says which file
+    assert bc.load_plan(str(tmp_path / "plan.json")).prompts.path == "/etc/specdeploy/bench/prompts.jsonl"

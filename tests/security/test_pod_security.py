@@ -160,6 +160,22 @@ def rendered_pods() -> tuple[dict[str, dict], list[str], list[str]]:
     for role, tmpl in pod_templates(job):
         pods[f"inspector-{role}"] = {"apiVersion": "v1", "kind": "Pod",
                                      "metadata": {"name": "inspector", "namespace": "models"}, "spec": tmpl["spec"]}
+    # a SpeculativeBenchmark's variant engines (speculation off and overridden) and its client Job
+    from specdeploy.core.benchplan import Variant
+    from specdeploy.core.benchrender import BenchOwner, build_client_job, render_variant
+
+    owner = BenchOwner("sweep", "models", "0b6c7a52-5d0e-4a55-9f57-3c3c1c7d0a12")
+    for v in (Variant("baseline", False), Variant("k3", True, 3)):
+        vo = render_variant(variant(q), qt, qd, owner, v)
+        done.append(f"benchmark/{v.name}")
+        for obj in vo.objects:
+            for role, tmpl in pod_templates(obj):
+                pods[f"bench-{v.name}-{role}"] = {"apiVersion": "v1", "kind": "Pod",
+                                                  "metadata": {"name": f"bench-{v.name}", "namespace": "models"},
+                                                  "spec": tmpl["spec"]}
+    for role, tmpl in pod_templates(build_client_job(owner, "k3", eng.get_engine("vllm").default_image("0.33.0"))):
+        pods[f"bench-client-{role}"] = {"apiVersion": "v1", "kind": "Pod",
+                                        "metadata": {"name": "bench-client", "namespace": "models"}, "spec": tmpl["spec"]}
     return pods, done, refused
 
 
@@ -236,7 +252,8 @@ def test_every_example_is_rendered_for_both_engines_and_both_pools(scan):
     unexpected = [r for r in scan["refused"] if "EngineNoCpuBuild" not in r
                   and not (r.startswith("qwen3.6-27b-b300-vllm/vllm/cpu") and "MixedLayersUnsupported" in r)]
     assert not unexpected, unexpected
-    assert {"multinode/vllm", "multinode/sglang", "pvc-token/vllm", "tuning-configmap/sglang", "tuning-pvc/sglang"} <= done
+    assert {"multinode/vllm", "multinode/sglang", "pvc-token/vllm", "tuning-configmap/sglang", "tuning-pvc/sglang",
+            "benchmark/baseline", "benchmark/k3"} <= done
     kinds = {n.rsplit("-", 1)[-1] for n in scan["pods"]}
     assert {"deployment", "leader", "worker", "job"} <= kinds, kinds
 

@@ -141,3 +141,11 @@ def test_every_example_benchmark_validates():
         assert cr is not None, problems
         plan = plan_benchmark(cr.spec.matrix, engine="vllm", engine_version="0.32.0", block_size=4, served_context=2048)
         assert plan.variants[0].name == "baseline" and len(plan.points) <= 64
+
+
+def test_the_drafters_block_bounds_the_sweep_and_the_deployments_own_tokens_are_the_default():
+    plan = plan_benchmark(matrix(), engine="vllm", engine_version="0.32.0", block_size=16, deployment_tokens=3)
+    assert [v.name for v in plan.variants] == ["baseline", "k3"] and plan.variants[1].speculative_tokens is None
+    plan = plan_benchmark(matrix(speculativeTokens=[3, 15]), engine="vllm", engine_version="0.32.0", block_size=16,
+                          deployment_tokens=3)
+    assert [v.name for v in plan.variants] == ["baseline", "k3", "k15"]

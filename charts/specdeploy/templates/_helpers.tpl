@@ -251,9 +251,10 @@ objectSelector:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 rules:
+  # SpeculativeBenchmarks are validated only (controller/admission._benchmark_review); /mutate admits them unchanged
   - apiGroups: ["specdeploy.io"]
     apiVersions: ["v1alpha1"]
     operations: ["CREATE", "UPDATE"]
-    resources: ["speculativedeployments"]
+    resources: ["speculativedeployments", "speculativebenchmarks"]
     scope: Namespaced
 {{- end }}

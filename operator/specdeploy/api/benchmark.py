@@ -185,7 +185,12 @@ class PointSummary(_Model):
     tau: Optional[float] = Field(default=None, description="Acceptance length (tokens per step, bonus included) from "
                                  "the engine's counters over the point; none for the baseline.")
     ttft_p50_ms: Optional[float] = Field(default=None, description="Median time to first token (ms).")
-    itl_p50_ms: Optional[float] = Field(default=None, description="Median inter-token latency (ms).")
+    itl_p50_ms: Optional[float] = Field(default=None, description="Median inter-token latency (ms): the gap between "
+                                        "streamed chunks, as the engines' own clients measure it. Chunks that arrive "
+                                        "together (several tokens of one speculative step, or a stream the client "
+                                        "reads behind) count as gaps near 0: read `tpotP50Ms` for the per-token cost.")
+    tpot_p50_ms: Optional[float] = Field(default=None, description="Median time per output token after the first "
+                                         "(ms): (latency - TTFT) / (output tokens - 1) per request.")
     failed: Optional[int] = Field(default=None, description="Requests that failed.")
     equal_to_baseline: Optional[bool] = Field(default=None, description="Greedy outputs equal the baseline's at the "
                                               "same point (none without a baseline).")

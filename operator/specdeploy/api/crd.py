@@ -110,44 +110,34 @@ PRINTER_COLUMNS = [
 ]
 
 
-def build_crd() -> dict[str, Any]:
+def _crd(name: str, kind: str, plural: str, singular: str, short_names: tuple[str, ...], categories: list[str],
+         schema: dict[str, Any], subresources: dict[str, Any], columns: list[dict]) -> dict[str, Any]:
+    names: dict[str, Any] = {"kind": kind, "listKind": f"{kind}List", "plural": plural, "singular": singular,
+                             "shortNames": list(short_names)}
+    if categories:
+        names["categories"] = categories
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {
-            "name": CRD_NAME,
+            "name": name,
             "labels": {"app.kubernetes.io/name": "specdeploy", "app.kubernetes.io/part-of": "specdeploy"},
         },
         "spec": {
             "group": API_GROUP,
             "scope": "Namespaced",
-            "names": {
-                "kind": KIND,
-                "listKind": f"{KIND}List",
-                "plural": PLURAL,
-                "singular": SINGULAR,
-                "shortNames": list(SHORT_NAMES),
-                "categories": ["all", "specdeploy"],
-            },
-            "versions": [
-                {
-                    "name": API_VERSION,
-                    "served": True,
-                    "storage": True,
-                    "schema": {"openAPIV3Schema": build_openapi_schema()},
-                    "subresources": {
-                        "status": {},
-                        "scale": {
-                            "specReplicasPath": ".spec.replicas",
-                            "statusReplicasPath": ".status.replicas",
-                            "labelSelectorPath": ".status.selector",
-                        },
-                    },
-                    "additionalPrinterColumns": PRINTER_COLUMNS,
-                }
-            ],
+            "names": names,
+            "versions": [{"name": API_VERSION, "served": True, "storage": True,
+                          "schema": {"openAPIV3Schema": schema}, "subresources": subresources,
+                          "additionalPrinterColumns": columns}],
         },
     }
+
+
+def build_crd() -> dict[str, Any]:
+    return _crd(CRD_NAME, KIND, PLURAL, SINGULAR, SHORT_NAMES, ["all", "specdeploy"], build_openapi_schema(),
+                {"status": {}, "scale": {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
+                                         "labelSelectorPath": ".status.selector"}}, PRINTER_COLUMNS)
 
 
 def render_crd_yaml() -> str:
@@ -196,37 +186,10 @@ def build_bench_openapi_schema() -> dict[str, Any]:
 
 
 def build_bench_crd() -> dict[str, Any]:
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {
-            "name": BENCH_CRD_NAME,
-            "labels": {"app.kubernetes.io/name": "specdeploy", "app.kubernetes.io/part-of": "specdeploy"},
-        },
-        "spec": {
-            "group": API_GROUP,
-            "scope": "Namespaced",
-            "names": {
-                "kind": B.BENCH_KIND,
-                "listKind": f"{B.BENCH_KIND}List",
-                "plural": B.BENCH_PLURAL,
-                "singular": B.BENCH_SINGULAR,
-                "shortNames": list(B.BENCH_SHORT_NAMES),
-                # No category: kubectl expands a category before it tries short names, so a second kind
-                # in `specdeploy` would turn `kubectl get specdeploy NAME` into two resources (an error).
-            },
-            "versions": [
-                {
-                    "name": API_VERSION,
-                    "served": True,
-                    "storage": True,
-                    "schema": {"openAPIV3Schema": build_bench_openapi_schema()},
-                    "subresources": {"status": {}},
-                    "additionalPrinterColumns": BENCH_PRINTER_COLUMNS,
-                }
-            ],
-        },
-    }
+    # No category: kubectl expands a category before it tries short names, so a second kind in
+    # `specdeploy` would turn `kubectl get specdeploy NAME` into two resources (an error).
+    return _crd(BENCH_CRD_NAME, B.BENCH_KIND, B.BENCH_PLURAL, B.BENCH_SINGULAR, B.BENCH_SHORT_NAMES, [],
+                build_bench_openapi_schema(), {"status": {}}, BENCH_PRINTER_COLUMNS)
 
 
 def render_bench_crd_yaml() -> str:

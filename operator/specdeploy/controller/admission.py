@@ -38,6 +38,8 @@ import pydantic
 from pydantic import BaseModel
 
 from .. import API_GROUP, API_VERSION, KIND
+from ..api.benchmark import BENCH_KIND, BENCH_PLURAL
+from ..api.benchmark import validate as validate_benchmark
 from ..api.types import SpeculativeDeployment, SpeculativeDeploymentSpec
 from ..api.validation import parse as parse_spec
 from ..core.checker import Options, analyze, check_options
@@ -137,6 +139,7 @@ class Request:
     sub_resource: str
     dry_run: bool
     extra: dict = field(default_factory=dict)
+    kind: str = KIND  # SpeculativeDeployment, or SpeculativeBenchmark (validated only: _benchmark_review)
 
 
 def _parse_body(body: Any, webhook: str) -> Request | dict:
@@ -179,13 +182,14 @@ def _parse_body(body: Any, webhook: str) -> Request | dict:
     if not isinstance(kind, dict):
         return malformed(uid, "request.kind is missing or not an object ({group, version, kind})")
     resource = req.get("resource") if isinstance(req.get("resource"), dict) else {}
+    reviewed = "speculativedeployments and speculativebenchmarks"
     if sub:  # status or scale (request.kind is then e.g. autoscaling/v1 Scale): not reviewed
-        if resource and resource.get("resource") not in (None, "speculativedeployments"):
+        if resource and resource.get("resource") not in (None, "speculativedeployments", BENCH_PLURAL):
             return malformed(uid, f"request.resource is {_short(resource)}: this webhook reviews "
-                                  "speculativedeployments only; fix the rules of the webhook configuration")
-    elif kind.get("group") != API_GROUP or kind.get("kind") != KIND or kind.get("version") != API_VERSION:
+                                  f"{reviewed} only; fix the rules of the webhook configuration")
+    elif kind.get("group") != API_GROUP or kind.get("kind") not in (KIND, BENCH_KIND) or kind.get("version") != API_VERSION:
         return malformed(uid, f"request.kind is {_short(kind)}: this webhook reviews {API_GROUP}/{API_VERSION} {KIND} "
-                              "only; fix the rules of the webhook configuration")
+                              f"and {BENCH_KIND} only; fix the rules of the webhook configuration")
     dry = req.get("dryRun", False)
     if dry is not None and not isinstance(dry, bool):
         return malformed(uid, "request.dryRun is not a boolean")
@@ -205,8 +209,9 @@ def _parse_body(body: Any, webhook: str) -> Request | dict:
         name = meta.get("name") if isinstance(meta.get("name"), str) else ""
         if not name and isinstance(meta.get("generateName"), str):
             name = meta["generateName"] + "(generated)"
+    is_bench = (kind.get("kind") == BENCH_KIND) if not sub else (resource.get("resource") == BENCH_PLURAL)
     return Request(uid=uid, webhook=webhook, operation=op, namespace=ns or "default", name=name, obj=obj, old=old,
-                   sub_resource=sub, dry_run=bool(dry))
+                   sub_resource=sub, dry_run=bool(dry), kind=BENCH_KIND if is_bench else KIND)
 
 
 def _short(v: Any) -> str:
@@ -267,13 +272,13 @@ def _parse_cr(req: Request) -> tuple[SpeculativeDeployment | None, list[tuple[st
 
 
 def _rejection(req: Request, problems: list[tuple[str, str, str]], header_extra: str = "") -> dict:
-    who = f"{KIND} {req.namespace}/{req.name}" if req.name else KIND
+    who = f"{req.kind} {req.namespace}/{req.name}" if req.name else req.kind
     lines = [f"{who} is invalid ({len(problems)} error{'s' if len(problems) != 1 else ''}){header_extra}:"]
     for path, msg, code in problems:
         lines.append(f"- {path}: {msg} [{code}]")
     message = _clip("\n".join(lines), MESSAGE_MAX)
     causes = [{"field": p, "message": _clip(m, 1024), "reason": "FieldValueInvalid"} for p, m, _ in problems[:100]]
-    details: dict[str, Any] = {"group": API_GROUP, "kind": KIND, "causes": causes}
+    details: dict[str, Any] = {"group": API_GROUP, "kind": req.kind, "causes": causes}
     if req.name:
         details["name"] = req.name
     return _response(req.uid, False, status={"status": "Failure", "code": 422, "reason": "Invalid",
@@ -439,10 +444,34 @@ def _mutate(req: Request) -> dict:
 # ----------------------------------------------------------------- drivers
 
 
+def _benchmark_review(req: Request) -> dict:
+    """A SpeculativeBenchmark: validated (api/benchmark.validate, the words the operator's status uses),
+    never mutated (its defaults are the CRD schema's). Subresources, DELETE and objects being deleted pass;
+    an update that leaves an invalid spec unchanged passes with warnings (the spec is immutable anyway)."""
+    if req.webhook == "mutate" or req.operation in ("DELETE", "CONNECT") or req.sub_resource:
+        return _response(req.uid, True)
+    meta = req.obj.get("metadata")
+    if isinstance(meta, dict) and meta.get("deletionTimestamp"):
+        return _response(req.uid, True)
+    obj = dict(req.obj)
+    if isinstance(meta, dict) and not meta.get("name") and req.name:
+        obj["metadata"] = {**meta, "name": req.name}
+    _, problems = validate_benchmark(obj)
+    if not problems:
+        return _response(req.uid, True)
+    triples = [(p.path, p.message, p.code) for p in problems]
+    if req.operation == "UPDATE" and isinstance(req.old, dict) and req.old.get("spec") == req.obj.get("spec"):
+        return _response(req.uid, True, warnings=[_clip(_clean(f"{p}: {m} (spec unchanged by this update)"), WARNING_MAX)
+                                                  for p, m, _ in triples][:20])
+    return _rejection(req, triples)
+
+
 def _start(body: Any, webhook: str, policy: TenancyPolicy | None = None) -> tuple[Request | None, dict | _Flow]:
     parsed = _parse_body(body, webhook)
     if isinstance(parsed, dict):
         return None, parsed
+    if parsed.kind == BENCH_KIND:
+        return parsed, _benchmark_review(parsed)
     if parsed.webhook == "mutate":
         return parsed, _mutate(parsed)
     return parsed, _validate_flow(parsed, policy)

@@ -18,6 +18,7 @@ running), the results measured so far stay in the ConfigMap.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import logging
@@ -26,7 +27,7 @@ from typing import Any
 
 from ..api import benchmark as B
 from ..api.validation import problems_message, validate as validate_deployment
-from ..core.benchplan import BASELINE, PROMPTS_KEY, BenchPlan, PlanError, Point, Variant, build_client_plan, plan_benchmark
+from ..core.benchplan import BenchPlan, PlanError, Point, Variant, build_client_plan, plan_benchmark
 from ..core.benchreco import equal_to_baseline, recommend
 from ..core.benchrender import (BENCH_LABEL, BenchOwner, build_client_configmap, build_client_job, render_variant,
                                 variant_object_name)
@@ -46,6 +47,7 @@ POLL_SECONDS = float(os.environ.get("SPECDEPLOY_BENCH_POLL_SECONDS", "3"))
 READY_DEADLINE = float(os.environ.get("SPECDEPLOY_BENCH_READY_SECONDS", "3600"))  # a variant's engine start
 CLIENT_DEADLINE = float(os.environ.get("SPECDEPLOY_BENCH_CLIENT_SECONDS", str(6 * 3600)))
 LOG_TAIL_LINES = 2000
+CRASH_RESTARTS = int(os.environ.get("SPECDEPLOY_BENCH_CRASH_RESTARTS", "3"))  # a variant container failing this often fails the benchmark
 CONFIGMAP_BUDGET = 900 * 1024  # a ConfigMap holds ~1 MiB
 CONDITIONS = ("Complete", "Failed")
 
@@ -164,6 +166,9 @@ class BenchmarkController:
         try:
             return await self._step(key, body)
         except Waiting as w:
+            if status.get("phase") == "Running":  # what it measures went away mid-run: stop, leave nothing running
+                await self._fail(key, body, w.reason, f"{w.message} (while variant {status.get('current')})")
+                return None
             await self._status(key, body, {"phase": "Pending", "current": f"waiting: {w.message}"},
                                condition=None)
             return w.delay
@@ -187,6 +192,11 @@ class BenchmarkController:
         if cr is None:
             raise BenchFailed("InvalidSpec", problems_message(problems))
         owner = BenchOwner(name, ns, (body.get("metadata") or {}).get("uid"))
+        ahead = self._ahead_of(key, body, cr.spec.deployment_ref.name)
+        if ahead is not None and (body.get("status") or {}).get("phase") != "Running":
+            raise Waiting("AnotherBenchmarkRunning", f"SpeculativeBenchmark {ahead} measures SpeculativeDeployment "
+                          f"{cr.spec.deployment_ref.name} first (one at a time: their engines would share the nodes)",
+                          delay=POLL_SECONDS * 5)
         dcr, target, drafter, plan = await self._plan(ns, cr)
         results = await self.kube.get("ConfigMap", ns, f"{name}-results")
         data = (results or {}).get("data") or {}
@@ -215,6 +225,10 @@ class BenchmarkController:
         ready = int(((dep.get("status") or {}).get("readyReplicas")) or 0) >= 1
         stage_age = _age((body.get("status") or {}).get("startedAt"))
         if not ready:
+            crash = await self._crashing(ns, vo.name)
+            if crash:
+                await self._delete_variant(ns, name, v.name)
+                raise BenchFailed("VariantCrashing", f"variant {v.name}: {crash}")
             if stage_age > READY_DEADLINE:
                 await self._delete_variant(ns, name, v.name)
                 raise BenchFailed("VariantNotReady", f"variant {v.name}: Deployment {vo.name} not Ready after "
@@ -223,6 +237,36 @@ class BenchmarkController:
         return await self._client(key, body, cr, owner, plan, v, progress, image=vo.image, base_url=vo.url(ns),
                                   model=vo.model, engine=vo.engine_config.engine,
                                   engine_version=vo.engine_config.engine_version)
+
+    def _ahead_of(self, key: Key, body: dict, deployment: str) -> str | None:
+        """The name of an unfinished benchmark of the same deployment that goes first (Running, else the
+        oldest by creation time and name), or None: benchmarks of one deployment run one at a time."""
+        mine = ((body.get("metadata") or {}).get("creationTimestamp") or "", key[1])
+        for (ns, name), other in self.bodies.items():
+            if ns != key[0] or name == key[1] or ((other.get("spec") or {}).get("deploymentRef") or {}).get("name") != deployment:
+                continue
+            phase = (other.get("status") or {}).get("phase")
+            if phase in ("Complete", "Failed") or (other.get("metadata") or {}).get("deletionTimestamp"):
+                continue
+            theirs = ((other.get("metadata") or {}).get("creationTimestamp") or "", name)
+            if phase == "Running" or theirs < mine:
+                return name
+        return None
+
+    async def _crashing(self, ns: str, deployment: str) -> str | None:
+        """A container of the variant's pod that keeps failing (CRASH_RESTARTS restarts), in words; else None."""
+        pods = await self.kube.list("Pod", ns, f"app.kubernetes.io/instance={deployment}")
+        for p in pods:
+            st = p.get("status") or {}
+            for cs in (st.get("initContainerStatuses") or []) + (st.get("containerStatuses") or []):
+                last = ((cs.get("lastState") or {}).get("terminated") or {})
+                if (cs.get("restartCount") or 0) >= CRASH_RESTARTS and last:
+                    msg = " ".join(str(last.get("message") or "").split())[-600:]
+                    return (f"container {cs.get('name')} of pod {p['metadata']['name']} restarted {cs['restartCount']} "
+                            f"times (last exit code {last.get('exitCode')}, {last.get('reason') or 'no reason'})"
+                            + (f": {msg}" if msg else "") + f"; see kubectl logs {p['metadata']['name']} -c {cs.get('name')} "
+                            "--previous")
+        return None
 
     async def _plan(self, ns: str, cr):
         ref = cr.spec.deployment_ref.name
@@ -244,9 +288,12 @@ class BenchmarkController:
             raise BenchFailed("DeploymentNotServable", f"SpeculativeDeployment {ref} fails its check: " + "; ".join(
                 f.one_line() for f in error_findings(analysis.findings)))
         d = analysis.derived
+        # the drafter's trained block bounds the sweep, not a blockSize the deployment lowered it to
+        trained = analyze(drafter.doc, target.doc, dataclasses.replace(dcr.spec.options(), block_size=None)).derived
         try:
             plan = plan_benchmark(cr.spec.matrix, engine=dcr.spec.engine.name, engine_version=dcr.spec.engine.version,
-                                  block_size=d.block_size, served_context=d.served_context)
+                                  block_size=(trained or d).block_size, served_context=d.served_context,
+                                  deployment_tokens=d.num_speculative_tokens)
         except PlanError as e:
             raise BenchFailed("InvalidMatrix", str(e)) from None
         if cr.spec.use_serving_deployment:
@@ -386,7 +433,7 @@ class BenchmarkController:
             p["equalToBaseline"] = eq.get(p["id"])
         reco = recommend(points, order)
         full = {"benchmark": name, "deployment": cr.spec.deployment_ref.name,
-                "variants": [done[v].get("settings") or {"name": v} for v in order],
+                "variantSettings": [done[v].get("settings") or {"name": v} for v in order],
                 "clients": {v: {"client": done[v].get("client"), "clientVersion": done[v].get("clientVersion")} for v in order},
                 "points": points, "recommendation": reco}
         text = json.dumps(full, indent=1, sort_keys=True)
@@ -406,6 +453,7 @@ class BenchmarkController:
             "outputTokensPerSecond": _r(p.get("outputTokensPerSecond")),
             "tau": _r((p.get("acceptance") or {}).get("length")),
             "ttftP50Ms": _r((p.get("ttftMs") or {}).get("p50")), "itlP50Ms": _r((p.get("itlMs") or {}).get("p50")),
+            "tpotP50Ms": _r((p.get("tpotMs") or {}).get("p50")),
             "failed": p.get("failed"), "equalToBaseline": p.get("equalToBaseline")}.items() if v is not None}
             for p in points]
         message = reco["summary"]
@@ -417,8 +465,17 @@ class BenchmarkController:
         return None
 
     async def _fail(self, key: Key, body: dict, reason: str, message: str) -> None:
+        await self._cleanup(*key)
         await self._status(key, body, {"phase": "Failed", "current": None, "finishedAt": now_rfc3339()},
                            condition=("Failed", "True", reason, message))
+
+    async def _cleanup(self, ns: str, bench: str) -> None:
+        """Delete every variant object and client Job of this benchmark (the results ConfigMap stays)."""
+        for kind in ("Job", "Deployment", "Service", "ConfigMap"):
+            for obj in await self.kube.list(kind, ns, f"{BENCH_LABEL}={bench}"):
+                labels = (obj.get("metadata") or {}).get("labels") or {}
+                if labels.get("app.kubernetes.io/component") != "benchmark-results":
+                    await self.kube.delete(kind, ns, obj["metadata"]["name"])
 
     async def _status(self, key: Key, body: dict, fields: dict[str, Any],
                       condition: tuple[str, str, str, str] | None = None) -> None:

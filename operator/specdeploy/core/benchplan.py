@@ -109,16 +109,18 @@ def point_id(variant: str, context: int, concurrency: int) -> str:
 
 
 def plan_benchmark(matrix: Any, *, engine: str, engine_version: str, block_size: int,
-                   served_context: Optional[int] = None) -> BenchPlan:
+                   served_context: Optional[int] = None, deployment_tokens: Optional[int] = None) -> BenchPlan:
     """The ordered variants (baseline first) and points of a benchmark's matrix.
 
-    ``matrix`` is the parsed ``spec.matrix`` (api/benchmark.Matrix); ``block_size`` the draft block
-    size the deployment resolved (bonus token included); ``served_context`` the longest context the
+    ``matrix`` is the parsed ``spec.matrix`` (api/benchmark.Matrix); ``block_size`` the drafter's
+    trained draft block size (bonus token included: speculative tokens go up to block_size - 1);
+    ``deployment_tokens`` the deployment's own speculative tokens (its blockSize - 1; default
+    block_size - 1), measured when the matrix names none; ``served_context`` the longest context the
     engine serves, when known. Raises PlanError with every problem found."""
     problems: list[PlanProblem] = []
     P = "spec.matrix"
     limit = block_size - 1
-    tokens = list(matrix.speculative_tokens) or [limit]
+    tokens = list(matrix.speculative_tokens) or [deployment_tokens or limit]
     for i, k in enumerate(matrix.speculative_tokens):
         if k > limit:
             problems.append(PlanProblem(

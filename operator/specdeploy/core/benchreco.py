@@ -168,10 +168,10 @@ def _summary(bands: list[dict], crossover: list[dict], max_concurrency: Optional
                      f"context {best['context']}, concurrency {best['concurrency']})")
     elif spec_bands:
         top = max(spec_bands, key=lambda b: b.get("speedup") or 0)
-        speedup = f" ({top['speedup']:.2f}x)" if top.get("speedup") else ""
+        speedup = f" up to {top['speedup']:.2f}x" if top.get("speedup") else ""
         winners = sorted({b["best"] for b in spec_bands})
-        parts.append(f"{', '.join(winners)} beat the baseline in {len(spec_bands)} of {len(bands)} bands, up to"
-                     f"{speedup} at context {top['context']}, concurrency {top['concurrency']}")
+        parts.append(f"{', '.join(winners)} beat the baseline in {len(spec_bands)} of {len(bands)} bands,{speedup} "
+                     f"at context {top['context']}, concurrency {top['concurrency']}")
     else:
         parts.append("speculation never beat the baseline")
     if max_concurrency is not None:

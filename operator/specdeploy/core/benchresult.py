@@ -177,17 +177,21 @@ class BenchPlan(_Model):
         return self.model_dump(by_alias=True, mode="json", exclude_none=True)
 
 
-def validate_plan(doc: Any) -> BenchPlan:
-    """plan.json as a BenchPlan; BenchResultError names the field."""
+def _validate(model: type, doc: Any, what: str) -> Any:
+    """``doc`` (parsed JSON) as ``model``; BenchResultError names the first invalid field."""
     if not isinstance(doc, dict):
-        raise BenchResultError(f"the plan must be a JSON object, not {type(doc).__name__}")
+        raise BenchResultError(f"the {what} must be a JSON object, not {type(doc).__name__}")
     try:
-        return BenchPlan.model_validate(doc)
+        return model.model_validate(doc)
     except pydantic.ValidationError as e:
         errs = e.errors()
-        first = errs[0]
         more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
-        raise BenchResultError(f"invalid plan at {_where(first)}: {first.get('msg')}{more}") from None
+        raise BenchResultError(f"invalid {what} at {_where(errs[0])}: {errs[0].get('msg')}{more}") from None
+
+
+def validate_plan(doc: Any) -> BenchPlan:
+    """plan.json as a BenchPlan; BenchResultError names the field."""
+    return _validate(BenchPlan, doc, "plan")
 
 
 def _where(err: dict) -> str:
@@ -200,15 +204,7 @@ def _where(err: dict) -> str:
 
 def validate_result(doc: Any) -> VariantResult:
     """The document (already parsed JSON) as a VariantResult; BenchResultError names the field."""
-    if not isinstance(doc, dict):
-        raise BenchResultError(f"the result must be a JSON object, not {type(doc).__name__}")
-    try:
-        return VariantResult.model_validate(doc)
-    except pydantic.ValidationError as e:
-        errs = e.errors()
-        first = errs[0]
-        more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
-        raise BenchResultError(f"invalid result at {_where(first)}: {first.get('msg')}{more}") from None
+    return _validate(VariantResult, doc, "result")
 
 
 def format_result_line(result: VariantResult | dict) -> str:

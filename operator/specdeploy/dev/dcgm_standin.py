@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import threading
 from dataclasses import dataclass
 from .metrics_server import PROMETHEUS_TEXT, MetricsServer
 
@@ -126,13 +125,9 @@ def main(argv: list[str] | None = None) -> int:
         [Gpu(i, hostname=a.hostname) for i in range(max(1, a.spare))]
     s = DcgmStandin(gpus, host=a.host, port=a.port).start()
     print(f"DCGM exporter stand-in ({len(gpus)} GPUs) on {s.url}", flush=True)
-    try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        s.stop()
-    return 0
+    from .engine_standin import serve_forever
+
+    return serve_forever(s)
 
 
 if __name__ == "__main__":

@@ -397,12 +397,17 @@ def vllm_main(argv: list[str] | None = None) -> int:
                       host=a.host, port=a.port).start()
     print(f"engine stand-in as vllm serve {a.model} ({'speculative, k=' + str(k) if sc else 'no speculation'}) "
           f"on {s.url}; Application startup complete", flush=True)
+    return serve_forever(s)
+
+
+def serve_forever(server) -> int:
+    """Block until interrupted, then stop ``server`` (a started stand-in)."""
     try:
         threading.Event().wait()
     except KeyboardInterrupt:
         pass
     finally:
-        s.stop()
+        server.stop()
     return 0
 
 
@@ -424,13 +429,7 @@ def main(argv: list[str] | None = None) -> int:
                       auto_advance=a.auto_advance, host=a.host, port=a.port,
                       requests_per_step=a.requests_per_step).start()
     print(f"engine stand-in ({a.engine}, {a.mode}) on {s.url}", flush=True)
-    try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        s.stop()
-    return 0
+    return serve_forever(s)
 
 
 if __name__ == "__main__":

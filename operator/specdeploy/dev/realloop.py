@@ -199,6 +199,13 @@ class RealLoop:
                                                 "training": self.trained_manifest["training"]}
         return self.trained_manifest
 
+    def _ip_range_args(self) -> list[str]:
+        """``SPECDEPLOY_E2E_IP_RANGE=FIRST-LAST``: the kubelet's pod addresses (127.0.0.FIRST..LAST) instead of
+        127.0.0.2..: another loop or kubelet on the same machine would otherwise put an engine on the same
+        address and port, and each would answer the other's probes and traffic."""
+        ips = os.environ.get("SPECDEPLOY_E2E_IP_RANGE")
+        return ["--ip-range", ips] if ips and "--ip-range" not in self.kubelet_args else []
+
     def _start_kubelet(self) -> None:
         c = self.cluster
         self._kubelet_log = open(self.workdir / "kubelet.log", "w")
@@ -208,7 +215,7 @@ class RealLoop:
              "--env", f"HF_ENDPOINT={self.hub}", "--env", "HF_HUB_DISABLE_TELEMETRY=1",
              "--env", "VLLM_NO_USAGE_STATS=1", "--probe-period-cap", str(self.probe_period_cap), "--backoff", "2",
              "--max-grace", "20",
-             "--runtime", self.runtime, *self.kubelet_args],
+             "--runtime", self.runtime, *self._ip_range_args(), *self.kubelet_args],
             stdout=self._kubelet_log, stderr=subprocess.STDOUT, cwd=ROOT)
 
         def stop_kubelet() -> None:

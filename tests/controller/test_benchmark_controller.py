@@ -1,0 +1,310 @@
+"""BenchmarkController against an in-memory API: the step machine, restarts, failures (no cluster).
+
+The embedded-cluster test (e2e/test_e2e_benchmark.py) runs the whole loop with a real `kopf run`;
+these tables pin the decisions of each step: what is created once, what a restart finds and
+continues, what ends the benchmark as Failed (and that nothing of the variant is left)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+from types import SimpleNamespace
+
+import yaml
+
+from conftest import EXAMPLES
+from specdeploy.controller.benchmark import BenchmarkController
+from specdeploy.controller.kube import KubeError
+from specdeploy.core.benchresult import format_result_line
+from specdeploy.dev import tinymodels
+
+TINY = tinymodels.build_tiny_models()
+NS = "default"
+DEP = yaml.safe_load((EXAMPLES / "dev" / "tiny-cpu.yaml").read_text())
+BENCH = yaml.safe_load((EXAMPLES / "dev" / "tiny-benchmark.yaml").read_text())
+BENCH["metadata"].update({"namespace": NS, "uid": "bench-uid", "generation": 1})
+
+
+class Api:
+    """Objects by (kind, ns, name); writes recorded in order."""
+
+    def __init__(self):
+        self.objs: dict[tuple[str, str, str], dict] = {}
+        self.writes: list[tuple[str, str, str]] = []
+        self.logs: dict[str, str] = {}
+
+    async def get(self, kind, ns, name):
+        o = self.objs.get((kind, ns, name))
+        return copy.deepcopy(o) if o else None
+
+    async def list(self, kind, ns, label_selector=None):
+        want = dict(kv.split("=", 1) for kv in (label_selector or "").split(",") if kv)
+        return [copy.deepcopy(o) for (k, n, _), o in self.objs.items() if k == kind and n == ns
+                and all(((o.get("metadata") or {}).get("labels") or {}).get(a) == b for a, b in want.items())]
+
+    async def apply(self, obj, force=False):
+        key = (obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])
+        self.writes.append(("apply", key[0], key[2]))
+        self.objs[key] = {**copy.deepcopy(self.objs.get(key, {})), **copy.deepcopy(obj)}
+        return obj
+
+    async def create(self, obj):
+        key = (obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])
+        self.writes.append(("create", key[0], key[2]))
+        if key in self.objs:
+            raise KubeError(409, "AlreadyExists", "exists")
+        self.objs[key] = copy.deepcopy(obj)
+        return obj
+
+    async def delete(self, kind, ns, name, propagation="Background"):
+        self.writes.append(("delete", kind, name))
+        self.objs.pop((kind, ns, name), None)
+
+    async def patch(self, kind, ns, name, patch, sub=None, content_type=None):
+        self.writes.append(("patch", kind, name))
+        return patch
+
+    async def log(self, ns, pod, container=None, tail_lines=None, limit_bytes=None):
+        return self.logs.get(pod, "")
+
+
+class Resolver:
+    async def resolve(self, cr, role):
+        src = cr.spec.target if role == "target" else cr.spec.drafter
+        return SimpleNamespace(doc=json.loads(TINY[f"{src.model}/config.json"]))
+
+
+def controller(api: Api, with_deployment: bool = True) -> tuple[BenchmarkController, dict]:
+    deps = {(NS, "tiny"): {**copy.deepcopy(DEP), "metadata": {"name": "tiny", "namespace": NS}}} if with_deployment else {}
+    bc = BenchmarkController(api, Resolver(), deployments=deps)
+    body = copy.deepcopy(BENCH)
+    bc.bodies[(NS, BENCH["metadata"]["name"])] = body
+    return bc, body
+
+
+def step(bc) -> float | None:
+    return asyncio.run(bc.reconcile((NS, BENCH["metadata"]["name"])))
+
+
+def ready(api: Api, variant: str) -> None:
+    api.objs[("Deployment", NS, f"tiny-sweep-{variant}")]["status"] = {"readyReplicas": 1}
+
+
+def finish_job(api: Api, variant: str, doc: dict | None = None, *, failed: bool = False, log: str | None = None) -> None:
+    job = f"tiny-sweep-{variant}-client"
+    api.objs[("Job", NS, job)]["status"] = {"failed": 1} if failed else {"succeeded": 1}
+    pod = {"kind": "Pod", "metadata": {"name": f"{job}-x1", "namespace": NS, "labels": {"job-name": job},
+                                       "creationTimestamp": "2026-01-01T00:00:00Z"}}
+    api.objs[("Pod", NS, pod["metadata"]["name"])] = pod
+    api.logs[pod["metadata"]["name"]] = log if log is not None else "starting\n" + format_result_line(doc) + "\n"
+
+
+def result(variant: str, tau: float | None, tps: float, digests=("a" * 64,) * 4) -> dict:
+    pts = []
+    for n in (1, 2):
+        p = {"id": f"{variant}/c32/n{n}", "context": 32, "concurrency": n, "completed": 4, "failed": 0,
+             "outputTokensPerSecond": tps * n, "outputDigests": list(digests)}
+        if tau:
+            p["acceptance"] = {"length": tau, "perPosition": [0.9, 0.8, 0.7], "drafts": 10}
+        pts.append(p)
+    return {"variant": variant, "client": "test", "points": pts}
+
+
+def test_a_benchmark_runs_variant_after_variant_and_completes():
+    api = Api()
+    bc, body = controller(api)
+    assert step(bc) > 0  # baseline: engine objects applied
+    assert [w[1:] for w in api.writes if w[0] == "apply"] == [
+        ("ConfigMap", "tiny-sweep-baseline-engine"), ("Deployment", "tiny-sweep-baseline"), ("Service", "tiny-sweep-baseline")]
+    assert body["status"]["phase"] == "Running" and body["status"]["current"] == "baseline: starting the engine"
+    dep = api.objs[("Deployment", NS, "tiny-sweep-baseline")]
+    assert dep["metadata"]["ownerReferences"][0]["uid"] == "bench-uid"
+    n = len(api.writes)
+    step(bc)  # not ready yet: nothing written
+    assert api.writes[n:] == []
+    ready(api, "baseline")
+    step(bc)  # ready: the plan and the Job
+    plan = json.loads(api.objs[("ConfigMap", NS, "tiny-sweep-baseline-plan")]["data"]["plan.json"])
+    assert plan["baseUrl"] == "http://tiny-sweep-baseline.default.svc:8000" and plan["model"] == "tiny/target-flat"
+    assert [p["id"] for p in plan["points"]] == ["baseline/c32/n1", "baseline/c32/n2"]
+    assert ("create", "Job", "tiny-sweep-baseline-client") in api.writes
+    # an operator restart: a new controller finds the Job and waits for it (never a second create)
+    bc2, _ = controller(api)
+    bc2.bodies[(NS, "tiny-sweep")]["status"] = dict(body["status"])
+    n = len(api.writes)
+    step(bc2)
+    assert api.writes[n:] == []
+    finish_job(api, "baseline", result("baseline", None, 100))
+    step(bc2)
+    stored = json.loads(api.objs[("ConfigMap", NS, "tiny-sweep-results")]["data"]["variant-baseline.json"])
+    assert [p["variant"] for p in stored["points"]] == ["baseline", "baseline"]
+    assert not [k for k in api.objs if k[0] in ("Deployment", "Service", "Job") and "baseline" in k[2]]
+    step(bc2)  # the next variant
+    ready(api, "k3")
+    step(bc2)
+    finish_job(api, "k3", result("k3", 3.5, 150))
+    step(bc2)
+    step(bc2)  # every variant measured: results and status
+    st = bc2.bodies[(NS, "tiny-sweep")]["status"]
+    assert st["phase"] == "Complete" and st["progress"] == "2/2"
+    assert {(p["variant"], p["concurrency"], p.get("tau"), p.get("equalToBaseline")) for p in st["points"]} == {
+        ("baseline", 1, None, None), ("baseline", 2, None, None), ("k3", 1, 3.5, True), ("k3", 2, 3.5, True)}
+    assert st["recommendation"]["best"] == "k3" and st["recommendation"]["guard"] == {}
+    assert st["conditions"][0]["type"] == "Complete" and st["conditions"][0]["message"] == st["recommendation"]["summary"]
+    full = json.loads(api.objs[("ConfigMap", NS, "tiny-sweep-results")]["data"]["results.json"])
+    assert len(full["points"]) == 4 and full["recommendation"]["bands"][0]["speedup"] == 1.5
+    # `specdeploy bench report` reads this document as it is
+    from specdeploy.benchreport import load_results, rows
+
+    results, reco = load_results(full)
+    assert [r.variant for r in results] == ["baseline", "k3"] and reco == full["recommendation"]
+    assert [(r.variant, r.equal) for r in rows(results)][2:] == [("k3", True), ("k3", True)]
+    n = len(api.writes)
+    assert step(bc2) is None and api.writes[n:] == []  # Complete: nothing more
+
+
+def test_a_client_without_a_result_line_fails_the_benchmark_and_cleans_up():
+    api = Api()
+    bc, body = controller(api)
+    step(bc)
+    ready(api, "baseline")
+    step(bc)
+    finish_job(api, "baseline", log="Traceback: boom\n")
+    step(bc)
+    st = body["status"]
+    assert st["phase"] == "Failed"
+    cond = st["conditions"][0]
+    assert cond["type"] == "Failed" and cond["reason"] == "ClientResultInvalid" and "no SPECDEPLOY_BENCH_RESULT" in cond["message"]
+    assert not [k for k in api.objs if k[0] in ("Deployment", "Service", "Job")]
+    n = len(api.writes)
+    assert step(bc) is None and api.writes[n:] == []  # Failed stays Failed
+
+
+def test_a_failed_client_job_reports_its_log_tail():
+    api = Api()
+    bc, body = controller(api)
+    step(bc)
+    ready(api, "baseline")
+    step(bc)
+    finish_job(api, "baseline", failed=True, log="line 1\nerror: the engine does not answer\n")
+    step(bc)
+    cond = body["status"]["conditions"][0]
+    assert cond["reason"] == "ClientFailed" and "the engine does not answer" in cond["message"]
+
+
+def test_a_crashing_variant_fails_early_with_the_reason():
+    api = Api()
+    bc, body = controller(api)
+    step(bc)
+    api.objs[("Pod", NS, "tiny-sweep-baseline-abc")] = {"kind": "Pod", "metadata": {
+        "name": "tiny-sweep-baseline-abc", "labels": {"app.kubernetes.io/instance": "tiny-sweep-baseline"}},
+        "status": {"containerStatuses": [{"name": "engine", "restartCount": 3, "lastState": {
+            "terminated": {"exitCode": 132, "reason": "Error", "message": "illegal instruction"}}}]}}
+    step(bc)
+    cond = body["status"]["conditions"][0]
+    assert cond["reason"] == "VariantCrashing" and "exit code 132" in cond["message"] and "illegal instruction" in cond["message"]
+    assert ("Deployment", NS, "tiny-sweep-baseline") not in api.objs
+
+
+def test_a_missing_deployment_waits_and_a_bad_matrix_fails():
+    api = Api()
+    bc, body = controller(api, with_deployment=False)
+    assert step(bc) == 15.0
+    assert body["status"]["phase"] == "Pending" and "SpeculativeDeployment tiny does not exist" in body["status"]["current"]
+    bc, body = controller(api)
+    body["spec"]["matrix"]["speculativeTokens"] = [5]
+    step(bc)
+    cond = body["status"]["conditions"][0]
+    assert body["status"]["phase"] == "Failed" and cond["reason"] == "InvalidMatrix"
+    assert "spec.matrix.speculativeTokens[0]" in cond["message"] and not api.objs
+
+
+def test_use_serving_deployment_measures_it_last_without_touching_it():
+    api = Api()
+    bc, body = controller(api)
+    body["spec"]["useServingDeployment"] = True
+    bc.deployments[(NS, "tiny")]["status"] = {"resolved": {"image": "ghcr.io/specdeploy/runtime:vllm-cpu-0.32.0"}}
+    api.objs[("Deployment", NS, "tiny")] = {"kind": "Deployment", "metadata": {"name": "tiny", "namespace": NS},
+                                            "status": {"readyReplicas": 1}}
+    for v, tau in (("baseline", None), ("k3", 3.0)):
+        step(bc)
+        ready(api, v)
+        step(bc)
+        finish_job(api, v, result(v, tau, 100))
+        step(bc)
+    step(bc)  # serving: no engine objects, straight to its client
+    assert not [w for w in api.writes if w[0] == "apply" and "serving" in w[2] and w[1] != "ConfigMap"]
+    plan = json.loads(api.objs[("ConfigMap", NS, "tiny-sweep-serving-plan")]["data"]["plan.json"])
+    assert plan["baseUrl"] == "http://tiny.default.svc:8000" and [p["id"] for p in plan["points"]] == [
+        "serving/c32/n1", "serving/c32/n2"]
+    finish_job(api, "serving", result("serving", 3.0, 90))
+    step(bc)
+    step(bc)
+    st = body["status"]
+    assert st["phase"] == "Complete" and st["variants"] == ["baseline", "k3", "serving"]
+    assert ("Deployment", NS, "tiny") in api.objs and ("delete", "Deployment", "tiny") not in api.writes
+
+
+def test_the_deployment_going_away_mid_run_fails_and_leaves_nothing_running():
+    api = Api()
+    bc, body = controller(api)
+    step(bc)
+    ready(api, "baseline")
+    step(bc)  # the client Job runs
+    assert ("Job", NS, "tiny-sweep-baseline-client") in api.objs
+    bc.deployments.clear()  # the SpeculativeDeployment was deleted
+    step(bc)
+    cond = body["status"]["conditions"][0]
+    assert body["status"]["phase"] == "Failed" and cond["reason"] == "DeploymentNotFound"
+    left = [k for k in api.objs if k[0] in ("Deployment", "Service", "Job", "ConfigMap")]
+    assert left == [], left
+
+
+def test_ttl_deletes_the_finished_benchmark():
+    api = Api()
+    bc, body = controller(api)
+    body["spec"]["ttlSecondsAfterFinished"] = 60
+    body["status"] = {"phase": "Complete", "finishedAt": "2020-01-01T00:00:00Z"}
+    assert step(bc) is None and api.writes == [("delete", "SpeculativeBenchmark", "tiny-sweep")]
+    api.writes.clear()
+    body["status"]["finishedAt"] = "2999-01-01T00:00:00Z"  # not yet: requeued for the time left
+    assert step(bc) > 60 and api.writes == []
+
+
+def test_configmap_prompts_travel_with_the_plan_or_fail_naming_the_configmap():
+    api = Api()
+    bc, body = controller(api)
+    body["spec"]["prompts"] = {"configMapRef": {"name": "my-prompts"}}
+    step(bc)
+    ready(api, "baseline")
+    step(bc)
+    cond = body["status"]["conditions"][0]
+    assert cond["reason"] == "PromptsNotFound" and "ConfigMap my-prompts has no key prompts.jsonl" in cond["message"]
+    assert not [k for k in api.objs if k[0] in ("Deployment", "Job")]
+    api = Api()
+    api.objs[("ConfigMap", NS, "my-prompts")] = {"kind": "ConfigMap", "metadata": {"name": "my-prompts"},
+                                                 "data": {"prompts.jsonl": '{"prompt": "hi"}\n'}}
+    bc, body = controller(api)
+    body["spec"]["prompts"] = {"configMapRef": {"name": "my-prompts"}}
+    step(bc)
+    ready(api, "baseline")
+    step(bc)
+    cm = api.objs[("ConfigMap", NS, "tiny-sweep-baseline-plan")]
+    assert cm["data"]["prompts.jsonl"] == '{"prompt": "hi"}\n'
+    assert json.loads(cm["data"]["plan.json"])["prompts"] == {"kind": "file", "path": "/etc/specdeploy/bench/prompts.jsonl"}
+
+
+def test_benchmarks_of_one_deployment_run_one_at_a_time():
+    api = Api()
+    bc, body = controller(api)
+    body["metadata"]["creationTimestamp"] = "2026-01-01T00:00:01Z"
+    other = copy.deepcopy(BENCH)
+    other["metadata"].update({"name": "older", "uid": "u2", "creationTimestamp": "2026-01-01T00:00:00Z"})
+    bc.bodies[(NS, "older")] = other
+    assert step(bc) == 15.0 and body["status"]["phase"] == "Pending"
+    assert "SpeculativeBenchmark older measures SpeculativeDeployment tiny first" in body["status"]["current"]
+    assert not [w for w in api.writes if w[0] in ("apply", "create")]
+    other["status"] = {"phase": "Complete"}
+    step(bc)
+    assert body["status"]["phase"] == "Running"  # the older one finished: this one starts
