@@ -141,8 +141,17 @@ def test_live_load_past_the_guard_is_past_crossover(engine):
         assert "spec.speculation.guard.maxConcurrency" in prof(r)["message"]
         s.requests_running = 11.0
         assert await r.tick() == []  # still past: nothing new, no status write
+        # a load that drops between scrapes (requests come and go) keeps the verdict: the peak of the last
+        # LOAD_HOLD_SCRAPES samples is judged, so the condition does not flap with every sample
         s.requests_running = 1.0
-        assert await r.tick() == [KEY]
+        for _ in range(gd.LOAD_HOLD_SCRAPES - 1):
+            assert await r.tick() == [] and prof(r)["reason"] == "PastCrossover"
+        s.requests_running = 5.0
+        assert await r.tick() == [] and prof(r)["reason"] == "PastCrossover"
+        s.requests_running = 1.0
+        for _ in range(gd.LOAD_HOLD_SCRAPES - 1):
+            assert await r.tick() == []
+        assert await r.tick() == [KEY]  # LOAD_HOLD_SCRAPES samples under the limit: back under it
         assert prof(r)["reason"] == "BelowCrossover"
 
     run(scenario())

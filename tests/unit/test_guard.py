@@ -221,3 +221,9 @@ def test_benchmark_variants_measure_speculation_without_the_deployments_guard():
     sc = json.loads(args[args.index("--speculative-config") + 1])
     assert SCHEDULE_KEY not in sc and sc["num_speculative_tokens"] == 3
     assert cr.spec.speculation.guard is not None  # the deployment itself is untouched
+
+
+def test_peak_load_is_the_highest_recent_sample():
+    assert gd.peak_load([]) is None and gd.peak_load([None, None]) is None
+    assert gd.peak_load([1.0, None, 4.0, 2.0]) == 4.0
+    assert gd.LOAD_HOLD_SCRAPES >= 2

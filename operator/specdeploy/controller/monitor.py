@@ -25,7 +25,7 @@ A loop of its own in the operator (started with the Controller; every
    (``acceptance.running_requests``, the most loaded pod counts: the batch is per engine) against the
    guard's limit (``maxConcurrency``, or the Complete SpeculativeBenchmark's crossover from the
    Controller's watch-fed cache): ``SpeculationProfitable`` False ``PastCrossover`` at or above it,
-   True ``BelowCrossover`` under it; False ``TauBelowBenchmark`` when the window's tau is below the lowest tau at
+   True ``BelowCrossover`` under it (the peak of the last ``guard.LOAD_HOLD_SCRAPES`` samples: no flapping); False ``TauBelowBenchmark`` when the window's tau is below the lowest tau at
    which the benchmark measured speculation paying (``status.profitable_condition``; kept while its verdict holds).
 6. **Hands** status.acceptance and the SpeculationHealthy condition to the Controller
    (``Controller.speculation``) and queues the key, only when they changed: the reconciler's
@@ -44,6 +44,7 @@ nothing changes until that lasts ``SCRAPE_FAILED_TICKS`` ticks: then Unknown ``S
 from __future__ import annotations
 
 import asyncio
+import collections
 import datetime as dt
 import logging
 import math
@@ -187,6 +188,9 @@ class AcceptanceMonitor:
         self._settling: dict[Key, bl.Settling] = {}  # a revision's baseline being learned (in memory only)
         self._reset_done: dict[Key, str] = {}  # the reset annotation value this process acted on
         self._unanswered: dict[Key, int] = {}  # consecutive ticks in which no pod of the key answered
+        # the last guard.LOAD_HOLD_SCRAPES running-requests samples (most loaded pod) per key: SpeculationProfitable
+        # judges their peak, so a load around the guard's limit does not flip the condition on every tick
+        self._load: dict[Key, collections.deque] = {}
         self._guard_series: dict[Key, tuple[str, ...]] = {}  # key -> labels of its exported guard limit
         self.ticks = 0
 
@@ -207,6 +211,7 @@ class AcceptanceMonitor:
         self._export_guard(key, (), None)
         self._unanswered.pop(key, None)
         self._settling.pop(key, None)
+        self._load.pop(key, None)
         self._reset_done.pop(key, None)
         self.controller.speculation.pop(key, None)
 
@@ -385,7 +390,9 @@ class AcceptanceMonitor:
                                                              regression_fraction=params.regression_fraction)}
         limit = guard_limit(key, body, getattr(self.controller, "benchmarks", {}))
         self._export_guard(key, labels, limit)
-        new["profitable"] = st.profitable_condition(self._running(engine, scrapes), limit, previous.get("profitable"),
+        recent = self._load.setdefault(key, collections.deque(maxlen=gd.LOAD_HOLD_SCRAPES))
+        recent.append(self._running(engine, scrapes))
+        new["profitable"] = st.profitable_condition(gd.peak_load(recent), limit, previous.get("profitable"),
                                                     tau=live_tau)
         if new["acceptance"] == prev_acc and new["condition"] == prev_cond \
                 and new["profitable"] == previous.get("profitable"):
