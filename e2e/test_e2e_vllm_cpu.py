@@ -48,7 +48,7 @@ from typing import Any
 
 import pytest
 
-from specdeploy.dev.harness import ROOT, HarnessError, kubectl_available, wait_for
+from specdeploy.dev.harness import ROOT, kubectl_available, wait_for
 from specdeploy.dev.prometheus import find_exe
 from specdeploy.dev.realloop import ENGINE_VERSION, VLLM_CPU, Load, RealLoop, complete, cpu_cr
 from specdeploy.core.baseline import DEFAULT_REGRESSION_FRACTION
@@ -72,15 +72,8 @@ def loop(tmp_path_factory):
     if find_exe() is None:
         pytest.fail("prometheus is missing: run bash .ci/install-prometheus")
     # SPECDEPLOY_E2E_IP_RANGE (RealLoop): another range of pod addresses, beside another loop
-    lp = RealLoop(tmp_path_factory.mktemp("vllm-cpu"), trained=True)
-    try:
-        lp.start()
-    except HarnessError as e:
-        pytest.fail(f"the loop did not start: {e}\n{lp.diagnostics()}")
-    try:
+    with RealLoop(tmp_path_factory.mktemp("vllm-cpu"), trained=True) as lp:
         yield lp
-    finally:
-        lp.stop()
         FIGURES.update(lp.figures)
         if FIGURES:
             print("\n== vLLM CPU e2e figures\n" + json.dumps(FIGURES, indent=2))

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from specdeploy.dev.harness import HarnessError, kubectl_available
+from specdeploy.dev.harness import kubectl_available
 from specdeploy.dev.realloop import RUNTIME_IMAGE, Load, RealLoop, cpu_cr
 
 OPTED_IN = os.environ.get("SPECDEPLOY_E2E_IMAGES") == "1"
@@ -40,13 +40,9 @@ def loop(tmp_path_factory):
     lp = RealLoop(tmp_path_factory.mktemp("vllm-cpu-containers"), runtime="podman", prometheus=False,
                   probe_period_cap=3.0)
     try:
-        lp.start()
-    except HarnessError as e:
-        pytest.fail(f"the loop did not start: {e}\n{lp.diagnostics()}")
-    try:
-        yield lp
+        with lp:
+            yield lp
     finally:
-        lp.stop()
         if lp.figures:
             print("\n== vLLM CPU (containers) figures\n" + json.dumps(lp.figures, indent=2))
 

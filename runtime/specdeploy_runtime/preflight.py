@@ -261,7 +261,6 @@ def _check_plan(ec, d, res: PreflightResult) -> None:
 
 def _check_sglang_args(ec, d, row, info, argv: Sequence[str], where: str, res: PreflightResult) -> None:
     f = row.flags
-    sp = ec.speculation
     algo = _last(argv, f["algorithm"])
     if algo is None or (algo[1] or "").upper() != "DFLASH":
         res.add("error", "AlgorithmFlagMismatch", where,

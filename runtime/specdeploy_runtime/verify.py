@@ -24,9 +24,8 @@ verifier fail: ``no-window``, ``off-by-one``, ``narrow``, ``finite-bias``, ``sho
 
 from __future__ import annotations
 
-import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 FAULTS = ("none", "no-window", "off-by-one", "narrow", "finite-bias", "short-cache")

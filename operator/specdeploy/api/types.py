@@ -15,7 +15,7 @@ from pydantic.alias_generators import to_camel
 
 from .. import API_GROUP, API_VERSION, KIND
 from ..core import baseline, engines, gpus
-from ..core.checker import MAX_BLOCK_SIZE, WINDOW_OFF, Options, model_reference_problem
+from ..core.checker import MAX_BLOCK_SIZE, Options, model_reference_problem
 
 EngineName = Literal[engines.ENGINE_NAMES]  # type: ignore[valid-type]
 GpuType = Literal[gpus.PROFILE_KEYS]  # type: ignore[valid-type]

@@ -34,7 +34,6 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generator, Hashable, NamedTuple
 
-import pydantic
 from pydantic import BaseModel
 
 from .. import API_GROUP, API_VERSION, KIND

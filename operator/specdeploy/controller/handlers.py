@@ -18,7 +18,7 @@ from ..core.policy import POLICY_ENV, TenancyPolicy
 from .. import PLURAL
 from ..api.benchmark import BENCH_PLURAL
 from . import metrics
-from .kube import Fence, Kube, load_api_client
+from .kube import Kube, load_api_client
 from .monitor import DEFAULT_INTERVAL, ENGINE_POD_LABELS, ENGINE_POD_SELECTOR, INTERVAL_ENV, AcceptanceMonitor
 from .leader import LeaderElectionSettings
 from .reconciler import Controller, Settings

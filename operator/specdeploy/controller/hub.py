@@ -33,7 +33,6 @@ operator's machine (``HF_TOKEN``, ``hf auth login``) is never sent implicitly.
 
 from __future__ import annotations
 
-import json
 
 from ..core import safejson
 import os

@@ -12,12 +12,12 @@ import datetime as dt
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Hashable
+from typing import Any
 
 
 from ..api.validation import INVALID_SPEC, problems_message, validate
 from ..core import guard as gd
-from ..core.findings import Severity, errors as error_findings
+from ..core.findings import errors as error_findings
 from ..core.policy import TenancyPolicy, check_policy, policy_needs_claims
 from ..core.render import TUNING_KEY_ANNOTATION, RenderError, Rendered, build_tuned_configmap, render, selector_labels
 from . import metrics, ownership, status as st

@@ -19,7 +19,6 @@ baseline's point of the same shape.
 from __future__ import annotations
 
 import hashlib
-import re
 from typing import Annotated, Any, Iterable, Literal
 
 import pydantic

@@ -598,7 +598,7 @@ def _layer_view(d: DrafterConfig, info, row, out: _Out) -> tuple[tuple[str, ...]
         listed = [x.value for x in d.layer_types.value] if d.layer_types else []
         if SLIDING not in listed:
             out.err("SlidingLayersIgnoredByEngine", D, d.use_swa.path,
-                    f"the drafter declares its sliding layers only through dflash_config.use_swa, which SGLang does not "
+                    "the drafter declares its sliding layers only through dflash_config.use_swa, which SGLang does not "
                     "read (speculative/dflash_utils.py get_dflash_layer_types): every layer would run as full attention "
                     "and acceptance falls past the window. Serve it on vLLM, or use a drafter config with layer_types "
                     "and sliding_window")

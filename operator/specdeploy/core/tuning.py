@@ -44,7 +44,6 @@ import base64
 import gzip
 import hashlib
 import json
-import os
 import re
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence

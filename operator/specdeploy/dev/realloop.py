@@ -152,6 +152,22 @@ class RealLoop:
     _kubelet_log: Any = None
 
     # ------------------------------------------------------------- lifecycle
+    def __enter__(self) -> "RealLoop":
+        """``with RealLoop(...) as loop:`` starts the scene and stops it after, a failed start included (its
+        processes would outlive the test); a start that fails raises HarnessError with the diagnostics."""
+        try:
+            return self.start()
+        except HarnessError as e:
+            diagnostics = self.diagnostics()
+            self.stop()
+            raise HarnessError(f"the loop did not start: {e}\n{diagnostics}") from None
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def start(self) -> "RealLoop":
         from . import tinymodels
         from .hubserver import repos_from_directory, start_in_thread
@@ -253,12 +269,6 @@ class RealLoop:
 
     def stop(self) -> None:
         self._stack.close()
-
-    def __enter__(self) -> "RealLoop":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
     # ------------------------------------------------------------- the deployment
     def apply(self, cr: dict) -> None:

@@ -6,7 +6,6 @@ import collections
 import json
 import random
 import uuid
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 
