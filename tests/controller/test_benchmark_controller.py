@@ -308,3 +308,26 @@ def test_benchmarks_of_one_deployment_run_one_at_a_time():
     other["status"] = {"phase": "Complete"}
     step(bc)
     assert body["status"]["phase"] == "Running"  # the older one finished: this one starts
+
+
+def test_an_operator_start_judges_nothing_until_the_deployment_cache_is_complete():
+    """A restart mid-run: the benchmark's watch can deliver it before the SpeculativeDeployment's watch
+    delivers its deployment. Until the cache has synced, the missing deployment is not a verdict."""
+    api = Api()
+    bc, body = controller(api)
+    step(bc)
+    ready(api, "baseline")
+    step(bc)  # the client Job runs
+    assert body["status"]["phase"] == "Running"
+    deployment = bc.deployments.pop((NS, "tiny"))  # the new operator's cache: not filled yet
+    bc.deployments_synced = asyncio.Event()
+    writes = len(api.writes)
+    assert step(bc) is not None  # retried
+    assert body["status"]["phase"] == "Running" and len(api.writes) == writes  # nothing judged, nothing written
+    bc.deployments[(NS, "tiny")] = deployment  # the watch delivers it; the cache has synced
+    bc.deployments_synced.set()
+    step(bc)
+    assert body["status"]["phase"] == "Running" and ("Job", NS, "tiny-sweep-baseline-client") in api.objs
+    bc.deployments.clear()  # after the sync a missing deployment is one that was deleted
+    step(bc)
+    assert body["status"]["phase"] == "Failed"

@@ -18,6 +18,7 @@ running), the results measured so far stay in the ConfigMap.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime as dt
 import json
@@ -88,6 +89,9 @@ class BenchmarkController:
         self.deployments: dict = deployments if deployments is not None else {}
         self.event = event  # async (body, type, reason, message): Controller._event
         self.workers = workers
+        # set once the SpeculativeDeployment cache holds every deployment (health.CacheSync.synced; None: always):
+        # until then a missing deployment may only be one the watch has not delivered yet (an operator start)
+        self.deployments_synced: asyncio.Event | None = None
         self.queue = WorkQueue()
         self.bodies: dict[Key, dict] = {}
         self._tasks: list = []
@@ -163,6 +167,10 @@ class BenchmarkController:
         status = body.get("status") or {}
         if status.get("phase") in ("Complete", "Failed"):
             return await self._expire(key, body)
+        if self.deployments_synced is not None and not self.deployments_synced.is_set():
+            # an operator (re)start: a Running benchmark whose deployment the watch has not delivered yet would
+            # be failed as DeploymentNotFound; judge nothing until the cache is complete
+            return POLL_SECONDS
         try:
             return await self._step(key, body)
         except Waiting as w:

@@ -118,6 +118,7 @@ async def on_startup(settings: kopf.OperatorSettings, **_) -> None:
         _controller.monitor = AcceptanceMonitor(_controller, interval)
     watched = [n for n in (os.environ.get("SPECDEPLOY_WATCH_NAMESPACES") or "").split(",") if n]
     _sync = CacheSync(base, watched or None, _controller.bodies)
+    _controller.benchmark_controller.deployments_synced = _sync.synced
     asyncio.get_running_loop().create_task(_sync.run(), name="specdeploy-cache-sync")
     if _elector is not None:
         _elector.on_started, _elector.on_stopped = _lead, _controller.follow
