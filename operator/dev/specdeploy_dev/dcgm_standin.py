@@ -11,7 +11,7 @@ such labels). Served here: ``DCGM_FI_DEV_GPU_UTIL`` (%), ``DCGM_FI_DEV_FB_USED``
 Values are deterministic, fixed per GPU (no clock): utilisation ``util`` (default 87 + GPU
 index), memory ``fb_used`` of ``fb_total`` MiB (defaults: 90% of an 80 GiB H100).
 
-    python -m specdeploy.dev.dcgm_standin --pod demo/qwen3-vllm-0 --pod demo/qwen3-sglang-0 --port 9400
+    python -m specdeploy_dev.dcgm_standin --pod demo/qwen3-vllm-0 --pod demo/qwen3-sglang-0 --port 9400
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ class DcgmStandin(MetricsServer):
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m specdeploy.dev.dcgm_standin",
+    p = argparse.ArgumentParser(prog="python -m specdeploy_dev.dcgm_standin",
                                 description="Serve /metrics like NVIDIA's dcgm-exporter (for tests).")
     p.add_argument("--pod", action="append", default=[], metavar="NAMESPACE/POD",
                    help="a pod holding GPUs (repeat); without any, GPUs carry no Kubernetes labels")

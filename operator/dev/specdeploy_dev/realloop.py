@@ -246,7 +246,7 @@ class RealLoop:
         self._stack.callback(stop_kubelet)
 
     def _start_prometheus(self) -> None:
-        from ..observability import rules as R
+        from specdeploy.observability import rules as R
         from .prometheus import Prometheus, find_exe, scrape_job
 
         exe = find_exe()
@@ -342,7 +342,7 @@ class RealLoop:
     @staticmethod
     def engine_acceptance(before: str, after: str, seconds: float | None = None):
         """tau from two scrapes of the engine's own counters (core.acceptance, as the operator computes it)."""
-        from ..core.acceptance import acceptance_from_scrapes
+        from specdeploy.core.acceptance import acceptance_from_scrapes
 
         return acceptance_from_scrapes("vllm", before, after, interval_s=seconds)
 
@@ -353,7 +353,7 @@ class RealLoop:
         return wait_for(check, timeout, f"status.acceptance.length of {name} {what}", interval=0.2)
 
     def prom_length(self, deployment: str, model: str) -> float | None:
-        from ..observability import rules as R
+        from specdeploy.observability import rules as R
 
         if self.prom is None:
             return None
@@ -362,7 +362,7 @@ class RealLoop:
 
     def firing(self, deployment: str, alert: str | None = None) -> list[dict]:
         """The firing alert (default SpeculativeAcceptanceCollapsed) for the deployment."""
-        from ..observability import rules as R
+        from specdeploy.observability import rules as R
 
         if self.prom is None:
             return []

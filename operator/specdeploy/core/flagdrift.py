@@ -19,8 +19,8 @@ import json
 import re
 from typing import Any, Mapping, Sequence
 
-try:  # the reader lives with the data, in the core
-    from .core.enginedata import available_snapshots, load_snapshot
+try:  # the reader lives with the data (core.enginedata)
+    from .enginedata import available_snapshots, load_snapshot
 except ImportError:  # loaded as a standalone file by e2e/flagdrift/run.sh: only check_against_snapshot is used
     pass
 

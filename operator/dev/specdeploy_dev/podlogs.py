@@ -6,7 +6,7 @@ pod's ``spec.nodeName``, that Node's ``status.addresses`` (InternalIP first) and
 ``http://ADDRESS:PORT/containerLogs/NAMESPACE/NAME/CONTAINER?<query>`` back (``container``
 defaulted when the pod has one container; ``previous``, ``follow``, ``tailLines``,
 ``limitBytes``, ``timestamps``, ``sinceSeconds`` passed through). The kubelet side is
-``specdeploy.dev.kubelet``. Only loopback addresses are proxied to: the stand-in never
+``specdeploy_dev.kubelet``. Only loopback addresses are proxied to: the stand-in never
 connects off the machine. Errors are Kubernetes ``Status`` documents.
 
 Kept apart from ``apiserver`` on purpose: the API server calls :func:`proxy` from one place.

@@ -44,7 +44,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from ..core.render import expand_kubelet_vars
+from specdeploy.core.render import expand_kubelet_vars
 
 TERMINATION_ENV = "SPECDEPLOY_TERMINATION_LOG"
 DEFAULT_TERMINATION_PATH = "/dev/termination-log"

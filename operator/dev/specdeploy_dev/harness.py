@@ -119,7 +119,7 @@ class Cluster:
             return json.loads(r.read())
 
     def fault(self, **spec: Any) -> None:
-        """Inject a fault into the embedded API server (see specdeploy.dev.apiserver.Fault)."""
+        """Inject a fault into the embedded API server (see specdeploy_dev.apiserver.Fault)."""
         if not self.embedded:
             raise HarnessError("fault injection needs the embedded API server")
         req = urllib.request.Request(self.url + "/_specdeploy/faults", data=json.dumps(spec).encode(),
@@ -163,7 +163,7 @@ class Cluster:
         free loopback ports, ``--kubeconfig`` added, ``POD_NAMESPACE`` set as the Downward API
         would), and write the Endpoints of its webhook Service so the API server reaches it.
         With ``image``, the container runs from that image with podman as the pod spec says
-        (its securityContext, the pod's, volumes, limits: :mod:`specdeploy.dev.kubelet_podman`),
+        (its securityContext, the pod's, volumes, limits: :mod:`specdeploy_dev.kubelet_podman`),
         on the host network, the kubeconfig mounted read-only.
         The embedded cluster runs no pods; on a real cluster use the Deployment itself."""
         if not self.embedded:

@@ -24,7 +24,7 @@ from typing import Any
 
 from .common import _clone, _meta
 
-log = logging.getLogger("specdeploy.dev.apiserver.gc")
+log = logging.getLogger("specdeploy_dev.apiserver.gc")
 
 
 class GarbageCollector:

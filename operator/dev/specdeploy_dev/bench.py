@@ -23,7 +23,7 @@ def _median_ms(fn, repeat: int) -> tuple[float, float]:
 
 
 def _bench_core(repeat: int) -> None:
-    from .core.render import render
+    from specdeploy.core.render import render
     from .demo import load_examples
 
     root = Path(__file__).resolve().parents[2] / "examples"
@@ -76,7 +76,7 @@ def _bench_operator(counts: list[int], resync: float) -> None:
 
     import yaml
 
-    from .dev.harness import Cluster, wait_for
+    from .harness import Cluster, wait_for
 
     root = Path(__file__).resolve().parents[2] / "examples" / "qwen3.6-27b-b300-vllm"
     cr_doc = yaml.safe_load((root / "speculativedeployment.yaml").read_text())

@@ -5,13 +5,13 @@ Kubernetes API (the embedded stand-in, or a real one):
 
 1. **Controller.** Watches Deployments (label ``app.kubernetes.io/managed-by=specdeploy`` by
    default, ``--all-deployments`` for every one) with their ReplicaSets and pods, and applies
-   :func:`specdeploy.dev.kubelet_rollout.plan_deployment` (ReplicaSets per pod template,
+   :func:`specdeploy_dev.kubelet_rollout.plan_deployment` (ReplicaSets per pod template,
    rolling replacement honouring maxSurge/maxUnavailable, Deployment and ReplicaSet status).
    Pods are created bound to this node (it plays the scheduler too).
 2. **Kubelet.** Runs every pod bound to this node: init containers in order, then the
    containers, each as a local process in its own process group (exec form, no shell; see
-   :mod:`specdeploy.dev.kubelet_pods` for executables, env, ``$(VAR)``, volumes and paths, and
-   :mod:`specdeploy.dev.kubelet_run` for the processes, probes and restarts),
+   :mod:`specdeploy_dev.kubelet_pods` for executables, env, ``$(VAR)``, volumes and paths, and
+   :mod:`specdeploy_dev.kubelet_run` for the processes, probes and restarts),
    with a loopback address per pod (``127.0.0.2`` ...), startup/readiness/liveness probes
    (``httpGet`` and ``tcpSocket``), restarts per ``restartPolicy`` with exponential back-off,
    and the pod status written back (phase, conditions, container statuses, restart counts,
@@ -21,7 +21,7 @@ Kubernetes API (the embedded stand-in, or a real one):
    (the current and the previous run are kept, each capped at 16 MiB), served on
    ``127.0.0.1:<--log-port>/containerLogs/<ns>/<pod>/<container>`` (``previous``, ``tailLines``,
    ``limitBytes``, ``follow``), which the Node advertises in ``status.daemonEndpoints``; the
-   embedded API server proxies ``pods/log`` there (:mod:`specdeploy.dev.podlogs`), so
+   embedded API server proxies ``pods/log`` there (:mod:`specdeploy_dev.podlogs`), so
    ``kubectl logs POD [-c C] [--previous] [-f]`` works.
 
 Bounded: at most ``--max-pods`` pods, logs capped, back-off capped, every process killed when
@@ -55,7 +55,7 @@ from . import kubelet_rollout as ro
 from .kubelet_proxy import ServiceProxy, proxy_env
 from .kubelet_run import PodWorker, api_path, kill_leftovers, stamp
 
-logger = logging.getLogger("specdeploy.dev.kubelet")
+logger = logging.getLogger("specdeploy_dev.kubelet")
 
 MANAGED_BY = "app.kubernetes.io/managed-by=specdeploy"
 ROOT = Path(__file__).resolve().parents[3]
@@ -106,7 +106,7 @@ class Api:
     """Reads and writes through the operator's client wrapper; watches through aiohttp (they only wake the loop)."""
 
     def __init__(self, kubeconfig: str | None):
-        from ..controller.kube import Kube, load_api_client
+        from specdeploy.controller.kube import Kube, load_api_client
 
         self.client = load_api_client(kubeconfig)
         self.kube = Kube(self.client)
@@ -214,7 +214,7 @@ class Kubelet:
         self.log_port = site._server.sockets[0].getsockname()[1]  # noqa: SLF001 - the bound port
 
     async def register_node(self) -> None:
-        from ..controller.kube import KubeError
+        from specdeploy.controller.kube import KubeError
 
         name = self.settings.node_name
         node = {"apiVersion": "v1", "kind": "Node",
@@ -290,7 +290,7 @@ class Kubelet:
         return list(self.settings.namespaces) or [None]
 
     async def sync(self) -> None:
-        from ..controller.kube import KubeError
+        from specdeploy.controller.kube import KubeError
 
         s = self.settings
         deployments, replicasets, pods, jobs = [], [], [], []
@@ -332,7 +332,7 @@ class Kubelet:
 
     async def resolve_service(self, ns: str, name: str, port: int) -> tuple[str, int] | None:
         """A ready pod of this node behind Service ns/name port: (loopback address, the port it bound)."""
-        from ..controller.kube import KubeError
+        from specdeploy.controller.kube import KubeError
 
         try:
             svc = await self.api.call("GET", api_path("v1", "services", ns, name))
@@ -382,7 +382,7 @@ class Kubelet:
                                  {"status": plan.deployment_status})
 
     async def _delete(self, path: str) -> None:
-        from ..controller.kube import KubeError
+        from specdeploy.controller.kube import KubeError
 
         try:
             await self.api.call("DELETE", path, {"kind": "DeleteOptions", "apiVersion": "v1",

@@ -28,7 +28,7 @@ from .rest import RestMixin, _json_response, _parse_path
 from .storage import Store
 from .watch import WatchMixin
 
-logger = logging.getLogger("specdeploy.dev.apiserver")
+logger = logging.getLogger("specdeploy_dev.apiserver")
 
 
 class _State(RestMixin, WatchMixin, Store):

@@ -3,7 +3,7 @@
 Given a Deployment, the ReplicaSets it owns and their pods (as the API server returns them),
 :func:`plan_deployment` returns a :class:`RolloutPlan`: ReplicaSets to create, scale or delete,
 pods to create or delete, and the status of the Deployment and of each ReplicaSet. The I/O
-side (``specdeploy.dev.kubelet``) applies the plan and runs it again on the next change, so
+side (``specdeploy_dev.kubelet``) applies the plan and runs it again on the next change, so
 the rollout converges one level-based step at a time, as the real controllers do:
 
 - one ReplicaSet per pod template, named ``<deployment>-<pod-template-hash>``; the hash is

@@ -32,7 +32,7 @@ Throughput and latency follow the steps too, deterministically: each step is
 (speculation makes tokens cheaper; a collapse shows as a slower stream). The request
 gauges are constants: 4 running, 2 waiting (per DP engine / rank).
 
-    python -m specdeploy.dev.engine_standin --engine vllm --mode healthy --port 8000
+    python -m specdeploy_dev.engine_standin --engine vllm --mode healthy --port 8000
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
-from ..core import acceptance as acc
+from specdeploy.core import acceptance as acc
 from .metrics_server import PROMETHEUS_TEXT, MetricsServer
 
 MODES = ("healthy", "regressed", "collapsed", "cliff", "none")
@@ -412,7 +412,7 @@ def serve_forever(server) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m specdeploy.dev.engine_standin",
+    p = argparse.ArgumentParser(prog="python -m specdeploy_dev.engine_standin",
                                 description="Serve /metrics and /health like a vLLM or SGLang engine (for tests).")
     p.add_argument("--engine", choices=acc.ENGINES, default="vllm")
     p.add_argument("--mode", choices=MODES, default="healthy")

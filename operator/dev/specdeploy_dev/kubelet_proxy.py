@@ -17,7 +17,7 @@ import re
 from typing import Awaitable, Callable
 from urllib.parse import urlsplit
 
-logger = logging.getLogger("specdeploy.dev.kubelet")
+logger = logging.getLogger("specdeploy_dev.kubelet")
 
 SERVICE_HOST = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?)\.([a-z0-9]([-a-z0-9]*[a-z0-9])?)\.svc(\.cluster\.local)?\.?$")
 Resolve = Callable[[str, str, int], Awaitable["tuple[str, int] | None"]]  # (namespace, service, port) -> (ip, port)

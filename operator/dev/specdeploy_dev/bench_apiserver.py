@@ -1,6 +1,6 @@
 """Create latency of the stand-in API server against raw kmock 0.8.
 
-    python -m specdeploy.dev.bench_apiserver [--creates 200]
+    python -m specdeploy_dev.bench_apiserver [--creates 200]
 
 The server runs on its own event loop in a background thread; the client is aiohttp on the main
 thread over loopback (one keep-alive connection, sequential requests), creating ConfigMaps.
@@ -20,7 +20,7 @@ from typing import Any
 
 import aiohttp
 
-from specdeploy.dev import apiserver
+from specdeploy_dev import apiserver
 
 CMS = "/api/v1/namespaces/default/configmaps"
 
@@ -83,7 +83,7 @@ class _RawKmockThread:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m specdeploy.dev.bench_apiserver")
+    parser = argparse.ArgumentParser(prog="python -m specdeploy_dev.bench_apiserver")
     parser.add_argument("--creates", type=int, default=200, help="creates measured per point (default 200)")
     args = parser.parse_args(argv)
     n = args.creates

@@ -71,7 +71,7 @@ __attrs_post_init__`` is deliberately not called; ``attrs.define`` slotted class
 Entry points: ``await start(port=0)`` -> ``ApiServer`` (``.url``, ``.port``, ``.emulator``,
 ``await .stop()``); ``serve_in_thread()`` -> ``ThreadedApiServer`` for synchronous tests;
 ``write_kubeconfig(path, url)``; ``main(argv)`` for ``specdeploy dev apiserver --kubeconfig PATH
-[--port N]`` (also ``python -m specdeploy.dev.apiserver``).
+[--port N]`` (also ``python -m specdeploy_dev.apiserver``).
 """
 
 from .common import ALL_VERBS, JSON, SERVER_VERSION, ApiError

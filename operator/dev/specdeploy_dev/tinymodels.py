@@ -2,7 +2,7 @@
 
 ``specdeploy dev tiny-models DIR [--seed N]`` writes, with no network and byte-identical for a
 given seed (and numpy/tokenizers release), one Hugging Face-style repository per model under
-``DIR/<org>/<name>/`` (the layout the hub stand-in serves, ``specdeploy.dev.hubserver``) and a
+``DIR/<org>/<name>/`` (the layout the hub stand-in serves, ``specdeploy_dev.hubserver``) and a
 manifest ``DIR/tiny-models.json`` naming the pairs:
 
 ==========================  ===============================================================

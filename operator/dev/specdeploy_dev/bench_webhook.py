@@ -1,6 +1,6 @@
 """Admission webhook latency: 50 concurrent HTTPS clients (aiohttp) x N reviews each.
 
-    python -m specdeploy.dev.bench_webhook [--clients 50] [--requests 40]
+    python -m specdeploy_dev.bench_webhook [--clients 50] [--requests 40]
 
 The webhook server (the operator's own ``WebhookServer`` with a self-signed certificate) runs in
 a child process, so clients and server do not share an interpreter. Two workloads:
@@ -72,8 +72,8 @@ class _Cache:
 
 
 def serve(port_file: str, ca_file: str) -> None:
-    from ..controller import certs
-    from ..controller.webhooks import OperatorConfigs, WebhookServer, settle_gc
+    from specdeploy.controller import certs
+    from specdeploy.controller.webhooks import OperatorConfigs, WebhookServer, settle_gc
 
     cache = _Cache()
     for example in (QWEN, KIMI):
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     tmp = Path(tempfile.mkdtemp(prefix="specdeploy-bench-webhook-"))
     port_file, ca_file = tmp / "port", tmp / "ca.pem"
-    proc = subprocess.Popen([sys.executable, "-m", "specdeploy.dev.bench_webhook", "--serve", str(port_file), str(ca_file)],
+    proc = subprocess.Popen([sys.executable, "-m", "specdeploy_dev.bench_webhook", "--serve", str(port_file), str(ca_file)],
                             cwd=ROOT)
     try:
         deadline = time.monotonic() + 30

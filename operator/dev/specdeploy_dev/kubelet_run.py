@@ -1,8 +1,8 @@
 """The dev kubelet's pods as local processes: one :class:`PodWorker` per pod, one :class:`ContainerRunner`
 per container (its runs, log files, probes, restarts and kills).
 
-The pure decisions (executables, env, volumes, paths, status) are in :mod:`specdeploy.dev.kubelet_pods`;
-the node agent that starts and stops workers is :mod:`specdeploy.dev.kubelet`. Dev/test infrastructure.
+The pure decisions (executables, env, volumes, paths, status) are in :mod:`specdeploy_dev.kubelet_pods`;
+the node agent that starts and stops workers is :mod:`specdeploy_dev.kubelet`. Dev/test infrastructure.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from . import kubelet_pods as kp
 if TYPE_CHECKING:
     from .kubelet import Kubelet
 
-logger = logging.getLogger("specdeploy.dev.kubelet")
+logger = logging.getLogger("specdeploy_dev.kubelet")
 
 PORT_MAP_ANNOTATION = "dev.specdeploy.io/port-map"
 
@@ -408,7 +408,7 @@ class PodWorker:
                     names["configmaps"].add(ef["configMapRef"].get("name"))
                 if "secretRef" in ef:
                     names["secrets"].add(ef["secretRef"].get("name"))
-        from ..controller.kube import KubeError
+        from specdeploy.controller.kube import KubeError
 
         for plural, found in names.items():
             store = self.configmaps if plural == "configmaps" else self.secrets
@@ -510,7 +510,7 @@ class PodWorker:
                                    failed_reason=self.failed, previous=self._pushed)
             if status == self._pushed:
                 return
-            from ..controller.kube import KubeError
+            from specdeploy.controller.kube import KubeError
 
             try:
                 await self.k.api.merge(api_path("v1", "pods", self.ns, self.name, "status"), {"status": status})

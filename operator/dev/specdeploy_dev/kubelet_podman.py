@@ -6,7 +6,7 @@
 - **command and args** as Kubernetes defines them: ``command`` replaces the image's ENTRYPOINT
   (``--entrypoint`` as a JSON array), ``args`` replace its CMD; ``$(VAR)`` expanded by
   :func:`specdeploy.core.render.expand_kubelet_vars`, no shell anywhere.
-- **env** resolved as in process mode (:func:`specdeploy.dev.kubelet_pods.resolve_env`), passed in an
+- **env** resolved as in process mode (:func:`specdeploy_dev.kubelet_pods.resolve_env`), passed in an
   ``--env-file`` (mode 0600, in the pod's directory) so that values (a hub token from a Secret) never
   appear on podman's command line, which every local user can read in the process list. podman's
   env-file format is one ``NAME=VALUE`` per line, the value taken verbatim to the end of the line: a
@@ -41,7 +41,7 @@ import re
 from dataclasses import dataclass
 from typing import Mapping
 
-from ..core.render import expand_kubelet_vars
+from specdeploy.core.render import expand_kubelet_vars
 from . import kubelet_pods as kp
 
 LABEL_ROOT = "io.specdeploy.dev-kubelet.root"  # the kubelet's --root: leftovers of a killed kubelet are removed by it

@@ -1,6 +1,6 @@
 """A stand-in benchmark client for tests of the operator's SpeculativeBenchmark loop.
 
-``python -m specdeploy.dev.bench_client_standin --plan PLAN`` does what the client Job's program
+``python -m specdeploy_dev.bench_client_standin --plan PLAN`` does what the client Job's program
 does (Contract 2/3 in docs/concepts/benchmarks.md), simply: per point, scrape ``metricsUrl``, send
 ``numPrompts`` greedy completions (``concurrency`` at a time) of a prompt of ``context`` words,
 scrape again; the acceptance is the counters' increase (``core.acceptance``, the one parser), the
@@ -20,8 +20,8 @@ import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
-from ..core.acceptance import acceptance_from_scrapes
-from ..core.benchresult import format_result_line, text_digest
+from specdeploy.core.acceptance import acceptance_from_scrapes
+from specdeploy.core.benchresult import format_result_line, text_digest
 
 
 def _get(url: str) -> str:
