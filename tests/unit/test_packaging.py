@@ -70,3 +70,16 @@ def test_rig_commands_without_the_rig_name_what_to_install(argv, monkeypatch, ca
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert "specdeploy-dev" in err and "pip install -e operator/dev" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_train_tiny_drafter_without_the_rig_names_what_to_install(monkeypatch, tmp_path):
+    """The runtime's one development command hands over to the rig; in a runtime image (no rig) it
+    stops with one line naming the distribution."""
+    from specdeploy_runtime import cli
+
+    for name in [m for m in sys.modules if m == "specdeploy_dev" or m.startswith("specdeploy_dev.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "specdeploy_dev", None)
+    with pytest.raises(SystemExit) as e:
+        cli.main(["train-tiny-drafter", str(tmp_path)])
+    assert "specdeploy-dev" in str(e.value) and "pip install -e operator/dev" in str(e.value), e.value

@@ -1,13 +1,16 @@
-"""The rig's commands behind ``specdeploy demo`` and ``specdeploy dev ...``.
+"""The rig's commands behind ``specdeploy demo``, ``specdeploy dev ...`` and ``specdeploy-runtime
+train-tiny-drafter``.
 
-Their arguments are declared with the rest of the ``specdeploy`` command (specdeploy.cli), which hands
-over to these functions by name when one of them runs: the product never imports the rig. Dev/test
-infrastructure, never installed in the operator image.
+Their arguments are declared with the rest of the ``specdeploy`` command (specdeploy.cli) and of the
+``specdeploy-runtime`` command (train-tiny-drafter), which hand over to these functions by name when
+one of them runs: neither the product nor the pod runtime imports the rig. Dev/test infrastructure,
+never installed in an image.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 
 from specdeploy.cli_common import UsageError
 
@@ -89,3 +92,34 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     counts = [int(x) for x in args.crs.split(",")] if args.crs else None
     return bench.run(args.what, args.repeat, counts, args.resync_seconds)
+
+
+def cmd_train_tiny_drafter(args: argparse.Namespace) -> int:
+    import time
+    from dataclasses import replace
+
+    from . import tinytrain
+
+    spec = tinytrain.TrainSpec(seed=args.seed, threads=args.threads)
+    if args.target_steps is not None:
+        spec = replace(spec, target_steps=args.target_steps)
+    if args.drafter_steps is not None:
+        spec = replace(spec, drafter_steps=args.drafter_steps)
+    t0 = time.perf_counter()
+    log = (lambda line: None) if args.output == "json" else (lambda line: print(line, flush=True))
+    m = tinytrain.write(args.directory, spec, use_cache=not args.no_cache, log=log)
+    took = time.perf_counter() - t0
+    if args.output == "json":
+        print(json.dumps({**m, "seconds": round(took, 1)}, indent=2, sort_keys=True))
+        return 0
+    tr, ev = m["training"], m["replay"]
+    how = (f"copied from the cache {tinytrain.cache_root() / m['digest']} in {took:.1f} s (trained in {tr['total_s']} s)"
+           if m["cached"] else f"trained in {took:.1f} s ({spec.threads} thread(s))")
+    print(f"specdeploy-runtime train-tiny-drafter: {', '.join(m['models'])} in {args.directory}: {how}; "
+          f"target loss {tr['target']['final_loss']} (the language's floor {tr['target']['floor']}), "
+          f"drafter loss {tr['drafter']['final_loss']}")
+    print(f"  offline greedy replay, {spec.block_size - 1} speculative tokens: tau {ev['right_ids']['tau']} "
+          f"(per position {ev['right_ids']['per_position']}); ids shifted to {m['shifted_layer_ids']}: "
+          f"tau {ev['shifted_ids']['tau']} (per position {ev['shifted_ids']['per_position']})"
+          + "".join(f"; ids {r['ids']}: tau {r['tau']}" for k, r in ev.items() if k not in ("right_ids", "shifted_ids")))
+    return 0

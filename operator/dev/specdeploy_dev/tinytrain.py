@@ -109,10 +109,11 @@ class TrainSpec:
 
     def digest(self) -> str:
         h = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode())
-        here = Path(__file__).parent
-        from specdeploy_dev import tinymodels
+        from specdeploy_runtime import dflash_ref
 
-        for src in (here / "tinytrain.py", here / "dflash_ref.py", Path(tinymodels.__file__)):
+        from . import tinymodels
+
+        for src in (Path(__file__), Path(dflash_ref.__file__), Path(tinymodels.__file__)):
             h.update(src.read_bytes())
         import torch
 
@@ -344,9 +345,9 @@ def build(spec: TrainSpec = TrainSpec(), log: Callable[[str], None] = print) -> 
     """Train and return every file, ``{"<org>/<name>/<file>": bytes}`` plus the manifest."""
     import torch
 
-    from specdeploy_dev import tinymodels as tm
+    from . import tinymodels as tm
 
-    from .dflash_ref import DFlashDrafterRef, Qwen3Target, Shape, init_weights, state_arrays
+    from specdeploy_runtime.dflash_ref import DFlashDrafterRef, Qwen3Target, Shape, init_weights, state_arrays
 
     torch.set_num_threads(spec.threads)
     torch.manual_seed(spec.seed)
