@@ -292,12 +292,13 @@ def test_engine_series_names_match_the_recorded_engines(engine, names):
 def test_generate_writes_every_dashboard_for_the_chart(tmp_path):
     """The chart templates one ConfigMap labelled grafana_dashboard: "1" per file in
     files/dashboards/: `specdeploy generate` must write each dashboard there."""
+    from specdeploy.cli import build_parser
     from specdeploy.generate import targets
 
     files = D.dashboard_files()
     assert set(files) == {f"{D.DASHBOARDS_DIR}/{n}.json" for n in NAMES}
     assert D.DASHBOARD_FILE in files
-    written = {p.relative_to(tmp_path).as_posix(): make for p, make in targets(tmp_path).items()}
+    written = {p.relative_to(tmp_path).as_posix(): make for p, make in targets(tmp_path, build_parser()).items()}
     missing = sorted(set(files) - set(written))
     assert not missing, f"specdeploy generate does not write {missing} (generate.py targets)"
     for rel, render in files.items():

@@ -46,7 +46,7 @@ def wheel_names(tmp_path_factory) -> list[str]:
 
 def test_the_wheel_holds_the_product(wheel_names):
     names = set(wheel_names)
-    for module in ("specdeploy/cli.py", "specdeploy/core/checker.py", "specdeploy/controller/main.py",
+    for module in ("specdeploy/cli/__init__.py", "specdeploy/core/checker.py", "specdeploy/controller/main.py",
                    "specdeploy/core/flagdrift.py", "specdeploy_runtime/preflight.py", "specdeploy_runtime/launch.py"):
         assert any(n == module or n.startswith(module.removesuffix(".py") + "/") for n in names), module
     assert top_packages(wheel_names) == {"specdeploy", "specdeploy_runtime"}, top_packages(wheel_names)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from specdeploy.cli_common import UsageError
+from specdeploy.cli.common import UsageError
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -19,7 +19,7 @@ import json
 import shutil
 import subprocess
 
-from .cli_common import UsageError, camel_keys, epilog, need_action
+from .common import UsageError, camel_keys, epilog, need_action
 
 RESULTS_KEY = "results.json"
 KUBECTL_TIMEOUT = 60
@@ -70,7 +70,7 @@ def read_from_cluster(name: str, namespace: str | None) -> tuple[str, dict | Non
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from . import benchreport as rep
+    from .. import benchreport as rep
 
     if args.from_file:
         try:

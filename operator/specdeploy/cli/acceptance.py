@@ -25,9 +25,9 @@ import math
 import sys
 import time
 
-from .cli_common import UsageError, camel_keys, epilog
-from .core import acceptance as acc
-from .core import baseline as bl
+from ..core import acceptance as acc
+from ..core import baseline as bl
+from .common import UsageError, camel_keys, epilog, number_type, seconds
 
 PROG = "specdeploy acceptance"
 MAX_BYTES = 64 * 1024 * 1024
@@ -77,34 +77,10 @@ def read_scrape(src: str, timeout: float = 10.0) -> str:
         raise InputError(f"{src} is not UTF-8 text") from None
 
 
-def _interval(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not math.isfinite(v) or v <= 0:
-        raise argparse.ArgumentTypeError(f"{text} must be a positive number of seconds")
-    return v
-
-
-def _baseline(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (math.isfinite(v) and v >= 1.0):
-        raise argparse.ArgumentTypeError(f"{text} is no acceptance length: tau is at least 1 (bonus token included)")
-    return v
-
-
-def _fraction(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (math.isfinite(v) and 0 < v < 1):
-        raise argparse.ArgumentTypeError(f"{text} must be between 0 and 1 (0.25: 25% below the baseline)")
-    return v
+_baseline = number_type(lambda v: math.isfinite(v) and v >= 1.0,
+                        "{text} is no acceptance length: tau is at least 1 (bonus token included)", name="baseline")
+_fraction = number_type(lambda v: math.isfinite(v) and 0 < v < 1,
+                        "{text} must be between 0 and 1 (0.25: 25% below the baseline)", name="fraction")
 
 
 def _fmt(x: float | None, spec: str = ".2f") -> str:
@@ -209,9 +185,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--engine", required=True, choices=acc.ENGINES, help="the engine that wrote the scrapes")
     p.add_argument("scrape", nargs="+", metavar="SCRAPE",
                    help="SCRAPE [SCRAPE2]: /metrics text (file, '-', or URL); vLLM: older first")
-    p.add_argument("--interval", type=_interval, metavar="SECONDS",
+    p.add_argument("--interval", type=seconds, metavar="SECONDS",
                    help="seconds between the two scrapes; with one vLLM URL: scrape it twice this far apart")
-    p.add_argument("--min-length", type=_interval, default=acc.DEFAULT_MIN_LENGTH, metavar="TAU",
+    p.add_argument("--min-length", type=seconds, default=acc.DEFAULT_MIN_LENGTH, metavar="TAU",
                    help=f"collapse threshold for tau (default {acc.DEFAULT_MIN_LENGTH})")
     p.add_argument("--baseline", type=_baseline, metavar="TAU",
                    help="judge a regression against this tau (e.g. the deployment's status.acceptance.baseline.length)")
@@ -221,13 +197,3 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--output", "-o", choices=["text", "json"], default="text")
     p.set_defaults(func=cmd_acceptance)
     return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    from .cli import main as cli_main
-
-    return cli_main(["acceptance", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,5 +1,6 @@
 """What every ``specdeploy`` subcommand shares: the exit codes, the one-line usage error, the JSON
-error document, camelCase keys, and the help texts (description, examples, exit codes).
+error document, camelCase keys, the help texts (description, examples, exit codes) and the argument
+types (``type=`` validators: positive integers, seeds, seconds).
 
 Standard library only: ``specdeploy --help`` imports nothing heavy.
 """
@@ -8,9 +9,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
-from typing import Any
+from typing import Any, Callable
 
 PROG = "specdeploy"
 OK, FINDINGS, UNUSABLE = 0, 1, 2
@@ -99,9 +101,9 @@ def epilog(examples: list[str], ok: str | None, findings: str | None = None, jso
 
 def known_engine_versions(engine: str, gpu: str | None = None) -> list[str]:
     """Releases the engine table knows: recorded facts or a recorded flag snapshot (CPU pool: the CPU build's)."""
-    from .core import enginedata
-    from .core import engines as eng
-    from .core.versions import parse_version
+    from ..core import enginedata
+    from ..core import engines as eng
+    from ..core.versions import parse_version
 
     info = eng.get_engine(engine)
     if gpu == "cpu" and eng.cpu_build(engine) is not None:
@@ -123,8 +125,8 @@ class VersionAction(argparse.Action):
 
 
 def version_text() -> str:
-    from . import __version__
-    from .core import engines as eng
+    from .. import __version__
+    from ..core import engines as eng
 
     lines = [f"{PROG} {__version__}", "engine table:"]
     for name in eng.ENGINE_NAMES:
@@ -138,3 +140,30 @@ def version_text() -> str:
             line += f"; CPU build {build.distribution} verified for {', '.join(eng.cpu_verified_versions(name))}"
         lines.append(line)
     return "\n".join(lines)
+
+
+# ----------------------------------------------------------------- argument types
+
+
+def number_type(ok: Callable[[Any], bool], bad: str, not_a_number: str = "is not a number",
+                convert: Callable[[str], Any] = float, name: str | None = None) -> Callable[[str], Any]:
+    """An argparse ``type=``: ``convert(text)``, refused with ``'TEXT' <not_a_number>`` when it does not
+    convert and with ``bad`` (``{text}``: the argument, ``{v}``: the value) when ``ok(v)`` is false."""
+
+    def parse(text: str):
+        try:
+            v = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} {not_a_number}") from None
+        if not ok(v):
+            raise argparse.ArgumentTypeError(bad.format(text=text, v=v))
+        return v
+
+    parse.__name__ = name or "number"
+    return parse
+
+
+positive_int = number_type(lambda v: v >= 1, "{v} must be >= 1", "is not an integer", int, "positive_int")
+seed = number_type(lambda v: 0 <= v < 2**63, "{v} must be in [0, 2^63)", "is not an integer", int, "seed")
+seconds = number_type(lambda v: math.isfinite(v) and v > 0, "{text} must be a positive number of seconds",
+                      "is not a number of seconds", name="seconds")
