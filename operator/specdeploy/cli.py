@@ -13,6 +13,8 @@ import argparse
 import sys
 from typing import Any, Sequence
 
+from .core import names as N
+
 from .cli_common import (PROG, ArgumentError, Parser, UsageError, VersionAction, epilog, known_engine_versions,
                          need_action, print_error, wants_json)
 
@@ -666,7 +668,7 @@ def build_parser() -> argparse.ArgumentParser:
     kl.add_argument("--node-name", default="specdeploy-dev", metavar="NAME", help="the Node to register and run")
     kl.add_argument("--namespace", "-n", action="append", metavar="NS", help="only this namespace (repeatable; "
                     "default: all)")
-    kl.add_argument("--selector", default="app.kubernetes.io/managed-by=specdeploy", metavar="LABELS",
+    kl.add_argument("--selector", default=N.selector(N.MANAGED_LABELS), metavar="LABELS",
                     help="Deployments to create pods for (default: the operator's)")
     kl.add_argument("--all-deployments", action="store_true", help="create pods for every Deployment")
     kl.add_argument("--exec", dest="exec_", action="append", metavar="NAME=PATH",

@@ -13,9 +13,10 @@ from typing import Annotated, Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from .. import API_GROUP, API_VERSION, KIND
+from .. import KIND
 from ..core import baseline, engines, gpus
 from ..core.checker import MAX_BLOCK_SIZE, Options, model_reference_problem
+from ..core.names import GROUP_VERSION
 
 EngineName = Literal[engines.ENGINE_NAMES]  # type: ignore[valid-type]
 GpuType = Literal[gpus.PROFILE_KEYS]  # type: ignore[valid-type]
@@ -502,7 +503,7 @@ class SpeculativeDeployment(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    api_version: Literal[f"{API_GROUP}/{API_VERSION}"] = Field(alias="apiVersion", description="API version.")
+    api_version: Literal[GROUP_VERSION] = Field(alias="apiVersion", description="API version.")  # type: ignore[valid-type]
     kind: Literal[KIND] = Field(description="Kind.")
     metadata: ObjectMeta = Field(description="Standard object metadata.")
     spec: SpeculativeDeploymentSpec = Field(description="Desired state.")

@@ -14,6 +14,8 @@ from typing import Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from .names import GROUP_VERSION
+
 ENGINE_CONFIG_KEY = "engine-config.json"
 CHECK_REPORT_KEY = "check-report.json"
 ENGINE_CONFIG_MOUNT = "/etc/specdeploy"
@@ -45,7 +47,7 @@ class SpeculationPlan(_Doc):
 
 
 class EngineConfig(_Doc):
-    api_version: Literal["specdeploy.io/v1alpha1"] = Field(default="specdeploy.io/v1alpha1", description="Document version.")
+    api_version: Literal[GROUP_VERSION] = Field(default=GROUP_VERSION, description="Document version.")  # type: ignore[valid-type]
     kind: Literal["EngineConfig"] = Field(default="EngineConfig", description="Document kind.")
     engine: Literal["sglang", "vllm"] = Field(description="Engine.")
     engine_version: str = Field(description="Engine release the flags were derived for.")
