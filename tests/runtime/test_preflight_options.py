@@ -11,18 +11,20 @@ from specdeploy.core.engineconfig import EngineConfig
 
 
 def test_the_engine_config_carries_the_specs_checker_options(tmp_path):
-    pod = rendered_pod(tmp_path, "vllm", engine={"extraArgs": ["--max-num-seqs", "8"]}, checks={"accept": ["X"]})
+    spec = {"checks": {"accept": ["DrafterContextTooShort"]}, "speculation": {"draftWindow": "off"}}
+    pod = rendered_pod(tmp_path, "vllm", **spec)
     ec = EngineConfig.model_validate(pod.engine_config)
-    want = make_cr("vllm", "0.33.0", engine={"extraArgs": ["--max-num-seqs", "8"]}, checks={"accept": ["X"]}).spec.options()
+    want = make_cr("vllm", "0.33.0", **spec).spec.options()
     assert ec.checker_options == want and isinstance(ec.checker_options, Options)
-    assert ec.checker_options.extra_args == ("--max-num-seqs", "8")
+    assert (want.accept, want.draft_window) == (("DrafterContextTooShort",), "off")
+    assert pod.engine_config["checkerOptions"]["drafterModel"] == "z-lab/Qwen3.6-27B-DFlash"  # camelCase, as the document
 
 
 def test_a_field_the_checker_reads_reaches_the_preflight(tmp_path):
     pod = rendered_pod(tmp_path, "sglang")
     assert pod.codes() == set()
     # extra args were not in the preflight's own copy of the mapping (before issue 23): now the pod re-checks them
-    pod.engine_config["checkerOptions"]["extra_args"] = ["--speculative-algorithm", "EAGLE"]
+    pod.engine_config["checkerOptions"]["extraArgs"] = ["--speculative-algorithm", "EAGLE"]
     pod.write()
     assert "ExtraArgSetsOwnedFlag" in pod.codes()
 

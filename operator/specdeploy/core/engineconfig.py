@@ -62,8 +62,8 @@ class EngineConfig(_Doc):
     tensor_parallel_size: int = Field(description="Tensor-parallel size (GPUs per replica).")
     nodes: int = Field(description="Nodes per replica.")
     checker_options: Optional[Options] = Field(
-        default=None, description="The checker's options as the operator checked the spec (api/types.checker_options, "
-        "field names as core/checker.Options has them): the preflight re-runs the check with them.")
+        default=None, description="The checker's options as the operator checked the spec (api/types.checker_options; "
+        "the fields of core/checker.Options in camelCase): the preflight re-runs the check with them.")
 
     def to_json(self) -> str:
         return json.dumps(self.model_dump(by_alias=True, exclude_none=True), sort_keys=True, indent=2) + "\n"

@@ -420,7 +420,7 @@ def build_engine_config(cr, analysis: Analysis, target_doc: Any, drafter_doc: An
         gpu_profile=spec.gpu.type,
         tensor_parallel_size=spec.gpu.count,
         nodes=spec.nodes,
-        checker_options=spec.options(),
+        checker_options=analysis.options,
     )
 
 
