@@ -27,7 +27,7 @@ import os
 from typing import Any
 
 from ..api import benchmark as B
-from ..api.validation import problems_message, validate as validate_deployment
+from ..api.validation import INVALID_SPEC, problems_message, validate as validate_deployment
 from ..core.benchplan import BenchPlan, PlanError, Point, Variant, build_client_plan, plan_benchmark
 from ..core.benchreco import equal_to_baseline, recommend
 from ..core.benchrender import (BENCH_LABEL, BenchOwner, build_client_configmap, build_client_job, render_variant,
@@ -196,7 +196,7 @@ class BenchmarkController:
         ns, name = key
         cr, problems = B.validate(body)
         if cr is None:
-            raise BenchFailed("InvalidSpec", problems_message(problems))
+            raise BenchFailed(INVALID_SPEC, problems_message(problems))
         owner = BenchOwner(name, ns, (body.get("metadata") or {}).get("uid"))
         ahead = self._ahead_of(key, body, cr.spec.deployment_ref.name)
         if ahead is not None and (body.get("status") or {}).get("phase") != "Running":
