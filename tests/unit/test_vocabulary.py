@@ -11,7 +11,7 @@ from specdeploy.core import acceptance as acc
 from specdeploy.core import names as N
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = [p for base in ("operator/specdeploy", "runtime/specdeploy_runtime") for p in sorted((ROOT / base).rglob("*.py"))]
+SOURCES = [p for base in ("operator/specdeploy", "operator/dev/specdeploy_dev", "runtime/specdeploy_runtime") for p in sorted((ROOT / base).rglob("*.py"))]
 HOMES = {ROOT / "operator/specdeploy/core/names.py", ROOT / "operator/specdeploy/core/acceptance.py"}  # metric names: acc
 PENDING: set[Path] = set()
 
