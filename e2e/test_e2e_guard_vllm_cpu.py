@@ -32,8 +32,7 @@ from specdeploy.dev import tinymodels
 from specdeploy.dev.harness import ROOT, free_port, wait_for
 from specdeploy.dev.realloop import ENGINE_VERSION, VLLM_CPU, cpu_cr
 
-OPTED_IN = os.environ.get("SPECDEPLOY_E2E_VLLM_CPU") == "1"
-pytestmark = pytest.mark.skipif(not OPTED_IN, reason="opt-in: SPECDEPLOY_E2E_VLLM_CPU=1 (bash .ci/test sets it)")
+pytestmark = pytest.mark.vllm_cpu
 
 TARGET, DRAFTER = "tiny/target-flat", "tiny/dflash-accept-all"  # every draft accepted: tau 4 at 3 tokens
 LIMIT = 2

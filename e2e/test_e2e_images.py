@@ -13,7 +13,6 @@ serves its metrics.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import tomllib
@@ -22,16 +21,12 @@ import pytest
 
 from e2e_support import QWEN, ROOT, configmap, embedded_only, example_cr, example_doc, new_cluster, stop_cluster, \
     wait_for
-from e2e_support import diagnostics_on_failure  # noqa: F401  (autouse fixture)
 
 HELM = ROOT / ".venv" / "tools" / "helm3"
 RELEASE_NS = "specdeploy-system"
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 OPERATOR_IMAGE = f"ghcr.io/specdeploy/operator:{VERSION}"
-OPTED_IN = os.environ.get("SPECDEPLOY_E2E_IMAGES") == "1"
-
-pytestmark = [pytest.mark.skipif(not OPTED_IN, reason="opt-in: SPECDEPLOY_E2E_IMAGES=1 (bash .ci/test sets it)"),
-              embedded_only, pytest.mark.skipif(not HELM.exists(), reason="helm3 is installed by .ci/setup-test")]
+pytestmark = [pytest.mark.images, embedded_only, pytest.mark.skipif(not HELM.exists(), reason="helm3 is installed by .ci/setup-test")]
 
 
 def podman(*args: str, check: bool = True) -> subprocess.CompletedProcess:

@@ -10,7 +10,7 @@ import os
 import signal
 import subprocess
 
-from e2e_support import EMBEDDED, QWEN, Cluster, diagnostics_on_failure, embedded_only, wait_for  # noqa: F401
+from e2e_support import QWEN, Cluster, embedded_only, wait_for
 from specdeploy.dev.harness import BIN, ROOT
 
 

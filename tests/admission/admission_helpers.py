@@ -1,7 +1,7 @@
 """Helpers for the admission tests: AdmissionReview requests as the API server sends them, an
 HTTPS webhook server in a background thread, an HTTPS client that verifies the served chain.
 
-Not a conftest.py (tests/conftest.py stays the only one): test modules import from here.
+Test modules import from here explicitly.
 No pytest-asyncio: servers run on their own event loop in a daemon thread; clients are blocking
 http.client connections with timeouts.
 """

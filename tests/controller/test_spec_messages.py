@@ -18,7 +18,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "admission"))
 from admission_helpers import QWEN, ServerThread, configmap, example_configs, example_cr, review_request  # noqa: E402
 
-from conftest import run_cli  # noqa: E402
+from testkit import run_cli  # noqa: E402
 from specdeploy.api.validation import validate  # noqa: E402
 from specdeploy.controller.kube import Kube, load_api_client  # noqa: E402
 from specdeploy.controller.reconciler import Controller, Settings  # noqa: E402

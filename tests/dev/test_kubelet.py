@@ -19,7 +19,8 @@ import pytest
 
 from specdeploy.dev.harness import Cluster, kubectl_available, wait_for
 
-pytestmark = pytest.mark.skipif(not kubectl_available(), reason="needs kubectl")
+# pods on 127.0.0.2.. (the kubelet's default addresses): one worker runs every module that starts a dev kubelet
+pytestmark = [pytest.mark.skipif(not kubectl_available(), reason="needs kubectl"), pytest.mark.xdist_group("loopback-pods")]
 
 APP = str(Path(__file__).with_name("kubelet_app.py"))
 MANAGED = {"app.kubernetes.io/managed-by": "specdeploy"}

@@ -21,9 +21,7 @@ import pytest
 from specdeploy.dev.harness import Cluster, kubectl_available, wait_for
 from specdeploy.dev.kubelet_podman import LABEL_POD
 
-OPTED_IN = os.environ.get("SPECDEPLOY_E2E_IMAGES") == "1"
-pytestmark = [pytest.mark.skipif(not OPTED_IN, reason="opt-in: SPECDEPLOY_E2E_IMAGES=1 (bash .ci/test sets it)"),
-              pytest.mark.skipif(not kubectl_available(), reason="needs kubectl")]
+pytestmark = [pytest.mark.images, pytest.mark.skipif(not kubectl_available(), reason="needs kubectl")]
 
 IMAGE = "docker.io/library/python:3.11.13-slim-bookworm"
 APP = Path(__file__).with_name("kubelet_app.py")

@@ -21,7 +21,8 @@ from specdeploy.core.render import render
 from specdeploy.dev.harness import Cluster, kubectl_available, wait_for
 from specdeploy.dev.hubserver import repos_from_directory, start_in_thread
 
-pytestmark = pytest.mark.skipif(not kubectl_available(), reason="needs kubectl")
+# pods on 127.0.0.2.. (the kubelet's default addresses): one worker runs every module that starts a dev kubelet
+pytestmark = [pytest.mark.skipif(not kubectl_available(), reason="needs kubectl"), pytest.mark.xdist_group("loopback-pods")]
 
 ROOT = Path(__file__).resolve().parents[2]
 ENGINE = Path(__file__).with_name("cache_engine.py")

@@ -1,4 +1,4 @@
-"""Helpers for tests/observability (no conftest here: tests/conftest.py stays the only one)."""
+"""Helpers for tests/observability (test modules import them explicitly)."""
 
 from __future__ import annotations
 

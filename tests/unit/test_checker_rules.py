@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import pytest
 
-from conftest import PAIRS, pair
+from testkit import PAIRS, pair
 from specdeploy.core import engines as eng
 from specdeploy.core.checker import Options, analyze
 from specdeploy.core.modelconfig import FULL, SLIDING

@@ -9,7 +9,7 @@ import sys
 import pytest
 import yaml
 
-from conftest import EXAMPLES, FIXTURES, PAIRS, ROOT, pair, run_cli
+from testkit import EXAMPLES, FIXTURES, PAIRS, ROOT, pair, run_cli
 
 EXAMPLE = EXAMPLES / "qwen3.6-27b-b300-vllm"
 EXAMPLE_CR = str(EXAMPLE / "speculativedeployment.yaml")

@@ -10,7 +10,7 @@ import jsonschema
 import pytest
 import yaml
 
-from conftest import EXAMPLES, FIXTURES, ROOT
+from testkit import EXAMPLES, FIXTURES, ROOT
 from specdeploy import generate
 from specdeploy.api import types
 from specdeploy.api.crd import CRD_FILE, build_crd

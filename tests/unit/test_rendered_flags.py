@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import EXAMPLES
+from testkit import EXAMPLES
 from specdeploy import flagdrift
 from specdeploy.core import engines as eng
 from specdeploy.demo import flag_commands
