@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -32,6 +31,7 @@ import pytest
 
 from specdeploy.core import benchresult as br
 from specdeploy.dev.harness import BIN, ROOT, free_port
+from specdeploy.dev.procs import stop_process
 
 pytestmark = pytest.mark.vllm_cpu
 
@@ -84,12 +84,7 @@ def engines(tmp_path_factory):
         yield {"work": work, "manifest": manifest, "urls": {k: v[1] for k, v in procs.items()}}
     finally:
         for proc, _, _ in procs.values():
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(60)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
+            stop_process(proc, 60, group=True)
 
 
 def run_client(engines, variant: str, prompts: dict, client: str, points: list[dict]) -> br.VariantResult:

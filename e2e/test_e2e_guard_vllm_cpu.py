@@ -30,6 +30,7 @@ from specdeploy.api.types import SpeculativeDeployment
 from specdeploy.core.render import render
 from specdeploy.dev import tinymodels
 from specdeploy.dev.harness import ROOT, free_port, wait_for
+from specdeploy.dev.procs import stop_process
 from specdeploy.dev.realloop import ENGINE_VERSION, VLLM_CPU, cpu_cr
 
 pytestmark = pytest.mark.vllm_cpu
@@ -161,9 +162,4 @@ def test_vllm_serve_starts_with_the_guard_logs_it_and_serves(command, tmp_path):
         a = acc.acceptance_from_scrapes("vllm", None, metrics, None)
         assert a is not None and a.drafts and a.drafts > 0, metrics[-2000:]  # one request alone: below the limit
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
+        stop_process(proc, 60)

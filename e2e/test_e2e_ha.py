@@ -30,6 +30,7 @@ import pytest
 from e2e_support import (OPERATOR_ARGS, QWEN, Cluster, configmap, embedded_only, example_cr, example_doc, new_cluster,
                          stop_cluster, wait_for)
 from specdeploy.dev.harness import BIN, ROOT, free_port
+from specdeploy.dev.procs import stop_process
 
 # kill -9 and partition orderings ride on lease margins: run with the machine alone (.ci/test)
 pytestmark = [embedded_only, pytest.mark.serial]
@@ -82,13 +83,7 @@ class Replica:
         return None
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, 20)
         self.log.close()
 
     def tail(self) -> str:

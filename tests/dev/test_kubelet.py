@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from specdeploy.dev.harness import Cluster, kubectl_available, wait_for
+from specdeploy.dev.procs import stop_process
 
 # pods on 127.0.0.2.. (the kubelet's default addresses): one worker runs every module that starts a dev kubelet
 pytestmark = [pytest.mark.skipif(not kubectl_available(), reason="needs kubectl"), pytest.mark.xdist_group("loopback-pods")]
@@ -46,9 +47,8 @@ def cluster(tmp_path_factory):
         c.kubelet_log = work / "kubelet.log"  # type: ignore[attr-defined]
         yield c
     finally:
-        p.send_signal(signal.SIGTERM)
         try:
-            p.wait(30)
+            stop_process(p, 30)
         finally:
             log.close()
             c.stop()

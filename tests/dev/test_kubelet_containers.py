@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import urllib.request
@@ -20,6 +19,7 @@ import pytest
 
 from specdeploy.dev.harness import Cluster, kubectl_available, wait_for
 from specdeploy.dev.kubelet_podman import LABEL_POD
+from specdeploy.dev.procs import stop_process
 
 pytestmark = [pytest.mark.images, pytest.mark.skipif(not kubectl_available(), reason="needs kubectl")]
 
@@ -56,9 +56,8 @@ def cluster(tmp_path_factory):
             "data": {"app.py": APP.read_text(), "greeting.txt": "hello from a configmap"}}))
         yield c
     finally:
-        p.send_signal(signal.SIGTERM)
         try:
-            p.wait(60)
+            stop_process(p, 60)
         finally:
             log.close()
             c.stop()

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import yaml
 
+from specdeploy.dev import procs
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -251,13 +253,7 @@ def start_operator_exporter(timeout_s: float = 30, acceptance: list[tuple] = ())
 
 
 def stop_process(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+    procs.stop_process(proc, 10)
     for f in (proc.stdout, proc.stderr):
         if f is not None:
             f.close()
