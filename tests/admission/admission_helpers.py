@@ -192,6 +192,20 @@ class ServerThread:
         self._thread.join(10)
 
 
+# the QWEN example's ConfigMaps (its SpeculativeDeployment's configFrom)
+TARGET_CM, DRAFTER_CM = "qwen36-27b-target-config", "qwen36-27b-drafter-config"
+
+
+def qwen_server(configmaps: dict[str, Any] | None = None) -> ServerThread:
+    """A started ServerThread whose resolver holds the QWEN example's target and drafter configs
+    (TARGET_CM, DRAFTER_CM) and ``configmaps`` ({name: config doc or text})."""
+    s = ServerThread().start()
+    t, d = example_configs(QWEN)
+    for name, doc in {TARGET_CM: t, DRAFTER_CM: d, **(configmaps or {})}.items():
+        s.resolver.add(configmap(name, doc))
+    return s
+
+
 def with_spec(cr: dict, **changes: Any) -> dict:
     """A copy of cr with dotted spec paths set: with_spec(cr, **{"gpu.count": 3})."""
     out = copy.deepcopy(cr)

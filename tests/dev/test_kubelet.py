@@ -21,7 +21,8 @@ from specdeploy.dev.harness import Cluster, kubectl_available, wait_for
 from specdeploy.dev.procs import stop_process
 
 # pods on 127.0.0.2.. (the kubelet's default addresses): one worker runs every module that starts a dev kubelet
-pytestmark = [pytest.mark.skipif(not kubectl_available(), reason="needs kubectl"), pytest.mark.xdist_group("loopback-pods")]
+pytestmark = [pytest.mark.skipif(not kubectl_available(), reason="needs kubectl"), pytest.mark.xdist_group("loopback-pods"),
+              pytest.mark.usefixtures("kubelet_log_on_failure")]
 
 APP = str(Path(__file__).with_name("kubelet_app.py"))
 MANAGED = {"app.kubernetes.io/managed-by": "specdeploy"}
@@ -52,18 +53,6 @@ def cluster(tmp_path_factory):
         finally:
             log.close()
             c.stop()
-
-
-@pytest.fixture(autouse=True)
-def kubelet_log_on_failure(request, cluster):
-    before = request.session.testsfailed
-    yield
-    if request.session.testsfailed > before:
-        print("== kubelet log (tail)\n" + "\n".join(cluster.kubelet_log.read_text().splitlines()[-60:]))
-        for p in cluster.get_json("pods")["items"]:
-            st = p.get("status") or {}
-            print(f"== pod {p['metadata']['name']}: {st.get('phase')} "
-                  + json.dumps((st.get("initContainerStatuses") or []) + (st.get("containerStatuses") or [])))
 
 
 def container(name: str, *args: str, **extra) -> dict:

@@ -21,7 +21,8 @@ from specdeploy.dev.harness import Cluster, kubectl_available, wait_for
 from specdeploy.dev.kubelet_podman import LABEL_POD
 from specdeploy.dev.procs import stop_process
 
-pytestmark = [pytest.mark.images, pytest.mark.skipif(not kubectl_available(), reason="needs kubectl")]
+pytestmark = [pytest.mark.images, pytest.mark.skipif(not kubectl_available(), reason="needs kubectl"),
+              pytest.mark.usefixtures("kubelet_log_on_failure")]
 
 IMAGE = "docker.io/library/python:3.11.13-slim-bookworm"
 APP = Path(__file__).with_name("kubelet_app.py")
@@ -63,18 +64,6 @@ def cluster(tmp_path_factory):
             c.stop()
     assert not podman("ps", "-aq", "--filter", f"label=io.specdeploy.dev-kubelet.root={work / 'root'}").stdout.strip(), \
         "containers left behind by the stopped kubelet"
-
-
-@pytest.fixture(autouse=True)
-def kubelet_log_on_failure(request, cluster):
-    before = request.session.testsfailed
-    yield
-    if request.session.testsfailed > before:
-        print("== kubelet log (tail)\n" + "\n".join(cluster.kubelet_log.read_text().splitlines()[-60:]))
-        for p in cluster.get_json("pods")["items"]:
-            st = p.get("status") or {}
-            print(f"== pod {p['metadata']['name']}: {st.get('phase')} "
-                  + json.dumps((st.get("initContainerStatuses") or []) + (st.get("containerStatuses") or [])))
 
 
 def container(name: str, *args: str, **extra) -> dict:
