@@ -21,6 +21,7 @@ import copy
 import json
 import os
 import re
+import subprocess
 import urllib.request
 import uuid
 from pathlib import Path
@@ -35,7 +36,7 @@ __all__ = [
     "ROOT", "EXAMPLES", "KIMI", "QWEN", "REAL_KUBECONFIG", "EMBEDDED", "RESYNC", "embedded_only",
     "Cluster", "HarnessError", "wait_for", "new_cluster", "start_operator",
     "stop_cluster",
-    "apply", "configmap", "example_cr", "example_doc", "get", "exists", "events_for", "reconciles", "writes",
+    "HELM3", "apply", "apply_chart", "configmap", "example_cr", "example_doc", "get", "exists", "events_for", "reconciles", "writes",
     "wait_reconciles", "fired_faults", "clear_faults", "CHILD_KINDS", "child_names", "engine_container", "config_hash",
     "engine_pod", "play_engine_pod", "printer_columns",
 ]
@@ -43,6 +44,7 @@ __all__ = [
 EXAMPLES = ROOT / "examples"
 KIMI = EXAMPLES / "kimi-k2.6-rtx-pro-6000-sglang"
 QWEN = EXAMPLES / "qwen3.6-27b-b300-vllm"
+HELM3 = ROOT / ".venv" / "tools" / "helm3"  # .ci/install-tools
 REAL_KUBECONFIG = os.environ.get("SPECDEPLOY_E2E_KUBECONFIG") or None
 EMBEDDED = REAL_KUBECONFIG is None
 RESYNC = 2.0  # seconds: drift repair and idle resyncs are observable quickly
@@ -138,6 +140,16 @@ def example_cr(example: Path, name: str | None = None, *, target_cm: str | None 
     if drafter_cm:
         cr["spec"]["drafter"]["configFrom"] = {"configMapKeyRef": {"name": drafter_cm}}
     return cr
+
+
+def apply_chart(c: Cluster, release_ns: str, helm: Path = HELM3) -> None:
+    """Create ``release_ns`` and ``kubectl apply`` the chart into it (``helm template``, validation on; each
+    object names its namespace), watching the cluster's namespace (the chart's default is its own only)."""
+    c.kubectl("create", "namespace", release_ns)
+    rendered = subprocess.run([str(helm), "template", "specdeploy", str(ROOT / "charts" / "specdeploy"),
+                               "-n", release_ns, "--set", f"watch.namespaces={{{c.namespace}}}"],
+                              capture_output=True, text=True, timeout=60, check=True).stdout
+    c.kubectl("apply", "-f", "-", input=rendered)
 
 
 def get(c: Cluster, kind: str, name: str) -> dict | None:

@@ -22,13 +22,6 @@ def server():
     s.stop()
 
 
-@pytest.fixture
-def client(server):
-    c = server.client()
-    yield c
-    c.close()
-
-
 def review(client, **changes):
     return client.review(review_request(with_spec(example_cr(QWEN), **changes)))
 

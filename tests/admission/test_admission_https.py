@@ -27,13 +27,6 @@ def server():
     s.stop()
 
 
-@pytest.fixture
-def client(server):
-    c = server.client()
-    yield c
-    c.close()
-
-
 def qwen(**changes):
     return with_spec(example_cr(QWEN), **changes)
 
