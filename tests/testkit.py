@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "models"
@@ -23,6 +24,24 @@ PAIRS = {
     "qwen3.6-27b": ("qwen3.6-27b-dflash.drafter.json", "qwen3.5-27b.target.json"),
     "kimi-k2.6": ("kimi-k2.7-code-dflash.drafter.json", "kimi-k2.6.target.json"),
 }
+
+
+class _Delete:
+    def __repr__(self) -> str:
+        return "DELETE"
+
+
+DELETE = _Delete()  # a value for set_path: delete the key
+
+
+def set_path(doc: Any, path: Sequence[Any], value: Any) -> None:
+    """``doc[path[0]]...[path[-1]] = value`` in place, or delete that key when ``value`` is DELETE."""
+    for key in path[:-1]:
+        doc = doc[key]
+    if value is DELETE:
+        del doc[path[-1]]
+    else:
+        doc[path[-1]] = value
 
 
 def load_fixture(name: str) -> dict:

@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from testkit import DELETE  # noqa: F401  (with_spec's marker; test modules import it from here)
 from specdeploy.controller import certs
 from specdeploy.controller.webhooks import OperatorConfigs, WebhookServer
 
@@ -214,17 +215,9 @@ def with_spec(cr: dict, **changes: Any) -> dict:
         keys = path.split(".")
         for k in keys[:-1]:
             d = d.setdefault(k, {})
-        if value is _DELETE:
+        if value is DELETE:
             d.pop(keys[-1], None)
         else:
             d[keys[-1]] = value
     return out
-
-
-class _Delete:
-    pass
-
-
-_DELETE = _Delete()
-DELETE = _DELETE
 

@@ -17,6 +17,7 @@ from admission_helpers import (DELETE, DRAFTER_CM, KIMI, QWEN, FakeResolver, Ser
 from specdeploy.api.types import SpeculativeDeployment
 from specdeploy.controller import admission, certs
 from specdeploy.controller.admission import CONFIGS_UNKNOWN_NOTE, Configs, ConfigsUnavailable, decode_patch
+from testkit import set_path
 
 @pytest.fixture(scope="module")
 def server():
@@ -248,14 +249,7 @@ def _valid_review() -> dict:
 
 def _set(path: str, value):
     body = _valid_review()
-    d = body
-    keys = path.split(".")
-    for k in keys[:-1]:
-        d = d[k]
-    if value is DELETE:
-        del d[keys[-1]]
-    else:
-        d[keys[-1]] = value
+    set_path(body, path.split("."), value)
     return json.dumps(body).encode()
 
 
