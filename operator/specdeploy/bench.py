@@ -143,6 +143,17 @@ def _bench_operator(counts: list[int], resync: float) -> None:
                   + (f"; reconcile errors: {errors:.0f}" if errors else ""))
 
 
+def compare(rev: str, runs: int, argv: list[str]) -> int:
+    """``specdeploy dev bench ... --compare REV``: this tree and REV side by side (``argv``: the bench's own
+    arguments, without --compare)."""
+    from .dev import compare as cmp
+
+    return cmp.side_by_side(f"specdeploy dev bench {' '.join(argv)}", rev, runs,
+                            lambda tree: [sys.executable, "-c", "import sys; from specdeploy.cli import main; "
+                                          "sys.exit(main())", "dev", "bench", *argv],
+                            cmp.parse_operator)
+
+
 def run(what: str, repeat: int, counts: list[int] | None = None, resync: float = 30.0) -> int:
     if what == "core":
         _bench_core(repeat)

@@ -417,6 +417,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from . import bench
 
     counts = [int(x) for x in args.crs.split(",")] if args.crs else None
+    if args.compare:
+        return bench.compare(args.compare, args.runs, [args.what, "--repeat", str(args.repeat), "--resync-seconds",
+                                                       str(args.resync_seconds), *(["--crs", args.crs] if args.crs else [])])
     return bench.run(args.what, args.repeat, counts, args.resync_seconds)
 
 
@@ -703,6 +706,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--repeat", type=_positive_int, default=200)
     b.add_argument("--crs", metavar="N,N", help="operator: CR counts (default 200,1000)")
     b.add_argument("--resync-seconds", type=float, default=30.0, metavar="S", help="operator: resync period")
+    b.add_argument("--compare", metavar="REV", help="also run git revision REV (checked out in a temporary worktree), "
+                   "alternating with this tree, and print both figures with the load average")
+    b.add_argument("--runs", type=_positive_int, default=2, metavar="N", help="with --compare: runs of each (default 2)")
     b.set_defaults(func=cmd_bench)
 
     from .acceptance_cli import add_parser as add_acceptance_parser

@@ -1,6 +1,6 @@
 """Admission webhook latency: 50 concurrent HTTPS clients (aiohttp) x N reviews each.
 
-    python -m specdeploy.dev.bench_webhook [--clients 50] [--requests 40]
+    python -m specdeploy.dev.bench_webhook [--clients 50] [--requests 40] [--compare REV [--runs 2]]
 
 The webhook server (the operator's own ``WebhookServer`` with a self-signed certificate) runs in
 a child process, so clients and server do not share an interpreter. Two workloads:
@@ -169,11 +169,23 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--clients", type=int, default=50)
     ap.add_argument("--requests", type=int, default=40, help="reviews per client")
+    ap.add_argument("--compare", metavar="REV", help="also run git revision REV (checked out in a temporary "
+                    "worktree), alternating with this tree, and print both figures with the load average")
+    ap.add_argument("--runs", type=int, default=2, help="with --compare: runs of each revision (default 2)")
     ap.add_argument("--serve", nargs=2, metavar=("PORT_FILE", "CA_FILE"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.serve:
         serve(*args.serve)
         return 0
+    if args.compare:
+        from . import compare
+
+        return compare.side_by_side(
+            "webhook bench", args.compare, args.runs,
+            lambda tree: [sys.executable, "-m", compare.bench_module(tree, "specdeploy_dev.bench_webhook",
+                                                                     "specdeploy.dev.bench_webhook"),
+                          "--clients", str(args.clients), "--requests", str(args.requests)],
+            compare.parse_webhook)
     tmp = Path(tempfile.mkdtemp(prefix="specdeploy-bench-webhook-"))
     port_file, ca_file = tmp / "port", tmp / "ca.pem"
     proc = subprocess.Popen([sys.executable, "-m", "specdeploy.dev.bench_webhook", "--serve", str(port_file), str(ca_file)],

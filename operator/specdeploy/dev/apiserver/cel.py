@@ -24,6 +24,7 @@ from __future__ import annotations
 import collections
 import functools
 import json
+import re
 from typing import Any
 
 import celpy
@@ -139,13 +140,111 @@ _RESULTS: collections.OrderedDict[tuple[str, str], Any] = collections.OrderedDic
 _RESULTS_MAX = 4096
 
 
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_STRING = re.compile(r'(?:[rR]?[bB]?|[bB]?[rR]?)(\'\'\'|\"\"\"|\'|")')
+
+
+@functools.lru_cache(maxsize=1024)
+def self_paths(text: str) -> tuple[tuple[str, ...], ...] | None:
+    """The field paths of ``self`` a rule reads, when it reads ``self`` only through field selections
+    (``self.a.b``, ``self.a.b.size()``, ``has(self.a)``, ``self.a[0]``); None when it uses ``self`` any
+    other way (bare, indexed, as a method receiver) or the text cannot be scanned with certainty."""
+    paths: list[tuple[str, ...]] = []
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        m = _STRING.match(text, i) if ch in "'\"rRbB" else None
+        if m and (ch in "'\"" or m.end() > i + 1):
+            quote = m.group(1)
+            raw = "r" in text[i:m.start(1)].lower()
+            j = m.end()
+            while True:
+                if j >= n:
+                    return None  # unterminated: not sure what is code
+                if not raw and text[j] == "\\":
+                    j += 2
+                    continue
+                if text.startswith(quote, j):
+                    j += len(quote)
+                    break
+                j += 1
+            i = j
+            continue
+        if ch.isalpha() or ch == "_":
+            m = _IDENT.match(text, i)
+            assert m is not None
+            word, j = m.group(0), m.end()
+            k = i - 1
+            while k >= 0 and text[k].isspace():
+                k -= 1
+            if word == "self" and not (k >= 0 and text[k] == "."):
+                path: list[str] = []
+                while True:
+                    t = j
+                    while t < n and text[t].isspace():
+                        t += 1
+                    if t < n and text[t] == ".":
+                        t += 1
+                        while t < n and text[t].isspace():
+                            t += 1
+                        f = _IDENT.match(text, t)
+                        if f is None:
+                            return None  # self.?x and other forms
+                        path.append(f.group(0))
+                        j = f.end()
+                        continue
+                    break
+                t = j
+                while t < n and text[t].isspace():
+                    t += 1
+                if t < n and text[t] == "(":
+                    path.pop() if path else None  # a method: its receiver is the path before it
+                    if not path:
+                        return None
+                if not path:
+                    return None
+                paths.append(tuple(path))
+            i = j
+            continue
+        i += 1
+    return tuple(paths)
+
+
+def _project(value: Any, paths: tuple[tuple[str, ...], ...]) -> Any:
+    """Only the parts of ``value`` at ``paths`` (each with its whole subtree), on the same map structure:
+    a rule that reads ``self`` through those paths only sees the same values, present or absent."""
+    if not isinstance(value, dict):
+        return value
+    out: dict = {}
+    for path in paths:
+        src, dst = value, out
+        for depth, key in enumerate(path):
+            if key not in src:
+                break
+            if depth == len(path) - 1 or not isinstance(src[key], dict):
+                dst[key] = src[key]
+                break
+            nxt = dst.get(key)
+            if nxt is None:
+                nxt = dst[key] = {}
+            elif nxt is src[key]:
+                break  # a shorter path already took the whole subtree
+            src, dst = src[key], nxt
+    return out
+
+
 def evaluate(text: str, value: Any, old: Any = None, has_old: bool = False) -> Any:
     """The rule's result (a Python value) with ``self`` (and ``oldSelf`` when ``has_old``).
 
     Rules are pure functions of their inputs: results of rules without ``oldSelf`` are memoized
-    by (rule, value) in a bounded LRU (the same spec seen again costs one JSON encoding)."""
+    by (rule, value) in a bounded LRU (the same spec seen again costs one JSON encoding). A rule that
+    reads ``self`` only through field selections sees (and is memoized by) just those fields, so a rule
+    on a whole object does not convert or key the whole object."""
     if has_old:
         return _evaluate(text, value, old, True)
+    paths = self_paths(text)
+    if paths is not None:
+        value = _project(value, paths)
     key = (text, json.dumps(value, sort_keys=True, separators=(",", ":")))
     if key in _RESULTS:
         _RESULTS.move_to_end(key)

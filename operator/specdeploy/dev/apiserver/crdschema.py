@@ -402,12 +402,12 @@ def strict_error(kind: str, version: str, unknown: list[str]) -> ApiError:
 def admit_custom(obj: JSON, schema: JSON, kind: str, group: str, version: str, validation: str,
                  warnings: list[str], old: JSON | None = None, status_only: bool = False) -> JSON:
     """Prune (or refuse) unknown fields, default and validate ``obj`` in place; returns it."""
-    unknown = unknown_fields(obj, schema, prune=False)
-    if unknown and validation == "Strict":
+    strict = validation == "Strict"
+    unknown = unknown_fields(obj, schema, prune=not strict)  # one walk: pruning reports what it prunes
+    if unknown and strict:
         raise strict_error(kind, version, unknown)
     if unknown and validation == "Warn":
         warnings.extend(f'unknown field "{p}"' for p in unknown)
-    unknown_fields(obj, schema, prune=True)
     apply_defaults(obj, schema)
     causes = validate(obj, schema, old, old is not None)
     if causes:

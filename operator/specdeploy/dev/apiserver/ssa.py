@@ -227,7 +227,7 @@ def _map_elem(types: Types, schema: JSON | None) -> JSON | None:
 
 def to_fields_v1(paths: Iterable[Path]) -> JSON:
     tree: JSON = {}
-    for path in sorted(paths):
+    for path in paths:  # _finish sorts every level
         cur = tree
         for pe in path:
             cur = cur.setdefault(pe, {})
