@@ -2,7 +2,7 @@
 
 - ``cluster``: one embedded (or the configured real) cluster per module: fresh namespace, CRD, operator
   with a short resync (``e2e_support.new_cluster``).
-- ``loop``: one ``specdeploy.dev.realloop.RealLoop`` scene per module (the embedded API server, the
+- ``loop``: one ``specdeploy_dev.realloop.RealLoop`` scene per module (the embedded API server, the
   operator, the dev kubelet, the hub stand-in, by default Prometheus), started once for all the
   module's tests, so a scenario's engine boots are its tests' and no more. A module gives the scene's
   options with a mark::
@@ -28,9 +28,9 @@ from typing import Iterator
 import pytest
 
 from e2e_support import _active, new_cluster, stop_cluster
-from specdeploy.dev.harness import Cluster, kubectl_available
-from specdeploy.dev.prometheus import find_exe
-from specdeploy.dev.realloop import VLLM_CPU, RealLoop
+from specdeploy_dev.harness import Cluster, kubectl_available
+from specdeploy_dev.prometheus import find_exe
+from specdeploy_dev.realloop import VLLM_CPU, RealLoop
 
 _loops: dict[str, RealLoop] = {}  # module path -> its running scene
 

@@ -25,8 +25,8 @@ import subprocess
 
 import pytest
 
-from specdeploy.dev.harness import ROOT
-from specdeploy.dev.realloop import VLLM_CPU
+from specdeploy_dev.harness import ROOT
+from specdeploy_dev.realloop import VLLM_CPU
 
 pytestmark = pytest.mark.vllm_cpu
 
@@ -36,7 +36,7 @@ FEATURE_ATOL = 2e-3  # measured 2.9e-4 on layer outputs (the target's own kernel
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    from specdeploy_runtime import tinytrain
+    from specdeploy_dev import tinytrain
 
     models = tmp_path_factory.mktemp("trained") / "models"
     manifest = tinytrain.write(models, log=print)

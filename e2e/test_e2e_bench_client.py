@@ -30,8 +30,8 @@ from pathlib import Path
 import pytest
 
 from specdeploy.core import benchresult as br
-from specdeploy.dev.harness import BIN, ROOT, free_port
-from specdeploy.dev.procs import stop_process
+from specdeploy_dev.harness import BIN, ROOT, free_port
+from specdeploy_dev.procs import stop_process
 
 pytestmark = pytest.mark.vllm_cpu
 

@@ -28,10 +28,10 @@ import pytest
 
 from specdeploy.api.types import SpeculativeDeployment
 from specdeploy.core.render import render
-from specdeploy.dev import tinymodels
-from specdeploy.dev.harness import ROOT, free_port, wait_for
-from specdeploy.dev.procs import stop_process
-from specdeploy.dev.realloop import ENGINE_VERSION, VLLM_CPU, cpu_cr
+from specdeploy_dev import tinymodels
+from specdeploy_dev.harness import ROOT, free_port, wait_for
+from specdeploy_dev.procs import stop_process
+from specdeploy_dev.realloop import ENGINE_VERSION, VLLM_CPU, cpu_cr
 
 pytestmark = pytest.mark.vllm_cpu
 

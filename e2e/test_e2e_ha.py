@@ -29,8 +29,8 @@ import pytest
 
 from e2e_support import (OPERATOR_ARGS, QWEN, Cluster, configmap, embedded_only, example_cr, example_doc, new_cluster,
                          stop_cluster, wait_for)
-from specdeploy.dev.harness import BIN, ROOT, free_port
-from specdeploy.dev.procs import stop_process
+from specdeploy_dev.harness import BIN, ROOT, free_port
+from specdeploy_dev.procs import stop_process
 
 # kill -9 and partition orderings ride on lease margins: run with the machine alone (.ci/test)
 pytestmark = [embedded_only, pytest.mark.serial]

@@ -10,8 +10,8 @@ import os
 import subprocess
 
 from e2e_support import QWEN, Cluster, embedded_only, wait_for
-from specdeploy.dev.harness import BIN, ROOT
-from specdeploy.dev.procs import stop_process
+from specdeploy_dev.harness import BIN, ROOT
+from specdeploy_dev.procs import stop_process
 
 
 @embedded_only

@@ -5,7 +5,7 @@ Opt-in: ``SPECDEPLOY_E2E_IMAGES=1`` (``bash .ci/test`` sets it after ``bash imag
 embedded API server, the real operator, tiny models on the hub stand-in, and the dev kubelet in
 container mode, which runs the operator's rendered pod (preflight init container, then ``vllm serve``)
 from the image with the rendered securityContext, volumes and resource limits
-(:mod:`specdeploy.dev.kubelet_podman`). Under traffic, tau from the real engine reaches
+(:mod:`specdeploy_dev.kubelet_podman`). Under traffic, tau from the real engine reaches
 ``status.acceptance`` and equals the engine's own counters.
 """
 
@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from specdeploy.dev.realloop import RUNTIME_IMAGE, Load, cpu_cr
+from specdeploy_dev.realloop import RUNTIME_IMAGE, Load, cpu_cr
 
 # probe periods capped at 3 s: the rendered startup probe (360 x 10 s) then allows 18 minutes, since a
 # cold boot on 2 cores shared with other test runs took over 6 minutes (the 1 s cap of process mode)

@@ -12,7 +12,7 @@ import yaml
 from apiserver_helpers import server, api, widgets  # noqa: F401  (fixtures)
 from apiserver_helpers import REAL_CRD, WIDGET_CRD, Http
 
-from specdeploy.dev.apiserver import cel, crdschema
+from specdeploy_dev.apiserver import cel, crdschema
 
 SCHEMA = yaml.safe_load(REAL_CRD.read_text())["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
 EXAMPLE = yaml.safe_load((REAL_CRD.parents[1] / "examples" / "qwen3.6-27b-b300-vllm" /

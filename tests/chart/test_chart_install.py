@@ -18,8 +18,8 @@ import urllib.request
 import pytest
 
 from chart_helpers import NAMESPACE, ROOT, container, one, render, render_text
-from specdeploy.dev.harness import BIN, Cluster, free_port, kubectl_available, wait_for
-from specdeploy.dev.procs import stop_process
+from specdeploy_dev.harness import BIN, Cluster, free_port, kubectl_available, wait_for
+from specdeploy_dev.procs import stop_process
 
 WATCHED = "inference"
 VALUES = {"watch": {"namespaces": [WATCHED]}, "resyncSeconds": 30}

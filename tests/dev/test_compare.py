@@ -1,10 +1,10 @@
-"""The benches' --compare REV (specdeploy.dev.compare): another revision's tree, its bench module, the figures."""
+"""The benches' --compare REV (specdeploy_dev.compare): another revision's tree, its bench module, the figures."""
 
 from __future__ import annotations
 
 import subprocess
 
-from specdeploy.dev import compare
+from specdeploy_dev import compare
 
 OPERATOR_LINE = ("1000 CRs: created in 6.1s, converged in 23.3s; operator CPU 21.9s for 2214 reconciles (9.9 ms each); "
                  "API writes at creation 6.00 per CR (5.00 without Events); idle resync: 0 writes over 2000 reconciles, "

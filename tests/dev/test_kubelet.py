@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from specdeploy.dev.harness import Cluster, kubectl_available, wait_for
-from specdeploy.dev.procs import stop_process
+from specdeploy_dev.harness import Cluster, kubectl_available, wait_for
+from specdeploy_dev.procs import stop_process
 
 # pods on 127.0.0.2.. (the kubelet's default addresses) with fixed ports: beside another dev kubelet two pods
 # would take one address and port, so the module runs in the serial pass

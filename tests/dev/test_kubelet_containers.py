@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from specdeploy.dev.harness import Cluster, kubectl_available, wait_for
-from specdeploy.dev.kubelet_podman import LABEL_POD
-from specdeploy.dev.procs import stop_process
+from specdeploy_dev.harness import Cluster, kubectl_available, wait_for
+from specdeploy_dev.kubelet_podman import LABEL_POD
+from specdeploy_dev.procs import stop_process
 
 pytestmark = [pytest.mark.images, pytest.mark.skipif(not kubectl_available(), reason="needs kubectl"),
               pytest.mark.usefixtures("kubelet_log_on_failure")]

@@ -1,4 +1,4 @@
-"""stop_process (specdeploy/dev/procs.py): SIGTERM, a bounded wait, then SIGKILL; a whole group on request."""
+"""stop_process (operator/dev/specdeploy_dev/procs.py): SIGTERM, a bounded wait, then SIGKILL; a whole group on request."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from specdeploy.dev.procs import stop_process
+from specdeploy_dev.procs import stop_process
 
 IGNORES_TERM = "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"
 

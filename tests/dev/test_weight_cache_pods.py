@@ -17,9 +17,9 @@ import yaml
 from specdeploy.api.types import SpeculativeDeployment
 from specdeploy.core.policy import TenancyPolicy
 from specdeploy.core.render import render
-from specdeploy.dev.harness import Cluster, kubectl_available, wait_for
-from specdeploy.dev.hubserver import repos_from_directory, start_in_thread
-from specdeploy.dev.procs import stop_process
+from specdeploy_dev.harness import Cluster, kubectl_available, wait_for
+from specdeploy_dev.hubserver import repos_from_directory, start_in_thread
+from specdeploy_dev.procs import stop_process
 
 # pods on 127.0.0.2.. (the kubelet's default addresses) with fixed ports: beside another dev kubelet two pods
 # would take one address and port, so the module runs in the serial pass
@@ -37,7 +37,7 @@ def weight_gets(hub) -> int:
 
 @pytest.fixture(scope="module")
 def scene(tmp_path_factory):
-    from specdeploy.dev.tinymodels import write_tiny_models
+    from specdeploy_dev.tinymodels import write_tiny_models
 
     work = tmp_path_factory.mktemp("weight-cache")
     write_tiny_models(work / "models")

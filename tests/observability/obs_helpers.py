@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from specdeploy.dev import procs
+from specdeploy_dev import procs
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -131,7 +131,7 @@ def acceptance_argv() -> list[str]:
             return [str(specdeploy_exe()), "acceptance"]
     except Exception:  # noqa: BLE001 - cli.py mid-edit by its owner: fall back
         pass
-    return [sys.executable, "-m", "specdeploy.acceptance_cli", "acceptance"]
+    return [sys.executable, "-m", "specdeploy.cli", "acceptance"]
 
 
 def run_acceptance(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
