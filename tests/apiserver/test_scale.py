@@ -43,3 +43,21 @@ def test_raw_kmock_history_is_unbounded():
         assert len(raw.emulator._requests) <= 64
     finally:
         raw.stop()
+
+
+def test_history_entries_read_back_as_kmock_requests(server, api: Http):
+    """The history is built when read (not per request); what a reader sees is the same kmock Request."""
+    assert api.post(CMS, configmap("hist-a", i="1"))[0] == 201
+    assert api.get(f"{CMS}/hist-a")[0] == 200
+
+    def last_two(emu):
+        served = emu.requests_served
+        return served, [(r.id, r.method, r.name, r.data, r.action) for r in list(emu.history)[-2:]], \
+            (emu.history[-1].id, emu.history[-1].method)
+
+    served, seen, last = server.call(last_two)
+    import kmock
+    assert seen == [(served - 1, "POST", None, configmap("hist-a", i="1"), kmock.action.CREATE),
+                    (served, "GET", "hist-a", None, kmock.action.FETCH)]
+    assert last == (served, "GET")
+    assert all(isinstance(r, kmock.Request) for r in server.call(lambda emu: list(emu.history)))

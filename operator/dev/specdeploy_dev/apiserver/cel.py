@@ -264,7 +264,165 @@ def evaluate(text: str, value: Any, old: Any = None, has_old: bool = False) -> A
     return result
 
 
+class _Defer(Exception):
+    """The fast path leaves this evaluation to cel-python."""
+
+
+_REL = {"relation_eq": lambda a, b: a == b, "relation_ne": lambda a, b: a != b,
+        "relation_lt": lambda a, b: a < b, "relation_le": lambda a, b: a <= b,
+        "relation_gt": lambda a, b: a > b, "relation_ge": lambda a, b: a >= b}
+_SIMPLE_STRING = re.compile(r"'[^'\\\n]*'" + r'|"[^"\\\n]*"')
+
+
+def _fast_tree(node: Any) -> Any:
+    """A closure over plain JSON values for one node of cel-python's parse tree, for the shapes the rules
+    here use (``self`` and its fields, ``has``, ``size``, ``matches``, int/string/bool literals, ``!``,
+    ``&&``, ``||``, ``?:``, comparisons of two values of one type); LookupError for any other shape.
+    At run time it raises _Defer wherever CEL would need more than that (a missing field, a type that
+    would not compare, an error value), and cel-python then evaluates the rule from the start."""
+    kind, kids = node.data, node.children
+    if kind in ("expr", "conditionalor", "conditionaland", "relation", "addition", "multiplication", "unary",
+                "member", "primary") and len(kids) == 1:
+        return _fast_tree(kids[0])
+    if kind == "expr" and len(kids) == 3:
+        cond, yes, no = (_fast_tree(k) for k in kids)
+
+        def ternary(v: Any) -> Any:
+            c = cond(v)
+            if type(c) is not bool:
+                raise _Defer
+            return yes(v) if c else no(v)
+        return ternary
+    if kind in ("conditionalor", "conditionaland") and len(kids) == 2:
+        left, right = _fast_tree(kids[0]), _fast_tree(kids[1])
+        stop = kind == "conditionalor"  # the left value that decides alone
+
+        def logic(v: Any) -> bool:
+            a = left(v)
+            if type(a) is not bool:
+                raise _Defer
+            if a is stop:
+                return a
+            b = right(v)
+            if type(b) is not bool:
+                raise _Defer
+            return b
+        return logic
+    if kind == "relation" and len(kids) == 2 and kids[0].data in _REL and len(kids[0].children) == 1:
+        op, left, right = _REL[kids[0].data], _fast_tree(kids[0].children[0]), _fast_tree(kids[1])
+        ordered = kids[0].data not in ("relation_eq", "relation_ne")
+
+        def relation(v: Any) -> bool:
+            a, b = left(v), right(v)
+            if type(a) is not type(b) or type(a) not in ((int, str) if ordered else (int, str, bool)):
+                raise _Defer
+            return op(a, b)
+        return relation
+    if kind == "unary" and len(kids) == 2 and kids[0].data == "unary_not" and not kids[0].children:
+        inner = _fast_tree(kids[1])
+
+        def negate(v: Any) -> bool:
+            a = inner(v)
+            if type(a) is not bool:
+                raise _Defer
+            return not a
+        return negate
+    if kind == "paren_expr" and len(kids) == 1:
+        return _fast_tree(kids[0])
+    if kind == "ident" and len(kids) == 1 and str(kids[0]) == "self":
+        return lambda v: v
+    if kind == "literal" and len(kids) == 1:
+        tok, raw = kids[0].type, str(kids[0])
+        if tok == "INT_LIT" and re.fullmatch(r"-?[0-9]{1,15}", raw):
+            n = int(raw)
+            return lambda v: n
+        if tok == "STRING_LIT" and _SIMPLE_STRING.fullmatch(raw):
+            text = raw[1:-1]
+            return lambda v: text
+        if tok == "BOOL_LIT" and raw in ("true", "false"):
+            flag = raw == "true"
+            return lambda v: flag
+        raise LookupError(raw)
+    if kind == "member_dot" and len(kids) == 2:
+        base, name = _fast_tree(kids[0]), str(kids[1])
+
+        def field(v: Any) -> Any:
+            m = base(v)
+            if type(m) is not dict or m.get(name) is None:
+                raise _Defer
+            return m[name]
+        return field
+    if kind == "ident_arg" and len(kids) == 2 and str(kids[0]) in ("has", "size") and len(kids[1].children) == 1:
+        if str(kids[0]) == "size":
+            return _size(_fast_tree(kids[1].children[0]))
+        arg = _only(_only(_only(_only(_only(_only(_only(_only(kids[1].children[0], "expr"), "conditionalor"),
+                                                    "conditionaland"), "relation"), "addition"),
+                                  "multiplication"), "unary"), "member")
+        if arg.data != "member_dot" or len(arg.children) != 2:
+            raise LookupError("has")
+        base, name = _fast_tree(arg.children[0]), str(arg.children[1])
+
+        def has(v: Any) -> bool:
+            m = base(v)
+            if type(m) is not dict or (name in m and m[name] is None):
+                raise _Defer
+            return name in m
+        return has
+    if kind == "member_dot_arg" and str(kids[1]) == "size" and len(kids) == 2:
+        return _size(_fast_tree(kids[0]))
+    if kind == "member_dot_arg" and str(kids[1]) == "matches" and len(kids) == 3 and len(kids[2].children) == 1:
+        from celpy.evaluation import function_matches
+        text, pattern = _fast_tree(kids[0]), _fast_tree(kids[2].children[0])
+
+        def matches(v: Any) -> bool:
+            s, p = text(v), pattern(v)
+            if type(s) is not str or type(p) is not str:
+                raise _Defer
+            got = function_matches(celtypes.StringType(s), celtypes.StringType(p))
+            if not isinstance(got, celtypes.BoolType):
+                raise _Defer
+            return bool(got)
+        return matches
+    raise LookupError(kind)
+
+
+def _only(node: Any, kind: str) -> Any:
+    if node.data != kind or len(node.children) != 1:
+        raise LookupError(kind)
+    return node.children[0]
+
+
+def _size(inner: Any) -> Any:
+    def size(v: Any) -> int:
+        a = inner(v)
+        if type(a) not in (str, list, dict):
+            raise _Defer
+        return len(a)
+    return size
+
+
+@functools.lru_cache(maxsize=1024)
+def fast_rule(text: str) -> Any:
+    """The fast path for a rule without ``oldSelf`` (see _fast_tree), or None when its shape is not covered."""
+    if uses_old_self(text):
+        return None
+    try:
+        return _fast_tree(_ENV.compile(text))
+    except Exception:  # LookupError: a shape not covered; a parse error: cel-python reports it
+        return None
+
+
 def _evaluate(text: str, value: Any, old: Any, has_old: bool) -> Any:
+    if not has_old:
+        fast = fast_rule(text)
+        if fast is not None:
+            try:
+                result = fast(value)
+            except _Defer:
+                pass
+            else:
+                if type(result) in (bool, str):
+                    return result
     program = compile_rule(text)
     activation: JSON = {"self": celpy.json_to_cel(value)}
     if has_old:

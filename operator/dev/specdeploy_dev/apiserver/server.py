@@ -50,7 +50,7 @@ class Emulator(kmock.KubernetesEmulator):
 
     def __attrs_post_init__(self) -> None:
         # NOT calling super(): kmock's fallback reactions are replaced by this class.
-        self._requests = collections.deque(maxlen=max(self.history_limit, 0))  # type: ignore[assignment]
+        self._requests = _History(maxlen=max(self.history_limit, 0))  # type: ignore[assignment]
         self._st = _State(self)
         for ns in self.seed_namespaces:
             self._st.create(self._st.resources[("", "v1", "namespaces")], None,
@@ -146,13 +146,15 @@ class Emulator(kmock.KubernetesEmulator):
         body = await raw.read()
         path = raw.path.rstrip("/") or "/"
         try:
-            if self._requests.maxlen or self._payloads:
+            if self._payloads:
                 request = self._record(raw, path, body)
                 if self._payloads:  # a test added its own kmock reactions: they go first
                     try:
                         return await _kmock_apps.RawHandler._handle(self, request)
                     except NotImplementedError:
                         pass
+            elif self._requests.maxlen:  # built when the history is read (most requests never are)
+                self._requests.append(_Pending(self, st.served, raw, path, body))
             return await st.dispatch(raw, path, body)
         except ApiError as e:
             return _json_response(e.status(), e.code)
@@ -163,6 +165,11 @@ class Emulator(kmock.KubernetesEmulator):
             return _json_response(ApiError(500, f"internal error in the stand-in: {e!r}").status(), 500)
 
     def _record(self, raw: aiohttp.web.BaseRequest, path: str, body: bytes) -> Any:
+        request = self._build_request(self._st.served, raw, path, body)
+        self._requests.append(request)
+        return request
+
+    def _build_request(self, served: int, raw: aiohttp.web.BaseRequest, path: str, body: bytes) -> Any:
         try:
             data = json.loads(body) if body else None
         except ValueError:
@@ -183,13 +190,46 @@ class Emulator(kmock.KubernetesEmulator):
             elif raw.method == "DELETE" and parsed.get("name"):
                 action = kmock.action.DELETE
         request = kmock.Request(
-            id=self._st.served, method=raw.method, url=raw.url, params=dict(raw.query),
+            id=served, method=raw.method, url=raw.url, params=dict(raw.query),
             headers=dict(raw.headers), body=body, text=body.decode("utf-8", "replace"), data=data,
             action=action, resource=resource,
             namespace=(parsed or {}).get("namespace"), name=(parsed or {}).get("name"),
             subresource=(parsed or {}).get("sub"), raw_request=raw)
-        self._requests.append(request)
         return request
+
+
+@attrs.define(slots=True)
+class _Pending:
+    """A recorded request not yet turned into a kmock ``Request`` (see _History)."""
+
+    emulator: Emulator
+    served: int
+    raw: aiohttp.web.BaseRequest
+    path: str
+    body: bytes
+
+    def build(self) -> Any:
+        return self.emulator._build_request(self.served, self.raw, self.path, self.body)
+
+
+class _History(collections.deque):
+    """The bounded request history: entries are built into kmock ``Request`` objects when read
+    (iterated or indexed, by a test or by kmock's own DSL), not on every request served."""
+
+    def __getitem__(self, index: int) -> Any:  # type: ignore[override]
+        item = super().__getitem__(index)
+        if type(item) is _Pending:
+            item = item.build()
+            super().__setitem__(index, item)
+        return item
+
+    def __iter__(self) -> Any:
+        for i in range(len(self)):
+            yield self[i]
+
+    def __reversed__(self) -> Any:
+        for i in range(len(self) - 1, -1, -1):
+            yield self[i]
 
 
 # --------------------------------------------------------------------------------------------

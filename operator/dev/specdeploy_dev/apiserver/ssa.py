@@ -32,6 +32,7 @@ embedded server serves:
 
 from __future__ import annotations
 
+import collections
 import json
 from typing import Any, Iterable
 
@@ -381,22 +382,44 @@ def manager_id(entry: JSON) -> tuple:
             entry.get("subresource") or None)
 
 
+# fieldsV1 trees this module built, by identity (each held here, so its id is not reused while listed):
+# an entry read back from a stored object is decoded from here and, when its set did not change, encoded
+# as the same tree. Client-given trees are never listed (they are decoded and re-encoded as before).
+_ENCODED: collections.OrderedDict[int, tuple[JSON, frozenset]] = collections.OrderedDict()
+_ENCODED_MAX = 50000
+
+
 class Managers:
     """The managedFields of one object, decoded: manager id -> (entry without fieldsV1, field set)."""
 
     def __init__(self, entries: Any):
         self.entries: dict[tuple, tuple[JSON, FieldSet]] = {}
+        self._decoded: dict[tuple, tuple[frozenset, JSON]] = {}  # field sets this module encoded, as read
         for e in entries if isinstance(entries, list) else []:
             if not isinstance(e, dict) or not e.get("manager"):
                 continue  # [{}] clears
             meta = {k: v for k, v in e.items() if k != "fieldsV1"}
-            self.entries[manager_id(e)] = (meta, from_fields_v1(e.get("fieldsV1") or {}))
+            fields = e.get("fieldsV1") or {}
+            known = _ENCODED.get(id(fields))
+            if known is not None and known[0] is fields:
+                self._decoded[manager_id(e)] = (known[1], fields)
+                self.entries[manager_id(e)] = (meta, set(known[1]))
+            else:
+                self.entries[manager_id(e)] = (meta, from_fields_v1(fields))
 
     def encode(self) -> list[JSON]:
         out = []
-        for meta, paths in self.entries.values():
+        for mid, (meta, paths) in self.entries.items():
             if paths:
-                out.append({**meta, "fieldsType": "FieldsV1", "fieldsV1": to_fields_v1(paths)})
+                known = self._decoded.get(mid)
+                if known is not None and known[0] == paths:
+                    fields = known[1]  # unchanged: the same (never mutated) fieldsV1 as before
+                else:
+                    fields = to_fields_v1(paths)
+                    _ENCODED[id(fields)] = (fields, frozenset(paths))
+                    if len(_ENCODED) > _ENCODED_MAX:
+                        _ENCODED.popitem(last=False)
+                out.append({**meta, "fieldsType": "FieldsV1", "fieldsV1": fields})
         return out
 
     def owned_by_others(self, me: tuple) -> FieldSet:
