@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from ..api.types import AcceptedFinding
 from ..core import acceptance as acc
 from ..core import baseline as bl
 from ..core import guard as gd
@@ -291,12 +292,12 @@ def merge_patch_of(current: Any, desired: dict[str, Any]) -> dict[str, Any]:
     return {**gone, **desired}
 
 
-def accepted_findings(o: Observation) -> list[dict[str, str]] | None:
+def accepted_findings(o: Observation) -> list[AcceptedFinding] | None:
     """status.acceptedFindings: the accepted findings as they were (None: not checked this time)."""
     if o.findings is None:
         return None
-    return [{"code": f.code, "severity": f.severity.value, "source": f.source.value, "path": f.path,
-             "message": f.message[:1024]} for f in o.accepted]
+    return [AcceptedFinding(code=f.code, severity=f.severity.value, source=f.source.value, path=f.path,
+                            message=f.message[:1024]) for f in o.accepted]
 
 
 # ----------------------------------------------------------------- SpeculationProfitable (pure)
