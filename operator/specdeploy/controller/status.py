@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from ..api.types import AcceptedFinding
+from ..api.types import AcceptedFinding, Acceptance
 from ..core import acceptance as acc
 from ..core import baseline as bl
 from ..core import guard as gd
@@ -270,10 +270,11 @@ def acceptance_status(acceptance: "acc.Acceptance | None", pods_reporting: int, 
     if acceptance is None or acceptance.length is None:
         figures = {k: v for k, v in (previous or {}).items() if k != "baseline"}
     else:
-        figures = {"length": _round(acceptance.length), "rate": _round(acceptance.rate),
-                   "perPosition": [_round(x) for x in acceptance.per_position],
-                   "window": window, "podsReporting": int(pods_reporting), "revision": revision}
-        figures = {k: v for k, v in figures.items() if v is not None}
+        # the API model's names (construct: a figure that is NaN reads as absent instead of failing the tick)
+        figures = Acceptance.model_construct(
+            length=_round(acceptance.length), rate=_round(acceptance.rate),
+            per_position=[_round(x) for x in acceptance.per_position], window=window,
+            pods_reporting=int(pods_reporting), revision=revision).model_dump(by_alias=True, exclude_none=True)
         old = {k: v for k, v in (previous or {}).items() if k not in ("sampledAt", "baseline")}
         if previous is not None and old == figures and previous.get("sampledAt"):
             figures["sampledAt"] = previous["sampledAt"]
