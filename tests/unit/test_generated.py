@@ -134,8 +134,11 @@ def test_example_configs_are_the_fixtures():
 
 def _emitted_codes() -> set[str]:
     codes = set()
-    for f in ("core/checker.py", "core/modelconfig.py", "core/render.py", "core/extraargs.py"):
-        tree = ast.parse((ROOT / "operator/specdeploy" / f).read_text())
+    src = ROOT / "operator/specdeploy"
+    files = [*sorted(src.glob("core/checker/*.py")), src / "core/modelconfig.py", *sorted(src.glob("core/render/*.py")),
+             src / "core/extraargs.py"]
+    for f in files:
+        tree = ast.parse(f.read_text())
         for n in ast.walk(tree):
             if not isinstance(n, ast.Call):
                 continue
