@@ -21,7 +21,7 @@ from ..api.types import Resolved
 from ..api.validation import INVALID_SPEC, problems_message, validate
 from ..core.policy import TenancyPolicy, check_policy, policy_needs_claims
 from . import metrics, plan as pl, status as st
-from .cache import MANAGED_KINDS, WORKLOAD_KINDS, Caches, Key  # noqa: F401 - MANAGED_KINDS: the RBAC audit reads it here
+from .cache import MANAGED_KINDS, WORKLOAD_KINDS, Caches, Key  # noqa: F401 - the RBAC audit reads MANAGED_KINDS here
 from .executor import Executor, now_rfc3339
 from .kube import Kube, KubeError
 from .monitor import AcceptanceMonitor
@@ -241,9 +241,6 @@ class Controller:
 
     # ------------------------------------------------------------- reconcile
 
-    async def has(self, api: tuple[str, str]) -> bool:
-        return await self.executor.has(api)
-
     async def reconcile(self, key: Key) -> float | None:
         """Close the gap for one SpeculativeDeployment: parse -> observe -> plan -> apply -> status.
 
@@ -265,7 +262,8 @@ class Controller:
 
         # tenancy policy: before anything is read or written on the CR's behalf (a hub token Secret included)
         policy = self.settings.policy
-        refusals = check_policy(cr.spec, policy, await self.executor.policy_labels(ns, policy_needs_claims(cr.spec, policy)))
+        claims = await self.executor.policy_labels(ns, policy_needs_claims(cr.spec, policy))
+        refusals = check_policy(cr.spec, policy, claims)
         if refusals:
             msg = "; ".join(f"{f.path}: {f.message}" for f in refusals)
             return await self._finish(key, body, pl.blocked(gen, "PolicyRefused", msg))
@@ -282,8 +280,8 @@ class Controller:
 
         # plan (pure): check, render, the children to apply and delete
         plan = pl.plan_reconcile(cr, target, drafter, generation=gen, children=self.cache.children_of(ns, name),
-                                 benchmarks=self.benchmarks, pod_monitor=await self.has(PODMONITOR),
-                                 lws=await self.has(LWS) if cr.spec.nodes > 1 else True, policy=policy)
+                                 benchmarks=self.benchmarks, pod_monitor=await self.executor.has(PODMONITOR),
+                                 lws=await self.executor.has(LWS) if cr.spec.nodes > 1 else True, policy=policy)
         if plan.check_failure is not None and state.last_generation_seen != gen:
             metrics.CHECK_FAILURES.labels(code=plan.check_failure).inc()
         state.last_generation_seen = gen
@@ -316,6 +314,3 @@ class Controller:
                 self._errors.setdefault(key, []).append((f"{c['type']}={c['status']} {ev[1]}", ev[2]))
         if not in_reconcile:  # written outside a reconcile: log it now
             self._log_outcome(key)
-
-    async def _event(self, body: dict, type_: str, reason: str, message: str) -> None:
-        await self.executor.event(body, type_, reason, message)
