@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import metrics
+from . import metrics, ownership
 
 Key = tuple[str, str]  # (namespace, name)
 ChildKey = tuple[str, str, str]  # (kind, namespace, name)
@@ -52,7 +52,7 @@ class Caches:
             metrics.MANAGED.set(len(self.bodies))
             return key, False
         old = self.bodies.get(key)
-        self.bodies[key] = body
+        self.bodies[key] = body = ownership.for_cache(body)
         metrics.MANAGED.set(len(self.bodies))
         self._index_refs(key, body)
         gen = meta.get("generation") or 1
@@ -92,7 +92,7 @@ class Caches:
             self.children.pop(ck, None)
             self.verified.pop(ck, None)
         else:
-            self.children[ck] = body
+            self.children[ck] = body = ownership.for_cache(body)
         out = []
         for ref in meta.get("ownerReferences") or []:
             if ref.get("kind") == "SpeculativeDeployment" and ref.get("controller"):

@@ -117,7 +117,7 @@ class Executor:
                                  f"(force): {' '.join(str(e).split())[:600]}")
             live = await self.kube.apply(body, force=True)
         live = {**live, "kind": kind} if isinstance(live, dict) else body
-        self.cache.children[(kind, ns, cname)] = live
+        self.cache.children[(kind, ns, cname)] = live = ownership.for_cache(live)
         self.cache.verified[(kind, ns, cname)] = ((live.get("metadata") or {}).get("resourceVersion"), digest)
         return live
 
