@@ -26,7 +26,7 @@ def _bench_core(repeat: int) -> None:
     from specdeploy.core.render import render
     from .demo import load_examples
 
-    root = Path(__file__).resolve().parents[2] / "examples"
+    root = Path(__file__).resolve().parents[3] / "examples"
     examples = load_examples(root)
     print(f"# specdeploy core benchmark; python {platform.python_version()}, {os.cpu_count()} CPUs, repeat {repeat}")
     for ex in examples:
@@ -78,7 +78,7 @@ def _bench_operator(counts: list[int], resync: float) -> None:
 
     from .harness import Cluster, wait_for
 
-    root = Path(__file__).resolve().parents[2] / "examples" / "qwen3.6-27b-b300-vllm"
+    root = Path(__file__).resolve().parents[3] / "examples" / "qwen3.6-27b-b300-vllm"
     cr_doc = yaml.safe_load((root / "speculativedeployment.yaml").read_text())
     print(f"# specdeploy operator scale benchmark; {os.cpu_count()} CPUs; embedded API server; resync {resync:g}s")
     for n in counts:
