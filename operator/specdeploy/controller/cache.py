@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core import names as N
 from . import metrics, ownership
 
 Key = tuple[str, str]  # (namespace, name)
@@ -121,7 +122,7 @@ class Caches:
         ck = (meta.get("namespace") or "default", meta.get("name"))
         labels = meta.get("labels") or {}
         out: list[Key] = []
-        if labels.get("app.kubernetes.io/managed-by") == "specdeploy":
+        if labels.get(N.LABEL_MANAGED_BY) == N.MANAGED_BY:
             out += self.observe_child(event_type, {**body, "kind": "ConfigMap"})
         refs = self.cm_refs.get(ck)
         if not refs:

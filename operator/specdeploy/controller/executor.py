@@ -9,24 +9,21 @@ the PVC labels the tenancy policy reads. What it learns it writes back into the 
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import time
 from typing import Callable
 
-from ..core.render import TUNING_KEY_ANNOTATION, Rendered, build_tuned_configmap
+from ..core import names as N
+from ..core.render import Rendered, build_tuned_configmap
 from . import ownership
 from .cache import Caches, Key
 from .kube import Kube, KubeError
 from .plan import StatusPlan, foreign
+from .status import now_rfc3339
 
 log = logging.getLogger("specdeploy.controller")
 
 Note = Callable[[Key, str], None]  # (key, what changed): the reconcile's one log line
-
-
-def now_rfc3339() -> str:
-    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
 class Executor:
@@ -142,7 +139,7 @@ class Executor:
         if plan.storage != "configMap" or not (job.get("status") or {}).get("succeeded"):
             return  # running, failed (its pod status says why), or written to the PVC directly
         existing = children.get(("ConfigMap", ns, plan.configmap_name))
-        if existing is not None and ((existing.get("metadata") or {}).get("annotations") or {}).get(TUNING_KEY_ANNOTATION) == plan.key:
+        if existing is not None and ((existing.get("metadata") or {}).get("annotations") or {}).get(N.TUNING_KEY_ANNOTATION) == plan.key:
             return
         pods = await self.kube.list("Pod", ns, f"job-name={plan.job_name}")
         messages = [((c.get("state") or {}).get("terminated") or {}).get("message")

@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import datetime as dt
 import logging
 import time
 from dataclasses import dataclass
@@ -57,23 +56,23 @@ from typing import Any, Awaitable, Callable, Mapping, Protocol
 
 from pydantic import ValidationError
 
-from .. import API_GROUP
 from ..api.types import Acceptance, Condition, Resolved, SpeculativeDeploymentSpec
 from ..core import acceptance as acc
 from ..core import baseline as bl
 from ..core import guard as gd
 from ..core.engines import ENGINES
-from ..core.render import CONFIG_HASH_ANNOTATION
+from ..core import names as N
+from ..core.names import CONFIG_HASH_ANNOTATION, ENGINE_LABEL
 from . import metrics
 from . import status as st
+from .status import now_rfc3339
 
 log = logging.getLogger("specdeploy.monitor")
 
 Key = tuple[str, str]  # (namespace, SpeculativeDeployment name)
-INSTANCE = "app.kubernetes.io/instance"
-ENGINE_POD_LABELS = {"app.kubernetes.io/managed-by": "specdeploy", "app.kubernetes.io/component": "engine"}
-ENGINE_POD_SELECTOR = ",".join(f"{k}={v}" for k, v in ENGINE_POD_LABELS.items())
-ENGINE_LABEL = f"{API_GROUP}/engine"  # core/render.child_labels
+INSTANCE = N.LABEL_INSTANCE
+ENGINE_POD_LABELS = {N.LABEL_MANAGED_BY: N.MANAGED_BY, N.LABEL_COMPONENT: N.COMPONENT_ENGINE}
+ENGINE_POD_SELECTOR = N.selector(ENGINE_POD_LABELS)
 PORT_NAME = "http"  # core/render/objects._container: the engine's API port, which serves /metrics
 DEFAULT_INTERVAL = 30.0
 INTERVAL_ENV = "SPECDEPLOY_ACCEPTANCE_INTERVAL"
@@ -89,10 +88,6 @@ class Deployments(Protocol):
     bodies: Mapping[Key, dict]  # SpeculativeDeployments, watch-fed
     benchmarks: Mapping[tuple[str, str], dict]  # SpeculativeBenchmarks that a guard's fromBenchmark may name
     speculation: dict[Key, dict[str, Any]]  # the monitor's part of each status (written here, read by the reconciler)
-
-
-def now_rfc3339() -> str:
-    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
 @dataclass(frozen=True)
@@ -112,7 +107,7 @@ def is_ready(pod: dict) -> bool:
     st_ = pod.get("status") or {}
     if st_.get("phase") in ("Succeeded", "Failed") or (pod.get("metadata") or {}).get("deletionTimestamp"):
         return False
-    return any(isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True"
+    return any(isinstance(c, dict) and c.get("type") == N.READY and c.get("status") == "True"
                for c in st_.get("conditions") or [])
 
 
@@ -227,7 +222,7 @@ def guard_of(key: Key, spec: SpeculativeDeploymentSpec, benchmarks: Mapping) -> 
     return None
 
 
-def guard_limit(key: Key, body: dict, benchmarks: Mapping) -> gd.GuardLimit | None:
+def body_guard_limit(key: Key, body: dict, benchmarks: Mapping) -> gd.GuardLimit | None:
     """``guard_of`` for a raw SpeculativeDeployment body (None when its spec does not parse)."""
     d = read_deployment(body)
     return guard_of(key, d.spec, benchmarks) if d is not None else None

@@ -24,14 +24,14 @@ from ..core import guard as gd
 from ..core.findings import Finding
 from ..core.findings import errors as error_findings
 from ..core.policy import TenancyPolicy
-from ..core.render import CONFIG_HASH_ANNOTATION, RenderError, Rendered, render, selector_labels
+from ..core import names as N
+from ..core.render import RenderError, Rendered, render, selector_labels
 from . import status as st
 from .cache import MANAGED_KINDS
 
 LWS = ("leaderworkerset.x-k8s.io/v1", "leaderworkersets")
 PODMONITOR = ("monitoring.coreos.com/v1", "podmonitors")
 GUARD_RESOLVED = "guardMaxConcurrency"  # status.resolved: spec.speculation.guard's limit in use
-ENGINE_COMPONENT = "engine"  # app.kubernetes.io/component of the children that obsolete-child deletion may remove
 
 
 @dataclass
@@ -122,8 +122,8 @@ def obsolete(name: str, desired: list[dict], children: Mapping[tuple[str, str], 
             if body is None:
                 continue
             labels = (body.get("metadata") or {}).get("labels") or {}
-            if labels.get("app.kubernetes.io/instance") == name and labels.get("app.kubernetes.io/managed-by") == "specdeploy" \
-                    and labels.get("app.kubernetes.io/component") == ENGINE_COMPONENT:
+            if labels.get(N.LABEL_INSTANCE) == name and labels.get(N.LABEL_MANAGED_BY) == N.MANAGED_BY \
+                    and labels.get(N.LABEL_COMPONENT) == N.COMPONENT_ENGINE:
                 out.append((kind, cname))
     return out
 
@@ -158,7 +158,7 @@ def observe(gen: int, body: dict, workload: dict | None, findings, rendered: Ren
         obs.updated_replicas = int(ws.get("updatedReplicas") or 0)
         if rendered is not None:
             tmpl = workload_template(workload)
-            have = ((tmpl.get("metadata") or {}).get("annotations") or {}).get(CONFIG_HASH_ANNOTATION)
+            have = ((tmpl.get("metadata") or {}).get("annotations") or {}).get(N.CONFIG_HASH_ANNOTATION)
             wgen = (workload.get("metadata") or {}).get("generation")
             seen = ws.get("observedGeneration")
             obs.workload_updated = have == rendered.config_hash and (seen is None or wgen is None or seen >= wgen)

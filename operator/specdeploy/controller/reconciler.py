@@ -22,11 +22,12 @@ from ..api.validation import INVALID_SPEC, problems_message, validate
 from ..core.policy import TenancyPolicy, check_policy, policy_needs_claims
 from . import metrics, plan as pl, status as st
 from .cache import MANAGED_KINDS, WORKLOAD_KINDS, Caches, Key  # noqa: F401 - the RBAC audit reads MANAGED_KINDS here
-from .executor import Executor, now_rfc3339
+from .executor import Executor
 from .kube import Kube, KubeError
 from .monitor import AcceptanceMonitor
 from .queue import Backoff, WorkQueue
 from .resolve import ResolutionError, Resolver
+from .status import now_rfc3339
 
 log = logging.getLogger("specdeploy.controller")
 

@@ -48,6 +48,8 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
 
+from .names import TUNED_KERNELS_KIND
+
 ENGINES = ("sglang", "vllm")
 
 # The environment variable each engine reads the tuned-config directory from.
@@ -74,7 +76,7 @@ SGLANG_SHARED_FUSION_ARCHITECTURES = frozenset({
     "GlmMoeDsaForCausalLM", "MistralLarge3ForCausalLM",
 })
 
-ENVELOPE_KIND = "specdeploy.io/tuned-kernels"
+ENVELOPE_KIND = TUNED_KERNELS_KIND
 MANIFEST_KEY = "manifest.json"
 # Kubernetes keeps at most 4096 bytes of a termination message.
 TERMINATION_LIMIT = 4096
