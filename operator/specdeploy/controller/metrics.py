@@ -60,7 +60,3 @@ ACCEPTANCE_GAUGES = (ACCEPTANCE_LENGTH, ACCEPTANCE_RATE, ACCEPTANCE_PER_POSITION
 
 def count_write(verb: str, kind: str) -> None:
     API_WRITES.labels(verb=verb, kind=kind).inc()
-
-
-def total_writes() -> float:
-    return sum(s.value for m in API_WRITES.collect() for s in m.samples if s.name.endswith("_total"))

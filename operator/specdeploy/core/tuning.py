@@ -240,13 +240,6 @@ def relative_path(engine: str, file_name: str, triton_version: str | None = None
     return file_name
 
 
-def expected_files(engine: str, target_doc: Mapping[str, Any], tp: int, device_name: str,
-                   triton_version: str | None = None, **kw) -> list[str]:
-    """Relative paths (below ``$SGLANG_MOE_CONFIG_DIR`` / ``$VLLM_TUNED_CONFIG_FOLDER``) the engine reads."""
-    shape = moe_shape(target_doc, engine, tp, **kw)
-    return [relative_path(engine, config_file_name(engine, shape, device_name), triton_version)]
-
-
 # ----------------------------------------------------------------- the tuning command
 
 

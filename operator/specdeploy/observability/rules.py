@@ -106,7 +106,7 @@ def _no_leader_for() -> str:
     return f"{math.ceil(T.lease_duration + (1 + JITTER_FACTOR) * T.retry_period)}s"
 
 # The job label of the operator's scrape target. The chart's metrics Service carries it as the
-# label specdeploy.io/job and its ServiceMonitor sets jobLabel: specdeploy.io/job, so
+# label specdeploy.io/job (charts/) and its ServiceMonitor sets jobLabel: specdeploy.io/job, so
 # prometheus-operator writes job="specdeploy-operator" for every release name (its
 # generateServiceMonitorConfig: job = the jobLabel's Service label value, else the Service name).
 OPERATOR_JOB = "specdeploy-operator"
