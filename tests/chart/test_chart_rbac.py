@@ -42,20 +42,20 @@ def _calls() -> dict[str, set[tuple]]:
     sd_status = ("specdeploy.io", "speculativedeployments/status")
     return {
         # server-side apply is a PATCH; one that creates the object also needs create
-        "Controller._apply_child:apply": {(g, r, v, "watched") for g, r in managed for v in ("create", "patch")},
+        "Executor.apply_child:apply": {(g, r, v, "watched") for g, r in managed for v in ("create", "patch")},
         # the one-time move of a pre-SSA child's managedFields (a JSON patch)
-        "Controller._apply_child:patch": {(g, r, "patch", "watched") for g, r in managed},
-        "Controller._apply:delete": {(g, r, "delete", "watched") for g, r in managed},
-        "Controller._write_status:patch": {(*sd_status, "patch", "watched")},
-        "Controller._event:create": {(*gr("Event"), "create", "watched")},
+        "Executor.apply_child:patch": {(g, r, "patch", "watched") for g, r in managed},
+        "Executor.apply:delete": {(g, r, "delete", "watched") for g, r in managed},
+        "Executor.write_status:patch": {(*sd_status, "patch", "watched")},
+        "Executor.event:create": {(*gr("Event"), "create", "watched")},
         # spec.tuning: the tuning Job (created once), its pods' result, the tuned-kernels ConfigMap
-        "Controller._tuning:get": {(*gr("Job"), "get", "watched")},
-        "Controller._tuning:create": {(*gr("Job"), "create", "watched")},
-        "Controller._tuning:list": {(*gr("Pod"), "list", "watched")},
-        "Controller.has:has_api": set(),  # GET /apis/<group>/<version>: discovery, allowed to every user
+        "Executor.tuning:get": {(*gr("Job"), "get", "watched")},
+        "Executor.tuning:create": {(*gr("Job"), "create", "watched")},
+        "Executor.tuning:list": {(*gr("Pod"), "list", "watched")},
+        "Executor.has:has_api": set(),  # GET /apis/<group>/<version>: discovery, allowed to every user
         "Resolver._from_configmap:get": {(*gr("ConfigMap"), "get", "watched")},
         # tenancy policy: a claim's labels, when policy.pvcLabel allows labelled claims (core/policy.py)
-        "Controller._policy:get": {(*gr("PersistentVolumeClaim"), "get", "watched")},
+        "Executor.policy_labels:get": {(*gr("PersistentVolumeClaim"), "get", "watched")},
         "Resolver._token:get": {(*gr("Secret"), "get", "token")},
         "Resolver._from_pvc:get": {(*gr("Job"), "get", "watched")},
         "Resolver._from_pvc:create": {(*gr("Job"), "create", "watched")},

@@ -148,8 +148,7 @@ class Rig:
         self.t = [0.0]
         self.engines: dict[str, EngineStandin | Exception] = {}
         self.fetched: list[str] = []
-        self.m = AcceptanceMonitor(self.c, 30, fetch=self._fetch, clock=lambda: self.t[0], now=self._now)
-        self.c.monitor = self.m
+        self.m = self.c.attach_monitor(30, fetch=self._fetch, clock=lambda: self.t[0], now=self._now)
         self.n = 0
 
     def _now(self):
@@ -670,7 +669,7 @@ def test_default_fetch_scrapes_a_served_standin():
     async def scenario(port):
         c = Controller(FakeKube(), resolver=None, settings=Settings(workers=0))
         c.bodies[KEY] = cr()
-        m = AcceptanceMonitor(c, 30, timeout=5)
+        m = AcceptanceMonitor(c.cache, 30, timeout=5)
         m.observe_pod("ADDED", pod(ip="127.0.0.1", port=port))
         try:
             await m.tick()

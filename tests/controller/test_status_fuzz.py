@@ -199,7 +199,7 @@ def test_the_issue_inputs_end_with_a_clear_status(env):
 
 def test_an_unexpected_error_becomes_internal_error(env, monkeypatch):
     c, kube, ctl = env
-    import specdeploy.controller.reconciler as rec
+    import specdeploy.controller.plan as rec  # the planner renders
 
     def boom(*a, **k):
         raise ZeroDivisionError("a bug in rendering")

@@ -85,7 +85,7 @@ class BenchmarkController:
         self.kube, self.resolver, self.policy = kube, resolver, policy
         # the SpeculativeDeployment bodies the reconciler's watch keeps ((namespace, name) -> body): read, never written
         self.deployments: dict = deployments if deployments is not None else {}
-        self.event = event  # async (body, type, reason, message): Controller._event
+        self.event = event  # async (body, type, reason, message): Executor.event
         self.workers = workers
         # set once the SpeculativeDeployment cache holds every deployment (health.CacheSync.synced; None: always):
         # until then a missing deployment may only be one the watch has not delivered yet (an operator start)

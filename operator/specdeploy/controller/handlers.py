@@ -20,7 +20,7 @@ from .. import PLURAL
 from ..api.benchmark import BENCH_PLURAL
 from . import metrics
 from .kube import Kube, load_api_client
-from .monitor import DEFAULT_INTERVAL, ENGINE_POD_LABELS, ENGINE_POD_SELECTOR, INTERVAL_ENV, AcceptanceMonitor
+from .monitor import DEFAULT_INTERVAL, ENGINE_POD_LABELS, ENGINE_POD_SELECTOR, INTERVAL_ENV
 from .leader import LeaderElectionSettings
 from .reconciler import Controller, Settings
 from .resolve import Resolver
@@ -113,10 +113,10 @@ async def on_startup(settings: kopf.OperatorSettings, **_) -> None:
 
     _controller.benchmark_controller = BenchmarkController(kube, resolver, deployments=_controller.bodies,
                                                  policy=_controller.settings.policy,
-                                                 event=_controller._event)
+                                                 event=_controller.executor.event)
     interval = float(os.environ.get(INTERVAL_ENV) or DEFAULT_INTERVAL)
     if interval > 0:  # 0: no acceptance monitoring
-        _controller.monitor = AcceptanceMonitor(_controller, interval)
+        _controller.attach_monitor(interval)
     watched = [n for n in (os.environ.get("SPECDEPLOY_WATCH_NAMESPACES") or "").split(",") if n]
     _sync = CacheSync(base, watched or None, _controller.bodies)
     _controller.benchmark_controller.deployments_synced = _sync.synced

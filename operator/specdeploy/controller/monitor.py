@@ -27,11 +27,15 @@ A loop of its own in the operator (started with the Controller; every
    Controller's watch-fed cache): ``SpeculationProfitable`` False ``PastCrossover`` at or above it,
    True ``BelowCrossover`` under it (the peak of the last ``guard.LOAD_HOLD_SCRAPES`` samples: no flapping); False ``TauBelowBenchmark`` when the window's tau is below the lowest tau at
    which the benchmark measured speculation paying (``status.profitable_condition``; kept while its verdict holds).
-6. **Hands** status.acceptance and the SpeculationHealthy condition to the Controller
-   (``Controller.speculation``) and queues the key, only when they changed: the reconciler's
-   one status path (``Controller._write_status``) writes them together with its own
-   conditions, and posts the Events of SpeculationHealthy transitions. One writer per key,
-   so neither side can drop the other's conditions.
+6. **Hands** status.acceptance and the SpeculationHealthy condition over through the shared
+   caches (``cache.Caches.speculation``) and asks for a reconcile of the key (``notify``), only
+   when they changed: the reconciler's one status path (``Controller._write_status``) writes them
+   together with its own conditions, and posts the Events of SpeculationHealthy transitions. One
+   writer per key, so neither side can drop the other's conditions. The monitor knows the caches
+   and the callback, never the Controller (which holds the monitor).
+
+Each tick reads every SpeculativeDeployment once through the API models (``read_deployment``:
+the spec, status.resolved, status.acceptance and the conditions it owns).
 
 Write policy (no writes while nothing changes): figures are rounded to 2 decimals and
 ``sampledAt`` moves only when a figure moves (``status.acceptance_status``); no traffic keeps
@@ -46,11 +50,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import math
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Mapping, Protocol
 
+from pydantic import ValidationError
+
+from ..api.types import Acceptance, Condition, Resolved, SpeculativeDeploymentSpec
 from ..core import acceptance as acc
 from ..core import baseline as bl
 from ..core import guard as gd
@@ -60,9 +66,6 @@ from ..core.names import CONFIG_HASH_ANNOTATION, ENGINE_LABEL
 from . import metrics
 from . import status as st
 from .status import now_rfc3339
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .reconciler import Controller
 
 log = logging.getLogger("specdeploy.monitor")
 
@@ -76,6 +79,15 @@ INTERVAL_ENV = "SPECDEPLOY_ACCEPTANCE_INTERVAL"
 SCRAPE_FAILED_TICKS = 3  # ticks in a row without any answer before SpeculationHealthy is Unknown ScrapeFailed
 
 Fetch = Callable[[str, float], Awaitable[str]]  # (url, timeout seconds) -> body; raises on failure
+Notify = Callable[[Key], Awaitable[None]]  # a key's part of the status changed: reconcile it
+
+
+class Deployments(Protocol):
+    """What the monitor reads and writes of the controller's caches (cache.Caches)."""
+
+    bodies: Mapping[Key, dict]  # SpeculativeDeployments, watch-fed
+    benchmarks: Mapping[tuple[str, str], dict]  # SpeculativeBenchmarks that a guard's fromBenchmark may name
+    speculation: dict[Key, dict[str, Any]]  # the monitor's part of each status (written here, read by the reconciler)
 
 
 @dataclass(frozen=True)
@@ -132,46 +144,96 @@ def _fmt_seconds(s: float) -> str:
     return f"{s:g}s" if s < 120 or s % 60 else f"{s / 60:g}m"
 
 
-def _min_length(spec: dict) -> float:
-    m = spec.get("monitoring") if isinstance(spec.get("monitoring"), dict) else {}
-    v = m.get("minAcceptanceLength", acc.DEFAULT_MIN_LENGTH)
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) \
-        else acc.DEFAULT_MIN_LENGTH
+@dataclass(frozen=True)
+class Deployment:
+    """What the monitor reads of one SpeculativeDeployment, parsed once per tick with the API models."""
+
+    spec: SpeculativeDeploymentSpec
+    resolved: Resolved | None  # status.resolved
+    acceptance: dict[str, Any] | None  # status.acceptance as stored (parsed with the Acceptance model)
+    conditions: dict[str, Condition]  # status.conditions by type
+    annotations: Mapping[str, Any]
+    revision: str  # the speculation revision (core/baseline.py: a digest of the stored spec and status.resolved)
+    params: bl.Params
+
+    @property
+    def engine(self) -> str | None:
+        return self.spec.engine.name if self.spec.engine.name in acc.ENGINES else None
+
+    @property
+    def config_hash(self) -> str | None:
+        return self.resolved.config_hash if self.resolved is not None else None
+
+    def stored(self) -> dict[str, Any]:
+        """What the stored status says the monitor last wrote (after an operator restart)."""
+        def cond(type_: str) -> dict | None:
+            c = self.conditions.get(type_)
+            return st.strip_condition(c.model_dump(by_alias=True, exclude_unset=True)) if c is not None else None
+
+        return {"acceptance": self.acceptance, "condition": cond(st.SPECULATION_HEALTHY),
+                "profitable": cond(st.SPECULATION_PROFITABLE)}
 
 
-def _stored(body: dict) -> dict[str, Any]:
-    """What the stored status says the monitor last wrote (after an operator restart)."""
-    status = body.get("status") or {}
-    cond = next((c for c in status.get("conditions") or [] if isinstance(c, dict)
-                 and c.get("type") == st.SPECULATION_HEALTHY), None)
-    prof = next((c for c in status.get("conditions") or [] if isinstance(c, dict)
-                 and c.get("type") == st.SPECULATION_PROFITABLE), None)
-    return {"acceptance": status.get("acceptance"), "condition": st.strip_condition(cond),
-            "profitable": st.strip_condition(prof)}
+def _parse(model, doc: Any):
+    if not isinstance(doc, dict):
+        return None
+    try:
+        return model.model_validate(doc)
+    except ValidationError:
+        return None
 
 
-def body_guard_limit(key: Key, body: dict, benchmarks: dict) -> gd.GuardLimit | None:
-    """The guard of a raw SpeculativeDeployment body: ``maxConcurrency``, or the crossover of the Complete
-    SpeculativeBenchmark ``fromBenchmark`` names (the same reading as the reconciler's); None without one."""
-    spec = body.get("spec") if isinstance(body.get("spec"), dict) else {}
-    s = spec.get("speculation") if isinstance(spec.get("speculation"), dict) else {}
-    g = s.get("guard") if isinstance(s.get("guard"), dict) else None
+def read_deployment(body: dict) -> Deployment | None:
+    """The typed view of a SpeculativeDeployment body; None when its spec does not parse (then nothing of it is
+    judged: an invalid spec is not applied either). Status fields that do not parse read as absent (a
+    status.acceptance that does not parse is kept as stored: the monitor's next write replaces it)."""
+    spec = _parse(SpeculativeDeploymentSpec, body.get("spec"))
+    if spec is None:
+        return None
+    status = body.get("status") if isinstance(body.get("status"), dict) else {}
+    resolved = status.get("resolved") if isinstance(status.get("resolved"), dict) else {}
+    raw_acc = status.get("acceptance") if isinstance(status.get("acceptance"), dict) else None
+    typed_acc = _parse(Acceptance, raw_acc)
+    conditions: dict[str, Condition] = {}
+    for c in status.get("conditions") or []:
+        if isinstance(c, dict) and c.get("type") in (st.SPECULATION_HEALTHY, st.SPECULATION_PROFITABLE):
+            parsed = _parse(Condition, {"lastTransitionTime": "", **c})  # the time is not read here
+            if parsed is not None:
+                conditions.setdefault(parsed.type, parsed)
+    return Deployment(
+        spec=spec, resolved=_parse(Resolved, resolved), conditions=conditions,
+        acceptance=typed_acc.model_dump(by_alias=True, exclude_none=True, exclude_unset=True)
+        if typed_acc is not None else raw_acc,
+        annotations=(body.get("metadata") or {}).get("annotations") or {},
+        revision=bl.speculation_revision(body.get("spec"), resolved), params=bl.params_from_spec(body.get("spec")))
+
+
+def guard_of(key: Key, spec: SpeculativeDeploymentSpec, benchmarks: Mapping) -> gd.GuardLimit | None:
+    """The guard's limit: ``maxConcurrency``, or the crossover of the Complete SpeculativeBenchmark
+    ``fromBenchmark`` names (the same reading as the reconciler's, plan.guard_limit); None without one."""
+    g = spec.speculation.guard
     if g is None:
         return None
-    mc = g.get("maxConcurrency")
-    if isinstance(mc, int) and not isinstance(mc, bool) and mc >= 1:
-        return gd.GuardLimit(mc, "spec.speculation.guard.maxConcurrency")
-    name = g.get("fromBenchmark")
-    if isinstance(name, str):
-        return gd.limit_from_benchmark(name, benchmarks.get((key[0], name)), deployment=key[1])[0]
+    if g.max_concurrency is not None:
+        return gd.GuardLimit(g.max_concurrency, "spec.speculation.guard.maxConcurrency")
+    if g.from_benchmark is not None:
+        return gd.limit_from_benchmark(g.from_benchmark, benchmarks.get((key[0], g.from_benchmark)),
+                                       deployment=key[1])[0]
     return None
 
 
+def body_guard_limit(key: Key, body: dict, benchmarks: Mapping) -> gd.GuardLimit | None:
+    """``guard_of`` for a raw SpeculativeDeployment body (None when its spec does not parse)."""
+    d = read_deployment(body)
+    return guard_of(key, d.spec, benchmarks) if d is not None else None
+
+
 class AcceptanceMonitor:
-    def __init__(self, controller: "Controller", interval: float = DEFAULT_INTERVAL, *, fetch: Fetch | None = None,
-                 clock: Callable[[], float] = time.monotonic, now: Callable[[], str] = now_rfc3339,
-                 timeout: float | None = None):
-        self.controller = controller
+    def __init__(self, deployments: Deployments, interval: float = DEFAULT_INTERVAL, *, notify: Notify | None = None,
+                 fetch: Fetch | None = None, clock: Callable[[], float] = time.monotonic,
+                 now: Callable[[], str] = now_rfc3339, timeout: float | None = None):
+        self.deployments = deployments
+        self.notify = notify
         self.interval = float(interval)
         self.timeout = timeout if timeout is not None else min(10.0, max(1.0, self.interval))
         self.clock, self.now = clock, now
@@ -208,7 +270,7 @@ class AcceptanceMonitor:
         self._settling.pop(key, None)
         self._load.pop(key, None)
         self._reset_done.pop(key, None)
-        self.controller.speculation.pop(key, None)
+        self.deployments.speculation.pop(key, None)
 
     # ------------------------------------------------------------- loop
 
@@ -254,12 +316,13 @@ class AcceptanceMonitor:
     async def tick(self) -> None:
         """One pass: scrape every target of a known SpeculativeDeployment, judge each one."""
         self.ticks += 1
-        bodies = self.controller.bodies
+        bodies = self.deployments.bodies
         live = {t.uid for t in self.targets.values()}
         for uid in [u for u in self._prev if u not in live]:
             del self._prev[uid]
         for key in [k for k in self._series if k not in bodies]:
             self._unexport(key)
+        views = {key: read_deployment(body) for key, body in list(bodies.items())}  # each body parsed once per tick
         by_key: dict[Key, list[Target]] = {}
         for t in self.targets.values():
             key = (t.namespace, t.instance)
@@ -267,16 +330,18 @@ class AcceptanceMonitor:
                 by_key.setdefault(key, []).append(t)
         wanted: list[Target] = []
         for key, targets in by_key.items():
-            engine = self._engine(bodies[key])
+            view = views.get(key)
+            engine = view.engine if view is not None else None
             by_key[key] = [t for t in targets if t.engine in (None, engine)]
             wanted += by_key[key]
         scraped = await asyncio.gather(*(self._scrape(t) for t in wanted))
         results = {t.uid: (text, err) for t, text, err in scraped}
-        for key in list(bodies):
+        for key, view in views.items():
             body = bodies.get(key)
-            if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
+            if body is None or (body.get("metadata") or {}).get("deletionTimestamp") or view is None \
+                    or view.engine is None:
                 continue
-            await self._judge(key, body, [(t, *results[t.uid]) for t in by_key.get(key, [])])
+            await self._judge(key, view, [(t, *results[t.uid]) for t in by_key.get(key, [])])
 
     @staticmethod
     def _running(engine: str, scrapes: list[tuple[Target, str | None, str | None]]) -> float | None:
@@ -285,19 +350,12 @@ class AcceptanceMonitor:
                 for r in (acc.running_requests(engine, text),) if r is not None]
         return max(vals) if vals else None
 
-    @staticmethod
-    def _engine(body: dict) -> str | None:
-        spec = body.get("spec") or {}
-        e = spec.get("engine") if isinstance(spec.get("engine"), dict) else {}
-        name = e.get("name")
-        return name if name in acc.ENGINES else None
-
     # ------------------------------------------------------------- judging
 
-    def _baseline(self, key: Key, body: dict, prev_acc: Any) -> bl.Baseline | None:
+    def _baseline(self, key: Key, d: Deployment, prev_acc: Any) -> bl.Baseline | None:
         """The stored baseline, or None while the reset annotation asks for a new one."""
         stored = bl.Baseline.from_status(prev_acc.get("baseline") if isinstance(prev_acc, dict) else None)
-        token = bl.reset_token((body.get("metadata") or {}).get("annotations"))
+        token = bl.reset_token(d.annotations)
         baseline, news = bl.apply_reset(stored, token, self._reset_done.get(key))
         if news:
             assert token is not None
@@ -306,20 +364,15 @@ class AcceptanceMonitor:
             self._settling.pop(key, None)
         return baseline
 
-    async def _judge(self, key: Key, body: dict, scrapes: list[tuple[Target, str | None, str | None]]) -> None:
-        spec = body.get("spec") or {}
-        engine = self._engine(body)
-        if engine is None:
-            return
-        drafter = ((spec.get("drafter") or {}) if isinstance(spec.get("drafter"), dict) else {}).get("model") or ""
-        labels = (key[0], key[1], engine, str(drafter))
-        previous = self.controller.speculation.get(key) or _stored(body)
+    async def _judge(self, key: Key, d: Deployment, scrapes: list[tuple[Target, str | None, str | None]]) -> None:
+        engine = d.engine
+        assert engine is not None
+        labels = (key[0], key[1], engine, d.spec.drafter.model)
+        previous = self.deployments.speculation.get(key) or d.stored()
         prev_acc, prev_cond = previous.get("acceptance"), previous.get("condition")
-        resolved = (body.get("status") or {}).get("resolved")
-        resolved = resolved if isinstance(resolved, dict) else {}
-        revision = bl.speculation_revision(spec, resolved)
-        params = bl.params_from_spec(spec)
-        baseline = self._baseline(key, body, prev_acc)
+        revision, params = d.revision, d.params
+        min_length = d.spec.monitoring.min_acceptance_length
+        baseline = self._baseline(key, d, prev_acc)
         live_tau: float | None = None  # this window's tau (None: no drafts now), for SpeculationProfitable
 
         if not scrapes:
@@ -365,12 +418,11 @@ class AcceptanceMonitor:
             else:
                 combined = acc.combine(items)
                 live_tau = combined.length if combined is not None else None
-                want_hash = resolved.get("configHash")
+                want_hash = d.config_hash
                 current = all(t.config_hash == want_hash for t in reporting)
                 baseline, settling = bl.step(baseline, self._settling.get(key), combined, revision=revision,
                                              now=self.clock(), now_text=now, params=params, current_config=current,
-                                             token=bl.reset_token((body.get("metadata") or {}).get("annotations")),
-                                             min_length=_min_length(spec))
+                                             token=bl.reset_token(d.annotations), min_length=min_length)
                 if settling is None:
                     self._settling.pop(key, None)
                 else:
@@ -380,10 +432,10 @@ class AcceptanceMonitor:
                     else (combined.window if combined is not None else _fmt_seconds(self.interval))
                 new = {"acceptance": st.acceptance_status(combined, len(items), window, prev_acc, now,
                                                           revision=revision, baseline=baseline),
-                       "condition": st.speculation_condition(combined, _min_length(spec), prev_cond, baseline=baseline,
+                       "condition": st.speculation_condition(combined, min_length, prev_cond, baseline=baseline,
                                                              revision=revision,
                                                              regression_fraction=params.regression_fraction)}
-        limit = body_guard_limit(key, body, getattr(self.controller, "benchmarks", {}))
+        limit = guard_of(key, d.spec, self.deployments.benchmarks)
         self._export_guard(key, labels, limit)
         recent = self._load.setdefault(key, collections.deque(maxlen=gd.LOAD_HOLD_SCRAPES))
         recent.append(self._running(engine, scrapes))
@@ -391,13 +443,14 @@ class AcceptanceMonitor:
                                                     tau=live_tau)
         if new["acceptance"] == prev_acc and new["condition"] == prev_cond \
                 and new["profitable"] == previous.get("profitable"):
-            self.controller.speculation[key] = new
+            self.deployments.speculation[key] = new
             return
         log.info("acceptance of %s/%s: %s %s%s", key[0], key[1], (new["condition"] or {}).get("reason"),
                  (new["acceptance"] or {}).get("length"),
                  f"; {new['profitable']['reason']}" if new["profitable"] else "")
-        self.controller.speculation[key] = new
-        await self.controller.queue.add(key)
+        self.deployments.speculation[key] = new
+        if self.notify is not None:
+            await self.notify(key)
 
     # ------------------------------------------------------------- metrics
 

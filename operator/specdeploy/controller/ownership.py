@@ -1,6 +1,6 @@
 """Field ownership of the children: what the operator applied last, and whether it still holds.
 
-Pure (no I/O): the reconciler (reconciler.py) applies every child with server-side apply as
+Pure (no I/O): the executor (executor.py) applies every child with server-side apply as
 field manager ``specdeploy`` and uses these to decide whether a child is in sync without a
 write, and how to take over children written by versions before server-side apply.
 

@@ -11,6 +11,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from ..api.types import AcceptedFinding, Acceptance
 from ..core import acceptance as acc
 from ..core import baseline as bl
 from ..core import guard as gd
@@ -276,10 +277,11 @@ def acceptance_status(acceptance: "acc.Acceptance | None", pods_reporting: int, 
     if acceptance is None or acceptance.length is None:
         figures = {k: v for k, v in (previous or {}).items() if k != "baseline"}
     else:
-        figures = {"length": _round(acceptance.length), "rate": _round(acceptance.rate),
-                   "perPosition": [_round(x) for x in acceptance.per_position],
-                   "window": window, "podsReporting": int(pods_reporting), "revision": revision}
-        figures = {k: v for k, v in figures.items() if v is not None}
+        # the API model's names (construct: a figure that is NaN reads as absent instead of failing the tick)
+        figures = Acceptance.model_construct(
+            length=_round(acceptance.length), rate=_round(acceptance.rate),
+            per_position=[_round(x) for x in acceptance.per_position], window=window,
+            pods_reporting=int(pods_reporting), revision=revision).model_dump(by_alias=True, exclude_none=True)
         old = {k: v for k, v in (previous or {}).items() if k not in ("sampledAt", "baseline")}
         if previous is not None and old == figures and previous.get("sampledAt"):
             figures["sampledAt"] = previous["sampledAt"]
@@ -298,12 +300,12 @@ def merge_patch_of(current: Any, desired: dict[str, Any]) -> dict[str, Any]:
     return {**gone, **desired}
 
 
-def accepted_findings(o: Observation) -> list[dict[str, str]] | None:
+def accepted_findings(o: Observation) -> list[AcceptedFinding] | None:
     """status.acceptedFindings: the accepted findings as they were (None: not checked this time)."""
     if o.findings is None:
         return None
-    return [{"code": f.code, "severity": f.severity.value, "source": f.source.value, "path": f.path,
-             "message": f.message[:1024]} for f in o.accepted]
+    return [AcceptedFinding(code=f.code, severity=f.severity.value, source=f.source.value, path=f.path,
+                            message=f.message[:1024]) for f in o.accepted]
 
 
 # ----------------------------------------------------------------- SpeculationProfitable (pure)

@@ -1,0 +1,183 @@
+"""The executor: carries a plan (controller/plan.py) out through the API client.
+
+The only code of the reconcile path that talks to the API server: server-side apply of the
+children with the ownership checks of ownership.py (no request while a child is in sync),
+deletion of obsolete children, the tuning Job, the status patch, Events, API discovery and
+the PVC labels the tenancy policy reads. What it learns it writes back into the caches
+(controller/cache.py), so that the watch delivering it later changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable
+
+from ..core import names as N
+from ..core.render import Rendered, build_tuned_configmap
+from . import ownership
+from .cache import Caches, Key
+from .kube import Kube, KubeError
+from .plan import StatusPlan, foreign
+from .status import now_rfc3339
+
+log = logging.getLogger("specdeploy.controller")
+
+Note = Callable[[Key, str], None]  # (key, what changed): the reconcile's one log line
+
+
+class Executor:
+    def __init__(self, kube: Kube, cache: Caches, *, note: Note | None = None, capability_ttl: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic):
+        self.kube = kube
+        self.cache = cache
+        self.note: Note = note or (lambda key, change: None)
+        self.capability_ttl = capability_ttl
+        self.clock = clock
+        self._caps: dict[tuple[str, str], tuple[float, bool]] = {}
+
+    # ------------------------------------------------------------- reads
+
+    async def has(self, api: tuple[str, str]) -> bool:
+        hit = self._caps.get(api)
+        if hit and self.clock() - hit[0] < self.capability_ttl:
+            return hit[1]
+        ok = await self.kube.has_api(*api)
+        self._caps[api] = (self.clock(), ok)
+        return ok
+
+    async def policy_labels(self, ns: str, claims) -> dict[str, dict | None]:
+        """The labels of the claims the tenancy policy needs to see (None: the claim does not exist)."""
+        labels: dict[str, dict | None] = {}
+        for claim in claims:
+            pvc = await self.kube.get("PersistentVolumeClaim", ns, claim)
+            labels[claim] = ((pvc.get("metadata") or {}).get("labels") or {}) if pvc else None
+        return labels
+
+    # ------------------------------------------------------------- children
+
+    async def apply(self, ns: str, name: str, desired: list[dict], obsolete: list[tuple[str, str]]) -> list[str]:
+        """Apply drifted or missing children (server-side apply), delete obsolete ones. Returns conflicts."""
+        conflicts: list[str] = []
+        children = self.cache.children
+        for obj in desired:
+            kind, cname = obj["kind"], obj["metadata"]["name"]
+            actual = children.get((kind, ns, cname))
+            if actual is not None and foreign(obj, actual):
+                conflicts.append(f"{kind}/{cname}")
+                continue
+            applied = await self.apply_child(ns, obj, actual)
+            if applied is None:
+                conflicts.append(f"{kind}/{cname}")
+            elif applied is not actual:  # a request was made: the child was created or changed
+                self.note((ns, name), f"{'created' if actual is None else 'updated'} {kind}/{cname}")
+        for kind, cname in obsolete:
+            await self.kube.delete(kind, ns, cname)
+            children.pop((kind, ns, cname), None)
+            self.note((ns, name), f"deleted obsolete {kind}/{cname}")
+        return conflicts
+
+    async def apply_child(self, ns: str, obj: dict, actual: dict | None) -> dict | None:
+        """One child through server-side apply (ownership.py); no request when it is in sync.
+
+        Conflicts (another manager changed a field specdeploy applies) are forced, with a Warning
+        Event naming the other managers. Returns the live child, or None when the name is taken
+        by an object another controller owns.
+        """
+        kind, cname = obj["kind"], obj["metadata"]["name"]
+        digest = ownership.digest(obj)
+        if actual is not None:
+            seen = ((actual.get("metadata") or {}).get("resourceVersion"), digest)
+            if self.cache.verified.get((kind, ns, cname)) == seen:
+                return actual  # this version of the child was found in sync with this intent already
+            if ownership.in_sync(actual, obj, digest):
+                self.cache.verified[(kind, ns, cname)] = seen
+                return actual
+        body, _ = ownership.intent(obj, digest)
+        if actual is not None:
+            takeover = ownership.takeover_patch(actual)
+            if takeover is not None:  # children of a version before server-side apply: fields move to our entry
+                await self.kube.patch(kind, ns, cname, takeover, content_type="application/json-patch+json")
+        try:
+            live = await self.kube.apply(body)
+        except KubeError as e:
+            if e.status == 422 and "Only one reference can have Controller set to true" in str(e):
+                return None  # the name belongs to an object another controller owns
+            if e.status != 409:
+                raise
+            managers = ownership.conflict_managers(str(e))
+            owner = self.cache.owner_body(obj)
+            if owner is not None:
+                await self.event(owner, "Warning", "FieldOwnershipConflict",
+                                 f"{kind}/{cname}: fields specdeploy applies were changed by "
+                                 f"{', '.join(managers) or 'another field manager'}; applying them again "
+                                 f"(force): {' '.join(str(e).split())[:600]}")
+            live = await self.kube.apply(body, force=True)
+        live = {**live, "kind": kind} if isinstance(live, dict) else body
+        self.cache.children[(kind, ns, cname)] = live = ownership.for_cache(live)
+        self.cache.verified[(kind, ns, cname)] = ((live.get("metadata") or {}).get("resourceVersion"), digest)
+        return live
+
+    async def tuning(self, ns: str, cr, rendered: Rendered) -> None:
+        """spec.tuning: run the tuning Job once; publish its result as the ConfigMap the engine pods mount.
+
+        The Job is created and never patched (its pod template is immutable); a new tuning key
+        (another GPU, engine, image or model) names a new Job. Engine pods mount the ConfigMap as
+        an optional volume, so pods started before the result exists run with default kernels.
+        """
+        plan = rendered.tuning
+        children = self.cache.children
+        job = children.get(("Job", ns, plan.job_name))
+        if job is None:
+            job = await self.kube.get("Job", ns, plan.job_name)
+            if job is None:  # created once: a Job's pod template is immutable, a new key names a new Job
+                created = await self.kube.create(rendered.tuning_objects[0])
+                children[("Job", ns, plan.job_name)] = {**(created or rendered.tuning_objects[0]), "kind": "Job"}
+                self.note((ns, cr.metadata.name), f"created tuning Job/{plan.job_name}")
+                return
+            children[("Job", ns, plan.job_name)] = {**job, "kind": "Job"}
+        if plan.storage != "configMap" or not (job.get("status") or {}).get("succeeded"):
+            return  # running, failed (its pod status says why), or written to the PVC directly
+        existing = children.get(("ConfigMap", ns, plan.configmap_name))
+        if existing is not None and ((existing.get("metadata") or {}).get("annotations") or {}).get(N.TUNING_KEY_ANNOTATION) == plan.key:
+            return
+        pods = await self.kube.list("Pod", ns, f"job-name={plan.job_name}")
+        messages = [((c.get("state") or {}).get("terminated") or {}).get("message")
+                    for p in pods for c in ((p.get("status") or {}).get("containerStatuses") or [])]
+        messages = [m for m in messages if m]
+        if not messages:
+            return
+        try:
+            cm = build_tuned_configmap(cr, plan, messages[-1])
+        except ValueError as e:
+            log.warning("tuning Job %s/%s produced an unusable result: %s", ns, plan.job_name, e)
+            return
+        await self.apply_child(ns, cm, existing)
+
+    # ------------------------------------------------------------- status and Events
+
+    async def write_status(self, key: Key, body: dict, plan: StatusPlan) -> None:
+        """The status merge patch, then the Events of the condition transitions (Warning ones first noted)."""
+        ns, name = key
+        await self.kube.patch("SpeculativeDeployment", ns, name, {"status": plan.patch}, sub="status")
+        body["status"] = plan.status  # our view until the watch delivers the write
+        for _, ev in plan.events:
+            await self.event(body, *ev)
+
+    async def event(self, body: dict, type_: str, reason: str, message: str) -> None:
+        meta = body.get("metadata") or {}
+        ts = now_rfc3339()
+        event = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": f"{meta.get('name')}.", "namespace": meta.get("namespace") or "default"},
+            "involvedObject": {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"), "name": meta.get("name"),
+                               "namespace": meta.get("namespace") or "default", "uid": meta.get("uid")},
+            "reason": reason, "message": message[:1024], "type": type_,
+            "source": {"component": "specdeploy-operator"}, "reportingComponent": "specdeploy-operator",
+            "reportingInstance": "specdeploy-operator",
+            "firstTimestamp": ts, "lastTimestamp": ts, "count": 1,
+        }
+        try:
+            await self.kube.create(event)
+        except KubeError as e:  # an Event is best effort; never fail a reconcile for it
+            log.info("could not post event %s: %s", reason, e)
