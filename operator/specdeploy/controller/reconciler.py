@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import json
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +49,25 @@ class Settings:
     backoff_max: float = 300.0
     capability_ttl: float = 60.0
     policy: TenancyPolicy = field(default_factory=TenancyPolicy)
+    pod_monitor_labels: dict[str, str] = field(default_factory=dict)  # extra labels on every PodMonitor
+
+
+POD_MONITOR_LABELS_ENV = "SPECDEPLOY_POD_MONITOR_LABELS"  # chart value podMonitor.labels, as a JSON object
+
+
+def pod_monitor_labels_from_env(env: Any = None) -> dict[str, str]:
+    """The extra PodMonitor labels the chart hands over (a JSON object of strings); a bad value stops start-up."""
+    text = (os.environ if env is None else env).get(POD_MONITOR_LABELS_ENV) or ""
+    if not text:
+        return {}
+    try:
+        labels = json.loads(text)
+    except ValueError:
+        labels = None
+    if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+        raise ValueError(f"{POD_MONITOR_LABELS_ENV} must be a JSON object of string labels (chart value "
+                         f"podMonitor.labels), got {text!r}")
+    return labels
 
 
 @dataclass
@@ -379,6 +400,7 @@ class Controller:
         monitoring = await self.has(PODMONITOR)
         try:
             rendered = render(cr, target.doc, drafter.doc, pod_monitor=monitoring, policy=self.settings.policy,
+                              pod_monitor_labels=self.settings.pod_monitor_labels,
                               guard=guard_limit)
         except RenderError as e:
             obs = self._observation(gen, body, workload, e.findings)
