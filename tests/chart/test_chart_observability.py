@@ -116,3 +116,28 @@ def test_one_dashboard_configmap_per_file_with_the_sidecar_label():
     defaults = [o for o in find(render({"dashboards": {"enabled": True}}), "ConfigMap")
                 if o["metadata"]["name"].startswith("specdeploy-dashboard-")]
     assert {o["metadata"]["namespace"] for o in defaults} == {NAMESPACE}
+
+
+def test_the_acceptance_dashboard_says_why_it_is_empty_without_the_recording_rules(tmp_path):
+    dash = D.build_dashboard("speculative-decoding")
+    assert "prometheusRule.enabled=true" in dash["description"]
+    (tau,) = [p for p in D.panels_of(dash) if p["title"] == "Acceptance length (tau)"]
+    assert "prometheusRule.enabled=true" in tau["description"] and "podMonitor.labels" in tau["description"]
+
+    def notes(*sets: str) -> str:
+        args = ["install", RELEASE, str(CHART), "-n", NAMESPACE, "--dry-run=client", "--set", "dashboards.enabled=true",
+                "--set", "monitoring.skipCRDCheck=true"]
+        for s in sets:
+            args += ["--set", s]
+        return run_helm("helm4", *args, env={"KUBECONFIG": str(tmp_path / "none")}).stdout.split("NOTES:", 1)[1]
+
+    assert "stays empty without them" in notes()
+    assert "stays empty without them" not in notes("prometheusRule.enabled=true")
+
+
+def test_one_alert_naming_scheme():
+    alerts = [r["alert"] for g in RULES["groups"] for r in g["rules"] if "alert" in r]
+    assert len(alerts) >= 7 and all(a.startswith("Specdeploy") and a[len("Specdeploy")].isupper() for a in alerts), alerts
+    (alerts_panel,) = [p for p in D.panels_of(D.build_dashboard("speculative-decoding"))
+                       if p["title"].startswith("Speculation alerts")]
+    assert alerts_panel["targets"][0]["expr"] == 'ALERTS{alertname=~"Specdeploy.*"}'
