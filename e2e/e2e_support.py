@@ -32,7 +32,7 @@ from typing import Any, Iterator
 import pytest
 import yaml
 
-from specdeploy.dev.harness import ROOT, Cluster, HarnessError, wait_for
+from specdeploy_dev.harness import ROOT, Cluster, HarnessError, wait_for
 
 __all__ = [
     "ROOT", "EXAMPLES", "KIMI", "QWEN", "REAL_KUBECONFIG", "EMBEDDED", "RESYNC", "embedded_only",

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from specdeploy.dev.harness import ROOT
-from specdeploy.dev.realloop import VLLM_CPU
+from specdeploy_dev.harness import ROOT
+from specdeploy_dev.realloop import VLLM_CPU
 
 OPTED_IN = os.environ.get("SPECDEPLOY_E2E_VLLM_CPU") == "1"
 pytestmark = pytest.mark.skipif(not OPTED_IN, reason="opt-in: SPECDEPLOY_E2E_VLLM_CPU=1 (bash .ci/test sets it)")
@@ -38,7 +38,7 @@ FEATURE_ATOL = 2e-3  # measured 2.9e-4 on layer outputs (the target's own kernel
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    from specdeploy_runtime import tinytrain
+    from specdeploy_dev import tinytrain
 
     models = tmp_path_factory.mktemp("trained") / "models"
     manifest = tinytrain.write(models, log=print)

@@ -3,11 +3,11 @@ status.acceptance and SpeculationHealthy, posts Events, exports its gauges; a re
 Prometheus with our rules scrapes the same engine and the operator and fires the alert.
 
 The scene (embedded API server only: the test plays the kubelet for the engine pod):
-- a stand-in vLLM engine (``specdeploy.dev.engine_standin``, mode healthy) on loopback;
+- a stand-in vLLM engine (``specdeploy_dev.engine_standin``, mode healthy) on loopback;
 - the operator with ``SPECDEPLOY_ACCEPTANCE_INTERVAL=1`` and the qwen3.6-27b example applied;
   its Deployment marked ready, and one engine Pod whose ``status.podIP`` is 127.0.0.1 and whose
   container port ``http`` is the stand-in's port: the operator's ordinary code path scrapes it;
-- real Prometheus (``specdeploy.dev.prometheus``, 1 s scrape and evaluation) scraping the
+- real Prometheus (``specdeploy_dev.prometheus``, 1 s scrape and evaluation) scraping the
   stand-in and the operator's /metrics, with the shipped rules rendered with a 10 s rate window
   and a 2 s ``for`` on the alerts (``RuleParams``; the chart's file keeps 5m and 10m).
 
@@ -20,8 +20,8 @@ import pytest
 
 from e2e_support import (QWEN, diagnostics_on_failure, embedded_only, events_for, get, new_cluster,  # noqa: F401
                          play_engine_pod, printer_columns, stop_cluster, wait_for, writes)
-from specdeploy.dev.engine_standin import EngineStandin
-from specdeploy.dev.prometheus import Prometheus, PrometheusError, find_exe, scrape_job
+from specdeploy_dev.engine_standin import EngineStandin
+from specdeploy_dev.prometheus import Prometheus, PrometheusError, find_exe, scrape_job
 from specdeploy.observability import rules as R
 
 pytestmark = embedded_only

@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 from specdeploy.core import benchresult as br
-from specdeploy.dev.harness import BIN, ROOT, free_port
+from specdeploy_dev.harness import BIN, ROOT, free_port
 
 OPTED_IN = os.environ.get("SPECDEPLOY_E2E_VLLM_CPU") == "1"
 pytestmark = pytest.mark.skipif(not OPTED_IN, reason="opt-in: SPECDEPLOY_E2E_VLLM_CPU=1 (bash .ci/test sets it)")

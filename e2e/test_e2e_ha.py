@@ -29,7 +29,7 @@ import pytest
 
 from e2e_support import (OPERATOR_ARGS, QWEN, Cluster, configmap, diagnostics_on_failure,  # noqa: F401
                          embedded_only, example_cr, example_doc, new_cluster, stop_cluster, wait_for)
-from specdeploy.dev.harness import BIN, ROOT, free_port
+from specdeploy_dev.harness import BIN, ROOT, free_port
 
 pytestmark = embedded_only
 

@@ -1,4 +1,4 @@
-"""config.json from the Hugging Face hub (a local stand-in: specdeploy.dev.hubserver)."""
+"""config.json from the Hugging Face hub (a local stand-in: specdeploy_dev.hubserver)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from e2e_support import (QWEN, apply, child_names, diagnostics_on_failure, events_for, example_cr,  # noqa: F401
                          exists, get, new_cluster, stop_cluster, wait_for)
-from specdeploy.dev.hubserver import HubRepo, commit_sha, start_in_thread
+from specdeploy_dev.hubserver import HubRepo, commit_sha, start_in_thread
 
 TARGET = "Qwen/Qwen3.6-27B"
 DRAFTER = "z-lab/Qwen3.6-27B-DFlash"

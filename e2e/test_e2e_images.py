@@ -3,7 +3,7 @@
 Opt-in: ``SPECDEPLOY_E2E_IMAGES=1`` (``bash .ci/test`` sets it after ``bash images/build.sh`` built the
 images with podman). ``helm template charts/specdeploy | kubectl apply``, then the chart's operator
 container runs from ``ghcr.io/specdeploy/operator:<version>`` with podman exactly as its pod spec says
-(:mod:`specdeploy.dev.kubelet_podman`: UID 65532, read-only root filesystem with only the chart's /tmp
+(:mod:`specdeploy_dev.kubelet_podman`: UID 65532, read-only root filesystem with only the chart's /tmp
 volume writable, every capability dropped, no privilege escalation, RuntimeDefault seccomp, the memory
 limit), on the host network with the kubeconfig mounted read-only. It publishes its webhook CA, admits
 and refuses SpeculativeDeployments through its webhook, reconciles the example into a Deployment and
@@ -79,6 +79,16 @@ def test_the_operator_container_runs_as_the_chart_says(chart_cluster):
     status = podman("exec", c.operator_container, "grep", "-E", "^(CapEff|NoNewPrivs|Seccomp):", "/proc/1/status").stdout
     fields = dict(line.split(":\t") for line in status.strip().splitlines())
     assert fields == {"CapEff": "0000000000000000", "NoNewPrivs": "1", "Seccomp": "2"}, fields
+
+
+def test_the_operator_image_holds_no_development_rig(chart_cluster):
+    """The rig (specdeploy_dev, operator/dev/) is its own distribution: not in the image, and the rig's
+    commands say what to install instead of failing with a traceback."""
+    c = chart_cluster
+    probe = "import importlib.util as u; print([m for m in ('specdeploy_dev', 'specdeploy_runtime_dev') if u.find_spec(m)])"
+    assert podman("exec", c.operator_container, "python", "-c", probe).stdout.strip() == "[]"
+    p = podman("exec", c.operator_container, "specdeploy", "dev", "apiserver", "--kubeconfig", "/tmp/kc", check=False)
+    assert p.returncode == 2 and "specdeploy-dev" in p.stderr and "Traceback" not in p.stderr, p.stderr
 
 
 def test_the_operator_container_admits_reconciles_and_serves_metrics(chart_cluster):

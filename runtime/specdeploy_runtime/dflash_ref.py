@@ -320,7 +320,7 @@ class DFlashDrafterRef(nn.Module):
 
 
 def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
-    from specdeploy.dev.tinymodels import decode_safetensors
+    from .safetensors_io import decode_safetensors
 
     return {k: torch.from_numpy(v.copy()) for k, v in decode_safetensors(path.read_bytes()).items()}
 

@@ -359,7 +359,7 @@ def _check_env(ec, d, res: PreflightResult) -> None:
 
 def _check_flag_snapshot(ec, argv: Sequence[str], where: str, res: PreflightResult) -> None:
     """Flags the recorded parser of this engine version would reject (when a snapshot exists)."""
-    from specdeploy import flagdrift
+    from specdeploy.core import flagdrift
     from specdeploy.core.engines import cpu_build
 
     build = cpu_build(ec.engine) if ec.gpu_profile == "cpu" else None

@@ -22,7 +22,7 @@ from cryptography import x509
 
 from admission_helpers import Client, example_configs, example_cr, review_request
 from specdeploy.controller.admission import decode_patch
-from specdeploy.dev.harness import BIN, ROOT, Cluster, HarnessError, free_port, kubectl_available, wait_for
+from specdeploy_dev.harness import BIN, ROOT, Cluster, HarnessError, free_port, kubectl_available, wait_for
 
 pytestmark = pytest.mark.skipif(not kubectl_available(), reason="kubectl is needed for the embedded API server harness")
 

@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 import pytest
 
-from specdeploy.dev import apiserver
+from specdeploy_dev import apiserver
 
 ROOT = Path(__file__).resolve().parents[2]
 REAL_CRD = ROOT / "crds" / "specdeploy.io_speculativedeployments.yaml"

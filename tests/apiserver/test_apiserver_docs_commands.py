@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from specdeploy.dev.harness import Cluster, wait_for
+from specdeploy_dev.harness import Cluster, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 HELM3 = ROOT / ".venv" / "tools" / "helm3"

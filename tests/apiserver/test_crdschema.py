@@ -12,7 +12,7 @@ import yaml
 from apiserver_helpers import server, api, widgets  # noqa: F401  (fixtures)
 from apiserver_helpers import REAL_CRD, WIDGET_CRD, Http
 
-from specdeploy.dev.apiserver import cel, crdschema
+from specdeploy_dev.apiserver import cel, crdschema
 
 SCHEMA = yaml.safe_load(REAL_CRD.read_text())["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
 EXAMPLE = yaml.safe_load((REAL_CRD.parents[1] / "examples" / "qwen3.6-27b-b300-vllm" /
@@ -208,3 +208,43 @@ def test_validation_ratcheting_lets_unchanged_values_through():
     schema = {"type": "object", "properties": {"a": {"type": "string"}}}
     assert crdschema.unknown_fields({"a": "x", "b": 1}, schema, old={"a": "y", "b": 1}) == []
     assert crdschema.unknown_fields({"a": "x", "b": 2}, schema, old={"a": "x", "b": 1}) == ["b"]
+
+
+@pytest.mark.parametrize("rule, paths", [
+    ("self.metadata.name.size() <= 45 && self.metadata.name.matches('^[a-z]+$')", (("metadata", "name"),) * 2),
+    ("has(self.a) != has(self.b.c)", (("a",), ("b", "c"))),
+    ("'self.x' == self.y", (("y",),)),                       # inside a string literal: not a reference
+    ("self.items.all(x, x.self > 0)", (("items",),)),        # a member named self: not the root
+    ("self.a.b[0].c == 1", (("a", "b"),)),
+    ("type(self) == string ? self == 'off' : int(self) >= 1", None),  # bare self: the whole value
+    ("self.all(x, x > 0)", None), ("self[0] == 1", None), ("size(self) > 1", None), ("'open self.x", None),
+])
+def test_cel_rule_self_paths(rule, paths):
+    assert cel.self_paths(rule) == paths
+
+
+@pytest.mark.parametrize("rule", [
+    "self.metadata.name.size() <= 5 && self.metadata.name.matches('^[a-z]+$')",
+    "has(self.spec.a) != has(self.spec.b)", "self.spec.a.x == 1", "self.spec.list.all(x, x > 0)",
+    "self.spec.missing == 1", "has(self.metadata.labels) ? self.metadata.labels.k == 'v' : true",
+])
+def test_cel_projected_self_gives_the_same_result(rule):
+    """A rule sees only the fields it reads (issue 23: a root rule converted the whole object per write); every
+    result and error is the same as with the whole value."""
+    objs = [{"metadata": {"name": "abc", "uid": "1", "managedFields": [{"manager": "m"}]},
+             "spec": {"a": {"x": 1, "y": [1, 2]}, "list": [1, 2]}},
+            {"metadata": {"name": "Bad-name-too-long", "labels": {"k": "v"}}, "spec": {"b": 2, "list": [0], "a": 3}},
+            {"metadata": {}, "spec": {"a": {"x": 2}, "missing": 1}}]
+    for obj in objs:
+        def outcome(value):
+            try:
+                return ("ok", cel._evaluate(rule, value, None, False))
+            except cel.RuleError as e:
+                return ("error", str(e))
+        whole = outcome(obj)
+        assert outcome(cel._project(obj, cel.self_paths(rule))) == whole
+        if whole[0] == "ok":
+            assert cel.evaluate(rule, obj) == whole[1]
+        else:
+            with pytest.raises(cel.RuleError, match="."):
+                cel.evaluate(rule, obj)

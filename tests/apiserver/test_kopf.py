@@ -45,7 +45,7 @@ def cli_server(tmp_path):
     """The stand-in as a separate process via its CLI: yields (url, kubeconfig path)."""
     kubeconfig = tmp_path / "kubeconfig"
     errors = open(tmp_path / "apiserver.log", "w")  # a file, not a pipe: a full pipe would block it
-    proc = subprocess.Popen([sys.executable, "-m", "specdeploy.dev.apiserver", "--kubeconfig", str(kubeconfig)],
+    proc = subprocess.Popen([sys.executable, "-m", "specdeploy_dev.apiserver", "--kubeconfig", str(kubeconfig)],
                             stdout=subprocess.PIPE, stderr=errors, text=True)
     try:
         url = proc.stdout.readline().strip()

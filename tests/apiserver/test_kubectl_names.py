@@ -10,7 +10,7 @@ import os
 import pytest
 
 from specdeploy.api.crd import CATEGORY, build_bench_crd, build_crd
-from specdeploy.dev.harness import ROOT, Cluster, kubectl_available
+from specdeploy_dev.harness import ROOT, Cluster, kubectl_available
 
 pytestmark = pytest.mark.skipif(not kubectl_available(), reason="needs kubectl")
 EXAMPLE = ROOT / "examples" / "qwen3.6-27b-b300-vllm"

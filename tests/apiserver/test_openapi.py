@@ -14,8 +14,8 @@ import yaml
 from apiserver_helpers import server, api, kubeconfig, kubectl  # noqa: F401  (fixtures)
 from apiserver_helpers import REAL_CRD, Http
 
-from specdeploy.dev.apiserver import ApiError, openapi, protobuf
-from specdeploy.dev.apiserver.protobuf import enc_bool, enc_bytes, enc_int, enc_str, fields
+from specdeploy_dev.apiserver import ApiError, openapi, protobuf
+from specdeploy_dev.apiserver.protobuf import enc_bool, enc_bytes, enc_int, enc_str, fields
 
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 GVK_EXT = "x-kubernetes-group-version-kind"

@@ -1,5 +1,5 @@
 """The per-request cost stays flat: the recorded request history is bounded and objects are
-indexed (no timings are asserted; timings are in ``python -m specdeploy.dev.bench_apiserver``)."""
+indexed (no timings are asserted; timings are in ``python -m specdeploy_dev.bench_apiserver``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from apiserver_helpers import server, api  # noqa: F401  (fixtures)
 from apiserver_helpers import CMS, Http, RawKmock, configmap
 
-from specdeploy.dev import apiserver
+from specdeploy_dev import apiserver
 
 
 def test_history_stays_bounded_after_2000_requests(server, api: Http):

@@ -10,7 +10,7 @@ import yaml
 from apiserver_helpers import server, api, widgets  # noqa: F401  (fixtures)
 from apiserver_helpers import CMS, REAL_CRD, WIDGETS, Http, configmap, wait_for, widget
 
-from specdeploy.dev import apiserver
+from specdeploy_dev import apiserver
 
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 DEPLOYS = "/apis/apps/v1/namespaces/default/deployments"

@@ -16,7 +16,7 @@ from apiserver_helpers import server, api  # noqa: F401  (fixtures)
 from apiserver_helpers import CMS, Http, configmap
 
 from specdeploy.controller import certs
-from specdeploy.dev.apiserver import admission
+from specdeploy_dev.apiserver import admission
 
 VWC = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
 MWC = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from specdeploy.dev import apiserver
+from specdeploy_dev import apiserver
 
 CMS = "/api/v1/namespaces/default/configmaps"
 

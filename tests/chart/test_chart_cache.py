@@ -7,12 +7,13 @@ import pytest
 
 from chart_helpers import arg_value, container, render, run_helm, values_file, CHART
 from specdeploy import cli
+from specdeploy.cli import operator as operator_cli
 from specdeploy.core.policy import TenancyPolicy
 
 
 def policy_from(args: list[str]) -> TenancyPolicy:
     ns = cli.build_parser().parse_args(args)
-    return cli._policy_args(ns)
+    return operator_cli._policy_args(ns)
 
 
 def test_default_chart_sets_no_cache_flags():

@@ -328,7 +328,8 @@ def test_tenancy_policy_values_become_operator_flags():
     assert arg_value(args, "--pvc-label") == ["specdeploy.io/models=true"]
     assert arg_value(args, "--engine-service-account") == ["engines"]
     # the flags parse as the operator's own CLI parses them
-    from specdeploy.cli import _policy_args, build_parser
+    from specdeploy.cli import build_parser
+    from specdeploy.cli.operator import _policy_args
 
     ns = build_parser().parse_args(args)
     pol = _policy_args(ns)

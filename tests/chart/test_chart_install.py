@@ -19,7 +19,7 @@ import urllib.request
 import pytest
 
 from chart_helpers import NAMESPACE, ROOT, container, one, render, render_text
-from specdeploy.dev.harness import BIN, Cluster, free_port, kubectl_available, wait_for
+from specdeploy_dev.harness import BIN, Cluster, free_port, kubectl_available, wait_for
 
 WATCHED = "inference"
 VALUES = {"watch": {"namespaces": [WATCHED]}, "resyncSeconds": 30}

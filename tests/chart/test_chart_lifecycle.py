@@ -14,7 +14,7 @@ import subprocess
 import pytest
 
 from chart_helpers import CHART, HELMS, ROOT, render
-from specdeploy.dev.harness import Cluster, kubectl_available, wait_for
+from specdeploy_dev.harness import Cluster, kubectl_available, wait_for
 
 pytestmark = pytest.mark.skipif(not kubectl_available(), reason="needs kubectl")
 CRDS = {"speculativedeployments.specdeploy.io", "speculativebenchmarks.specdeploy.io"}

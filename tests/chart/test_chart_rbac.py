@@ -151,7 +151,8 @@ def used(tokens: bool, self_managed_tls: bool, leader_election: bool = True) -> 
     crds = references.CRDS
     out |= {(crds.group, crds.plural or crds.any_name, v, "cluster-read") for v in ("list", "watch")}
     # children and the inspector Job carry blockOwnerDeletion: needs update on the owner's finalizers
-    sources = (CONTROLLER.parent / "core" / "render.py").read_text() + (CONTROLLER / "resolve.py").read_text()
+    sources = "".join(p.read_text() for p in sorted((CONTROLLER.parent / "core" / "render").glob("*.py")))
+    sources += (CONTROLLER / "resolve.py").read_text()
     if re.search(r'"blockOwnerDeletion": True', sources):
         out.add(("specdeploy.io", "speculativedeployments/finalizers", "update", "watched"))
     if re.search(r'"blockOwnerDeletion": True', (CONTROLLER.parent / "core" / "benchrender.py").read_text()):

@@ -14,7 +14,7 @@ from typing import Any
 from specdeploy.controller.kube import KINDS, Kube, load_api_client
 from specdeploy.controller.reconciler import Controller, Settings
 from specdeploy.controller.resolve import Resolver
-from specdeploy.dev.harness import Cluster
+from specdeploy_dev.harness import Cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 EX = ROOT / "examples" / "qwen3.6-27b-b300-vllm"

@@ -17,7 +17,7 @@ from conftest import EXAMPLES
 from specdeploy.controller.benchmark import BenchmarkController
 from specdeploy.controller.kube import KubeError
 from specdeploy.core.benchresult import format_result_line
-from specdeploy.dev import tinymodels
+from specdeploy_dev import tinymodels
 
 TINY = tinymodels.build_tiny_models()
 NS = "default"

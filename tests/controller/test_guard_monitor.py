@@ -11,7 +11,7 @@ from specdeploy.controller import status as st
 from specdeploy.controller.monitor import guard_limit
 from specdeploy.core import acceptance as acc
 from specdeploy.core import guard as gd
-from specdeploy.dev.engine_standin import EngineStandin
+from specdeploy_dev.engine_standin import EngineStandin
 from test_monitor import KEY, NS, NAME, Rig, cr, pod, run
 
 

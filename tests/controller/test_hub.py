@@ -1,4 +1,4 @@
-"""The hub resolver (specdeploy.controller.hub) against the local hub stand-in (specdeploy.dev.hubserver),
+"""The hub resolver (specdeploy.controller.hub) against the local hub stand-in (specdeploy_dev.hubserver),
 through the real huggingface_hub client. No sleeps: faults are injected with the stand-in's knobs and every wait is
 bounded by a client timeout."""
 
@@ -18,7 +18,7 @@ pytest.importorskip("huggingface_hub")
 
 from specdeploy.controller.hub import HubConfig, HubResolutionError, fetch_config  # noqa: E402
 from specdeploy.core.engineconfig import config_digest  # noqa: E402
-from specdeploy.dev.hubserver import HubRepo, commit_sha, start, start_in_thread  # noqa: E402
+from specdeploy_dev.hubserver import HubRepo, commit_sha, start, start_in_thread  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "models"

@@ -18,7 +18,7 @@ from specdeploy.controller import metrics
 from specdeploy.controller.kube import Kube, NotLeader, load_api_client
 from specdeploy.controller.leader import LEASES, LeaderElectionSettings, LeaderElector
 from specdeploy.core.lease import LeaseTiming
-from specdeploy.dev import apiserver
+from specdeploy_dev import apiserver
 
 TIMING = LeaseTiming(lease_duration=2, renew_deadline=1.2, retry_period=0.2)
 # The partition test asserts that the fenced leader's last write attempt reaches the server before the

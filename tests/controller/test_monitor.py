@@ -17,7 +17,7 @@ from specdeploy.controller.monitor import AcceptanceMonitor, ENGINE_POD_LABELS, 
 from specdeploy.controller.reconciler import Controller, Settings
 from specdeploy.core import acceptance as acc
 from specdeploy.core import baseline as bl
-from specdeploy.dev.engine_standin import EngineStandin
+from specdeploy_dev.engine_standin import EngineStandin
 
 NS, NAME = "team", "qwen"
 KEY = (NS, NAME)

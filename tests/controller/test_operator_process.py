@@ -22,7 +22,7 @@ import pytest
 
 from specdeploy import cli
 from specdeploy.controller import main as opmain
-from specdeploy.dev.harness import ROOT, Cluster, free_port, kubectl_available, wait_for
+from specdeploy_dev.harness import ROOT, Cluster, free_port, kubectl_available, wait_for
 
 EXAMPLE = ROOT / "examples" / "qwen3.6-27b-b300-vllm"
 MISTAKE = ROOT / "examples" / "mistakes" / "qwen3.6-ids-plus-one.drafter.json"

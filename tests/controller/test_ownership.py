@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from specdeploy.controller import ownership as own
@@ -90,3 +92,34 @@ def test_conflict_managers():
     assert own.conflict_managers(one) == ["kubectl-edit"]
     assert own.conflict_managers(two) == ["hpa", "kubectl-edit"]
     assert own.conflict_managers("injected fault") == []
+
+
+def test_for_cache_keeps_what_in_sync_and_takeover_read():
+    """The caches keep specdeploy's Apply entry only, its field set as JSON text (issue 23: operator RSS), except
+    while a takeover is pending; in_sync and takeover_patch answer the same on the trimmed object."""
+    body, d = own.intent(child())
+    other = {"manager": "kubectl-edit", "operation": "Update", "apiVersion": "apps/v1", "fieldsType": "FieldsV1",
+             "fieldsV1": {"f:spec": {"f:replicas": {}}}}
+    status = {"manager": "kube-controller-manager", "operation": "Update", "subresource": "status",
+              "fieldsV1": {"f:status": {"f:replicas": {}}}}
+    live = live_of(body)
+    live["metadata"]["managedFields"] += [other, status]
+    before = [dict(e) for e in live["metadata"]["managedFields"]]
+    cached = own.for_cache(live)
+    [entry] = cached["metadata"]["managedFields"]
+    assert (entry["manager"], entry["operation"], json.loads(entry["fieldsV1"])) == ("specdeploy", "Apply", ENTRY)
+    assert live["metadata"]["managedFields"] == before  # not modified
+    assert own.in_sync(cached, body, d) is own.in_sync(live, body, d) is True
+    short = {"f:metadata": ENTRY["f:metadata"], "f:spec": {"f:replicas": {}}}  # another manager took fields
+    assert own.in_sync(own.for_cache(live_of(body, short)), body, d) is own.in_sync(live_of(body, short), body, d) is False
+    assert own.takeover_patch(cached) is own.takeover_patch(live) is None
+    # not ours at all (a CR): nothing kept; only the Apply entry: the same object
+    cr = {"metadata": {"name": "c", "managedFields": [other, status]}, "spec": {}}
+    assert own.for_cache(cr)["metadata"]["managedFields"] == []
+    assert own.for_cache(live_of(body)) is not None and own.for_cache(own.for_cache(live)) == cached
+    # a child of a version before server-side apply: kept whole, the takeover writes every entry back
+    old = child()
+    old["metadata"]["managedFields"] = [{"manager": "specdeploy", "operation": "Update", "apiVersion": "apps/v1",
+                                         "fieldsType": "FieldsV1", "fieldsV1": ENTRY}, other]
+    assert own.for_cache(old) is old
+    assert own.takeover_patch(own.for_cache(old)) == own.takeover_patch(old) is not None

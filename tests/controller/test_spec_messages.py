@@ -23,7 +23,7 @@ from specdeploy.api.validation import validate  # noqa: E402
 from specdeploy.controller.kube import Kube, load_api_client  # noqa: E402
 from specdeploy.controller.reconciler import Controller, Settings  # noqa: E402
 from specdeploy.controller.resolve import Resolver  # noqa: E402
-from specdeploy.dev.harness import Cluster  # noqa: E402
+from specdeploy_dev.harness import Cluster  # noqa: E402
 
 NS = "default"
 TARGET_CM, DRAFTER_CM = "qwen36-27b-target-config", "qwen36-27b-drafter-config"

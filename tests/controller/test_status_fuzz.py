@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from specdeploy.controller.kube import Kube, load_api_client
 from specdeploy.controller.reconciler import Controller, Settings
 from specdeploy.controller.resolve import Resolver
-from specdeploy.dev.harness import Cluster
+from specdeploy_dev.harness import Cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 EX = ROOT / "examples" / "qwen3.6-27b-b300-vllm"

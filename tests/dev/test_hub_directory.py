@@ -17,8 +17,8 @@ pytest.importorskip("huggingface_hub")
 pytest.importorskip("tokenizers")
 
 from conftest import ROOT  # noqa: E402
-from specdeploy.dev import tinymodels as tm  # noqa: E402
-from specdeploy.dev.hubserver import repos_from_directory, start_in_thread  # noqa: E402
+from specdeploy_dev import tinymodels as tm  # noqa: E402
+from specdeploy_dev.hubserver import repos_from_directory, start_in_thread  # noqa: E402
 
 
 @pytest.fixture(scope="module")

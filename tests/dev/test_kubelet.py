@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from specdeploy.dev.harness import Cluster, kubectl_available, wait_for
+from specdeploy_dev.harness import Cluster, kubectl_available, wait_for
 
 pytestmark = pytest.mark.skipif(not kubectl_available(), reason="needs kubectl")
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from specdeploy.dev.harness import Cluster, kubectl_available, wait_for
-from specdeploy.dev.kubelet_podman import LABEL_POD
+from specdeploy_dev.harness import Cluster, kubectl_available, wait_for
+from specdeploy_dev.kubelet_podman import LABEL_POD
 
 OPTED_IN = os.environ.get("SPECDEPLOY_E2E_IMAGES") == "1"
 pytestmark = [pytest.mark.skipif(not OPTED_IN, reason="opt-in: SPECDEPLOY_E2E_IMAGES=1 (bash .ci/test sets it)"),

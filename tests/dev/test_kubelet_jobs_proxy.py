@@ -8,9 +8,9 @@ import urllib.request
 
 import pytest
 
-from specdeploy.dev.engine_standin import EngineStandin, completion_text
-from specdeploy.dev.kubelet_jobs import plan_job
-from specdeploy.dev.kubelet_proxy import ServiceProxy, parse_service_host, proxy_env
+from specdeploy_dev.engine_standin import EngineStandin, completion_text
+from specdeploy_dev.kubelet_jobs import plan_job
+from specdeploy_dev.kubelet_proxy import ServiceProxy, parse_service_host, proxy_env
 
 NOW = "2026-01-01T00:00:00Z"
 JOB = {"metadata": {"name": "b-k3-client", "namespace": "ns", "uid": "u1"},

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from specdeploy.dev import kubelet_podman as kpm
-from specdeploy.dev import kubelet_pods as kp
+from specdeploy_dev import kubelet_podman as kpm
+from specdeploy_dev import kubelet_pods as kp
 
 UID = "0f4b7c1e-2222-4444-8888-123456789abc"
 

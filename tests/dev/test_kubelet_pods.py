@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from specdeploy.dev import kubelet_pods as kp
-from specdeploy.dev.podlogs import kubelet_url
+from specdeploy_dev import kubelet_pods as kp
+from specdeploy_dev.podlogs import kubelet_url
 
 POD = {"metadata": {"name": "p1", "namespace": "ns", "uid": "u1", "labels": {"app": "x"},
                     "annotations": {"a": "b"}},

@@ -9,7 +9,7 @@ import itertools
 
 import pytest
 
-from specdeploy.dev import kubelet_rollout as ro
+from specdeploy_dev import kubelet_rollout as ro
 
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 _uids = itertools.count(1)

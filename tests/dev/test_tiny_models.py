@@ -14,7 +14,7 @@ np = pytest.importorskip("numpy")
 pytest.importorskip("tokenizers")
 
 from conftest import run_cli  # noqa: E402
-from specdeploy.dev import tinymodels as tm  # noqa: E402
+from specdeploy_dev import tinymodels as tm  # noqa: E402
 
 TARGET_LAYER = {"self_attn.q_proj.weight": (128, 128), "self_attn.k_proj.weight": (64, 128),
                 "self_attn.v_proj.weight": (64, 128), "self_attn.o_proj.weight": (128, 128),

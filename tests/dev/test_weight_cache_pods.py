@@ -18,8 +18,8 @@ import yaml
 from specdeploy.api.types import SpeculativeDeployment
 from specdeploy.core.policy import TenancyPolicy
 from specdeploy.core.render import render
-from specdeploy.dev.harness import Cluster, kubectl_available, wait_for
-from specdeploy.dev.hubserver import repos_from_directory, start_in_thread
+from specdeploy_dev.harness import Cluster, kubectl_available, wait_for
+from specdeploy_dev.hubserver import repos_from_directory, start_in_thread
 
 pytestmark = pytest.mark.skipif(not kubectl_available(), reason="needs kubectl")
 
@@ -35,7 +35,7 @@ def weight_gets(hub) -> int:
 
 @pytest.fixture(scope="module")
 def scene(tmp_path_factory):
-    from specdeploy.dev.tinymodels import write_tiny_models
+    from specdeploy_dev.tinymodels import write_tiny_models
 
     work = tmp_path_factory.mktemp("weight-cache")
     write_tiny_models(work / "models")

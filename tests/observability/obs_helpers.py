@@ -129,7 +129,7 @@ def acceptance_argv() -> list[str]:
             return [str(specdeploy_exe()), "acceptance"]
     except Exception:  # noqa: BLE001 - cli.py mid-edit by its owner: fall back
         pass
-    return [sys.executable, "-m", "specdeploy.acceptance_cli", "acceptance"]
+    return [sys.executable, "-m", "specdeploy.cli", "acceptance"]
 
 
 def run_acceptance(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from obs_helpers import run_acceptance, sglang_scrape, vllm_scrape
-from specdeploy.dev.engine_standin import EngineStandin
+from specdeploy_dev.engine_standin import EngineStandin
 
 
 @pytest.fixture

@@ -20,8 +20,8 @@ from grafana_foundation_sdk.models import prometheus as gprom
 
 from obs_helpers import (GRAFANA_BUILTINS, ROOT, label_values_query, panel_exprs, substitute, variable_query,
                          variables_used)
-from specdeploy.dev import dcgm_standin
-from specdeploy.dev.engine_standin import EngineStandin
+from specdeploy_dev import dcgm_standin
+from specdeploy_dev.engine_standin import EngineStandin
 from specdeploy.observability import dashboards as D
 from specdeploy.observability import rules as R
 
@@ -277,7 +277,7 @@ def test_engine_series_names_match_the_recorded_engines(engine, names):
     """The series the dashboards and rules read exist in the engines' own source, as recorded
     in the flag snapshots by e2e/flagdrift/run.sh (metric_names.py) from the real packages."""
     from specdeploy.core.engines import get_engine
-    from specdeploy.flagdrift import load_snapshot
+    from specdeploy.core.flagdrift import load_snapshot
 
     version = get_engine(engine).newest_verified
     recorded = set(load_snapshot(engine, version).get("metrics") or [])
@@ -292,12 +292,13 @@ def test_engine_series_names_match_the_recorded_engines(engine, names):
 def test_generate_writes_every_dashboard_for_the_chart(tmp_path):
     """The chart templates one ConfigMap labelled grafana_dashboard: "1" per file in
     files/dashboards/: `specdeploy generate` must write each dashboard there."""
+    from specdeploy.cli import build_parser
     from specdeploy.generate import targets
 
     files = D.dashboard_files()
     assert set(files) == {f"{D.DASHBOARDS_DIR}/{n}.json" for n in NAMES}
     assert D.DASHBOARD_FILE in files
-    written = {p.relative_to(tmp_path).as_posix(): make for p, make in targets(tmp_path).items()}
+    written = {p.relative_to(tmp_path).as_posix(): make for p, make in targets(tmp_path, build_parser()).items()}
     missing = sorted(set(files) - set(written))
     assert not missing, f"specdeploy generate does not write {missing} (generate.py targets)"
     for rel, render in files.items():
@@ -347,7 +348,7 @@ def test_metrics_reference_lists_every_dashboard_and_panel():
 def test_engine_standin_serves_throughput_latency_and_queue_series():
     from prometheus_client.parser import text_string_to_metric_families
 
-    from specdeploy.dev import engine_standin as E
+    from specdeploy_dev import engine_standin as E
 
     for engine, ttft, itl, buckets in (("vllm", E.VLLM_TTFT, E.VLLM_ITL, (E.VLLM_TTFT_BUCKETS, E.VLLM_ITL_BUCKETS)),
                                        ("sglang", E.SGLANG_TTFT, E.SGLANG_ITL,

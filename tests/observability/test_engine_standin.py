@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from obs_helpers import ROOT, env
 from specdeploy.core import acceptance as acc
-from specdeploy.dev.engine_standin import MODES, EngineStandin
+from specdeploy_dev.engine_standin import MODES, EngineStandin
 
 
 def _get(url: str) -> tuple[int, str, str]:
@@ -114,7 +114,7 @@ def test_module_entry_point_serves(tmp_path):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    p = subprocess.Popen([sys.executable, "-m", "specdeploy.dev.engine_standin", "--engine", "sglang", "--mode",
+    p = subprocess.Popen([sys.executable, "-m", "specdeploy_dev.engine_standin", "--engine", "sglang", "--mode",
                           "collapsed", "--port", str(port)], cwd=ROOT, env=env(), stdout=subprocess.PIPE, text=True)
     try:
         line = p.stdout.readline()

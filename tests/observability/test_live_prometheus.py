@@ -24,9 +24,9 @@ import pytest
 
 from obs_helpers import (ROOT, grafana_regex, label_values_query, panel_exprs, prometheus_exe, start_operator_exporter,
                          stop_process, substitute, variable_query)
-from specdeploy.dev.dcgm_standin import DcgmStandin, gpus_for_pods
-from specdeploy.dev.engine_standin import EngineStandin
-from specdeploy.dev.prometheus import Prometheus, PrometheusError, scrape_job
+from specdeploy_dev.dcgm_standin import DcgmStandin, gpus_for_pods
+from specdeploy_dev.engine_standin import EngineStandin
+from specdeploy_dev.prometheus import Prometheus, PrometheusError, scrape_job
 from specdeploy.observability import dashboards as D
 from specdeploy.observability import rules as R
 

@@ -39,9 +39,9 @@ import yaml
 from obs_helpers import grafana_regex, label_values_query, panel_exprs, prometheus_exe, substitute, variable_query
 from promoperator import (expected_pod_monitor_labels, expected_service_monitor_labels, pod_monitor_scrape_config,
                           service_for, service_monitor_scrape_config)
-from specdeploy.dev.engine_standin import EngineStandin
-from specdeploy.dev.harness import BIN, ROOT, Cluster, free_port, kubectl_available, wait_for
-from specdeploy.dev.prometheus import Prometheus, PrometheusError
+from specdeploy_dev.engine_standin import EngineStandin
+from specdeploy_dev.harness import BIN, ROOT, Cluster, free_port, kubectl_available, wait_for
+from specdeploy_dev.prometheus import Prometheus, PrometheusError
 from specdeploy.observability import dashboards as D
 from specdeploy.observability import rules as R
 

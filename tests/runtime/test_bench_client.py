@@ -17,7 +17,7 @@ import pytest
 from specdeploy.core import benchprompts as bp
 from specdeploy.core import benchresult as br
 from specdeploy.core.acceptance import Acceptance
-from specdeploy.dev.engine_standin import EngineStandin
+from specdeploy_dev.engine_standin import EngineStandin
 from specdeploy_runtime import benchclient as bc
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,6 +13,7 @@ from runtime_helpers import run_runtime
 BLOCK_KOPF = """
 import importlib, pkgutil, sys
 sys.modules['kopf'] = None  # `import kopf` now raises ImportError
+sys.modules['specdeploy_dev'] = None  # and so does the development rig: the runtime never imports it
 import specdeploy_runtime
 names = [m.name for m in pkgutil.iter_modules(specdeploy_runtime.__path__)]
 for name in names:

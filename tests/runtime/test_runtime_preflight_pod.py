@@ -13,7 +13,7 @@ from runtime_helpers import make_cr, run_runtime
 from specdeploy.core import engines as eng
 from specdeploy.core.engineconfig import config_digest
 from specdeploy.core.render import render
-from specdeploy.dev.hubserver import HubRepo, commit_sha, start_in_thread
+from specdeploy_dev.hubserver import HubRepo, commit_sha, start_in_thread
 
 DRAFTER_COMMIT = commit_sha("z-lab/Qwen3.6-27B-DFlash", "v1")
 

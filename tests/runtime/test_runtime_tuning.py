@@ -117,7 +117,7 @@ def test_names_match_the_engines_own_naming(engine):
     """Every file name the engines' own get_config_file_name produced (recorded into the flag snapshot
     by e2e/flagdrift/run.sh from the real packages: tuning_names.py) equals ours."""
     from specdeploy.core.engines import get_engine
-    from specdeploy.flagdrift import load_snapshot
+    from specdeploy.core.flagdrift import load_snapshot
 
     recorded = load_snapshot(engine, get_engine(engine).newest_verified).get("tuning_file_names") or []
     assert len(recorded) >= 12, "no tuned-file names recorded: run e2e/flagdrift/run.sh"

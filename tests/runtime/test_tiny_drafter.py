@@ -13,8 +13,8 @@ import torch
 
 from runtime_helpers import run_runtime
 from specdeploy.core.checker import Options, analyze
-from specdeploy.dev.tinymodels import decode_safetensors
-from specdeploy_runtime import tinytrain as tt
+from specdeploy_dev.tinymodels import decode_safetensors
+from specdeploy_dev import tinytrain as tt
 from specdeploy_runtime.dflash_ref import FULL, SLIDING, DFlashDrafterRef, Shape, init_weights
 from specdeploy_runtime.draftcache import DFlashDrafter, DrafterGeometry, FullCache
 

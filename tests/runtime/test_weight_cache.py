@@ -18,8 +18,8 @@ from conftest import pair
 from runtime_helpers import RUNTIME, make_cr, run_runtime
 from specdeploy.core.policy import TenancyPolicy
 from specdeploy.core.render import HF_HOME, render
-from specdeploy.dev.harness import wait_for
-from specdeploy.dev.hubserver import HubRepo, start_in_thread
+from specdeploy_dev.harness import wait_for
+from specdeploy_dev.hubserver import HubRepo, start_in_thread
 from specdeploy_runtime.hubfiles import LOCK_DIR
 from test_runtime_preflight_pod import DRAFTER_COMMIT, bake, baked_row, pod_argv
 

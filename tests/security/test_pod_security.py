@@ -33,7 +33,7 @@ from specdeploy.controller.resolve import build_inspector_job
 from specdeploy.core import engines as eng
 from specdeploy.core.podsecurity import ENGINE_CACHE, RUNTIME_UID
 from specdeploy.core.render import RenderError, render
-from specdeploy.dev import tinymodels
+from specdeploy_dev import tinymodels
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECKOV = ROOT / ".venv-checkov" / "bin" / "checkov"

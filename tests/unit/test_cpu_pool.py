@@ -8,13 +8,13 @@ import pytest
 import yaml
 
 from conftest import pair
-from specdeploy import flagdrift
+from specdeploy.core import flagdrift
 from specdeploy.api.types import SpeculativeDeployment
 from specdeploy.core import engines as eng
 from specdeploy.core.checker import Options, analyze
 from specdeploy.core.render import RenderError, cpu_kv_cache_gib, render
-from specdeploy.dev import tinymodels
-from specdeploy.dev.harness import ROOT
+from specdeploy_dev import tinymodels
+from specdeploy_dev.harness import ROOT
 
 TINY = tinymodels.build_tiny_models()
 TARGET = json.loads(TINY["tiny/target/config.json"])

@@ -83,3 +83,22 @@ def test_the_checker_reports_each_at_its_index():
     errs = [(f.code, f.path) for f in a.findings if f.severity.value == "error"]
     assert errs == [("ExtraArgSetsOwnedFlag", "spec.engine.extraArgs[2]"),
                     ("ExtraArgChangesModelConfig", "spec.engine.extraArgs[4]")]
+
+
+def test_release_parser_read_once(monkeypatch):
+    """The snapshot is read, decoded and indexed once per release (issue 23: 3 ms per admission review before);
+    the cached parser gives the same answers as a fresh one."""
+    from specdeploy.core import extraargs
+
+    args = ["--max-num-seqs", "8", "--tensor-parallel", "2", "--no-such-flag"]
+    extraargs._compiled.cache_clear()
+    fresh = check_extra_args(*VLLM, args)
+    reads = []
+    real = extraargs.load_snapshot
+    monkeypatch.setattr(extraargs, "load_snapshot", lambda *a: reads.append(a) or real(*a))
+    for _ in range(3):
+        assert check_extra_args(*VLLM, args) == fresh
+    assert reads == []
+    extraargs._compiled.cache_clear()
+    assert check_extra_args(*VLLM, args) == fresh
+    assert reads == [("vllm", "0.33.0")]

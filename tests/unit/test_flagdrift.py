@@ -1,4 +1,4 @@
-"""specdeploy.flagdrift against the real recorded snapshots (data/flags/*.json).
+"""specdeploy.core.flagdrift against the real recorded snapshots (data/flags/*.json).
 
 The snapshots come from the engines' own parsers (e2e/flagdrift/run.sh); these
 tests pin what the operator relies on and prove drift is caught.
@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from specdeploy import flagdrift
-from specdeploy.flagdrift import (
+from specdeploy.core import flagdrift
+from specdeploy.core.flagdrift import (
     available_snapshots,
     check_against_snapshot,
     check_argv,

@@ -12,13 +12,14 @@ import yaml
 
 from conftest import EXAMPLES, FIXTURES, ROOT
 from specdeploy import generate
+from specdeploy.cli import build_parser
 from specdeploy.api import types
 from specdeploy.api.crd import CRD_FILE, build_crd
 from specdeploy.core.catalog import CATALOG
 
 
 def test_generated_files_are_up_to_date():
-    stale = generate.write_all(ROOT, check=True)
+    stale = generate.write_all(ROOT, check=True, parser=build_parser())
     assert stale == [], f"run `specdeploy generate`: {stale}"
 
 
@@ -27,11 +28,11 @@ def test_generate_check_detects_drift(tmp_path):
         (tmp_path / rel).mkdir(parents=True)
     (tmp_path / "docs/concepts/drafter-compatibility.md").write_text(
         "x\n<!-- BEGIN GENERATED: checks -->\nold\n<!-- END GENERATED: checks -->\n")
-    assert len(generate.write_all(tmp_path)) == len(generate.targets(tmp_path))
-    assert generate.write_all(tmp_path, check=True) == []
+    assert len(generate.write_all(tmp_path, parser=build_parser())) == len(generate.targets(tmp_path, build_parser()))
+    assert generate.write_all(tmp_path, check=True, parser=build_parser()) == []
     crd = tmp_path / "crds" / CRD_FILE
     crd.write_text(crd.read_text().replace("shortNames", "shortNamez"))
-    assert generate.write_all(tmp_path, check=True) == [str(crd)]
+    assert generate.write_all(tmp_path, check=True, parser=build_parser()) == [str(crd)]
 
 
 def _crd_schema():
@@ -134,8 +135,11 @@ def test_example_configs_are_the_fixtures():
 
 def _emitted_codes() -> set[str]:
     codes = set()
-    for f in ("core/checker.py", "core/modelconfig.py", "core/render.py", "core/extraargs.py"):
-        tree = ast.parse((ROOT / "operator/specdeploy" / f).read_text())
+    src = ROOT / "operator/specdeploy"
+    files = [*sorted(src.glob("core/checker/*.py")), src / "core/modelconfig.py", *sorted(src.glob("core/render/*.py")),
+             src / "core/extraargs.py"]
+    for f in files:
+        tree = ast.parse(f.read_text())
         for n in ast.walk(tree):
             if not isinstance(n, ast.Call):
                 continue

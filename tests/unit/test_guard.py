@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from specdeploy import flagdrift
+from specdeploy.core import flagdrift
 from specdeploy.api import validation
 from specdeploy.core import engines as eng
 from specdeploy.core import guard as gd

@@ -11,7 +11,7 @@ from conftest import EXAMPLES
 from specdeploy.api.crd import build_crd
 from specdeploy.core import engines as eng
 from specdeploy.core.render import render
-from specdeploy.demo import load_examples
+from specdeploy_dev.demo import load_examples
 
 K8S_VERSIONS = ["1.29.0", "1.33.0", "1.37.0"]
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 
 from conftest import EXAMPLES
-from specdeploy import flagdrift
+from specdeploy.core import flagdrift
 from specdeploy.core import engines as eng
-from specdeploy.demo import flag_commands
+from specdeploy_dev.demo import flag_commands
 
 COMMANDS = flag_commands(str(EXAMPLES))
 

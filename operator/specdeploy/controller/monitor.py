@@ -71,7 +71,7 @@ INSTANCE = "app.kubernetes.io/instance"
 ENGINE_POD_LABELS = {"app.kubernetes.io/managed-by": "specdeploy", "app.kubernetes.io/component": "engine"}
 ENGINE_POD_SELECTOR = ",".join(f"{k}={v}" for k, v in ENGINE_POD_LABELS.items())
 ENGINE_LABEL = f"{API_GROUP}/engine"  # core/render.child_labels
-PORT_NAME = "http"  # core/render._container: the engine's API port, which serves /metrics
+PORT_NAME = "http"  # core/render/objects._container: the engine's API port, which serves /metrics
 DEFAULT_INTERVAL = 30.0
 INTERVAL_ENV = "SPECDEPLOY_ACCEPTANCE_INTERVAL"
 SCRAPE_FAILED_TICKS = 3  # ticks in a row without any answer before SpeculationHealthy is Unknown ScrapeFailed

@@ -124,7 +124,7 @@ class Controller:
             metrics.MANAGED.set(len(self.bodies))
             return
         old = self.bodies.get(key)
-        self.bodies[key] = body
+        self.bodies[key] = body = ownership.for_cache(body)
         metrics.MANAGED.set(len(self.bodies))
         self._index_refs(key, body)
         gen = meta.get("generation") or 1
@@ -163,7 +163,7 @@ class Controller:
             self.children.pop(ck, None)
             self._verified.pop(ck, None)
         else:
-            self.children[ck] = body
+            self.children[ck] = body = ownership.for_cache(body)
         for ref in meta.get("ownerReferences") or []:
             if ref.get("kind") == "SpeculativeDeployment" and ref.get("controller"):
                 key = (ck[1], ref.get("name"))
@@ -584,7 +584,7 @@ class Controller:
                                   f"(force): {' '.join(str(e).split())[:600]}")
             live = await self.kube.apply(body, force=True)
         live = {**live, "kind": kind} if isinstance(live, dict) else body
-        self.children[(kind, ns, cname)] = live
+        self.children[(kind, ns, cname)] = live = ownership.for_cache(live)
         self._verified[(kind, ns, cname)] = ((live.get("metadata") or {}).get("resourceVersion"), digest)
         return live
 

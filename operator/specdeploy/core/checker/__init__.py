@@ -1,0 +1,32 @@
+"""The drafter/target checker (pure): one set of rules for the CLI, webhook, operator and pod preflight.
+
+``check_options`` runs the object-level checks that need no config files (admission's fast
+path). ``analyze`` parses both config.json documents, runs every rule of
+dflash-engines.md s2 plus the engine and GPU rules, and derives what the renderer needs
+(block size, draft window, engine env). It never raises on any JSON input. One concern per module:
+
+- ``options``: ``Options`` and the object-level checks (engine, release, GPU, extraArgs, accept codes);
+- ``results``: ``Analysis``, ``Derived`` and the findings collector the rules write to;
+- ``layers``: the target's fields, the drafter's geometry and layer ids, duplicates, layer types;
+- ``window``: block size, the draft window (compact cache or native) and the served context;
+- ``engine``: engine release rules (releases, drafter architecture, hidden act, draft backend);
+- ``fit``: tensor-parallel head split and the weights' fit in GPU memory;
+- ``accept``: accepted codes turned into info, one finding per root cause;
+- ``derive``: ``analyze``, which runs them all and derives the renderer's settings.
+
+Import the entry points from this package, not from the modules: the layout inside may change.
+"""
+
+from .accept import ABSENCE_CODES, apply_accept, one_per_root_cause
+from .derive import analyze, check
+from .fit import FIT_FRACTION, HEADROOM_FRACTION
+from .layers import canonical_layer_ids
+from .options import CPU, DEFAULT_BLOCK_SIZE, MAX_BLOCK_SIZE, WINDOW_OFF, Options, check_options, model_reference_problem
+from .results import Analysis, Derived
+from .window import draft_kv_bytes_per_token
+
+__all__ = [
+    "ABSENCE_CODES", "CPU", "DEFAULT_BLOCK_SIZE", "FIT_FRACTION", "HEADROOM_FRACTION", "MAX_BLOCK_SIZE", "WINDOW_OFF",
+    "Analysis", "Derived", "Options", "analyze", "apply_accept", "canonical_layer_ids", "check", "check_options",
+    "draft_kv_bytes_per_token", "model_reference_problem", "one_per_root_cause",
+]

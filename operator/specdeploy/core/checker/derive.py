@@ -1,0 +1,77 @@
+"""The whole analysis (pure): ``analyze`` parses both config.json documents, runs every rule and derives
+what the renderer needs (block size, draft window, engine env); it never raises on any JSON input."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..findings import Finding, sort_findings
+from ..modelconfig import FULL, SLIDING, DrafterConfig, TargetConfig, parse_drafter, parse_target
+from .accept import apply_accept, one_per_root_cause
+from .engine import _check_backend, _check_engine_release, _check_hidden_act
+from .fit import _check_fit, _check_tp
+from .layers import _check_drafter, _check_duplicates, _check_engine_layer_rules, _check_target, _layer_view
+from .options import Options, _check_options
+from .results import S, Analysis, Derived, _Out
+from .window import _block, _check_context, _plan_window
+
+
+def _derive(d: DrafterConfig, t: TargetConfig | None, o: Options, info, row, prof, out: _Out) -> Derived:
+    _check_duplicates(d, t, info, out)
+    types, drafter_window = _layer_view(d, info, row, out)
+    block = _block(d, o, out)
+    _check_engine_layer_rules(d, t, o, info, row, out)
+    env = _check_engine_release(d, o, info, row, types, out)
+    _check_hidden_act(d, o, info, row, out)
+    served = _check_context(d, t, o, info, row, block, out)
+    window, native, backend = _plan_window(d, o, info, row, prof, types, drafter_window, block, served, out)
+    _check_backend(d, o, info, row, types, backend, out)
+    _check_tp(d, t, o, out)
+    tb, db = _check_fit(d, t, o, prof, out)
+    if t is not None and t.has_auto_map and not o.trust_remote_code and info is not None:
+        out.warn("RemoteCodeNotTrusted", S, "spec.target.trustRemoteCode",
+                 "the target config has an auto_map (custom code); if the engine does not support the architecture "
+                 "natively it will refuse to load it. Set spec.target.trustRemoteCode: true if you trust that code")
+    ddb = (o.ddtree_budget if o.ddtree_budget is not None else block - 1) if o.method == "ddtree" else None
+    return Derived(
+        block_size=block,
+        num_speculative_tokens=block - 1,
+        draft_window=window,
+        drafter_window=drafter_window,
+        layer_types=types,
+        has_sliding=drafter_window is not None or SLIDING in types,
+        mixed_layers=SLIDING in types and FULL in types,
+        target_layer_ids=tuple(i.value - d.target_layer_ids_offset for i in (d.target_layer_ids.value if d.target_layer_ids else [])),
+        engine_env=env,
+        draft_attention_backend=backend,
+        ddtree_budget=ddb,
+        ddtree_topk=o.ddtree_topk if o.method == "ddtree" else None,
+        target_weight_bytes=tb,
+        drafter_weight_bytes=db,
+        native_window=native,
+        served_context=served,
+        max_model_len=o.max_model_len,
+    )
+
+
+def analyze(drafter_doc: Any, target_doc: Any, options: Options | None = None) -> Analysis:
+    """Every check for a drafter/target pair under the given options, and the derived settings."""
+    o = options or Options()
+    out = _Out()
+    info, row, prof = _check_options(o, out)
+    t, tf = parse_target(target_doc)
+    out.items.extend(tf)
+    d, df = parse_drafter(drafter_doc)
+    out.items.extend(df)
+    if t is not None:
+        _check_target(t, out)
+    derived = None
+    if d is not None:
+        _check_drafter(d, t, out)
+        derived = _derive(d, t, o, info, row, prof, out)
+    findings, accepted = apply_accept(one_per_root_cause(out.items), o.accept)
+    return Analysis(findings=sort_findings(findings), derived=derived, drafter=d, target=t, accepted=accepted)
+
+
+def check(drafter_doc: Any, target_doc: Any, options: Options | None = None) -> list[Finding]:
+    return analyze(drafter_doc, target_doc, options).findings

@@ -1,0 +1,85 @@
+"""What the checker hands back (pure): ``Analysis`` (findings and the derived settings), ``Derived`` (what
+the renderer takes from the checked pair), and the collector every rule writes its findings to."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..findings import Finding, Severity, Source, has_errors
+from ..modelconfig import DrafterConfig, TargetConfig
+
+
+@dataclass(frozen=True)
+class Derived:
+    """What the renderer takes from the checked pair; the check report shows it too."""
+
+    block_size: int
+    num_speculative_tokens: int
+    draft_window: int | None  # compact draft cache window (SGLang flag), None: no flag
+    drafter_window: int | None  # the drafter's trained sliding window
+    layer_types: tuple[str, ...]
+    has_sliding: bool
+    mixed_layers: bool
+    target_layer_ids: tuple[int, ...]
+    engine_env: dict[str, str] = field(default_factory=dict)
+    draft_attention_backend: str | None = None
+    ddtree_budget: int | None = None
+    ddtree_topk: int | None = None
+    target_weight_bytes: float | None = None
+    drafter_weight_bytes: float | None = None
+    # the window the engine applies to the drafter's sliding layers by itself (no compact cache)
+    native_window: int | None = None
+    # the context the engine serves: spec.engine.maxModelLen, else the target's limit
+    served_context: int | None = None
+    max_model_len: int | None = None
+
+    def to_dict(self) -> dict:
+        return {
+            "blockSize": self.block_size,
+            "numSpeculativeTokens": self.num_speculative_tokens,
+            "draftWindow": self.draft_window,
+            "drafterWindow": self.drafter_window,
+            "layerTypes": list(self.layer_types),
+            "targetLayerIds": list(self.target_layer_ids),
+            "engineEnv": dict(self.engine_env),
+            "draftAttentionBackend": self.draft_attention_backend,
+            "targetWeightGB": None if self.target_weight_bytes is None else round(self.target_weight_bytes / 1e9, 1),
+            "drafterWeightGB": None if self.drafter_weight_bytes is None else round(self.drafter_weight_bytes / 1e9, 1),
+            "nativeWindow": self.native_window,
+            "servedContext": self.served_context,
+            "maxModelLen": self.max_model_len,
+        }
+
+
+@dataclass
+class Analysis:
+    findings: list[Finding]
+    derived: Derived | None
+    drafter: DrafterConfig | None = None
+    target: TargetConfig | None = None
+    # findings turned into info by spec.checks.accept (as they were before)
+    accepted: list[Finding] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not has_errors(self.findings)
+
+
+class _Out:
+    def __init__(self) -> None:
+        self.items: list[Finding] = []
+
+    def add(self, sev: Severity, code: str, src: Source, path: str, msg: str) -> None:
+        self.items.append(Finding(sev, code, src, path, msg))
+
+    def err(self, code: str, src: Source, path: str, msg: str) -> None:
+        self.add(Severity.ERROR, code, src, path, msg)
+
+    def warn(self, code: str, src: Source, path: str, msg: str) -> None:
+        self.add(Severity.WARNING, code, src, path, msg)
+
+    def info(self, code: str, src: Source, path: str, msg: str) -> None:
+        self.add(Severity.INFO, code, src, path, msg)
+
+
+S, D, T = Source.SPEC, Source.DRAFTER, Source.TARGET

@@ -1,7 +1,0 @@
-"""``python -m specdeploy.dev.apiserver``: the same as ``specdeploy dev apiserver``."""
-
-import sys
-
-from .server import main
-
-sys.exit(main())

@@ -1,0 +1,68 @@
+"""The import contracts (pyproject.toml, [tool.importlinter]; docs/concepts/architecture.md, "Import
+contracts") hold on the tree, and a contract broken on purpose fails ``lint-imports``.
+
+The broken trees are copies of the three source roots (the product, the runtime, the rig) in a
+temporary directory with one forbidden import added; ``lint-imports`` runs there with the copies first
+on the path, exactly as ``.ci/test`` runs it on the repository.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+ROOTS = {"operator/specdeploy": "specdeploy", "operator/dev/specdeploy_dev": "specdeploy_dev",
+         "runtime/specdeploy_runtime": "specdeploy_runtime"}
+CONTRACTS = {c["id"]: c["name"] for c in
+             tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]["contracts"]}
+
+
+def lint_imports(cwd: Path, pythonpath: Path | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(pythonpath) if pythonpath else os.environ.get("PYTHONPATH", "")}
+    return subprocess.run([sys.executable, "-c", "import sys; from importlinter.cli import lint_imports_command; "
+                           "sys.exit(lint_imports_command())", "--no-cache"],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_the_tree_keeps_every_contract():
+    p = lint_imports(ROOT)
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
+    assert "0 broken" in p.stdout, p.stdout[-2000:]
+
+
+@pytest.mark.parametrize("module, line, contract", [
+    # the core does I/O: a Kubernetes client in the pure layer
+    ("specdeploy/core/findings.py", "import kubernetes  # noqa: F401", "pure"),
+    # the controller reaches into the rig
+    ("specdeploy/controller/queue.py", "import specdeploy_dev.harness  # noqa: F401",
+     "product-without-rig"),
+    # the pod runtime imports the controller
+    ("specdeploy_runtime/launch.py", "import specdeploy.controller.kube  # noqa: F401",
+     "runtime"),
+    # an arrow the wrong way: the core imports the API layer above it
+    ("specdeploy/core/findings.py", "import specdeploy.api.types  # noqa: F401", "layers"),
+    # two command groups import each other
+    ("specdeploy/cli/check.py", "from . import operator  # noqa: F401", "cli-groups"),
+])
+def test_a_contract_broken_on_purpose_fails(tmp_path, module, line, contract):
+    src = tmp_path / "src"
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for rel, name in ROOTS.items():
+        shutil.copytree(ROOT / rel, src / name, ignore=ignore)
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    path = src / module
+    path.write_text(path.read_text(encoding="utf-8") + f"\n{line}\n", encoding="utf-8")
+    p = lint_imports(tmp_path, pythonpath=src)
+    out = " ".join(p.stdout.split())  # lint-imports wraps its lines
+    assert p.returncode == 1, p.stdout[-4000:] + p.stderr[-2000:]
+    assert f"{CONTRACTS[contract]} BROKEN" in out, out[-3000:]
+    # the forbidden import is named in the report (the module and the line added)
+    added = len(path.read_text(encoding="utf-8").splitlines())
+    assert f"(l.{added})" in out, out[-3000:]
