@@ -80,7 +80,7 @@ PRODUCTION_OTHER = {
     "curl -s http://127.0.0.1:9090/api/v1/query": "needs kube-prometheus-stack's Prometheus through the port-forward",
 }
 # Prose mentions (a verb without its arguments); each has a whole command elsewhere in the docs.
-MENTIONS = {"kubectl apply -k", "kubectl describe pod", "helm install", "helm template", "helm upgrade",
+MENTIONS = {"kubectl apply -k", "kubectl describe pod", "helm install", "helm template", "helm upgrade", "helm package",
             "helm uninstall", "helm lint --strict", "helm template | kubectl apply", "kubectl apply", "kubectl get",
             "kubectl explain", "kubectl edit", "kubectl logs", "kubectl port-forward", "kubectl exec"}
 WATCHES = {"kubectl get specdeploy -w"}  # run until the first rows, then stopped (as a user does)

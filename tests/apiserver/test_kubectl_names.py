@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 
 import pytest
 
@@ -50,7 +51,6 @@ def test_every_name_works_with_get_explain_describe_edit(cluster, crd, obj):
 
 
 def _kubectl_env(cluster: Cluster, extra: dict, *args: str):
-    import subprocess
     return subprocess.run(["kubectl", *args], env={**os.environ, **cluster.env(), **extra}, capture_output=True,
                           text=True, timeout=60)
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import tarfile
 import tomllib
 
@@ -45,7 +46,6 @@ def test_readme_names_both_crds_and_the_values_it_sets():
     text = (CHART / "README.md").read_text()
     assert "speculativedeployments.specdeploy.io" in text and "speculativebenchmarks.specdeploy.io" in text
     values = yaml.safe_load((CHART / "values.yaml").read_text())
-    import re
     for key in re.findall(r"--set '?([a-zA-Z.]+)=", text):
         node = values
         for part in key.split(".")[:-1]:
