@@ -1,8 +1,5 @@
-"""Fixtures and helpers of the end-to-end suite (imported by each e2e test module).
-
-Not a conftest on purpose (a second ``conftest`` module would collide with
-``tests/conftest.py``): each module does ``from e2e_support import cluster, ...``; imported
-fixtures are discovered like ones defined in the module.
+"""Helpers of the end-to-end suite (each e2e test module imports what it uses by name; the fixtures
+``cluster``, ``loop`` and the diagnostics on failure are in e2e/conftest.py).
 
 Modes:
 
@@ -24,10 +21,11 @@ import copy
 import json
 import os
 import re
+import subprocess
 import urllib.request
 import uuid
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import yaml
@@ -36,9 +34,9 @@ from specdeploy_dev.harness import ROOT, Cluster, HarnessError, wait_for
 
 __all__ = [
     "ROOT", "EXAMPLES", "KIMI", "QWEN", "REAL_KUBECONFIG", "EMBEDDED", "RESYNC", "embedded_only",
-    "Cluster", "HarnessError", "wait_for", "cluster", "diagnostics_on_failure", "new_cluster", "start_operator",
+    "Cluster", "HarnessError", "wait_for", "new_cluster", "start_operator",
     "stop_cluster",
-    "apply", "configmap", "example_cr", "example_doc", "get", "exists", "events_for", "reconciles", "writes",
+    "HELM3", "apply", "apply_chart", "configmap", "example_cr", "example_doc", "get", "exists", "events_for", "reconciles", "writes",
     "wait_reconciles", "fired_faults", "clear_faults", "CHILD_KINDS", "child_names", "engine_container", "config_hash",
     "engine_pod", "play_engine_pod", "printer_columns",
 ]
@@ -46,6 +44,7 @@ __all__ = [
 EXAMPLES = ROOT / "examples"
 KIMI = EXAMPLES / "kimi-k2.6-rtx-pro-6000-sglang"
 QWEN = EXAMPLES / "qwen3.6-27b-b300-vllm"
+HELM3 = ROOT / ".venv" / "tools" / "helm3"  # .ci/install-tools
 REAL_KUBECONFIG = os.environ.get("SPECDEPLOY_E2E_KUBECONFIG") or None
 EMBEDDED = REAL_KUBECONFIG is None
 RESYNC = 2.0  # seconds: drift repair and idle resyncs are observable quickly
@@ -110,27 +109,6 @@ def stop_cluster(c: Cluster) -> None:
             _active.remove(c)
 
 
-@pytest.fixture(scope="module")
-def cluster(request) -> Iterator[Cluster]:
-    """One cluster per test module: fresh namespace, CRD, operator with a short resync."""
-    c = new_cluster(Path(str(request.node.path)).stem.removeprefix("test_e2e_"))
-    yield c
-    stop_cluster(c)
-
-
-@pytest.fixture(autouse=True)
-def diagnostics_on_failure(request) -> Iterator[None]:
-    """Print every running cluster's diagnostics when the test failed (setup or call)."""
-    before = request.session.testsfailed
-    yield
-    if request.session.testsfailed > before:
-        for c in list(_active):
-            try:
-                print(f"\n======== diagnostics of namespace {c.namespace}\n{c.diagnostics()}")
-            except Exception as e:  # noqa: BLE001 - diagnostics are best effort
-                print(f"(no diagnostics for {c.namespace}: {e})")
-
-
 # ----------------------------------------------------------------------------- objects
 
 
@@ -162,6 +140,16 @@ def example_cr(example: Path, name: str | None = None, *, target_cm: str | None 
     if drafter_cm:
         cr["spec"]["drafter"]["configFrom"] = {"configMapKeyRef": {"name": drafter_cm}}
     return cr
+
+
+def apply_chart(c: Cluster, release_ns: str, helm: Path = HELM3) -> None:
+    """Create ``release_ns`` and ``kubectl apply`` the chart into it (``helm template``, validation on; each
+    object names its namespace), watching the cluster's namespace (the chart's default is its own only)."""
+    c.kubectl("create", "namespace", release_ns)
+    rendered = subprocess.run([str(helm), "template", "specdeploy", str(ROOT / "charts" / "specdeploy"),
+                               "-n", release_ns, "--set", f"watch.namespaces={{{c.namespace}}}"],
+                              capture_output=True, text=True, timeout=60, check=True).stdout
+    c.kubectl("apply", "-f", "-", input=rendered)
 
 
 def get(c: Cluster, kind: str, name: str) -> dict | None:

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import pytest
 
-from e2e_support import (QWEN, diagnostics_on_failure, embedded_only, events_for, get, new_cluster,  # noqa: F401
-                         play_engine_pod, printer_columns, stop_cluster, wait_for, writes)
+from e2e_support import (QWEN, embedded_only, events_for, get, new_cluster, play_engine_pod, printer_columns,
+                         stop_cluster, wait_for, writes)
 from specdeploy_dev.engine_standin import EngineStandin
 from specdeploy_dev.prometheus import Prometheus, PrometheusError, find_exe, scrape_job
 from specdeploy.observability import rules as R

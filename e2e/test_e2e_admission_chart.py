@@ -15,11 +15,9 @@ import subprocess
 
 import pytest
 
-from e2e_support import QWEN, ROOT, Cluster, embedded_only, example_cr, example_doc, configmap, new_cluster, \
-    stop_cluster, wait_for
-from e2e_support import diagnostics_on_failure  # noqa: F401  (autouse fixture)
+from e2e_support import (HELM3 as HELM, QWEN, Cluster, apply_chart, configmap, embedded_only, example_cr, example_doc,
+                         new_cluster, stop_cluster, wait_for)
 
-HELM = ROOT / ".venv" / "tools" / "helm3"
 RELEASE_NS = "specdeploy-system"
 
 pytestmark = [embedded_only, pytest.mark.skipif(not HELM.exists(), reason="helm3 is installed by .ci/setup-test")]
@@ -29,12 +27,7 @@ pytestmark = [embedded_only, pytest.mark.skipif(not HELM.exists(), reason="helm3
 def chart_cluster():
     c = new_cluster("admission-chart", operator=False)
     try:
-        c.kubectl("create", "namespace", RELEASE_NS)
-        # the test's namespace is the watched one (the chart's default is its own namespace only)
-        rendered = subprocess.run([str(HELM), "template", "specdeploy", str(ROOT / "charts" / "specdeploy"),
-                                   "-n", RELEASE_NS, "--set", f"watch.namespaces={{{c.namespace}}}"],
-                                  capture_output=True, text=True, timeout=60, check=True).stdout
-        c.kubectl("apply", "-f", "-", input=rendered)  # validation on; each object names its namespace
+        apply_chart(c, RELEASE_NS)
         yield c
     finally:
         stop_cluster(c)

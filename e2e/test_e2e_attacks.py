@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from e2e_support import (KIMI, QWEN, apply, child_names, cluster, configmap, diagnostics_on_failure,  # noqa: F401
-                         example_cr, example_doc, exists, get, wait_for)
+from e2e_support import KIMI, QWEN, apply, child_names, configmap, example_cr, example_doc, exists, get, wait_for
 
 ATTACKS = [
     ("image", {"engine": {"image": "docker.io/attacker/anything:latest"}}, "Progressing", "PolicyRefused",

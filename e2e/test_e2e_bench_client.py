@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -32,9 +31,9 @@ import pytest
 
 from specdeploy.core import benchresult as br
 from specdeploy_dev.harness import BIN, ROOT, free_port
+from specdeploy_dev.procs import stop_process
 
-OPTED_IN = os.environ.get("SPECDEPLOY_E2E_VLLM_CPU") == "1"
-pytestmark = pytest.mark.skipif(not OPTED_IN, reason="opt-in: SPECDEPLOY_E2E_VLLM_CPU=1 (bash .ci/test sets it)")
+pytestmark = pytest.mark.vllm_cpu
 
 VLLM_BIN = ROOT / ".venv-vllm-cpu" / "bin"
 MODEL = "tiny/lang-target"
@@ -85,12 +84,7 @@ def engines(tmp_path_factory):
         yield {"work": work, "manifest": manifest, "urls": {k: v[1] for k, v in procs.items()}}
     finally:
         for proc, _, _ in procs.values():
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(60)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
+            stop_process(proc, 60, group=True)
 
 
 def run_client(engines, variant: str, prompts: dict, client: str, points: list[dict]) -> br.VariantResult:

@@ -31,8 +31,8 @@ from pathlib import Path
 
 import pytest
 
-from specdeploy_dev.harness import BIN, kubectl_available, wait_for
-from specdeploy_dev.realloop import RealLoop, cpu_cr
+from specdeploy_dev.harness import BIN, wait_for
+from specdeploy_dev.realloop import cpu_cr
 
 NAME, DEP = "sweep", "tiny"
 
@@ -43,11 +43,8 @@ def _script(path: Path, body: str) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def loop(tmp_path_factory):
-    if not kubectl_available():
-        pytest.fail("kubectl is missing")
-    work = tmp_path_factory.mktemp("bench")
+def standins(work: Path) -> dict:
+    """The scene's options: the engine stand-in as vllm, the bench-client stand-in as specdeploy-runtime."""
     vllm = _script(work / "vllm-standin", f"#!{sys.executable}\nimport sys\nfrom specdeploy_dev.engine_standin import "
                    "vllm_main\nsys.exit(vllm_main(sys.argv[1:]))\n")
     real = BIN / "specdeploy-runtime"
@@ -55,20 +52,14 @@ def loop(tmp_path_factory):
                       "if sys.argv[1:2] == ['bench-client'] and os.environ.get('SPECDEPLOY_TEST_REAL_CLIENT') != '1':\n"
                       "    from specdeploy_dev.bench_client_standin import main\n    sys.exit(main(sys.argv[1:]))\n"
                       f"os.execv({str(real)!r}, [{str(real)!r}] + sys.argv[1:])\n")
-    lp = RealLoop(work, vllm=vllm, prometheus=False, kubelet_args=["--service-proxy", "--exec",
-                                                                     f"specdeploy-runtime={runtime}"],
-                  operator_env={"SPECDEPLOY_BENCH_POLL_SECONDS": "1"})
-    with lp:
-        yield lp
+    return {"vllm": vllm, "kubelet_args": ["--service-proxy", "--exec", f"specdeploy-runtime={runtime}"]}
 
 
-@pytest.fixture(autouse=True)
-def diagnostics(request, loop):
-    before = request.session.testsfailed
-    yield
-    if request.session.testsfailed > before:
-        print(loop.diagnostics())
-        print(loop.cluster.kubectl("get", "specbench,deploy,jobs,pods,cm", "-o", "wide", check=False).stdout)
+# the loop fixture (e2e/conftest.py) starts the scene once for the module; its dev kubelet puts pods on
+# 127.0.0.2.. with fixed ports, so the module runs in the serial pass (beside another kubelet, two pods would
+# take one address and port)
+pytestmark = [pytest.mark.real_loop(standins, prometheus=False, operator_env={"SPECDEPLOY_BENCH_POLL_SECONDS": "1"}),
+              pytest.mark.serial]
 
 
 def bench(name: str, **matrix) -> dict:

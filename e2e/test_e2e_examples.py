@@ -7,9 +7,8 @@ import re
 
 import pytest
 
-from e2e_support import (KIMI, QWEN, RESYNC, apply, child_names, cluster, config_hash,  # noqa: F401
-                         diagnostics_on_failure, embedded_only, engine_container, events_for, example_cr, exists, get,
-                         wait_for, wait_reconciles)
+from e2e_support import (KIMI, QWEN, RESYNC, apply, child_names, config_hash, embedded_only, engine_container,
+                         events_for, example_cr, exists, get, wait_for, wait_reconciles)
 
 CAMEL = re.compile(r"^[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)*$")
 NAMES = {"kimi-k26": KIMI, "qwen36-27b": QWEN}

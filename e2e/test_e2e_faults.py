@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 import urllib.request
 
-from e2e_support import (KIMI, QWEN, RESYNC, child_names, cluster, diagnostics_on_failure,  # noqa: F401
-                         embedded_only, engine_container, fired_faults, get, wait_for)
+from e2e_support import KIMI, QWEN, RESYNC, child_names, embedded_only, engine_container, fired_faults, get, wait_for
 
 pytestmark = embedded_only
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import json
 
-from e2e_support import (EMBEDDED, KIMI, QWEN, apply, child_names, cluster, config_hash,  # noqa: F401
-                         configmap, diagnostics_on_failure, engine_container, events_for, example_cr, example_doc,
-                         exists, get, wait_for)
+from e2e_support import (EMBEDDED, KIMI, QWEN, apply, child_names, config_hash, configmap, engine_container,
+                         events_for, example_cr, example_doc, exists, get, wait_for)
 
 
 def bad_qwen_drafter() -> dict:

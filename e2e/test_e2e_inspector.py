@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from e2e_support import (QWEN, apply, child_names, cluster, configmap, diagnostics_on_failure,  # noqa: F401
-                         embedded_only, example_cr, example_doc, exists, get, wait_for)
+from e2e_support import (QWEN, apply, child_names, configmap, embedded_only, example_cr, example_doc, exists, get,
+                         wait_for)
 
 pytestmark = embedded_only
 

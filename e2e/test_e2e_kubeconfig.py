@@ -7,11 +7,11 @@ from KUBECONFIG at import time, so an explicit --kubeconfig was ignored for kopf
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 
-from e2e_support import EMBEDDED, QWEN, Cluster, diagnostics_on_failure, embedded_only, wait_for  # noqa: F401
+from e2e_support import QWEN, Cluster, embedded_only, wait_for
 from specdeploy_dev.harness import BIN, ROOT
+from specdeploy_dev.procs import stop_process
 
 
 @embedded_only
@@ -33,8 +33,7 @@ def test_operator_with_only_the_kubeconfig_flag(tmp_path):
             wait_for(lambda: c.kubectl("get", "deployment", "qwen36-27b", check=False).returncode == 0, 30,
                      "the Deployment")
         finally:
-            op.send_signal(signal.SIGTERM)
-            op.wait(30)
+            stop_process(op, 30)
             log.close()
         text = (tmp_path / "op.log").read_text()
         assert "Cannot authenticate" not in text and "LoginError" not in text

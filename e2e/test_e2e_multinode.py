@@ -6,9 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from e2e_support import (KIMI, QWEN, RESYNC, apply, child_names, configmap,  # noqa: F401
-                         diagnostics_on_failure, engine_container, example_cr, example_doc, exists, get, new_cluster,
-                         stop_cluster, wait_for, wait_reconciles)
+from e2e_support import (KIMI, QWEN, RESYNC, apply, child_names, configmap, engine_container, example_cr, example_doc,
+                         exists, get, new_cluster, stop_cluster, wait_for, wait_reconciles)
 
 CRDS = Path(__file__).parent / "crds"
 LWS_CRD = CRDS / "leaderworkerset-minimal.yaml"

@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 import re
 
-from e2e_support import (EMBEDDED, KIMI, QWEN, RESYNC, apply, child_names, clear_faults, cluster,  # noqa: F401
-                         configmap, diagnostics_on_failure, example_cr, example_doc, fired_faults, get,
-                         start_operator, wait_for, wait_reconciles, writes)
+from e2e_support import (EMBEDDED, KIMI, QWEN, RESYNC, apply, child_names, clear_faults, configmap, example_cr,
+                         example_doc, fired_faults, get, start_operator, wait_for, wait_reconciles, writes)
 
 NAMES = {"r-qwen-a": QWEN, "r-qwen-b": QWEN, "r-kimi-a": KIMI, "r-kimi-b": KIMI}
 PLURALS = {"configmap": "configmaps", "deployment": "deployments", "service": "services",

@@ -25,12 +25,11 @@ conflict) and those of the other writers it meets (kubectl edit, an HPA, an olde
 from __future__ import annotations
 
 import copy
-import json
 from typing import Any
 
 import pytest
 
-from e2e_support import Cluster, diagnostics_on_failure, new_cluster, stop_cluster  # noqa: F401
+from e2e_support import Cluster, new_cluster, stop_cluster
 from specdeploy.controller import ownership
 from specdeploy.controller.kube import Kube, KubeError, load_api_client
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import json
 
-from e2e_support import (KIMI, apply, cluster, configmap, diagnostics_on_failure,  # noqa: F401
-                         embedded_only, example_cr, example_doc, get, wait_for)
+from e2e_support import KIMI, apply, configmap, embedded_only, example_cr, example_doc, get, wait_for
 from specdeploy.core import tuning as tn
 
 pytestmark = embedded_only

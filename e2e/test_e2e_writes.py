@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from e2e_support import (EMBEDDED, KIMI, QWEN, RESYNC, apply, child_names, cluster, configmap,  # noqa: F401
-                         diagnostics_on_failure, embedded_only, events_for, example_cr, example_doc, exists, get,
-                         new_cluster, reconciles, stop_cluster, wait_for, wait_reconciles, writes)
+from e2e_support import (EMBEDDED, KIMI, QWEN, RESYNC, apply, child_names, configmap, embedded_only, events_for,
+                         example_cr, example_doc, exists, get, new_cluster, reconciles, stop_cluster, wait_for,
+                         wait_reconciles, writes)
 
 MAX_WRITES_PER_CR = 6  # 4 children + 1 status patch + 1 Event (Compatible)
 

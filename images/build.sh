@@ -43,7 +43,7 @@ figure() { say "$*"; [ -z "${SPECDEPLOY_IMAGE_TIMES:-}" ] || echo "$*" >> "$SPEC
 bash .ci/install-podman
 
 for engine in vllm sglang; do
-  say "skipped images/runtime/$engine/Dockerfile: its base $(sed -n 's/^ARG ENGINE_IMAGE=//p' images/runtime/$engine/Dockerfile) is a CUDA image that cannot be stood in here; build it where that image can be pulled (images/README.md)"
+  say "skipped images/runtime/cuda/Dockerfile ENGINE=$engine: its base $(sed -n "s/^ARG ${engine^^}_IMAGE=//p" images/runtime/cuda/Dockerfile) is a CUDA image that cannot be stood in here; build it where that image can be pulled (images/README.md)"
 done
 
 # ------------------------------------------------------------------------------------------------ bases

@@ -16,7 +16,6 @@ from typing import Any
 
 CONFIG_FILE = "config.json"
 BAKED_FILE = "BAKED.json"
-BAKED_DRAFTER_DIR = "/opt/specdeploy/drafter"
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 # What a drafter needs to be served from a local path: config, weights, tokenizer files, remote code.
 BAKED_PATTERNS = ("*.json", "*.safetensors", "*.py", "*.txt", "*.model", "*.tiktoken")

@@ -13,8 +13,6 @@ import os
 import sys
 from typing import Callable, Mapping, Sequence
 
-ROLES = ("auto", "leader", "worker")
-
 
 def resolve_role(ec, role: str, environ: Mapping[str, str]) -> str:
     """leader or worker; ``auto``: worker when the engine config has worker args and this pod

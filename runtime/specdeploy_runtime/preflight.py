@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Sequence
 
 # Kubernetes keeps at most 4096 bytes of a termination message.
@@ -182,15 +182,6 @@ def load_engine_config(path: str, res: PreflightResult):
 
 
 # ----------------------------------------------------------------- the checks
-
-
-def _checker_options(ec):
-    from specdeploy.core.checker import Options
-
-    sp = ec.speculation
-    return Options(engine=ec.engine, engine_version=ec.engine_version, method=sp.method, gpu=ec.gpu_profile,
-                   gpu_count=ec.tensor_parallel_size, nodes=ec.nodes, block_size=sp.block_size,
-                   draft_window=sp.draft_window_request, max_model_len=sp.max_model_len, accept=tuple(sp.accept or ()))
 
 
 def _check_digests(ec, target_doc, drafter_doc, files: dict[str, str], res: PreflightResult, strict: bool) -> None:
@@ -439,7 +430,14 @@ def run_preflight(target_dir: str, drafter_dir: str, engine_config: str, *, stri
     from specdeploy.core.checker import analyze
 
     check_transformers_view(drafter_doc, res)
-    analysis = analyze(drafter_doc, target_doc, _checker_options(ec))
+    if ec.checker_options is None:
+        res.add("error", "EngineConfigIncomplete", "engine config",
+                "the engine config carries no checkerOptions (rendered by an older operator): the check "
+                "cannot be re-run; upgrade the operator so that it re-renders the deployment")
+        return res
+    # the block size the args were rendered with, not the spec's request: a mounted drafter trained on a smaller
+    # block than the engine will draft is BlockSizeAboveTrained
+    analysis = analyze(drafter_doc, target_doc, replace(ec.checker_options, block_size=ec.speculation.block_size))
     for f in analysis.findings:
         src = {"drafter": dfile, "target": tfile}.get(f.source.value, "deployment")
         res.add(f.severity.value, f.code, f"{src} {f.path}" if f.source.value != "spec" else f.path, f.message)

@@ -1,7 +1,7 @@
 """Helpers for the admission tests: AdmissionReview requests as the API server sends them, an
 HTTPS webhook server in a background thread, an HTTPS client that verifies the served chain.
 
-Not a conftest.py (tests/conftest.py stays the only one): test modules import from here.
+Test modules import from here explicitly.
 No pytest-asyncio: servers run on their own event loop in a daemon thread; clients are blocking
 http.client connections with timeouts.
 """
@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from testkit import DELETE  # noqa: F401  (with_spec's marker; test modules import it from here)
 from specdeploy.controller import certs
 from specdeploy.controller.webhooks import OperatorConfigs, WebhookServer
 
@@ -192,6 +193,20 @@ class ServerThread:
         self._thread.join(10)
 
 
+# the QWEN example's ConfigMaps (its SpeculativeDeployment's configFrom)
+TARGET_CM, DRAFTER_CM = "qwen36-27b-target-config", "qwen36-27b-drafter-config"
+
+
+def qwen_server(configmaps: dict[str, Any] | None = None) -> ServerThread:
+    """A started ServerThread whose resolver holds the QWEN example's target and drafter configs
+    (TARGET_CM, DRAFTER_CM) and ``configmaps`` ({name: config doc or text})."""
+    s = ServerThread().start()
+    t, d = example_configs(QWEN)
+    for name, doc in {TARGET_CM: t, DRAFTER_CM: d, **(configmaps or {})}.items():
+        s.resolver.add(configmap(name, doc))
+    return s
+
+
 def with_spec(cr: dict, **changes: Any) -> dict:
     """A copy of cr with dotted spec paths set: with_spec(cr, **{"gpu.count": 3})."""
     out = copy.deepcopy(cr)
@@ -200,17 +215,9 @@ def with_spec(cr: dict, **changes: Any) -> dict:
         keys = path.split(".")
         for k in keys[:-1]:
             d = d.setdefault(k, {})
-        if value is _DELETE:
+        if value is DELETE:
             d.pop(keys[-1], None)
         else:
             d[keys[-1]] = value
     return out
-
-
-class _Delete:
-    pass
-
-
-_DELETE = _Delete()
-DELETE = _DELETE
 

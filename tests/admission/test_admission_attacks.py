@@ -8,31 +8,18 @@ import copy
 
 import pytest
 
-from admission_helpers import KIMI, QWEN, ServerThread, configmap, example_configs, example_cr, review_request, with_spec
+from admission_helpers import (KIMI, QWEN, configmap, example_configs, example_cr, qwen_server, review_request,
+                               with_spec)
 from specdeploy.core.render import expand_kubelet_vars, render
 from specdeploy.api.types import SpeculativeDeployment
 
-TARGET_CM, DRAFTER_CM = "qwen36-27b-target-config", "qwen36-27b-drafter-config"
-
-
 @pytest.fixture(scope="module")
 def server():
-    s = ServerThread().start()
-    t, d = example_configs(QWEN)
-    s.resolver.add(configmap(TARGET_CM, t))
-    s.resolver.add(configmap(DRAFTER_CM, d))
-    dup = copy.deepcopy(d)
+    dup = copy.deepcopy(example_configs(QWEN)[1])
     dup["eagle_aux_hidden_state_layer_ids"] = [1, 16, 31, 46, 61]  # vLLM reads these instead of target_layer_ids
-    s.resolver.add(configmap("dup-drafter", dup))
+    s = qwen_server({"dup-drafter": dup})
     yield s
     s.stop()
-
-
-@pytest.fixture
-def client(server):
-    c = server.client()
-    yield c
-    c.close()
 
 
 def review(client, **changes):

@@ -12,34 +12,20 @@ import json
 import jsonpatch
 import pytest
 
-from admission_helpers import (DELETE, KIMI, QWEN, FakeResolver, ServerThread, configmap, example_configs, example_cr,
-                               review_request, with_spec)
+from admission_helpers import (DELETE, DRAFTER_CM, KIMI, QWEN, FakeResolver, ServerThread, configmap, example_configs,
+                               example_cr, qwen_server, review_request, with_spec)
 from specdeploy.api.types import SpeculativeDeployment
 from specdeploy.controller import admission, certs
 from specdeploy.controller.admission import CONFIGS_UNKNOWN_NOTE, Configs, ConfigsUnavailable, decode_patch
-
-TARGET_CM, DRAFTER_CM = "qwen36-27b-target-config", "qwen36-27b-drafter-config"
-
+from testkit import set_path
 
 @pytest.fixture(scope="module")
 def server():
-    s = ServerThread().start()
-    t, d = example_configs(QWEN)
-    s.resolver.add(configmap(TARGET_CM, t))
-    s.resolver.add(configmap(DRAFTER_CM, d))
-    broken = copy.deepcopy(d)
+    broken = copy.deepcopy(example_configs(QWEN)[1])
     broken["dflash_config"]["target_layer_ids"][4] = 64  # target has 64 layers
-    s.resolver.add(configmap("broken-drafter", broken))
-    s.resolver.add(configmap("not-json", "{nope"))
+    s = qwen_server({"broken-drafter": broken, "not-json": "{nope"})
     yield s
     s.stop()
-
-
-@pytest.fixture
-def client(server):
-    c = server.client()
-    yield c
-    c.close()
 
 
 def qwen(**changes):
@@ -263,14 +249,7 @@ def _valid_review() -> dict:
 
 def _set(path: str, value):
     body = _valid_review()
-    d = body
-    keys = path.split(".")
-    for k in keys[:-1]:
-        d = d[k]
-    if value is DELETE:
-        del d[keys[-1]]
-    else:
-        d[keys[-1]] = value
+    set_path(body, path.split("."), value)
     return json.dumps(body).encode()
 
 

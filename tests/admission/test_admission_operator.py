@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import copy
 import json
-import signal
 import subprocess
 import time
 import urllib.request
@@ -23,6 +22,7 @@ from cryptography import x509
 from admission_helpers import Client, example_configs, example_cr, review_request
 from specdeploy.controller.admission import decode_patch
 from specdeploy_dev.harness import BIN, ROOT, Cluster, HarnessError, free_port, kubectl_available, wait_for
+from specdeploy_dev.procs import stop_process
 
 pytestmark = pytest.mark.skipif(not kubectl_available(), reason="kubectl is needed for the embedded API server harness")
 
@@ -100,13 +100,8 @@ class Env:
             return False
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            stop_process(self.proc, 30)
         self.proc = None
 
     def ca_pem(self) -> bytes:

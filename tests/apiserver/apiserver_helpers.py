@@ -2,8 +2,7 @@
 deadline, the test CRD, servers in background threads, kubectl and kubeconfig fixtures, and a raw
 kmock 0.8 backend to show that each shim fix is needed.
 
-Not a conftest.py: tests/unit imports the root conftest as `conftest`, and a second conftest module
-here would shadow it. Test modules import the fixtures they use from here.
+Test modules import the fixtures they use from here (explicit imports, as with tests/testkit.py).
 
 No pytest-asyncio: every server runs on its own event loop in a daemon thread; every wait has a
 deadline (socket timeouts, subprocess timeouts, polling with a monotonic deadline).

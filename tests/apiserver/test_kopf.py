@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from apiserver_helpers import WIDGET_CRD, WIDGETS, Http, wait_for, widget
+from specdeploy_dev.procs import stop_process
 
 OPERATOR = '''
 import logging
@@ -54,12 +55,7 @@ def cli_server(tmp_path):
         assert "Traceback" not in (tmp_path / "apiserver.log").read_text()
     finally:
         errors.close()
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_process(proc, 10)
 
 
 def test_cli_serves_and_exits_cleanly(cli_server):

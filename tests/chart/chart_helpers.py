@@ -1,6 +1,6 @@
 """Helpers for the chart tests: the real Helm 3 and Helm 4 binaries, rendering, value sets.
 
-Not a conftest.py (tests/conftest.py is the only one): the chart tests import from here.
+The chart tests import from here explicitly.
 The Helm binaries come from `.ci/install-tools` (.venv/tools/helm3, .venv/tools/helm4).
 """
 

@@ -19,19 +19,26 @@ from specdeploy.core import engines as eng
 
 IMAGES = ROOT / "images"
 OPERATOR = IMAGES / "operator" / "Dockerfile"
-RUNTIMES = {p.parent.name: p for p in sorted((IMAGES / "runtime").glob("*/Dockerfile"))}
-ALL = [OPERATOR, *RUNTIMES.values()]
+CUDA_RUNTIME = IMAGES / "runtime" / "cuda" / "Dockerfile"  # SGLang and vLLM: ENGINE picks the engine stage
+ALL = [OPERATOR, *sorted((IMAGES / "runtime").glob("*/Dockerfile"))]
 SCRIPTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
 
 
 @dataclass
 class Stage:
-    image: str  # FROM, with ARG defaults substituted
+    image: str  # FROM, with ARG defaults substituted (an earlier stage's name: that stage's image)
     name: str | None
     instructions: list[tuple[str, str]] = field(default_factory=list)
+    base: "Stage | None" = None  # the earlier stage this one builds on
 
     def all(self, op: str) -> list[str]:
         return [arg for o, arg in self.instructions if o == op]
+
+    def inherited(self, op: str) -> list[str]:
+        """This stage's instructions of one kind after those of the stages it builds on (LABEL, ADD: what
+        the image carries)."""
+        return (self.base.inherited(op) if self.base else []) + self.all(op)
+
 
 
 @dataclass
@@ -45,8 +52,9 @@ class Dockerfile:
         return self.stages[-1]
 
 
-def parse(path: Path) -> Dockerfile:
-    """A small Dockerfile parser: continuations, comments, global ARGs, stages."""
+def parse(path: Path, build_args: dict[str, str] | None = None) -> Dockerfile:
+    """A small Dockerfile parser: continuations, comments, global ARGs (``build_args`` override their
+    defaults, as ``--build-arg``), stages (a FROM of an earlier stage builds on it)."""
     logical, buf = [], ""
     for raw in path.read_text().splitlines():
         line = raw.strip()
@@ -67,12 +75,13 @@ def parse(path: Path) -> Dockerfile:
         op, rest = op.upper(), rest.strip()
         if op == "ARG" and not stages:
             k, _, v = rest.partition("=")
-            args[k] = v
+            args[k] = (build_args or {}).get(k, v)
         elif op == "FROM":
             words = rest.split()
             image = re.sub(r"\$\{?(\w+)\}?", lambda m: args.get(m.group(1), m.group(0)), words[0])
             name = words[2] if len(words) >= 3 and words[1].upper() == "AS" else None
-            stages.append(Stage(image, name))
+            base = next((s for s in stages if s.name == image), None)
+            stages.append(Stage(base.image if base else image, name, base=base))
         else:
             assert stages, f"{path}: {op} before FROM"
             stages[-1].instructions.append((op, rest))
@@ -88,9 +97,8 @@ def exec_form(text: str) -> list[str]:
 @pytest.mark.parametrize("path", ALL, ids=lambda p: str(p.relative_to(IMAGES)))
 def test_bases_are_pinned(path):
     df = parse(path)
-    names = set()
     for st in df.stages:
-        if st.image in names:
+        if st.base:
             continue  # FROM an earlier stage
         assert "$" not in st.image, f"unresolved base {st.image}"
         repo, _, digest = st.image.partition("@")
@@ -98,8 +106,6 @@ def test_bases_are_pinned(path):
         assert tag or digest, f"{st.image}: no tag or digest"
         assert tag != "latest" and not tag.startswith("latest") and "nightly" not in tag, st.image
         assert not digest or re.fullmatch(r"sha256:[0-9a-f]{64}", digest), st.image
-        if st.name:
-            names.add(st.name)
 
 
 @pytest.mark.parametrize("path", ALL, ids=lambda p: str(p.relative_to(IMAGES)))
@@ -158,10 +164,15 @@ def test_chart_and_package_versions_agree():
     assert chart["appVersion"] == project["version"]
 
 
+def runtime(engine: str) -> Dockerfile:
+    """The CUDA runtime Dockerfile as built for one engine (--build-arg ENGINE=<engine>)."""
+    return parse(CUDA_RUNTIME, {"ENGINE": engine})
+
+
 @pytest.mark.parametrize("engine", sorted(eng.ENGINES))
 def test_runtime_image_per_engine(engine):
-    assert engine in RUNTIMES, f"no images/runtime/{engine}/Dockerfile"
-    df = parse(RUNTIMES[engine])
+    df = runtime(engine)
+    assert df.final.base and df.final.base.name == f"engine-{engine}", "ENGINE picks the engine's stage"
     final = df.final
     assert exec_form(final.all("ENTRYPOINT")[-1]) == ["specdeploy-runtime"]
     # the base is the engine's official image at the newest verified version, i.e. the version the
@@ -203,7 +214,7 @@ def test_hadolint():
 
 def labels(stage: Stage) -> dict[str, str]:
     out = {}
-    for text in stage.all("LABEL"):
+    for text in stage.inherited("LABEL"):
         for word in shlex.split(text):
             k, _, v = word.partition("=")
             out[k] = v
@@ -212,7 +223,7 @@ def labels(stage: Stage) -> dict[str, str]:
 
 @pytest.mark.parametrize("engine", sorted(eng.ENGINES))
 def test_runtime_image_takes_a_drafter_and_labels_it(engine):
-    df = parse(RUNTIMES[engine])
+    df = runtime(engine)
     for arg in ("DRAFTER_REPO", "DRAFTER_REVISION", "DRAFTER_CONFIG_DIGEST"):
         assert df.args.get(arg) == '""', f"global ARG {arg} (empty default: no drafter)"
     final = df.final
@@ -239,13 +250,17 @@ def test_runtime_image_takes_a_drafter_and_labels_it(engine):
 def test_runtime_image_carries_the_engine_tuning_script(engine):
     from specdeploy_runtime import tuning as tn
 
-    df = parse(RUNTIMES[engine])
+    df = runtime(engine)
     version = eng.get_engine(engine).verified_versions()[-1]
-    assert df.args["ENGINE_REF"] == f"v{version}", "the tuning script comes from the same release as the engine"
-    adds = [shlex.split(a) for a in df.final.all("ADD")]
+    ref = f"{engine.upper()}_REF"
+    assert df.args[ref] == f"v{version}", "the tuning script comes from the same release as the engine"
+    assert labels(df.final)["io.specdeploy.engine.ref"] == f"${{{ref}}}"
+    adds = [shlex.split(a) for a in df.final.inherited("ADD")]
     dests = {a[-1] for a in adds}
     assert tn.TUNING_SCRIPTS[engine] in dests
     for a in adds:
-        assert a[-2].startswith("https://raw.githubusercontent.com/") and "${ENGINE_REF}" in a[-2]
+        assert a[-2].startswith("https://raw.githubusercontent.com/") and f"${{{ref}}}" in a[-2]
+    other = next(e for e in eng.ENGINES if e != engine)
+    assert tn.TUNING_SCRIPTS[other] not in dests, "only the chosen engine's tuning scripts"
     if engine == "sglang":  # its tuner imports common_utils from its own directory
         assert f"{tn.TUNING_SCRIPT_DIR}/sglang/common_utils.py" in dests

@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import signal
 import ssl
 import subprocess
 import urllib.request
@@ -20,6 +19,7 @@ import pytest
 
 from chart_helpers import NAMESPACE, ROOT, container, one, render, render_text
 from specdeploy_dev.harness import BIN, Cluster, free_port, kubectl_available, wait_for
+from specdeploy_dev.procs import stop_process
 
 WATCHED = "inference"
 VALUES = {"watch": {"namespaces": [WATCHED]}, "resyncSeconds": 30}
@@ -134,11 +134,5 @@ def test_helm_template_kubectl_apply_then_the_operator_reconciles(tmp_path):
             print(cluster.kubectl("get", "events", "-n", WATCHED, check=False).stdout)
             raise
         finally:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            stop_process(proc, 20)
             log.close()

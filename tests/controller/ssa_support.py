@@ -1,6 +1,6 @@
 """The reconciler in-process against the embedded API server, with the watch played by GETs.
 
-Shared by test_ssa_reconcile.py and test_ssa_property.py (not a conftest: see tests/apiserver).
+Shared by test_ssa_reconcile.py and test_ssa_property.py.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import yaml
 
-from conftest import EXAMPLES
+from testkit import EXAMPLES
 from specdeploy.controller.benchmark import BenchmarkController
 from specdeploy.controller.kube import KubeError
 from specdeploy.core.benchresult import format_result_line

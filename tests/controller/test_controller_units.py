@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from conftest import pair
+from testkit import pair
 from specdeploy.api.types import SpeculativeDeployment
 from specdeploy.controller import status as st
 from specdeploy.controller.queue import Backoff, WorkQueue

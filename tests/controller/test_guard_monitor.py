@@ -8,7 +8,7 @@ import copy
 import pytest
 
 from specdeploy.controller import status as st
-from specdeploy.controller.monitor import guard_limit
+from specdeploy.controller.monitor import body_guard_limit
 from specdeploy.core import acceptance as acc
 from specdeploy.core import guard as gd
 from specdeploy_dev.engine_standin import EngineStandin
@@ -82,11 +82,11 @@ def test_a_benchmark_of_another_deployment_says_so():
 
 
 def test_guard_limit_of_a_raw_body():
-    assert guard_limit(KEY, cr(), {}) is None
-    assert guard_limit(KEY, guarded(maxConcurrency=8), {}).max_concurrency == 8
-    assert guard_limit(KEY, guarded(fromBenchmark="sweep"), {}) is None
-    assert guard_limit(KEY, guarded(fromBenchmark="sweep"), {(NS, "sweep"): benchmark()}).max_concurrency == 4
-    assert guard_limit(KEY, guarded(fromBenchmark="sweep"), {("elsewhere", "sweep"): benchmark()}) is None
+    assert body_guard_limit(KEY, cr(), {}) is None
+    assert body_guard_limit(KEY, guarded(maxConcurrency=8), {}).max_concurrency == 8
+    assert body_guard_limit(KEY, guarded(fromBenchmark="sweep"), {}) is None
+    assert body_guard_limit(KEY, guarded(fromBenchmark="sweep"), {(NS, "sweep"): benchmark()}).max_concurrency == 4
+    assert body_guard_limit(KEY, guarded(fromBenchmark="sweep"), {("elsewhere", "sweep"): benchmark()}) is None
 
 
 def test_profitable_condition_keeps_its_message_while_the_verdict_holds():

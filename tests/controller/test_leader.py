@@ -27,6 +27,8 @@ TIMING = LeaseTiming(lease_duration=2, renew_deadline=1.2, retry_period=0.2)
 # the fence's check and the server. Production keeps 5 s (15/10); this test keeps 2.5 s.
 PARTITION_TIMING = LeaseTiming(lease_duration=4, renew_deadline=1.5, retry_period=0.2)
 NS = "default"
+# the partition test's orderings ride on sub-second lease margins: run with the machine alone (.ci/test)
+pytestmark = pytest.mark.serial
 
 
 @pytest.fixture()
@@ -92,16 +94,22 @@ async def wait(pred, timeout: float = 20.0, what: str = "condition"):
         await asyncio.sleep(0.02)
 
 
+async def a_leads_b_follows(server) -> tuple[Replica, Replica]:
+    """Two replicas: a starts and leads, then b starts and sees a as the leader."""
+    a, b = Replica(server, "a"), Replica(server, "b")
+    a.elector.start()
+    await wait(lambda: a.elector.leading, what="a to lead")
+    b.elector.start()
+    await wait(lambda: b.elector.leader == "a", what="b to observe a")
+    return a, b
+
+
 def test_only_one_replica_leads_and_a_follower_takes_over_after_the_leader_dies(server):
     server.call(lambda e: e.create_object({"apiVersion": "v1", "kind": "ConfigMap",
                                            "metadata": {"name": "shared", "namespace": NS}}))
 
     async def main():
-        a, b = Replica(server, "a"), Replica(server, "b")
-        a.elector.start()
-        await wait(lambda: a.elector.leading, what="a to lead")
-        b.elector.start()
-        await wait(lambda: b.elector.leader == "a", what="b to observe a")
+        a, b = await a_leads_b_follows(server)
         await asyncio.sleep(TIMING.lease_duration)  # b keeps following while a renews
         assert not b.elector.leading and b.writes == 0 and a.writes > 0
         rec = lease(server)["spec"]
@@ -129,11 +137,7 @@ def test_only_one_replica_leads_and_a_follower_takes_over_after_the_leader_dies(
 
 def test_a_graceful_stop_releases_the_lease_and_the_follower_takes_it_at_once(server):
     async def main():
-        a, b = Replica(server, "a"), Replica(server, "b")
-        a.elector.start()
-        await wait(lambda: a.elector.leading, what="a to lead")
-        b.elector.start()
-        await wait(lambda: b.elector.leader == "a", what="b to observe a")
+        a, b = await a_leads_b_follows(server)
         stopped = time.time()
         await a.elector.stop(release=True)
         assert not a.elector.may_write() and a.events[-1][0] == "stopped"

@@ -16,9 +16,10 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "admission"))
-from admission_helpers import QWEN, ServerThread, configmap, example_configs, example_cr, review_request  # noqa: E402
+from admission_helpers import (DRAFTER_CM, QWEN, TARGET_CM, configmap, example_configs, example_cr,  # noqa: E402
+                               qwen_server, review_request)
 
-from conftest import run_cli  # noqa: E402
+from testkit import run_cli  # noqa: E402
 from specdeploy.api.validation import validate  # noqa: E402
 from specdeploy.controller.kube import Kube, load_api_client  # noqa: E402
 from specdeploy.controller.reconciler import Controller, Settings  # noqa: E402
@@ -26,7 +27,6 @@ from specdeploy.controller.resolve import Resolver  # noqa: E402
 from specdeploy_dev.harness import Cluster  # noqa: E402
 
 NS = "default"
-TARGET_CM, DRAFTER_CM = "qwen36-27b-target-config", "qwen36-27b-drafter-config"
 
 BAD = {
     "block-size-0": ("speculation", {"blockSize": 0}),
@@ -49,10 +49,7 @@ def bad_cr(case: str, name: str = "qwen36-27b") -> dict:
 
 @pytest.fixture(scope="module")
 def webhook():
-    s = ServerThread().start()
-    t, d = example_configs(QWEN)
-    s.resolver.add(configmap(TARGET_CM, t))
-    s.resolver.add(configmap(DRAFTER_CM, d))
+    s = qwen_server()
     c = s.client()
     yield c
     c.close()

@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("huggingface_hub")
 pytest.importorskip("tokenizers")
 
-from conftest import ROOT  # noqa: E402
+from testkit import ROOT  # noqa: E402
 from specdeploy_dev import tinymodels as tm  # noqa: E402
 from specdeploy_dev.hubserver import repos_from_directory, start_in_thread  # noqa: E402
 

@@ -18,8 +18,12 @@ from pathlib import Path
 import pytest
 
 from specdeploy_dev.harness import Cluster, kubectl_available, wait_for
+from specdeploy_dev.procs import stop_process
 
-pytestmark = pytest.mark.skipif(not kubectl_available(), reason="needs kubectl")
+# pods on 127.0.0.2.. (the kubelet's default addresses) with fixed ports: beside another dev kubelet two pods
+# would take one address and port, so the module runs in the serial pass
+pytestmark = [pytest.mark.skipif(not kubectl_available(), reason="needs kubectl"), pytest.mark.serial,
+              pytest.mark.usefixtures("kubelet_log_on_failure")]
 
 APP = str(Path(__file__).with_name("kubelet_app.py"))
 MANAGED = {"app.kubernetes.io/managed-by": "specdeploy"}
@@ -45,24 +49,11 @@ def cluster(tmp_path_factory):
         c.kubelet_log = work / "kubelet.log"  # type: ignore[attr-defined]
         yield c
     finally:
-        p.send_signal(signal.SIGTERM)
         try:
-            p.wait(30)
+            stop_process(p, 30)
         finally:
             log.close()
             c.stop()
-
-
-@pytest.fixture(autouse=True)
-def kubelet_log_on_failure(request, cluster):
-    before = request.session.testsfailed
-    yield
-    if request.session.testsfailed > before:
-        print("== kubelet log (tail)\n" + "\n".join(cluster.kubelet_log.read_text().splitlines()[-60:]))
-        for p in cluster.get_json("pods")["items"]:
-            st = p.get("status") or {}
-            print(f"== pod {p['metadata']['name']}: {st.get('phase')} "
-                  + json.dumps((st.get("initContainerStatuses") or []) + (st.get("containerStatuses") or [])))
 
 
 def container(name: str, *args: str, **extra) -> dict:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import urllib.request
@@ -20,10 +19,10 @@ import pytest
 
 from specdeploy_dev.harness import Cluster, kubectl_available, wait_for
 from specdeploy_dev.kubelet_podman import LABEL_POD
+from specdeploy_dev.procs import stop_process
 
-OPTED_IN = os.environ.get("SPECDEPLOY_E2E_IMAGES") == "1"
-pytestmark = [pytest.mark.skipif(not OPTED_IN, reason="opt-in: SPECDEPLOY_E2E_IMAGES=1 (bash .ci/test sets it)"),
-              pytest.mark.skipif(not kubectl_available(), reason="needs kubectl")]
+pytestmark = [pytest.mark.images, pytest.mark.skipif(not kubectl_available(), reason="needs kubectl"),
+              pytest.mark.usefixtures("kubelet_log_on_failure")]
 
 IMAGE = "docker.io/library/python:3.11.13-slim-bookworm"
 APP = Path(__file__).with_name("kubelet_app.py")
@@ -58,26 +57,13 @@ def cluster(tmp_path_factory):
             "data": {"app.py": APP.read_text(), "greeting.txt": "hello from a configmap"}}))
         yield c
     finally:
-        p.send_signal(signal.SIGTERM)
         try:
-            p.wait(60)
+            stop_process(p, 60)
         finally:
             log.close()
             c.stop()
     assert not podman("ps", "-aq", "--filter", f"label=io.specdeploy.dev-kubelet.root={work / 'root'}").stdout.strip(), \
         "containers left behind by the stopped kubelet"
-
-
-@pytest.fixture(autouse=True)
-def kubelet_log_on_failure(request, cluster):
-    before = request.session.testsfailed
-    yield
-    if request.session.testsfailed > before:
-        print("== kubelet log (tail)\n" + "\n".join(cluster.kubelet_log.read_text().splitlines()[-60:]))
-        for p in cluster.get_json("pods")["items"]:
-            st = p.get("status") or {}
-            print(f"== pod {p['metadata']['name']}: {st.get('phase')} "
-                  + json.dumps((st.get("initContainerStatuses") or []) + (st.get("containerStatuses") or [])))
 
 
 def container(name: str, *args: str, **extra) -> dict:

@@ -13,7 +13,7 @@ import pytest
 np = pytest.importorskip("numpy")
 pytest.importorskip("tokenizers")
 
-from conftest import run_cli  # noqa: E402
+from testkit import run_cli  # noqa: E402
 from specdeploy_dev import tinymodels as tm  # noqa: E402
 
 TARGET_LAYER = {"self_attn.q_proj.weight": (128, 128), "self_attn.k_proj.weight": (64, 128),

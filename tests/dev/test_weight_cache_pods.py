@@ -7,7 +7,6 @@ rendered env, HF_HUB_OFFLINE=1) reads them from the cache. Every wait has a dead
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -20,8 +19,11 @@ from specdeploy.core.policy import TenancyPolicy
 from specdeploy.core.render import render
 from specdeploy_dev.harness import Cluster, kubectl_available, wait_for
 from specdeploy_dev.hubserver import repos_from_directory, start_in_thread
+from specdeploy_dev.procs import stop_process
 
-pytestmark = pytest.mark.skipif(not kubectl_available(), reason="needs kubectl")
+# pods on 127.0.0.2.. (the kubelet's default addresses) with fixed ports: beside another dev kubelet two pods
+# would take one address and port, so the module runs in the serial pass
+pytestmark = [pytest.mark.skipif(not kubectl_available(), reason="needs kubectl"), pytest.mark.serial]
 
 ROOT = Path(__file__).resolve().parents[2]
 ENGINE = Path(__file__).with_name("cache_engine.py")
@@ -54,9 +56,8 @@ def scene(tmp_path_factory):
             wait_for(lambda: c.kubectl("get", "node", "specdeploy-dev", check=False).returncode == 0, 60, "the Node")
             yield c, hub, work
         finally:
-            kubelet.send_signal(signal.SIGTERM)
             try:
-                kubelet.wait(60)
+                stop_process(kubelet, 60)
             finally:
                 log.close()
                 c.stop()

@@ -1,4 +1,4 @@
-"""Helpers for tests/observability (no conftest here: tests/conftest.py stays the only one)."""
+"""Helpers for tests/observability (test modules import them explicitly)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 import yaml
+
+from specdeploy_dev import procs
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -251,13 +253,7 @@ def start_operator_exporter(timeout_s: float = 30, acceptance: list[tuple] = ())
 
 
 def stop_process(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+    procs.stop_process(proc, 10)
     for f in (proc.stdout, proc.stderr):
         if f is not None:
             f.close()

@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from obs_helpers import ROOT, env
 from specdeploy.core import acceptance as acc
 from specdeploy_dev.engine_standin import MODES, EngineStandin
+from specdeploy_dev.procs import stop_process
 
 
 def _get(url: str) -> tuple[int, str, str]:
@@ -123,5 +124,4 @@ def test_module_entry_point_serves(tmp_path):
         a = acc.acceptance_from_scrapes("sglang", None, body)
         assert acc.health(a).reason == "AcceptanceCollapsed"
     finally:
-        p.terminate()
-        p.wait(timeout=10)
+        stop_process(p, 10)

@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -41,6 +40,7 @@ from promoperator import (expected_pod_monitor_labels, expected_service_monitor_
                           service_for, service_monitor_scrape_config)
 from specdeploy_dev.engine_standin import EngineStandin
 from specdeploy_dev.harness import BIN, ROOT, Cluster, free_port, kubectl_available, wait_for
+from specdeploy_dev.procs import stop_process
 from specdeploy_dev.prometheus import Prometheus, PrometheusError
 from specdeploy.observability import dashboards as D
 from specdeploy.observability import rules as R
@@ -99,13 +99,7 @@ def _start_operator(objs: list[dict], cluster: Cluster, workdir: Path) -> tuple[
 
 
 def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    stop_process(proc, 20)
 
 
 def _test_rules(objs: list[dict], path: Path) -> Path:

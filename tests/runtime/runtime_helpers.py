@@ -1,4 +1,4 @@
-"""Helpers for the pod-runtime tests (no conftest here: tests/conftest.py is the only one)."""
+"""Helpers for the pod-runtime tests (test modules import them explicitly)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import ROOT, pair
+from testkit import ROOT, pair
 
 RUNTIME = str(Path(sys.executable).parent / "specdeploy-runtime")
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from testkit import ROOT
 from runtime_helpers import run_runtime
 
 BLOCK_KOPF = """

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from conftest import pair
+from testkit import pair
 from runtime_helpers import drop_flag, rendered_pod, run_runtime, set_flag
 from specdeploy_runtime.preflight import TERMINATION_LIMIT, PreflightResult, flag_values, termination_text
 

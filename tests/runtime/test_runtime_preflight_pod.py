@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from conftest import pair
+from testkit import pair
 from runtime_helpers import make_cr, run_runtime
 from specdeploy.core import engines as eng
 from specdeploy.core.engineconfig import config_digest

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from conftest import pair
+from testkit import pair
 from runtime_helpers import run_runtime
 from specdeploy.core import gpus
 from specdeploy_runtime import tuning as tn

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from conftest import pair
+from testkit import pair
 from runtime_helpers import RUNTIME, make_cr, run_runtime
 from specdeploy.core.policy import TenancyPolicy
 from specdeploy.core.render import HF_HOME, render

@@ -131,7 +131,7 @@ def test_client_plan_is_contract_2():
 def test_every_example_benchmark_validates():
     import yaml
 
-    from conftest import EXAMPLES
+    from testkit import EXAMPLES
 
     found = [d for p in sorted(EXAMPLES.rglob("*.yaml")) for d in yaml.safe_load_all(p.read_text())
              if isinstance(d, dict) and d.get("kind") == "SpeculativeBenchmark"]

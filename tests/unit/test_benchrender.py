@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from conftest import pair
+from testkit import pair
 from specdeploy.core.benchplan import Variant
 from specdeploy.core.benchrender import BenchOwner, build_client_configmap, build_client_job, render_variant
 from specdeploy.core.render import RenderError, render, strip_speculation_args

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pydantic
 import pytest
 
-from conftest import pair
+from testkit import pair
 from specdeploy.api.types import SpeculativeDeployment
 from specdeploy.core.cache import CacheError, CachePlan, plan_cache, weight_source
 from specdeploy.core.podsecurity import RUNTIME_UID

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import PAIRS, pair
+from testkit import PAIRS, pair
 from specdeploy.api.types import SpeculativeDeployment
 from specdeploy.core.checker import Options, analyze
 from specdeploy.core.findings import Severity, Source

@@ -13,26 +13,20 @@ from typing import Any, Callable
 
 import pytest
 
-from conftest import PAIRS, pair
+from testkit import DELETE, PAIRS, pair, set_path
 from specdeploy.core import engines as eng
 from specdeploy.core.checker import Options, analyze
 from specdeploy.core.modelconfig import FULL, SLIDING
 
 SGLANG = dict(engine="sglang", engine_version="0.5.23")
 VLLM = dict(engine="vllm", engine_version="0.33.0")
-DEL = object()  # marker: delete the key
+DEL = DELETE  # marker: delete the key
 
 
 def edit(doc: Any, changes: dict[tuple, Any]) -> Any:
     """Apply {path tuple: value or DEL} to a JSON document in place; returns it."""
     for path, value in changes.items():
-        obj = doc
-        for key in path[:-1]:
-            obj = obj[key]
-        if value is DEL:
-            del obj[path[-1]]
-        else:
-            obj[path[-1]] = value
+        set_path(doc, path, value)
     return doc
 
 

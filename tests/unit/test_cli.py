@@ -9,7 +9,7 @@ import sys
 import pytest
 import yaml
 
-from conftest import EXAMPLES, FIXTURES, PAIRS, ROOT, pair, run_cli
+from testkit import DELETE, EXAMPLES, FIXTURES, PAIRS, ROOT, pair, run_cli, set_path
 
 EXAMPLE = EXAMPLES / "qwen3.6-27b-b300-vllm"
 EXAMPLE_CR = str(EXAMPLE / "speculativedeployment.yaml")
@@ -79,17 +79,8 @@ def test_check_kimi_on_one_rtx_fails_on_memory():
 # ----------------------------------------------------------------- check: the definition-of-done mutations
 
 
-def _set(doc, path, value):
-    obj = doc
-    for k in path[:-1]:
-        obj = obj[k]
-    if value is _DEL:
-        del obj[path[-1]]
-    else:
-        obj[path[-1]] = value
-
-
-_DEL = object()
+_set = set_path
+_DEL = DELETE
 MUTATIONS = [
     ("drop-ids", ("dflash_config", "target_layer_ids"), _DEL, "TargetLayerIdsMissing", "$.dflash_config.target_layer_ids"),
     ("id-out-of-range", ("dflash_config", "target_layer_ids", 4), 64, "TargetLayerOutOfRange",

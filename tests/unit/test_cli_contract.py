@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from conftest import EXAMPLES, FIXTURES, PAIRS, ROOT, pair, run_cli
+from testkit import EXAMPLES, FIXTURES, PAIRS, ROOT, pair, run_cli
 from specdeploy import __version__, cli
 from specdeploy.core import engines as eng
 

@@ -7,7 +7,7 @@ import json
 import pytest
 import yaml
 
-from conftest import pair
+from testkit import pair
 from specdeploy.core import flagdrift
 from specdeploy.api.types import SpeculativeDeployment
 from specdeploy.core import engines as eng

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import pair
+from testkit import pair
 from specdeploy.core.checker import Options, analyze
 
 SGLANG = Options(engine="sglang", engine_version="0.5.23")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import pair
+from testkit import pair
 from specdeploy.core.checker import Options, analyze
 from specdeploy.core.extraargs import check_extra_args
 

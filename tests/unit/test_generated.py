@@ -10,7 +10,7 @@ import jsonschema
 import pytest
 import yaml
 
-from conftest import EXAMPLES, FIXTURES, ROOT
+from testkit import EXAMPLES, FIXTURES, ROOT
 from specdeploy import generate
 from specdeploy.cli import build_parser
 from specdeploy.api import types

@@ -7,7 +7,7 @@ import copy
 import kubernetes_validate
 import pytest
 
-from conftest import EXAMPLES
+from testkit import EXAMPLES
 from specdeploy.api.crd import build_crd
 from specdeploy.core import engines as eng
 from specdeploy.core.render import render

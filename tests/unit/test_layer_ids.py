@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from conftest import pair
+from testkit import pair
 from specdeploy.core.checker import Options, analyze, canonical_layer_ids
 
 SGLANG = dict(engine="sglang", engine_version="0.5.23")

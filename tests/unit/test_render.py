@@ -8,7 +8,7 @@ import json
 import pydantic
 import pytest
 
-from conftest import pair
+from testkit import pair
 from specdeploy.api.types import SpeculativeDeployment
 from specdeploy.core.engineconfig import EngineConfig
 from specdeploy.core.render import CONFIG_HASH_ANNOTATION, RenderError, render

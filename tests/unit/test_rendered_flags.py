@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import EXAMPLES
+from testkit import EXAMPLES
 from specdeploy.core import flagdrift
 from specdeploy.core import engines as eng
 from specdeploy_dev.demo import flag_commands

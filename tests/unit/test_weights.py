@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import pair
+from testkit import pair
 from specdeploy.core.modelconfig import parse_target
 from specdeploy.core.weights import MAX_IGNORE_PATTERNS, _quant, _safe_regex, estimate_target_bytes
 

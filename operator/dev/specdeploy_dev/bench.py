@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+from specdeploy.core import names as N
+
 
 def _median_ms(fn, repeat: int) -> tuple[float, float]:
     samples = []
@@ -89,7 +91,7 @@ def _bench_operator(counts: list[int], resync: float) -> None:
             c.start_operator(resync_seconds=resync)
             pid = c.operator.pid
             cpu0, _ = _proc_stats(pid)
-            base = f"{c.url}/apis/specdeploy.io/v1alpha1/namespaces/default/speculativedeployments"
+            base = f"{c.url}/apis/{N.GROUP_VERSION}/namespaces/default/{N.PLURAL}"
             t0 = time.perf_counter()
             for i in range(n):
                 doc = json.loads(json.dumps(cr_doc))
@@ -106,7 +108,7 @@ def _bench_operator(counts: list[int], resync: float) -> None:
                 for it in items:
                     st = it.get("status") or {}
                     conds = {x["type"]: x["status"] for x in st.get("conditions") or []}
-                    if st.get("observedGeneration") == 1 and conds.get("Progressing") == "True" and conds.get("DrafterCompatible") == "True":
+                    if st.get("observedGeneration") == 1 and conds.get(N.PROGRESSING) == "True" and conds.get(N.DRAFTER_COMPATIBLE) == "True":
                         done += 1
                 return done == n
 
@@ -114,15 +116,15 @@ def _bench_operator(counts: list[int], resync: float) -> None:
             t_conv = time.perf_counter() - t0
             cpu1, _ = _proc_stats(pid)
             m = c.operator_metrics() or {}
-            reconciles = sum(v for k, v in m.items() if k.startswith("specdeploy_reconcile_total"))
+            reconciles = sum(v for k, v in m.items() if k.startswith(N.OP_RECONCILES))
             writes = c.api_writes()
-            events = sum(v for k, v in m.items() if k.startswith("specdeploy_api_writes_total") and 'kind="Event"' in k)
+            events = sum(v for k, v in m.items() if k.startswith(N.OP_API_WRITES) and 'kind="Event"' in k)
             # idle: wait for two full resyncs (every key reconciled twice more), count writes
             target = reconciles + 2 * n
 
             def resynced() -> bool:
                 mm = c.operator_metrics() or {}
-                return sum(v for k, v in mm.items() if k.startswith("specdeploy_reconcile_total")) >= target
+                return sum(v for k, v in mm.items() if k.startswith(N.OP_RECONCILES)) >= target
 
             wait_for(resynced, 4 * resync + 600, "two idle resyncs", interval=1.0)
             idle_writes = c.api_writes() - writes
@@ -130,9 +132,9 @@ def _bench_operator(counts: list[int], resync: float) -> None:
             m2 = c.operator_metrics() or {}
             # which writes fell after convergence (e.g. the last Events, posted after their status patch)
             late = {k.split("{", 1)[1].rstrip("}"): v - m.get(k, 0) for k, v in m2.items()
-                    if k.startswith("specdeploy_api_writes_total") and v - m.get(k, 0) > 0}
-            errors = sum(v for k, v in m2.items() if k.startswith("specdeploy_reconcile_errors_total"))
-            reconciles2 = sum(v for k, v in m2.items() if k.startswith("specdeploy_reconcile_total"))
+                    if k.startswith(N.OP_API_WRITES) and v - m.get(k, 0) > 0}
+            errors = sum(v for k, v in m2.items() if k.startswith(N.OP_ERRORS))
+            reconciles2 = sum(v for k, v in m2.items() if k.startswith(N.OP_RECONCILES))
             idle_cpu_per = (cpu2 - cpu1) / max(1.0, reconciles2 - reconciles)
             print(f"{n} CRs: created in {t_created:.1f}s, converged in {t_conv:.1f}s; operator CPU {cpu1 - cpu0:.1f}s "
                   f"for {reconciles:.0f} reconciles ({(cpu1 - cpu0) / max(1.0, reconciles) * 1000:.1f} ms each); "

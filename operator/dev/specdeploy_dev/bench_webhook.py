@@ -33,6 +33,8 @@ import time
 import uuid
 from pathlib import Path
 
+from .procs import stop_process
+
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "examples"
 QWEN = EXAMPLES / "qwen3.6-27b-b300-vllm"
@@ -210,11 +212,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {label:<30} p50 {s['p50']:5.1f} ms  p90 {s['p90']:5.1f} ms  p99 {s['p99']:5.1f} ms  "
                   f"max {s['max']:5.1f} ms  ({s['n']} reviews, {s['rps']:.0f}/s{cpu})")
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc, 10)
     return 0
 
 

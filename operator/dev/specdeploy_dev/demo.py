@@ -23,6 +23,8 @@ import yaml
 
 from specdeploy.api.types import SpeculativeDeployment
 from specdeploy.core import engines as eng
+from specdeploy.core import names as N
+from specdeploy.core.acceptance import COLLAPSED, HEALTHY
 from specdeploy.core.render import RenderError, expand_kubelet_vars, render
 
 CR_FILE = "speculativedeployment.yaml"
@@ -184,19 +186,19 @@ def run(root: str, kubeconfig: str | None = None, namespace: str = "default") ->
             print("   " + out.strip().replace("\n", "\n   "))
         for ex in examples:
             name = ex.cr.metadata.name
-            c = cluster.wait_condition(name, "DrafterCompatible", "True", timeout=60)
+            c = cluster.wait_condition(name, N.DRAFTER_COMPATIBLE, "True", timeout=60)
             print(f"== {name}: DrafterCompatible={c['status']} ({c['reason']})")
-            p = cluster.wait_condition(name, "Progressing", "True", timeout=60)
+            p = cluster.wait_condition(name, N.PROGRESSING, "True", timeout=60)
             print(f"   Progressing={p['status']} ({p['reason']}): {p['message']}")
             if cluster.embedded:
                 print("   (the embedded API server runs no pods: playing the Deployment controller, replicas ready)")
                 cluster.mark_workload_ready(name, "deployment", namespace)
-                r = cluster.wait_condition(name, "Ready", "True", timeout=60)
+                r = cluster.wait_condition(name, N.READY, "True", timeout=60)
                 print(f"   Ready={r['status']} ({r['reason']}): {r['message']}")
         bad, manifest = _broken_example(examples)
         print(f"== the gate: {bad} = {examples[-1].name}'s drafter with {examples[0].name}'s target config (a copy-paste mistake)")
         cluster.kubectl("apply", "-f", "-", "-n", namespace, input=manifest)
-        c = cluster.wait_condition(bad, "DrafterCompatible", "False", timeout=60)
+        c = cluster.wait_condition(bad, N.DRAFTER_COMPATIBLE, "False", timeout=60)
         for part in re.split(r"; (?=(?:error|warning) )", c["message"])[:4]:
             print(f"   DrafterCompatible=False: {part[:240]}")
         has_workload = cluster.kubectl("get", "deployment", bad, "-n", namespace, check=False).returncode == 0
@@ -277,7 +279,7 @@ def run_real(workdir: str | None = None) -> int:
         print(f"== kubectl apply: {name} = tiny/target-flat + tiny/dflash-accept-all on gpu.type cpu (vllm 0.32.0)")
         t0 = time.monotonic()
         loop.apply(cpu_cr(name, "tiny/target-flat", "tiny/dflash-accept-all"))
-        c = loop.wait_condition(name, "DrafterCompatible", "True")
+        c = loop.wait_condition(name, N.DRAFTER_COMPATIBLE, "True")
         print(f"   DrafterCompatible=True ({c['reason']}); the dev kubelet runs the preflight, then vllm serve "
               "(40-100 s on 2 cores)")
         pod = loop.ready_pod(name)
@@ -292,7 +294,7 @@ def run_real(workdir: str | None = None) -> int:
             length = loop.wait_status_length(name, lambda v: v > 1.5, "> 1.5")
             a = loop.status(name)["acceptance"]
             print(f"   status.acceptance: length {length} rate {a.get('rate')} perPosition {a.get('perPosition')}")
-            cond = loop.wait_condition(name, "SpeculationHealthy", "True", "Healthy")
+            cond = loop.wait_condition(name, N.SPECULATION_HEALTHY, "True", HEALTHY)
             print(f"   SpeculationHealthy=True: {cond['message']}")
             show_prometheus("tiny/target-flat", lambda v: v > 1.5)
         traffic(pod, "tiny/target-flat", healthy)
@@ -307,9 +309,9 @@ def run_real(workdir: str | None = None) -> int:
         print(f"   new pod {pod['metadata']['name']} Ready")
 
         def collapsed() -> None:
-            cond = loop.wait_condition(name, "SpeculationHealthy", "False", "AcceptanceCollapsed", timeout=90)
+            cond = loop.wait_condition(name, N.SPECULATION_HEALTHY, "False", COLLAPSED, timeout=90)
             print(f"   SpeculationHealthy=False AcceptanceCollapsed: {cond['message']}")
-            ev = wait_for(lambda: loop.events(name, "AcceptanceCollapsed"), 30, "the Event")
+            ev = wait_for(lambda: loop.events(name, COLLAPSED), 30, "the Event")
             print(f"   Event {ev[0]['type']} {ev[0]['reason']}: {ev[0]['message']}")
             show_prometheus("tiny/target", lambda v: v < 1.5)
             if loop.prom is not None:

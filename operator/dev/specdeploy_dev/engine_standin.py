@@ -49,6 +49,8 @@ from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
 from specdeploy.core import acceptance as acc
+from specdeploy.core.acceptance import (SGLANG_ITL, SGLANG_THROUGHPUT, SGLANG_TTFT, SGLANG_WAITING, VLLM_ITL, VLLM_TTFT,
+                                        VLLM_WAITING)
 from .metrics_server import PROMETHEUS_TEXT, MetricsServer
 
 MODES = ("healthy", "regressed", "collapsed", "cliff", "none")
@@ -68,13 +70,6 @@ TTFT_SECONDS = (0.05, 0.1, 0.2, 0.4)  # cycled over the requests of a step
 BASE_ITL_SECONDS = 0.025  # one target forward pass; divided by tau
 REQUESTS_RUNNING, REQUESTS_WAITING = 4.0, 2.0
 
-VLLM_WAITING = "vllm:num_requests_waiting"
-VLLM_TTFT = "vllm:time_to_first_token_seconds"
-VLLM_ITL = "vllm:inter_token_latency_seconds"
-SGLANG_WAITING = "sglang:num_queue_reqs"
-SGLANG_THROUGHPUT = "sglang:gen_throughput"
-SGLANG_TTFT = "sglang:time_to_first_token_seconds"
-SGLANG_ITL = "sglang:inter_token_latency_seconds"
 
 
 class Histogram:

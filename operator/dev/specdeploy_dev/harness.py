@@ -21,6 +21,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable
 
+from specdeploy.core import names as N
+
+from .procs import stop_process
+
 ROOT = Path(__file__).resolve().parents[3]
 BIN = Path(sys.executable).parent
 
@@ -83,13 +87,7 @@ class Cluster:
     def stop(self) -> None:
         self.stop_operator()
         for p, log in reversed(self._procs):
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(15)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+            stop_process(p, 15)
             log.close()
         self._procs.clear()
 
@@ -252,17 +250,8 @@ class Cluster:
         return argv
 
     def stop_operator(self, kill: bool = False) -> None:
-        if self.operator is not None and self.operator.poll() is None:
-            if kill:
-                self.operator.kill()
-            else:
-                self.operator.send_signal(signal.SIGTERM)
-            try:
-                self.operator.wait(30)
-            except subprocess.TimeoutExpired:
-                self.operator.kill()
-                self.operator.wait()
         if self.operator is not None:
+            stop_process(self.operator, 30, sig=signal.SIGKILL if kill else signal.SIGTERM)
             self._operator_logfile.close()
         if self.operator_container:
             subprocess.run(["podman", "rm", "-f", "-t", "0", self.operator_container], capture_output=True, timeout=60)
@@ -290,7 +279,7 @@ class Cluster:
 
     def api_writes(self) -> float:
         m = self.operator_metrics() or {}
-        return sum(v for k, v in m.items() if k.startswith("specdeploy_api_writes_total"))
+        return sum(v for k, v in m.items() if k.startswith(N.OP_API_WRITES))
 
     # ------------------------------------------------------------ helpers for scenarios
 

@@ -48,6 +48,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from specdeploy.core import names as N
 from . import kubelet_jobs as kj
 from . import kubelet_podman as kpm
 from . import kubelet_pods as kp
@@ -57,7 +58,7 @@ from .kubelet_run import PodWorker, api_path, kill_leftovers, stamp
 
 logger = logging.getLogger("specdeploy_dev.kubelet")
 
-MANAGED_BY = "app.kubernetes.io/managed-by=specdeploy"
+MANAGED_BY = N.selector(N.MANAGED_LABELS)
 ROOT = Path(__file__).resolve().parents[3]
 BIN = Path(sys.executable).parent
 
@@ -219,7 +220,7 @@ class Kubelet:
         name = self.settings.node_name
         node = {"apiVersion": "v1", "kind": "Node",
                 "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-                                                      "specdeploy.io/dev-kubelet": "true"}}}
+                                                      N.DEV_KUBELET_LABEL: "true"}}}
         try:
             await self.api.call("POST", "/api/v1/nodes", node)
         except KubeError as e:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
+from specdeploy.core.names import PORT_MAP_ANNOTATION
 from . import kubelet_podman as kpm
 from . import kubelet_pods as kp
 
@@ -28,8 +29,6 @@ if TYPE_CHECKING:
     from .kubelet import Kubelet
 
 logger = logging.getLogger("specdeploy_dev.kubelet")
-
-PORT_MAP_ANNOTATION = "dev.specdeploy.io/port-map"
 
 
 def stamp(t: dt.datetime | None = None) -> str:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -30,6 +29,8 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 import yaml
+
+from .procs import stop_process
 
 T = TypeVar("T")
 
@@ -129,13 +130,8 @@ class Prometheus:
 
     def _terminate(self) -> None:
         p, self.proc = self.proc, None
-        if p is not None and p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(timeout=10)
+        if p is not None:
+            stop_process(p, 15)
         if self._log is not None:
             self._log.close()
             self._log = None

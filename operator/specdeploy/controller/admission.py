@@ -44,6 +44,7 @@ from ..api.validation import parse as parse_spec
 from ..core.checker import Options, analyze, check_options
 from ..core.policy import TenancyPolicy, check_policy
 from ..core.findings import Finding, Severity, Source, has_errors
+from ..core.names import GROUP_VERSION
 
 log = logging.getLogger("specdeploy.admission")
 
@@ -187,7 +188,7 @@ def _parse_body(body: Any, webhook: str) -> Request | dict:
             return malformed(uid, f"request.resource is {_short(resource)}: this webhook reviews "
                                   f"{reviewed} only; fix the rules of the webhook configuration")
     elif kind.get("group") != API_GROUP or kind.get("kind") not in (KIND, BENCH_KIND) or kind.get("version") != API_VERSION:
-        return malformed(uid, f"request.kind is {_short(kind)}: this webhook reviews {API_GROUP}/{API_VERSION} {KIND} "
+        return malformed(uid, f"request.kind is {_short(kind)}: this webhook reviews {GROUP_VERSION} {KIND} "
                               f"and {BENCH_KIND} only; fix the rules of the webhook configuration")
     dry = req.get("dryRun", False)
     if dry is not None and not isinstance(dry, bool):

@@ -27,15 +27,17 @@ import os
 from typing import Any
 
 from ..api import benchmark as B
-from ..api.validation import problems_message, validate as validate_deployment
+from ..api.validation import INVALID_SPEC, problems_message, validate as validate_deployment
 from ..core.benchplan import BenchPlan, PlanError, Point, Variant, build_client_plan, plan_benchmark
 from ..core.benchreco import equal_to_baseline, recommend
 from ..core.benchrender import (BENCH_LABEL, BenchOwner, build_client_configmap, build_client_job, render_variant,
                                 variant_object_name)
 from ..core.checker import analyze
+from ..core import names as N
 from ..core.findings import errors as error_findings
 from ..core.render import RenderError
 from . import status as st
+from .status import now_rfc3339
 from .kube import Kube, KubeError
 from .queue import WorkQueue
 from .resolve import ResolutionError, Resolver
@@ -50,11 +52,7 @@ CLIENT_DEADLINE = float(os.environ.get("SPECDEPLOY_BENCH_CLIENT_SECONDS", str(6 
 LOG_TAIL_LINES = 2000
 CRASH_RESTARTS = int(os.environ.get("SPECDEPLOY_BENCH_CRASH_RESTARTS", "3"))  # a variant container failing this often fails the benchmark
 CONFIGMAP_BUDGET = 900 * 1024  # a ConfigMap holds ~1 MiB
-CONDITIONS = ("Complete", "Failed")
-
-
-def now_rfc3339() -> str:
-    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+CONDITIONS = (N.COMPLETE, N.FAILED)
 
 
 def _age(ts: str | None) -> float:
@@ -198,7 +196,7 @@ class BenchmarkController:
         ns, name = key
         cr, problems = B.validate(body)
         if cr is None:
-            raise BenchFailed("InvalidSpec", problems_message(problems))
+            raise BenchFailed(INVALID_SPEC, problems_message(problems))
         owner = BenchOwner(name, ns, (body.get("metadata") or {}).get("uid"))
         ahead = self._ahead_of(key, body, cr.spec.deployment_ref.name)
         if ahead is not None and (body.get("status") or {}).get("phase") != "Running":
@@ -263,7 +261,7 @@ class BenchmarkController:
 
     async def _crashing(self, ns: str, deployment: str) -> str | None:
         """A container of the variant's pod that keeps failing (CRASH_RESTARTS restarts), in words; else None."""
-        pods = await self.kube.list("Pod", ns, f"app.kubernetes.io/instance={deployment}")
+        pods = await self.kube.list("Pod", ns, N.selector({N.LABEL_INSTANCE: deployment}))
         for p in pods:
             st = p.get("status") or {}
             for cs in (st.get("initContainerStatuses") or []) + (st.get("containerStatuses") or []):
@@ -374,7 +372,7 @@ class BenchmarkController:
             await self._record(owner, plan, v, result.to_doc())
             await self._delete_variant(ns, name, v.name)
             return 0.05  # the next variant
-        failed = js.get("failed") or any(c.get("type") == "Failed" and c.get("status") == "True"
+        failed = js.get("failed") or any(c.get("type") == N.FAILED and c.get("status") == "True"
                                          for c in js.get("conditions") or [])
         if failed:
             text = await self._client_log(ns, job_name)
@@ -416,8 +414,8 @@ class BenchmarkController:
 
     def _results_cm(self, owner: BenchOwner, data: dict[str, str]) -> dict:
         meta: dict[str, Any] = {"name": f"{owner.name}-results", "namespace": owner.namespace,
-                                "labels": {"app.kubernetes.io/managed-by": "specdeploy", "app.kubernetes.io/part-of": "specdeploy",
-                                           "app.kubernetes.io/component": "benchmark-results", BENCH_LABEL: owner.name}}
+                                "labels": {N.LABEL_MANAGED_BY: N.MANAGED_BY, N.LABEL_PART_OF: N.MANAGED_BY,
+                                           N.LABEL_COMPONENT: N.COMPONENT_BENCH_RESULTS, BENCH_LABEL: owner.name}}
         if owner.reference():
             meta["ownerReferences"] = owner.reference()
         return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
@@ -469,20 +467,20 @@ class BenchmarkController:
             "phase": "Complete", "progress": f"{len(order)}/{len(order)}", "variants": order, "current": None,
             "points": compact, "recommendation": reco, "resultsConfigMap": f"{name}-results",
             "crossoverConcurrency": reco["guard"]["maxConcurrency"], "finishedAt": now_rfc3339()},
-            condition=("Complete", "True", "Measured", message))
+            condition=(N.COMPLETE, "True", "Measured", message))
         return None
 
     async def _fail(self, key: Key, body: dict, reason: str, message: str) -> None:
         await self._cleanup(*key)
         await self._status(key, body, {"phase": "Failed", "current": None, "finishedAt": now_rfc3339()},
-                           condition=("Failed", "True", reason, message))
+                           condition=(N.FAILED, "True", reason, message))
 
     async def _cleanup(self, ns: str, bench: str) -> None:
         """Delete every variant object and client Job of this benchmark (the results ConfigMap stays)."""
         for kind in ("Job", "Deployment", "Service", "ConfigMap"):
-            for obj in await self.kube.list(kind, ns, f"{BENCH_LABEL}={bench}"):
+            for obj in await self.kube.list(kind, ns, N.selector({BENCH_LABEL: bench})):
                 labels = (obj.get("metadata") or {}).get("labels") or {}
-                if labels.get("app.kubernetes.io/component") != "benchmark-results":
+                if labels.get(N.LABEL_COMPONENT) != N.COMPONENT_BENCH_RESULTS:
                     await self.kube.delete(kind, ns, obj["metadata"]["name"])
 
     async def _status(self, key: Key, body: dict, fields: dict[str, Any],
@@ -505,7 +503,7 @@ class BenchmarkController:
         body["status"] = {k: v for k, v in {**current, **desired}.items() if v is not None}
         if transitioned and self.event is not None:
             ctype, cstatus, reason, message = condition
-            kind = "Warning" if ctype == "Failed" else "Normal"
+            kind = "Warning" if ctype == N.FAILED else "Normal"
             log.log(logging.WARNING if kind == "Warning" else logging.INFO, "benchmark %s/%s: %s: %s", ns, name, reason, message)
             await self.event(body, kind, reason, message)
 

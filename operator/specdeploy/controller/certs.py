@@ -28,6 +28,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from ..core import names as N
 from .kube import Kube, KubeError
 
 log = logging.getLogger("specdeploy.webhook.tls")
@@ -222,8 +223,8 @@ class SelfSigned:
             try:
                 await self.kube.create({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
                                         "metadata": {"name": self.secret, "namespace": self.namespace,
-                                                     "labels": {"app.kubernetes.io/managed-by": "specdeploy",
-                                                                "app.kubernetes.io/component": "webhook"}},
+                                                     "labels": {N.LABEL_MANAGED_BY: N.MANAGED_BY,
+                                                                N.LABEL_COMPONENT: N.COMPONENT_WEBHOOK}},
                                         "data": data})
             except KubeError as e:
                 if e.status != 409:

@@ -14,6 +14,7 @@ import os
 import kopf
 
 from ..api.crd import API_GROUP, API_VERSION
+from ..core import names as N
 from ..core.policy import POLICY_ENV, TenancyPolicy
 from .. import PLURAL
 from ..api.benchmark import BENCH_PLURAL
@@ -24,7 +25,7 @@ from .leader import LeaderElectionSettings
 from .reconciler import Controller, Settings, pod_monitor_labels_from_env
 from .resolve import Resolver
 
-MANAGED = {"app.kubernetes.io/managed-by": "specdeploy"}
+MANAGED = N.MANAGED_LABELS
 _controller: Controller | None = None
 _webhook = None  # webhooks.WebhookRuntime when --webhook-port is set
 _elector = None  # leader.LeaderElector when --leader-elect is on
@@ -231,13 +232,13 @@ async def on_engine_pod(event, **_) -> None:
         monitor.observe_pod(event.get("type"), event["object"])
 
 
-@kopf.on.event("batch", "v1", "jobs", labels={**MANAGED, "app.kubernetes.io/component": "kernel-tuning"})
+@kopf.on.event("batch", "v1", "jobs", labels={**MANAGED, N.LABEL_COMPONENT: N.COMPONENT_TUNING})
 async def on_tuning_job(event, **_) -> None:
     # the tuning Job's progress (its result becomes the tuned-kernels ConfigMap)
     await controller().observe_child(event.get("type"), {**event["object"], "kind": "Job"})
 
 
-@kopf.on.event("batch", "v1", "jobs", labels={**MANAGED, "app.kubernetes.io/component": "config-inspector"})
+@kopf.on.event("batch", "v1", "jobs", labels={**MANAGED, N.LABEL_COMPONENT: N.COMPONENT_INSPECTOR})
 async def on_inspector_job(event, **_) -> None:
     # an inspector finishing is a reason to reconcile its owner; it is not a managed child
     body = event["object"]
@@ -258,7 +259,7 @@ async def on_speculativebenchmark(event, **_) -> None:
         await benchmarks.observe(event.get("type"), event["object"])
 
 
-@kopf.on.event("batch", "v1", "jobs", labels={**MANAGED, "app.kubernetes.io/component": "benchmark-client"})
+@kopf.on.event("batch", "v1", "jobs", labels={**MANAGED, N.LABEL_COMPONENT: N.COMPONENT_BENCH_CLIENT})
 async def on_bench_client_job(event, **_) -> None:
     # a client Job finishing is the benchmark's next step
     benchmarks = controller().benchmark_controller

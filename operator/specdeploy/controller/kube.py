@@ -15,6 +15,11 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.rest import ApiException
 
+from .. import PLURAL
+from ..api.benchmark import BENCH_PLURAL
+from ..core import names as N
+from ..core.names import FIELD_MANAGER  # every write names it: managedFields show what the operator owns
+
 
 @dataclass(frozen=True)
 class Kind:
@@ -52,12 +57,9 @@ KINDS: dict[str, Kind] = {k.kind: k for k in (
     Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets"),
     Kind("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "leaderworkersets"),
     Kind("monitoring.coreos.com/v1", "PodMonitor", "podmonitors"),
-    Kind("specdeploy.io/v1alpha1", "SpeculativeDeployment", "speculativedeployments"),
-    Kind("specdeploy.io/v1alpha1", "SpeculativeBenchmark", "speculativebenchmarks"),
+    Kind(N.GROUP_VERSION, N.KIND, PLURAL),
+    Kind(N.GROUP_VERSION, N.BENCH_KIND, BENCH_PLURAL),
 )}
-
-
-FIELD_MANAGER = "specdeploy"  # every write names it: managedFields show what the operator owns
 
 
 class KubeError(Exception):

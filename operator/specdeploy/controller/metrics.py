@@ -5,25 +5,26 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from ..core import acceptance as acc
+from ..core import names as N
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
-RECONCILES = Counter("specdeploy_reconcile_total", "Reconciles by result.", ["result"], registry=REGISTRY)
-RECONCILE_SECONDS = Histogram("specdeploy_reconcile_duration_seconds", "Time per reconcile.", registry=REGISTRY,
+RECONCILES = Counter(N.OP_RECONCILES, "Reconciles by result.", ["result"], registry=REGISTRY)
+RECONCILE_SECONDS = Histogram(N.OP_RECONCILE_SECONDS, "Time per reconcile.", registry=REGISTRY,
                               buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
-ERRORS = Counter("specdeploy_reconcile_errors_total", "Reconciles that failed, by reason.", ["reason"], registry=REGISTRY)
-API_WRITES = Counter("specdeploy_api_writes_total", "API writes by verb and kind.", ["verb", "kind"], registry=REGISTRY)
-CHECK_FAILURES = Counter("specdeploy_check_failures_total", "Drafter/target check failures by first error code.",
+ERRORS = Counter(N.OP_ERRORS, "Reconciles that failed, by reason.", ["reason"], registry=REGISTRY)
+API_WRITES = Counter(N.OP_API_WRITES, "API writes by verb and kind.", ["verb", "kind"], registry=REGISTRY)
+CHECK_FAILURES = Counter(N.OP_CHECK_FAILURES, "Drafter/target check failures by first error code.",
                          ["code"], registry=REGISTRY)
-QUEUE_DEPTH = Gauge("specdeploy_queue_depth", "Keys waiting in the work queue.", registry=REGISTRY)
-MANAGED = Gauge("specdeploy_managed_deployments", "SpeculativeDeployments the operator watches.", registry=REGISTRY)
+QUEUE_DEPTH = Gauge(N.OP_QUEUE_DEPTH, "Keys waiting in the work queue.", registry=REGISTRY)
+MANAGED = Gauge(N.OP_MANAGED, "SpeculativeDeployments the operator watches.", registry=REGISTRY)
 # Leader election (controller/leader.py): 1 on the replica that holds the Lease and may write;
 # every replica counts the holder changes it observes (its own acquisitions included).
-LEADER = Gauge("specdeploy_leader", "1 when this replica holds the leader Lease (reconciles, runs the acceptance monitor).",
+LEADER = Gauge(N.OP_LEADER, "1 when this replica holds the leader Lease (reconciles, runs the acceptance monitor).",
                registry=REGISTRY)
-LEADER_TRANSITIONS = Counter("specdeploy_leader_transitions_total",
+LEADER_TRANSITIONS = Counter(N.OP_LEADER_TRANSITIONS,
                              "Changes of the leader Lease's holder observed by this replica.", registry=REGISTRY)
-FENCED_WRITES = Counter("specdeploy_fenced_writes_total",
+FENCED_WRITES = Counter(N.OP_FENCED_WRITES,
                         "Writes refused by this replica's fence (it was not the leader, or its renew deadline passed).",
                         registry=REGISTRY)
 
@@ -59,7 +60,3 @@ ACCEPTANCE_GAUGES = (ACCEPTANCE_LENGTH, ACCEPTANCE_RATE, ACCEPTANCE_PER_POSITION
 
 def count_write(verb: str, kind: str) -> None:
     API_WRITES.labels(verb=verb, kind=kind).inc()
-
-
-def total_writes() -> float:
-    return sum(s.value for m in API_WRITES.collect() for s in m.samples if s.name.endswith("_total"))

@@ -45,21 +45,21 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import datetime as dt
 import logging
 import math
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
-from .. import API_GROUP
 from ..core import acceptance as acc
 from ..core import baseline as bl
 from ..core import guard as gd
 from ..core.engines import ENGINES
-from ..core.render import CONFIG_HASH_ANNOTATION
+from ..core import names as N
+from ..core.names import CONFIG_HASH_ANNOTATION, ENGINE_LABEL
 from . import metrics
 from . import status as st
+from .status import now_rfc3339
 
 if TYPE_CHECKING:  # pragma: no cover
     from .reconciler import Controller
@@ -67,20 +67,15 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger("specdeploy.monitor")
 
 Key = tuple[str, str]  # (namespace, SpeculativeDeployment name)
-INSTANCE = "app.kubernetes.io/instance"
-ENGINE_POD_LABELS = {"app.kubernetes.io/managed-by": "specdeploy", "app.kubernetes.io/component": "engine"}
-ENGINE_POD_SELECTOR = ",".join(f"{k}={v}" for k, v in ENGINE_POD_LABELS.items())
-ENGINE_LABEL = f"{API_GROUP}/engine"  # core/render.child_labels
+INSTANCE = N.LABEL_INSTANCE
+ENGINE_POD_LABELS = {N.LABEL_MANAGED_BY: N.MANAGED_BY, N.LABEL_COMPONENT: N.COMPONENT_ENGINE}
+ENGINE_POD_SELECTOR = N.selector(ENGINE_POD_LABELS)
 PORT_NAME = "http"  # core/render/objects._container: the engine's API port, which serves /metrics
 DEFAULT_INTERVAL = 30.0
 INTERVAL_ENV = "SPECDEPLOY_ACCEPTANCE_INTERVAL"
 SCRAPE_FAILED_TICKS = 3  # ticks in a row without any answer before SpeculationHealthy is Unknown ScrapeFailed
 
 Fetch = Callable[[str, float], Awaitable[str]]  # (url, timeout seconds) -> body; raises on failure
-
-
-def now_rfc3339() -> str:
-    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
 @dataclass(frozen=True)
@@ -100,7 +95,7 @@ def is_ready(pod: dict) -> bool:
     st_ = pod.get("status") or {}
     if st_.get("phase") in ("Succeeded", "Failed") or (pod.get("metadata") or {}).get("deletionTimestamp"):
         return False
-    return any(isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True"
+    return any(isinstance(c, dict) and c.get("type") == N.READY and c.get("status") == "True"
                for c in st_.get("conditions") or [])
 
 
@@ -155,7 +150,7 @@ def _stored(body: dict) -> dict[str, Any]:
             "profitable": st.strip_condition(prof)}
 
 
-def guard_limit(key: Key, body: dict, benchmarks: dict) -> gd.GuardLimit | None:
+def body_guard_limit(key: Key, body: dict, benchmarks: dict) -> gd.GuardLimit | None:
     """The guard of a raw SpeculativeDeployment body: ``maxConcurrency``, or the crossover of the Complete
     SpeculativeBenchmark ``fromBenchmark`` names (the same reading as the reconciler's); None without one."""
     spec = body.get("spec") if isinstance(body.get("spec"), dict) else {}
@@ -388,7 +383,7 @@ class AcceptanceMonitor:
                        "condition": st.speculation_condition(combined, _min_length(spec), prev_cond, baseline=baseline,
                                                              revision=revision,
                                                              regression_fraction=params.regression_fraction)}
-        limit = guard_limit(key, body, getattr(self.controller, "benchmarks", {}))
+        limit = body_guard_limit(key, body, getattr(self.controller, "benchmarks", {}))
         self._export_guard(key, labels, limit)
         recent = self._load.setdefault(key, collections.deque(maxlen=gd.LOAD_HOLD_SCRAPES))
         recent.append(self._running(engine, scrapes))

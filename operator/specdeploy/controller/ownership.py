@@ -31,11 +31,11 @@ import json
 import re
 from typing import Any
 
-FIELD_MANAGER = "specdeploy"
-APPLIED_ANNOTATION = "specdeploy.io/applied"
+from ..core.names import APPLIED_ANNOTATION, FIELD_MANAGER  # noqa: F401 (own.APPLIED_ANNOTATION for its readers)
+
 # Update managers of the versions before server-side apply: the operator's own name, and the name
 # the API server derives from the Python client's User-Agent when no fieldManager is sent.
-LEGACY_MANAGERS = ("specdeploy", "OpenAPI-Generator")
+LEGACY_MANAGERS = (FIELD_MANAGER, "OpenAPI-Generator")
 _SKIP_META = {"name", "namespace"}
 
 

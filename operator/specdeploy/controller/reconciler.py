@@ -8,7 +8,6 @@ the children, referenced ConfigMaps) so that an idle reconcile makes no reads ei
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import json
 import logging
 import os
@@ -19,10 +18,12 @@ from typing import Any
 
 from ..api.validation import INVALID_SPEC, problems_message, validate
 from ..core import guard as gd
+from ..core import names as N
 from ..core.findings import errors as error_findings
 from ..core.policy import TenancyPolicy, check_policy, policy_needs_claims
-from ..core.render import TUNING_KEY_ANNOTATION, RenderError, Rendered, build_tuned_configmap, render, selector_labels
+from ..core.render import RenderError, Rendered, build_tuned_configmap, render, selector_labels
 from . import metrics, ownership, status as st
+from .status import now_rfc3339
 from .kube import Kube, KubeError
 from .queue import Backoff, WorkQueue
 from .resolve import ResolutionError, Resolver
@@ -35,10 +36,6 @@ WORKLOAD_KINDS = ("Deployment", "LeaderWorkerSet")
 LWS = ("leaderworkerset.x-k8s.io/v1", "leaderworkersets")
 PODMONITOR = ("monitoring.coreos.com/v1", "podmonitors")
 GUARD_RESOLVED = "guardMaxConcurrency"  # status.resolved: spec.speculation.guard's limit in use
-
-
-def now_rfc3339() -> str:
-    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
 @dataclass
@@ -190,7 +187,7 @@ class Controller:
         meta = body.get("metadata") or {}
         ck = (meta.get("namespace") or "default", meta.get("name"))
         labels = meta.get("labels") or {}
-        if labels.get("app.kubernetes.io/managed-by") == "specdeploy":
+        if labels.get(N.LABEL_MANAGED_BY) == N.MANAGED_BY:
             await self.observe_child(event_type, {**body, "kind": "ConfigMap"})
         refs = self.cm_refs.get(ck)
         if not refs:
@@ -462,7 +459,7 @@ class Controller:
             obs.updated_replicas = int(ws.get("updatedReplicas") or 0)
             if rendered is not None:
                 tmpl = self._template(workload)
-                have = ((tmpl.get("metadata") or {}).get("annotations") or {}).get("specdeploy.io/config-hash")
+                have = ((tmpl.get("metadata") or {}).get("annotations") or {}).get(N.CONFIG_HASH_ANNOTATION)
                 wgen = (workload.get("metadata") or {}).get("generation")
                 seen = ws.get("observedGeneration")
                 obs.workload_updated = have == rendered.config_hash and (seen is None or wgen is None or seen >= wgen)
@@ -533,8 +530,8 @@ class Controller:
                 if body is None:
                     continue
                 labels = (body.get("metadata") or {}).get("labels") or {}
-                if labels.get("app.kubernetes.io/instance") == name and labels.get("app.kubernetes.io/managed-by") == "specdeploy" \
-                        and labels.get("app.kubernetes.io/component") == "engine":
+                if labels.get(N.LABEL_INSTANCE) == name and labels.get(N.LABEL_MANAGED_BY) == N.MANAGED_BY \
+                        and labels.get(N.LABEL_COMPONENT) == N.COMPONENT_ENGINE:
                     await self.kube.delete(kind, ns, cname)
                     self.children.pop((kind, ns, cname), None)
                     self._note((ns, name), f"deleted obsolete {kind}/{cname}")
@@ -612,7 +609,7 @@ class Controller:
         if plan.storage != "configMap" or not (job.get("status") or {}).get("succeeded"):
             return  # running, failed (its pod status says why), or written to the PVC directly
         existing = self.children.get(("ConfigMap", ns, plan.configmap_name))
-        if existing is not None and ((existing.get("metadata") or {}).get("annotations") or {}).get(TUNING_KEY_ANNOTATION) == plan.key:
+        if existing is not None and ((existing.get("metadata") or {}).get("annotations") or {}).get(N.TUNING_KEY_ANNOTATION) == plan.key:
             return
         pods = await self.kube.list("Pod", ns, f"job-name={plan.job_name}")
         messages = [((c.get("state") or {}).get("terminated") or {}).get("message")

@@ -20,10 +20,10 @@ from typing import Any
 from ..core import safejson
 from ..core.engineconfig import config_digest
 from ..core import engines as eng
+from ..core import names as N
 from ..core.podsecurity import harden_pod
 from .kube import Kube
 
-INSPECT_PREFIX = "specdeploy.io/inspect"
 HUB_BRANCH_TTL = 900.0  # a branch or tag is re-resolved after this many seconds
 
 
@@ -69,14 +69,14 @@ def build_inspector_job(cr, role: str, src, image: str) -> dict:
     inputs = hashlib.sha256(f"{src.pvc.claim_name}|{path}|{image}".encode()).hexdigest()[:16]
     meta: dict[str, Any] = {
         "name": inspector_job_name(cr.metadata.name, role),
-        "labels": {"app.kubernetes.io/managed-by": "specdeploy", "app.kubernetes.io/instance": cr.metadata.name,
-                   "app.kubernetes.io/component": "config-inspector"},
-        "annotations": {f"{INSPECT_PREFIX}-inputs": inputs},
+        "labels": {N.LABEL_MANAGED_BY: N.MANAGED_BY, N.LABEL_INSTANCE: cr.metadata.name,
+                   N.LABEL_COMPONENT: N.COMPONENT_INSPECTOR},
+        "annotations": {N.INSPECT_INPUTS_ANNOTATION: inputs},
     }
     if cr.metadata.namespace:
         meta["namespace"] = cr.metadata.namespace
     if cr.metadata.uid:
-        meta["ownerReferences"] = [{"apiVersion": "specdeploy.io/v1alpha1", "kind": "SpeculativeDeployment",
+        meta["ownerReferences"] = [{"apiVersion": N.GROUP_VERSION, "kind": N.KIND,
                                     "name": cr.metadata.name, "uid": cr.metadata.uid, "controller": True,
                                     "blockOwnerDeletion": True}]
     return {
@@ -181,8 +181,8 @@ class Resolver:
         want = build_inspector_job(cr, role, src, image)
         name = want["metadata"]["name"]
         job = await self.kube.get("Job", ns, name)
-        inputs = want["metadata"]["annotations"][f"{INSPECT_PREFIX}-inputs"]
-        if job is not None and (job.get("metadata", {}).get("annotations") or {}).get(f"{INSPECT_PREFIX}-inputs") != inputs:
+        inputs = want["metadata"]["annotations"][N.INSPECT_INPUTS_ANNOTATION]
+        if job is not None and (job.get("metadata", {}).get("annotations") or {}).get(N.INSPECT_INPUTS_ANNOTATION) != inputs:
             await self.kube.delete("Job", ns, name)
             job = None
         if job is None:

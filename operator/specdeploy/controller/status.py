@@ -7,28 +7,30 @@ The status is written only when ``status_changed`` says it differs.
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from ..core import acceptance as acc
 from ..core import baseline as bl
 from ..core import guard as gd
+from ..core import names as N
 from ..core.findings import Finding, Severity
 
-DRAFTER_COMPATIBLE = "DrafterCompatible"
-PROGRESSING = "Progressing"
-READY = "Ready"
-DEGRADED = "Degraded"
+DRAFTER_COMPATIBLE = N.DRAFTER_COMPATIBLE
+PROGRESSING = N.PROGRESSING
+READY = N.READY
+DEGRADED = N.DEGRADED
 CONDITION_TYPES = (DRAFTER_COMPATIBLE, PROGRESSING, READY, DEGRADED)
 # Owned by the acceptance monitor (controller/monitor.py), written by the same status path.
-SPECULATION_HEALTHY = "SpeculationHealthy"
+SPECULATION_HEALTHY = N.SPECULATION_HEALTHY
 NO_READY_PODS = "NoReadyPods"  # Unknown: no ready engine pod to scrape (any more)
 SCRAPE_FAILED = "ScrapeFailed"  # Unknown: no engine pod's /metrics answered
 # spec.speculation.guard (core/guard.py): SpeculationGuarded from the reconciler (what was rendered),
 # SpeculationProfitable from the acceptance monitor (live load against the guard). Written only while a guard
 # is set: a status write without one drops them.
-SPECULATION_GUARDED = gd.GUARD_CONDITION
-SPECULATION_PROFITABLE = gd.PROFITABLE_CONDITION
+SPECULATION_GUARDED = N.SPECULATION_GUARDED
+SPECULATION_PROFITABLE = N.SPECULATION_PROFITABLE
 GUARD_TYPES = (SPECULATION_GUARDED, SPECULATION_PROFITABLE)
 MAX_MESSAGE = 4000
 
@@ -138,6 +140,11 @@ def compute_conditions(o: Observation) -> list[dict[str, Any]]:
     if o.guard is not None:
         out.append(_cond(SPECULATION_GUARDED, *o.guard))
     return out
+
+
+def now_rfc3339() -> str:
+    """The time stamp of a condition or a status field (RFC 3339, UTC, seconds)."""
+    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
 def merge_conditions(previous: list[dict] | None, new: list[dict], generation: int, now: str) -> list[dict]:

@@ -44,9 +44,13 @@ VLLM_ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 VLLM_COUNTERS = (VLLM_DRAFTS, VLLM_DRAFT_TOKENS, VLLM_ACCEPTED, VLLM_ACCEPTED_PER_POS)
 VLLM_POSITION_LABEL = "position"
 VLLM_DP_LABEL = "engine"
-# Always-present vLLM series (used by the "metrics missing" alert and the stand-in engine).
+# Always-present vLLM series (used by the "metrics missing" alert and the stand-in engine) and the
+# latency/queue series the dashboards and the stand-in engine use (vLLM 0.33; docs/reference/metrics.md).
 VLLM_GENERATION_TOKENS = "vllm:generation_tokens_total"
 VLLM_REQUESTS_RUNNING = "vllm:num_requests_running"
+VLLM_WAITING = "vllm:num_requests_waiting"
+VLLM_TTFT = "vllm:time_to_first_token_seconds"
+VLLM_ITL = "vllm:inter_token_latency_seconds"
 
 # SGLang (python/sglang/srt/metrics/collector.py): gauges, labels model_name, engine_type,
 # tp_rank, pp_rank, moe_ep_rank (newer builds), dp_rank (with data parallelism).
@@ -57,9 +61,13 @@ SGLANG_RANK_LABELS = ("tp_rank", "pp_rank", "moe_ep_rank", "pid")
 SGLANG_DP_LABEL = "dp_rank"
 SGLANG_GENERATION_TOKENS = "sglang:generation_tokens_total"
 SGLANG_REQUESTS_RUNNING = "sglang:num_running_reqs"
+SGLANG_WAITING = "sglang:num_queue_reqs"
+SGLANG_THROUGHPUT = "sglang:gen_throughput"
+SGLANG_TTFT = "sglang:time_to_first_token_seconds"
+SGLANG_ITL = "sglang:inter_token_latency_seconds"
 
 # The operator's own acceptance gauges (controller/metrics.py registers them; the rules and
-# dashboards read them): the acceptance monitor's figures per SpeculativeDeployment.
+# dashboards read them; the operator's other series are in core/names.py): the acceptance monitor's figures per SpeculativeDeployment.
 OP_LABELS = ("namespace", "deployment", "engine", "drafter")
 OP_LENGTH = "specdeploy_acceptance_length"
 OP_RATE = "specdeploy_acceptance_rate"

@@ -55,14 +55,13 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
-from .. import API_GROUP
 from . import acceptance as acc
+from .names import RESET_ANNOTATION  # noqa: F401 (bl.RESET_ANNOTATION for its readers)
 
 DEFAULT_REGRESSION_FRACTION = 0.25
 DEFAULT_SETTLE_SECONDS = 600
 DEFAULT_MIN_DRAFTS = 1000
 MIN_SAMPLES = 3  # windows with traffic averaged before a baseline is taken
-RESET_ANNOTATION = f"{API_GROUP}/reset-acceptance-baseline"
 MAX_TOKEN = 128  # characters of the reset annotation's value kept in status
 
 # What a speculation revision is made of: (where, field path). `spec` paths are read from the

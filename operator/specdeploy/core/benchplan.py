@@ -12,7 +12,6 @@ Every refusal is a :class:`PlanProblem` naming the field and the fix, like the s
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
@@ -185,7 +184,3 @@ def build_client_plan(*, benchmark: str, variant: str, engine: str, engine_versi
     return {"benchmark": benchmark, "variant": variant, "engine": engine, "engineVersion": engine_version,
             "baseUrl": base_url, "metricsUrl": metrics_url, "model": model, "tokenizer": tokenizer,
             "prompts": prompts, "points": [p.to_client() for p in points], "temperature": 0, "client": client}
-
-
-def client_plan_json(plan: dict[str, Any]) -> str:
-    return json.dumps(plan, indent=2, sort_keys=True) + "\n"

@@ -23,19 +23,17 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from .. import API_GROUP, API_VERSION
 from . import gpus
+from . import names as N
 from .benchplan import CLIENT_PLAN_KEY, CLIENT_PLAN_MOUNT, PROMPTS_KEY, Variant
 from .engineconfig import EngineConfig
 from .podsecurity import container_security_context, harden_pod
 from .render import (RUNTIME_COMMAND, RenderError, build_configmap, build_deployment, build_service, render,
                      strip_speculation_args)
+from .names import BENCH_KIND, BENCH_LABEL, VARIANT_LABEL  # noqa: F401 (benchrender.BENCH_LABEL for its readers)
 
-BENCH_KIND = "SpeculativeBenchmark"
-BENCH_LABEL = f"{API_GROUP}/benchmark"
-VARIANT_LABEL = f"{API_GROUP}/variant"
-COMPONENT = "benchmark-engine"
-CLIENT_COMPONENT = "benchmark-client"
+COMPONENT = N.COMPONENT_BENCH_ENGINE
+CLIENT_COMPONENT = N.COMPONENT_BENCH_CLIENT
 CLIENT_DEADLINE_SECONDS = 6 * 3600
 KEEP_ENV_OFFLINE = "HF_HUB_OFFLINE"
 
@@ -49,7 +47,7 @@ class BenchOwner:
     def reference(self) -> list[dict[str, Any]]:
         if not self.uid:
             return []
-        return [{"apiVersion": f"{API_GROUP}/{API_VERSION}", "kind": BENCH_KIND, "name": self.name, "uid": self.uid,
+        return [{"apiVersion": N.GROUP_VERSION, "kind": BENCH_KIND, "name": self.name, "uid": self.uid,
                  "controller": True, "blockOwnerDeletion": True}]
 
 
@@ -77,9 +75,9 @@ def variant_object_name(bench: str, variant: str) -> str:
 def _relabel(labels: dict | None, owner: BenchOwner, variant: str, component: str = COMPONENT) -> None:
     if labels is None:
         return
-    if labels.get("app.kubernetes.io/component") == "engine":
-        labels["app.kubernetes.io/component"] = component
-    if "app.kubernetes.io/managed-by" in labels or "app.kubernetes.io/instance" in labels:
+    if labels.get(N.LABEL_COMPONENT) == N.COMPONENT_ENGINE:
+        labels[N.LABEL_COMPONENT] = component
+    if N.LABEL_MANAGED_BY in labels or N.LABEL_INSTANCE in labels:
         labels[BENCH_LABEL] = owner.name
         labels[VARIANT_LABEL] = variant
 
@@ -141,9 +139,9 @@ def render_variant(cr, target_doc: Any, drafter_doc: Any, owner: BenchOwner, var
 
 
 def client_labels(owner: BenchOwner, variant: str) -> dict[str, str]:
-    return {"app.kubernetes.io/name": "specdeploy-bench-client", "app.kubernetes.io/instance": owner.name,
-            "app.kubernetes.io/component": CLIENT_COMPONENT, "app.kubernetes.io/managed-by": "specdeploy",
-            "app.kubernetes.io/part-of": "specdeploy", BENCH_LABEL: owner.name, VARIANT_LABEL: variant}
+    return {N.LABEL_NAME: N.NAME_BENCH_CLIENT, N.LABEL_INSTANCE: owner.name,
+            N.LABEL_COMPONENT: CLIENT_COMPONENT, N.LABEL_MANAGED_BY: N.MANAGED_BY,
+            N.LABEL_PART_OF: N.MANAGED_BY, BENCH_LABEL: owner.name, VARIANT_LABEL: variant}
 
 
 def build_client_configmap(owner: BenchOwner, variant: str, plan: dict, prompts_jsonl: str | None = None) -> dict:

@@ -16,7 +16,6 @@ from typing import Any
 from .findings import Finding, Severity, Source
 
 EMPTY_DIR, PVC, NODE_PATH = "emptyDir", "pvc", "nodePath"
-CACHE_KINDS = (EMPTY_DIR, PVC, NODE_PATH)
 
 
 @dataclass(frozen=True)

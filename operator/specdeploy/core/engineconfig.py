@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Literal, Optional, Union
+from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+
+from .checker import Options
+from .names import GROUP_VERSION
 
 ENGINE_CONFIG_KEY = "engine-config.json"
 CHECK_REPORT_KEY = "check-report.json"
@@ -37,15 +40,11 @@ class SpeculationPlan(_Doc):
     drafter_window: Optional[int] = Field(default=None, description="The drafter's trained sliding window, if any.")
     layer_types: list[str] = Field(description="Drafter layer attention kinds as the engines resolve them.")
     target_layer_ids: list[int] = Field(description="0-based target layer outputs the drafter reads.")
-    draft_window_request: Optional[Union[int, Literal["off"]]] = Field(
-        default=None, description="spec.speculation.draftWindow as written (None: derived).")
     native_window: Optional[int] = Field(default=None, description="Window the engine applies to sliding layers itself.")
-    max_model_len: Optional[int] = Field(default=None, description="spec.engine.maxModelLen, if set.")
-    accept: Optional[list[str]] = Field(default=None, description="spec.checks.accept: finding codes accepted, if any.")
 
 
 class EngineConfig(_Doc):
-    api_version: Literal["specdeploy.io/v1alpha1"] = Field(default="specdeploy.io/v1alpha1", description="Document version.")
+    api_version: Literal[GROUP_VERSION] = Field(default=GROUP_VERSION, description="Document version.")  # type: ignore[valid-type]
     kind: Literal["EngineConfig"] = Field(default="EngineConfig", description="Document kind.")
     engine: Literal["sglang", "vllm"] = Field(description="Engine.")
     engine_version: str = Field(description="Engine release the flags were derived for.")
@@ -62,6 +61,9 @@ class EngineConfig(_Doc):
     gpu_profile: str = Field(description="GPU profile key.")
     tensor_parallel_size: int = Field(description="Tensor-parallel size (GPUs per replica).")
     nodes: int = Field(description="Nodes per replica.")
+    checker_options: Optional[Options] = Field(
+        default=None, description="The checker's options as the operator checked the spec (api/types.checker_options; "
+        "the fields of core/checker.Options in camelCase): the preflight re-runs the check with them.")
 
     def to_json(self) -> str:
         return json.dumps(self.model_dump(by_alias=True, exclude_none=True), sort_keys=True, indent=2) + "\n"

@@ -25,12 +25,13 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from . import engines as eng
+from . import names as N
 from .findings import Finding, Severity, Source
 
 GUARD_PATH = "spec.speculation.guard"
 # Condition types and reasons (docs/concepts/status-conditions.md).
-GUARD_CONDITION = "SpeculationGuarded"
-PROFITABLE_CONDITION = "SpeculationProfitable"
+GUARD_CONDITION = N.SPECULATION_GUARDED
+PROFITABLE_CONDITION = N.SPECULATION_PROFITABLE
 REASON_RENDERED = "GuardRendered"
 REASON_UNSUPPORTED = "GuardUnsupported"
 REASON_BENCHMARK_MISSING = "BenchmarkNotFound"

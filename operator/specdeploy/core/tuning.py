@@ -48,6 +48,8 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
 
+from .names import TUNED_KERNELS_KIND
+
 ENGINES = ("sglang", "vllm")
 
 # The environment variable each engine reads the tuned-config directory from.
@@ -74,7 +76,7 @@ SGLANG_SHARED_FUSION_ARCHITECTURES = frozenset({
     "GlmMoeDsaForCausalLM", "MistralLarge3ForCausalLM",
 })
 
-ENVELOPE_KIND = "specdeploy.io/tuned-kernels"
+ENVELOPE_KIND = TUNED_KERNELS_KIND
 MANIFEST_KEY = "manifest.json"
 # Kubernetes keeps at most 4096 bytes of a termination message.
 TERMINATION_LIMIT = 4096
@@ -236,13 +238,6 @@ def relative_path(engine: str, file_name: str, triton_version: str | None = None
             raise ValueError("SGLang keys tuned configs by triton version: give the engine image's triton version")
         return f"configs/{triton_dir(triton_version)}/{file_name}"
     return file_name
-
-
-def expected_files(engine: str, target_doc: Mapping[str, Any], tp: int, device_name: str,
-                   triton_version: str | None = None, **kw) -> list[str]:
-    """Relative paths (below ``$SGLANG_MOE_CONFIG_DIR`` / ``$VLLM_TUNED_CONFIG_FOLDER``) the engine reads."""
-    shape = moe_shape(target_doc, engine, tp, **kw)
-    return [relative_path(engine, config_file_name(engine, shape, device_name), triton_version)]
 
 
 # ----------------------------------------------------------------- the tuning command

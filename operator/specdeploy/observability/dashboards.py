@@ -35,6 +35,10 @@ from typing import Any, Callable
 
 from ..core import acceptance as acc
 from ..core import baseline as bl
+from ..core.acceptance import (SGLANG_ITL, SGLANG_THROUGHPUT, SGLANG_TTFT, SGLANG_WAITING, VLLM_ITL, VLLM_TTFT,
+                               VLLM_WAITING)
+from ..core.names import (OP_API_WRITES, OP_CHECK_FAILURES, OP_ERRORS, OP_LEADER,  # noqa: F401 (D.OP_* in tests)
+                          OP_LEADER_TRANSITIONS, OP_MANAGED, OP_QUEUE_DEPTH, OP_RECONCILE_SECONDS, OP_RECONCILES)
 from . import rules as R
 
 DASHBOARDS_DIR = "charts/specdeploy/files/dashboards"
@@ -46,29 +50,13 @@ RI = "$__rate_interval"
 # The job label of the operator's ServiceMonitor target (the one the operator-down alert selects).
 OPERATOR_JOB = R.OPERATOR_JOB
 
-# Engine series (names as vLLM 0.33 / SGLang 0.5 export them; see docs/reference/metrics.md).
-VLLM_WAITING = "vllm:num_requests_waiting"
-VLLM_TTFT = "vllm:time_to_first_token_seconds"
-VLLM_ITL = "vllm:inter_token_latency_seconds"
-SGLANG_WAITING = "sglang:num_queue_reqs"
-SGLANG_THROUGHPUT = "sglang:gen_throughput"
-SGLANG_TTFT = "sglang:time_to_first_token_seconds"
-SGLANG_ITL = "sglang:inter_token_latency_seconds"
+# Engine series: core/acceptance.py (names as vLLM 0.33 / SGLang 0.5 export them; see
+# docs/reference/metrics.md); the operator's own series: core/names.py.
 # DCGM exporter (default counters): gauges, labels gpu, UUID, device, modelName, Hostname,
 # pci_bus_id, DCGM_FI_DRIVER_VERSION, plus container/namespace/pod with Kubernetes mapping.
 DCGM_GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
 DCGM_FB_USED = "DCGM_FI_DEV_FB_USED"
 DCGM_FB_FREE = "DCGM_FI_DEV_FB_FREE"
-# The operator's own series (controller/metrics.py; not imported: generate runs without prometheus-client).
-OP_RECONCILES = "specdeploy_reconcile_total"
-OP_RECONCILE_SECONDS = "specdeploy_reconcile_duration_seconds"
-OP_ERRORS = "specdeploy_reconcile_errors_total"
-OP_API_WRITES = "specdeploy_api_writes_total"
-OP_CHECK_FAILURES = "specdeploy_check_failures_total"
-OP_QUEUE_DEPTH = "specdeploy_queue_depth"
-OP_MANAGED = "specdeploy_managed_deployments"
-OP_LEADER = R.LEADER_METRIC
-OP_LEADER_TRANSITIONS = "specdeploy_leader_transitions_total"
 # Engine pods of a deployment: every engine pod exports one of these (scraped by the PodMonitor).
 ENGINE_UP = f'{{__name__=~"{acc.VLLM_REQUESTS_RUNNING}|{acc.SGLANG_REQUESTS_RUNNING}"}}'
 ENGINE_PODS = (f'group by (namespace, pod, job) ({{__name__=~"{acc.VLLM_REQUESTS_RUNNING}|'

@@ -53,6 +53,7 @@ from typing import Any
 import yaml
 
 from ..core import acceptance as acc
+from ..core.names import OP_LEADER
 
 RULES_FILE = "charts/specdeploy/files/prometheus-rules.yaml"
 RUNBOOK = "docs/how-to/troubleshoot-low-acceptance.md"
@@ -93,7 +94,7 @@ A_OPERATOR_DOWN = "SpecdeployOperatorDown"
 A_NO_LEADER = "SpecdeployOperatorNoLeader"
 A_PAST_CROSSOVER = "SpecdeployPastCrossover"
 ALERTS = (A_COLLAPSED, A_REGRESSED, A_CLIFF, A_MISSING, A_OPERATOR_DOWN, A_NO_LEADER, A_PAST_CROSSOVER)
-LEADER_METRIC = "specdeploy_leader"  # controller/metrics.py LEADER
+LEADER_METRIC = OP_LEADER  # controller/metrics.py LEADER
 
 
 def _no_leader_for() -> str:
@@ -105,11 +106,10 @@ def _no_leader_for() -> str:
     return f"{math.ceil(T.lease_duration + (1 + JITTER_FACTOR) * T.retry_period)}s"
 
 # The job label of the operator's scrape target. The chart's metrics Service carries it as the
-# label specdeploy.io/job and its ServiceMonitor sets jobLabel: specdeploy.io/job, so
+# label specdeploy.io/job (charts/) and its ServiceMonitor sets jobLabel: specdeploy.io/job, so
 # prometheus-operator writes job="specdeploy-operator" for every release name (its
 # generateServiceMonitorConfig: job = the jobLabel's Service label value, else the Service name).
 OPERATOR_JOB = "specdeploy-operator"
-OPERATOR_JOB_LABEL = "specdeploy.io/job"
 
 
 @dataclass(frozen=True)

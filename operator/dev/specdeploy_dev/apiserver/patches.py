@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
-from .common import ApiError, JSON, _clone
+from .common import ApiError, _clone
 
 
 # --------------------------------------------------------------------------------------------
@@ -222,32 +222,6 @@ def _leaf_paths(obj: Any, prefix: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
     elif prefix:
         paths.add(prefix)
     return paths
-
-
-def _remove_path(obj: JSON, path: tuple[str, ...]) -> None:
-    cur: Any = obj
-    chain = []
-    for key in path[:-1]:
-        if not isinstance(cur, dict) or key not in cur:
-            return
-        chain.append((cur, key))
-        cur = cur[key]
-    if isinstance(cur, dict):
-        cur.pop(path[-1], None)
-    for parent, key in reversed(chain):  # prune maps emptied by the removal
-        if parent[key] == {}:
-            del parent[key]
-        else:
-            break
-
-
-def _fields_v1(paths: Iterable[tuple[str, ...]]) -> JSON:
-    tree: JSON = {}
-    for path in paths:
-        cur = tree
-        for key in path:
-            cur = cur.setdefault(f"f:{key}", {})
-    return tree
 
 
 def _apply_merge(target: Any, applied: Any, field_name: str = "") -> Any:

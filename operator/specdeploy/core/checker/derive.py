@@ -70,7 +70,8 @@ def analyze(drafter_doc: Any, target_doc: Any, options: Options | None = None) -
         _check_drafter(d, t, out)
         derived = _derive(d, t, o, info, row, prof, out)
     findings, accepted = apply_accept(one_per_root_cause(out.items), o.accept)
-    return Analysis(findings=sort_findings(findings), derived=derived, drafter=d, target=t, accepted=accepted)
+    return Analysis(findings=sort_findings(findings), derived=derived, drafter=d, target=t, accepted=accepted,
+                    options=o)
 
 
 def check(drafter_doc: Any, target_doc: Any, options: Options | None = None) -> list[Finding]:

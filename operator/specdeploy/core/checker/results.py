@@ -4,6 +4,7 @@ the renderer takes from the checked pair), and the collector every rule writes i
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..findings import Finding, Severity, Source, has_errors
 from ..modelconfig import DrafterConfig, TargetConfig
@@ -59,6 +60,8 @@ class Analysis:
     target: TargetConfig | None = None
     # findings turned into info by spec.checks.accept (as they were before)
     accepted: list[Finding] = field(default_factory=list)
+    # the options the check ran with (api/types.checker_options of the spec): the engine config records them
+    options: Any = None  # an Options (checker/options.py imports this module)
 
     @property
     def ok(self) -> bool:

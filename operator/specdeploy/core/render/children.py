@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ... import API_GROUP, API_VERSION, KIND
 from .. import engines as eng
+from .. import names as N
+from ..names import CONFIG_HASH_ANNOTATION  # noqa: F401 (render.CONFIG_HASH_ANNOTATION for its readers)
 
-CONFIG_HASH_ANNOTATION = f"{API_GROUP}/config-hash"
 MODEL_ROOT = "/models"
 HF_HOME = "/var/cache/huggingface"
 RUNTIME_COMMAND = "specdeploy-runtime"
@@ -21,18 +21,18 @@ def names(cr_name: str) -> dict[str, str]:
 
 def selector_labels(cr_name: str) -> dict[str, str]:
     return {
-        "app.kubernetes.io/name": "specdeploy-engine",
-        "app.kubernetes.io/instance": cr_name,
-        "app.kubernetes.io/component": "engine",
+        N.LABEL_NAME: N.NAME_ENGINE,
+        N.LABEL_INSTANCE: cr_name,
+        N.LABEL_COMPONENT: N.COMPONENT_ENGINE,
     }
 
 
 def child_labels(cr, engine: str) -> dict[str, str]:
     return {
         **selector_labels(cr.metadata.name),
-        "app.kubernetes.io/managed-by": "specdeploy",
-        "app.kubernetes.io/part-of": "specdeploy",
-        f"{API_GROUP}/engine": engine,
+        N.LABEL_MANAGED_BY: N.MANAGED_BY,
+        N.LABEL_PART_OF: N.MANAGED_BY,
+        N.ENGINE_LABEL: engine,
     }
 
 
@@ -44,7 +44,7 @@ def child_meta(cr, name: str, labels: dict, annotations: dict | None = None) -> 
         m["annotations"] = annotations
     if cr.metadata.uid:
         m["ownerReferences"] = [{
-            "apiVersion": f"{API_GROUP}/{API_VERSION}", "kind": KIND, "name": cr.metadata.name,
+            "apiVersion": N.GROUP_VERSION, "kind": N.KIND, "name": cr.metadata.name,
             "uid": cr.metadata.uid, "controller": True, "blockOwnerDeletion": True,
         }]
     return m

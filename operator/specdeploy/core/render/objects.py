@@ -417,14 +417,12 @@ def build_engine_config(cr, analysis: Analysis, target_doc: Any, drafter_doc: An
             drafter_window=d.drafter_window,
             layer_types=list(d.layer_types),
             target_layer_ids=list(d.target_layer_ids),
-            draft_window_request=spec.speculation.draft_window,
             native_window=d.native_window,
-            max_model_len=d.max_model_len,
-            accept=list(spec.checks.accept) or None,
         ),
         gpu_profile=spec.gpu.type,
         tensor_parallel_size=spec.gpu.count,
         nodes=spec.nodes,
+        checker_options=analysis.options,
     )
 
 

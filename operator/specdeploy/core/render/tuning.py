@@ -8,9 +8,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ... import API_GROUP
 from .. import engines as eng
 from .. import gpus
+from .. import names as N
 from .. import tuning as tn
 from ..engineconfig import config_digest
 from ..podsecurity import container_security_context, harden_pod
@@ -20,7 +20,7 @@ TUNED_MOUNT = "/var/run/specdeploy/tuned-kernels"
 TUNED_SRC_MOUNT = "/var/run/specdeploy/tuned-src"
 TUNING_OUT_MOUNT = "/var/run/specdeploy/tuning-out"
 TUNING_DEADLINE_SECONDS = 6 * 3600
-TUNING_KEY_ANNOTATION = f"{API_GROUP}/tuning-key"
+TUNING_KEY_ANNOTATION = N.TUNING_KEY_ANNOTATION
 CONFIGMAP_LIMIT = 1024 * 1024  # etcd's ~1 MiB object limit (ConfigMap data + metadata)
 
 
@@ -97,13 +97,13 @@ def tuning_plan(cr, target_doc: Any, image: str | None = None) -> TuningPlan | N
 
 def tuning_labels(cr, plan: TuningPlan) -> dict[str, str]:
     return {
-        "app.kubernetes.io/name": "specdeploy-tuning",
-        "app.kubernetes.io/instance": cr.metadata.name,
-        "app.kubernetes.io/component": "kernel-tuning",
-        "app.kubernetes.io/managed-by": "specdeploy",
-        "app.kubernetes.io/part-of": "specdeploy",
-        f"{API_GROUP}/engine": plan.engine,
-        f"{API_GROUP}/tuning-key": plan.short,
+        N.LABEL_NAME: N.NAME_TUNING,
+        N.LABEL_INSTANCE: cr.metadata.name,
+        N.LABEL_COMPONENT: N.COMPONENT_TUNING,
+        N.LABEL_MANAGED_BY: N.MANAGED_BY,
+        N.LABEL_PART_OF: N.MANAGED_BY,
+        N.ENGINE_LABEL: plan.engine,
+        N.TUNING_KEY_LABEL: plan.short,
     }
 
 

@@ -1,0 +1,62 @@
+"""The run rules .ci/test relies on: the serial mark and the opt-in skips (conftest.py at the root),
+.ci/check-tools failing on a missing tool, and .ci/test-summary's skip list."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+from testkit import ROOT
+
+SERIAL_MODULES = ["e2e/test_e2e_guard_vllm_cpu.py", "tests/controller/test_leader.py"]  # opt-in; marked
+SHARED_MODULE = "tests/unit/test_engine_facts.py"
+
+
+def pytest(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    environ = {k: v for k, v in os.environ.items() if k not in ("SPECDEPLOY_E2E_VLLM_CPU", "SPECDEPLOY_E2E_IMAGES")}
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], capture_output=True,
+                          text=True, cwd=ROOT, timeout=300, env={**environ, **(env or {})})
+
+
+def collected(p: subprocess.CompletedProcess) -> set[str]:
+    return {line.split("::")[0] for line in p.stdout.splitlines() if "::" in line}
+
+
+def test_serial_pass_takes_the_opt_in_and_marked_modules_and_the_parallel_pass_the_rest():
+    serial = pytest("--collect-only", "-q", "-m", "serial", *SERIAL_MODULES, SHARED_MODULE)
+    assert collected(serial) == set(SERIAL_MODULES), serial.stdout[-2000:]
+    parallel = pytest("--collect-only", "-q", "-m", "not serial", *SERIAL_MODULES, SHARED_MODULE)
+    assert collected(parallel) == {SHARED_MODULE}, parallel.stdout[-2000:]
+
+
+def test_an_opt_in_module_skips_without_its_variable_and_names_it(tmp_path):
+    p = pytest("-q", "-rs", "e2e/test_e2e_guard_vllm_cpu.py", f"--junitxml={tmp_path / 'r.xml'}")
+    assert p.returncode == 0 and "3 skipped" in p.stdout, p.stdout[-2000:]
+    assert "opt-in: SPECDEPLOY_E2E_VLLM_CPU=1" in p.stdout
+    # .ci/test-summary ends a run with every skipped test and its reason
+    s = subprocess.run([sys.executable, str(ROOT / ".ci" / "test-summary"), f"serial={tmp_path / 'r.xml'}"],
+                       capture_output=True, text=True, timeout=60)
+    assert s.returncode == 0 and "serial: 3 skipped" in s.stdout, s.stdout
+    assert s.stdout.rstrip().splitlines()[-4] == "  3 x opt-in: SPECDEPLOY_E2E_VLLM_CPU=1 (bash .ci/test sets it)", s.stdout
+
+
+def test_check_tools_fails_naming_what_is_missing(tmp_path):
+    (tmp_path / ".ci").mkdir()
+    shutil.copy(ROOT / ".ci" / "check-tools", tmp_path / ".ci" / "check-tools")
+    p = subprocess.run(["bash", str(tmp_path / ".ci" / "check-tools")], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1, p.stdout + p.stderr
+    for tool in ("helm 3 (bash .ci/install-tools", "hadolint", "checkov (bash .ci/install-checkov)", "vllm (CPU build)"):
+        assert tool in p.stderr, p.stderr
+
+
+def test_parallel_workers_run_a_module_on_one_worker():
+    modules = ["tests/dev/test_procs.py", "tests/unit/test_layer_ids.py"]
+    p = pytest("-n", "2", "--dist", "loadfile", "-v", *modules)  # as .ci/test runs the parallel pass
+    assert p.returncode == 0, p.stdout[-3000:]
+    workers: dict[str, set[str]] = {}
+    for line in p.stdout.splitlines():  # "[gw1] [ 50%] PASSED tests/dev/test_procs.py::test_x"
+        if line.startswith("[gw") and " PASSED " in line:
+            workers.setdefault(line.split(" PASSED ")[1].split("::")[0], set()).add(line.split("]")[0])
+    assert set(workers) == set(modules) and all(len(w) == 1 for w in workers.values()), workers
