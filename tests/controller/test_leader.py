@@ -213,3 +213,24 @@ def test_settings_round_trip_and_cli_checks(monkeypatch):
     assert seen["health_port"] == 8081
     assert cli.main(["operator", "run"]) == 0 and not seen["election"].enabled  # off by default: one local process
     assert LEASES.format(ns="ops") == "/apis/coordination.k8s.io/v1/namespaces/ops/leases"
+
+
+def test_the_charts_empty_lease_is_taken_and_keeps_its_release_labels_on_release(server):
+    """The chart creates the Lease empty (so helm uninstall deletes it): a replica takes it at once, and neither a
+    renewal nor the release on a graceful stop drops the release's labels and annotations."""
+    meta = {"name": "specdeploy-operator", "namespace": NS,
+            "labels": {"app.kubernetes.io/managed-by": "Helm"},
+            "annotations": {"meta.helm.sh/release-name": "specdeploy"}}
+    server.call(lambda e: e.create_object({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta}))
+
+    async def main():
+        a = Replica(server, "a")
+        a.elector.start()
+        await wait(lambda: a.elector.leading, what="a to take the empty lease")
+        assert lease(server)["metadata"]["labels"] == meta["labels"]
+        await a.elector.stop(release=True)
+        got = lease(server)
+        assert got["spec"]["holderIdentity"] == ""
+        assert got["metadata"]["labels"] == meta["labels"] and got["metadata"]["annotations"] == meta["annotations"]
+
+    asyncio.run(main())

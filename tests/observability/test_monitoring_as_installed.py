@@ -75,8 +75,8 @@ def cluster(tmp_path_factory):
 
 
 def _start_operator(objs: list[dict], cluster: Cluster, workdir: Path) -> tuple[subprocess.Popen, int]:
-    """The rendered container's command line, with the pod's values made local: free loopback
-    ports, loopback instead of every interface, the kubeconfig."""
+    """The rendered container's command line and SPECDEPLOY_* environment, with the pod's values made local: free
+    loopback ports, loopback instead of every interface, the kubeconfig."""
     (c,) = one(objs, "Deployment")["spec"]["template"]["spec"]["containers"]
     args = list(c["args"])
     port = free_port()
@@ -88,7 +88,9 @@ def _start_operator(objs: list[dict], cluster: Cluster, workdir: Path) -> tuple[
         elif a in ("--metrics-bind-address", "--bind-address"):
             assert args[i + 1] == "0.0.0.0"
             args[i + 1] = "127.0.0.1"
-    env = {**cluster.env(), "HF_HOME": str(workdir / "hf"), "POD_NAMESPACE": one(objs, "Deployment")["metadata"]["namespace"]}
+    env = {**cluster.env(), **{e["name"]: e["value"] for e in c.get("env") or []
+                               if e["name"].startswith("SPECDEPLOY_") and "value" in e},
+           "HF_HOME": str(workdir / "hf"), "POD_NAMESPACE": one(objs, "Deployment")["metadata"]["namespace"]}
     log = open(workdir / "operator.log", "a")
     proc = subprocess.Popen([str(BIN / "specdeploy"), *args, "--kubeconfig", cluster.kubeconfig], env=env, stdout=log,
                             stderr=subprocess.STDOUT, cwd=workdir)
@@ -236,5 +238,62 @@ def test_monitoring_as_installed(cluster, tmp_path, release, namespace):
                 [(R.OPERATOR_JOB, namespace, "critical")]
         except (PrometheusError, AssertionError):
             print(operator_log())
+            print(prom.log())
+            raise
+
+
+# kube-prometheus-stack's Prometheus selects monitors and rules by its release label
+# (serviceMonitorSelector, podMonitorSelector and ruleSelector: matchLabels release=<its release>).
+KPS = {"release": "kube-prometheus-stack"}
+
+
+def _selected(obj: dict) -> bool:
+    return all((obj["metadata"].get("labels") or {}).get(k) == v for k, v in KPS.items())
+
+
+def test_kube_prometheus_stack_selectors_see_tau(cluster, tmp_path):
+    """Only what carries the selected label is loaded, as prometheus-operator does for kube-prometheus-stack: the
+    chart's ServiceMonitor and PrometheusRule (serviceMonitor.labels, prometheusRule.labels) and the PodMonitor the
+    operator makes (podMonitor.labels, through SPECDEPLOY_POD_MONITOR_LABELS); Prometheus then has tau."""
+    plain = render(VALUES)
+    assert not _selected(one(plain, "ServiceMonitor")) and not _selected(one(plain, "PrometheusRule"))
+    values = {**VALUES, "serviceMonitor": {"enabled": True, "labels": KPS},
+              "prometheusRule": {"enabled": True, "labels": KPS}, "podMonitor": {"labels": KPS}}
+    objs = render(values)
+    sm, rule = one(objs, "ServiceMonitor"), one(objs, "PrometheusRule")
+    assert _selected(sm) and _selected(rule)
+    svc = service_for(sm, objs)
+    template = one(objs, "Deployment")["spec"]["template"]
+    (ep,) = sm["spec"]["endpoints"]
+    (svc_port,) = [p for p in svc["spec"]["ports"] if p["name"] == ep["port"]]
+    (container,) = [c for c in template["spec"]["containers"]
+                    if any(p["name"] == svc_port["targetPort"] for p in c.get("ports") or [])]
+    with contextlib.ExitStack() as stack:
+        proc, op_port = _start_operator(objs, cluster, tmp_path)
+        stack.callback(_stop, proc)
+        # the PodMonitor the operator made for the example carries the label the podMonitorSelector selects
+        pm = wait_for(lambda: (lambda o: o if o and _selected(o) else None)(json.loads(cluster.kubectl(
+            "get", "podmonitor", CR, "-n", MODELS, "-o", "json", check=False).stdout or "null")), DEADLINE_S,
+            "the example's PodMonitor with the kube-prometheus-stack release label")
+        pod_tmpl = cluster.get_json("deployment", CR, "-n", MODELS)["spec"]["template"]
+        (pm_ep,) = pm["spec"]["podMetricsEndpoints"]
+        (engine_c,) = [c for c in pod_tmpl["spec"]["containers"]
+                       if any(p.get("name") == pm_ep["port"] for p in c.get("ports") or [])]
+        engine = stack.enter_context(EngineStandin("vllm", "healthy"))
+        sd = tmp_path / "sd"
+        monitors = [(m, make) for m, make in (
+            (sm, lambda: service_monitor_scrape_config(sm, svc, f"127.0.0.1:{op_port}", "op-0", container["name"], sd)),
+            (pm, lambda: pod_monitor_scrape_config(pm, pod_tmpl["metadata"]["labels"], pm_ep["port"],
+                                                   f"127.0.0.1:{engine.port}", f"{CR}-0", engine_c["name"], sd)))
+            if _selected(m)]
+        assert len(monitors) == 2
+        rules = [_test_rules(objs, tmp_path / "rules.yaml")] if _selected(rule) else []
+        prom = stack.enter_context(Prometheus([make() for _m, make in monitors], rules, exe=prometheus_exe()))
+        try:
+            tau = prom.wait_until(lambda: prom.query(R.LENGTH), DEADLINE_S, R.LENGTH)
+            assert [(s["metric"]["namespace"], s["metric"]["job"]) for s in tau] == [(MODELS, f"{MODELS}/{CR}")]
+            assert float(tau[0]["value"][1]) > 3
+        except (PrometheusError, AssertionError):
+            print((tmp_path / "operator.log").read_text(errors="replace")[-4000:])
             print(prom.log())
             raise

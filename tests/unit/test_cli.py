@@ -313,13 +313,27 @@ def test_render_missing_config():
 
 
 def test_crd():
-    p = run_cli("crd")
+    p = run_cli("crd", "--kind", "SpeculativeDeployment")
     assert p.returncode == 0, p.stderr
     crd = yaml.safe_load(p.stdout)
     assert crd["kind"] == "CustomResourceDefinition"
     assert crd["metadata"]["name"] == "speculativedeployments.specdeploy.io"
     assert crd["spec"]["group"] == "specdeploy.io"
     assert any(v["name"] == "v1alpha1" for v in crd["spec"]["versions"])
+
+
+def test_crd_prints_every_crd_as_in_crds():
+    from specdeploy.api.crd import BENCH_CRD_FILE, CRD_FILE
+
+    p = run_cli("crd")
+    assert p.returncode == 0, p.stderr
+    docs = list(yaml.safe_load_all(p.stdout))
+    assert [d["metadata"]["name"] for d in docs] == ["speculativedeployments.specdeploy.io",
+                                                     "speculativebenchmarks.specdeploy.io"]
+    assert docs == [yaml.safe_load((ROOT / "crds" / f).read_text()) for f in (CRD_FILE, BENCH_CRD_FILE)]
+    one = run_cli("crd", "--kind", "SpeculativeBenchmark")
+    assert [d["spec"]["names"]["kind"] for d in yaml.safe_load_all(one.stdout)] == ["SpeculativeBenchmark"]
+    assert run_cli("crd", "--kind", "Nope").returncode == 2
 
 
 @pytest.mark.parametrize("prog", ["specdeploy", "specdeploy-runtime"])

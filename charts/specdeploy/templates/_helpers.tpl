@@ -47,6 +47,18 @@ the SpecdeployOperatorDown alert and the operator dashboard select it (rules.OPE
 specdeploy-operator
 {{- end }}
 
+{{/*
+Fail with a clear message when a prometheus-operator object is asked for on a cluster that does not
+serve monitoring.coreos.com/v1 (Helm's own error is "no matches for kind ... ensure CRDs are installed
+first", after part of the release may have been applied). Argument: (list $ "value.path" "Kind").
+*/}}
+{{- define "specdeploy.requireMonitoringAPI" -}}
+{{- $root := index . 0 }}
+{{- if not (or $root.Values.monitoring.skipCRDCheck ($root.Capabilities.APIVersions.Has "monitoring.coreos.com/v1")) }}
+{{- fail (printf "%s=true needs the prometheus-operator API monitoring.coreos.com/v1 (%s), which this cluster does not serve: install prometheus-operator or kube-prometheus-stack first, or set %s=false. With helm template, pass --api-versions monitoring.coreos.com/v1 (or --set monitoring.skipCRDCheck=true)." (index . 1) (index . 2) (index . 1)) }}
+{{- end }}
+{{- end }}
+
 {{- define "specdeploy.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}
 {{- default (include "specdeploy.fullname" .) .Values.serviceAccount.name }}

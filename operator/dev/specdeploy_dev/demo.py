@@ -316,7 +316,7 @@ def run_real(workdir: str | None = None) -> int:
             show_prometheus("tiny/target", lambda v: v < 1.5)
             if loop.prom is not None:
                 loop.prom.wait_until(lambda: loop.firing(name), 60, "the alert")
-                print("   alert SpeculativeAcceptanceCollapsed is firing")
+                print("   alert SpecdeployAcceptanceCollapsed is firing")
         traffic(pod, "tiny/target", collapsed)
         print("== kubectl get specdeploy -o wide")
         print(loop.wide())

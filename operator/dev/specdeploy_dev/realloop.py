@@ -355,7 +355,7 @@ class RealLoop:
         return float(got[0]["value"][1]) if len(got) == 1 else None
 
     def firing(self, deployment: str, alert: str | None = None) -> list[dict]:
-        """The firing alert (default SpeculativeAcceptanceCollapsed) for the deployment."""
+        """The firing alert (default SpecdeployAcceptanceCollapsed) for the deployment."""
         from specdeploy.observability import rules as R
 
         if self.prom is None:

@@ -102,6 +102,8 @@ PRINTER_COLUMNS = [
     {"name": "Drafter", "type": "string", "jsonPath": ".spec.drafter.model"},
     {"name": "GPU", "type": "string", "jsonPath": ".spec.gpu.type"},
     {"name": "Ready", "type": "string", "jsonPath": f'.status.conditions[?(@.type=="{N.READY}")].status'},
+    # why it is (not) Ready, at a glance: the Ready condition's reason (e.g. ReplicasNotReady, Blocked)
+    {"name": "Status", "type": "string", "jsonPath": f'.status.conditions[?(@.type=="{N.READY}")].reason'},
     {"name": "AcceptLen", "type": "number", "jsonPath": ".status.acceptance.length"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     {"name": "Version", "type": "string", "jsonPath": ".spec.engine.version", "priority": 1},
@@ -109,6 +111,12 @@ PRINTER_COLUMNS = [
     {"name": "Replicas", "type": "integer", "jsonPath": ".status.readyReplicas", "priority": 1},
     {"name": "Compatible", "type": "string", "jsonPath": f'.status.conditions[?(@.type=="{N.DRAFTER_COMPATIBLE}")].reason', "priority": 1},
 ]
+
+
+# `kubectl get speculative`: both kinds. Not a kind's name or short name: kubectl expands a category before it
+# tries short names, so a category `specdeploy` holding both kinds turned `kubectl get specdeploy NAME` into
+# two resources (an error) and made `kubectl explain specdeploy` ambiguous.
+CATEGORY = "speculative"
 
 
 def _crd(name: str, kind: str, plural: str, singular: str, short_names: tuple[str, ...], categories: list[str],
@@ -136,7 +144,7 @@ def _crd(name: str, kind: str, plural: str, singular: str, short_names: tuple[st
 
 
 def build_crd() -> dict[str, Any]:
-    return _crd(CRD_NAME, KIND, PLURAL, SINGULAR, SHORT_NAMES, ["all", "specdeploy"], build_openapi_schema(),
+    return _crd(CRD_NAME, KIND, PLURAL, SINGULAR, SHORT_NAMES, ["all", CATEGORY], build_openapi_schema(),
                 {"status": {}, "scale": {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
                                          "labelSelectorPath": ".status.selector"}}, PRINTER_COLUMNS)
 
@@ -187,9 +195,8 @@ def build_bench_openapi_schema() -> dict[str, Any]:
 
 
 def build_bench_crd() -> dict[str, Any]:
-    # No category: kubectl expands a category before it tries short names, so a second kind in
-    # `specdeploy` would turn `kubectl get specdeploy NAME` into two resources (an error).
-    return _crd(BENCH_CRD_NAME, B.BENCH_KIND, B.BENCH_PLURAL, B.BENCH_SINGULAR, B.BENCH_SHORT_NAMES, [],
+    # The shared category, not `all` (a benchmark is not a workload of the namespace).
+    return _crd(BENCH_CRD_NAME, B.BENCH_KIND, B.BENCH_PLURAL, B.BENCH_SINGULAR, B.BENCH_SHORT_NAMES, [CATEGORY],
                 build_bench_openapi_schema(), {"status": {}}, BENCH_PRINTER_COLUMNS)
 
 

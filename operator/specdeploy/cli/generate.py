@@ -11,10 +11,15 @@ import sys
 from .common import PROG, UsageError, epilog
 
 
-def cmd_crd(args: argparse.Namespace) -> int:
-    from ..api.crd import render_crd_yaml
+CRD_KINDS = ("SpeculativeDeployment", "SpeculativeBenchmark")
 
-    sys.stdout.write(render_crd_yaml())
+
+def cmd_crd(args: argparse.Namespace) -> int:
+    from ..api.crd import render_bench_crd_yaml, render_crd_yaml
+
+    by_kind = {"SpeculativeDeployment": render_crd_yaml, "SpeculativeBenchmark": render_bench_crd_yaml}
+    kinds = [args.kind] if args.kind else list(CRD_KINDS)
+    sys.stdout.write("---\n".join(by_kind[k]() for k in kinds))
     return 0
 
 
@@ -47,10 +52,13 @@ def cmd_generate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
 
 def add_parsers(sub, root: argparse.ArgumentParser) -> None:
     """crd and generate; ``root``: the whole ``specdeploy`` parser, the source of the CLI reference."""
-    k = sub.add_parser("crd", help="print the CustomResourceDefinition",
-                       description="Print the SpeculativeDeployment CustomResourceDefinition generated from the API "
-                       "types (the same as crds/ and the chart's template).",
-                       epilog=epilog(["specdeploy crd | kubectl apply -f -"], ok="printed"))
+    k = sub.add_parser("crd", help="print the CustomResourceDefinitions",
+                       description="Print both CustomResourceDefinitions, SpeculativeDeployment and "
+                       "SpeculativeBenchmark, generated from the API types (the same as crds/ and the chart's "
+                       "templates), as one YAML stream; --kind prints one.",
+                       epilog=epilog(["specdeploy crd | kubectl apply --server-side -f -",
+                                      "specdeploy crd --kind SpeculativeBenchmark"], ok="printed"))
+    k.add_argument("--kind", choices=CRD_KINDS, help="print only this kind's CRD (default: both)")
     k.set_defaults(func=cmd_crd)
 
     g = sub.add_parser("generate", help="regenerate generated files (CRD, reference docs)",

@@ -22,7 +22,7 @@ from . import metrics
 from .kube import Kube, load_api_client
 from .monitor import DEFAULT_INTERVAL, ENGINE_POD_LABELS, ENGINE_POD_SELECTOR, INTERVAL_ENV
 from .leader import LeaderElectionSettings
-from .reconciler import Controller, Settings
+from .reconciler import Controller, Settings, pod_monitor_labels_from_env
 from .resolve import Resolver
 
 MANAGED = N.MANAGED_LABELS
@@ -108,6 +108,7 @@ async def on_startup(settings: kopf.OperatorSettings, **_) -> None:
         workers=int(os.environ.get("SPECDEPLOY_WORKERS", "4")),
         capability_ttl=float(os.environ.get("SPECDEPLOY_CAPABILITY_TTL", "60")),
         policy=TenancyPolicy.from_env(os.environ.get(POLICY_ENV)),
+        pod_monitor_labels=pod_monitor_labels_from_env(),
     ))
     from .benchmark import BenchmarkController
 

@@ -92,6 +92,7 @@ class LeaderElector:
         self.observed: L.LeaseRecord | None = None
         self.observed_at: float = 0.0
         self._observed_rv: str | None = None
+        self._observed_meta: dict = {}
         self.leading = False
         self.renew_started_at: float | None = None  # start of the last successful acquire/renew request
         self.acquired_at: float | None = None
@@ -207,7 +208,8 @@ class LeaderElector:
 
     def _observe(self, body: dict | None) -> None:
         rec = L.LeaseRecord.from_lease(body)
-        rv = ((body or {}).get("metadata") or {}).get("resourceVersion")
+        self._observed_meta = dict((body or {}).get("metadata") or {})  # labels kept on release (the chart's)
+        rv = self._observed_meta.get("resourceVersion")
         if rec != self.observed:
             if rec is not None and (self.observed is None or rec.holder != self.observed.holder) and rec.holder:
                 metrics.LEADER_TRANSITIONS.inc()
@@ -261,7 +263,8 @@ class LeaderElector:
         try:
             await asyncio.wait_for(self.kube.call("PUT", f"{LEASES.format(ns=self.namespace)}/{self.name}", body={
                 "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                "metadata": {"name": self.name, "namespace": self.namespace, "resourceVersion": self._observed_rv},
+                "metadata": {**self._observed_meta, "name": self.name, "namespace": self.namespace,
+                             "resourceVersion": self._observed_rv},
                 "spec": rec.to_spec()}), self.timing.retry_period)
             log.info("leader election: %s released Lease %s/%s", self.identity, self.namespace, self.name)
         except Exception as e:  # noqa: BLE001 - the Lease then expires by itself

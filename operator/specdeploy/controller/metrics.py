@@ -50,7 +50,7 @@ ACCEPTANCE_REGRESSION_FRACTION = Gauge(acc.OP_REGRESSION_FRACTION,
                                        "spec.monitoring.regressionFraction: tau below baseline x (1 - this) "
                                        "is a regression.", ACCEPTANCE_LABELS, registry=REGISTRY)
 # spec.speculation.guard's limit (maxConcurrency, or the SpeculativeBenchmark's crossover), while one is set:
-# the SpeculationPastCrossover alert compares the engines' running requests with it.
+# the SpecdeployPastCrossover alert compares the engines' running requests with it.
 GUARD_MAX_CONCURRENCY = Gauge(acc.OP_GUARD_MAX_CONCURRENCY,
                               "Running requests per engine from which speculation stops paying (spec.speculation.guard).",
                               ACCEPTANCE_LABELS, registry=REGISTRY)

@@ -84,7 +84,8 @@ def guard_limit(cr, benchmarks: Mapping[tuple[str, str], dict]) -> tuple[gd.Guar
 
 def plan_reconcile(cr, target, drafter, *, generation: int, children: Mapping[tuple[str, str], dict],
                    benchmarks: Mapping[tuple[str, str], dict] | None = None, pod_monitor: bool = False,
-                   lws: bool = True, policy: TenancyPolicy | None = None) -> Plan:
+                   lws: bool = True, policy: TenancyPolicy | None = None,
+                   pod_monitor_labels: Mapping[str, str] | None = None) -> Plan:
     """The plan for a valid, admitted spec whose configs are resolved (``target``/``drafter``: resolve.Resolved).
 
     ``children``: the cached children the deployment may own, by (kind, name) (Caches.children_of);
@@ -92,6 +93,7 @@ def plan_reconcile(cr, target, drafter, *, generation: int, children: Mapping[tu
     limit, guard_problem = guard_limit(cr, benchmarks or {})
     try:
         rendered = render(cr, target.doc, drafter.doc, pod_monitor=pod_monitor, policy=policy or TenancyPolicy(),
+                          pod_monitor_labels=pod_monitor_labels,
                           guard=limit)
     except RenderError as e:
         errors = error_findings(e.findings)

@@ -13,9 +13,12 @@ the children, referenced ConfigMaps) so that an idle reconcile makes no reads ei
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..api.types import Resolved
 from ..api.validation import INVALID_SPEC, problems_message, validate
@@ -42,6 +45,25 @@ class Settings:
     backoff_max: float = 300.0
     capability_ttl: float = 60.0
     policy: TenancyPolicy = field(default_factory=TenancyPolicy)
+    pod_monitor_labels: dict[str, str] = field(default_factory=dict)  # extra labels on every PodMonitor
+
+
+POD_MONITOR_LABELS_ENV = "SPECDEPLOY_POD_MONITOR_LABELS"  # chart value podMonitor.labels, as a JSON object
+
+
+def pod_monitor_labels_from_env(env: Any = None) -> dict[str, str]:
+    """The extra PodMonitor labels the chart hands over (a JSON object of strings); a bad value stops start-up."""
+    text = (os.environ if env is None else env).get(POD_MONITOR_LABELS_ENV) or ""
+    if not text:
+        return {}
+    try:
+        labels = json.loads(text)
+    except ValueError:
+        labels = None
+    if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+        raise ValueError(f"{POD_MONITOR_LABELS_ENV} must be a JSON object of string labels (chart value "
+                         f"podMonitor.labels), got {text!r}")
+    return labels
 
 
 @dataclass
@@ -282,7 +304,8 @@ class Controller:
         # plan (pure): check, render, the children to apply and delete
         plan = pl.plan_reconcile(cr, target, drafter, generation=gen, children=self.cache.children_of(ns, name),
                                  benchmarks=self.benchmarks, pod_monitor=await self.executor.has(PODMONITOR),
-                                 lws=await self.executor.has(LWS) if cr.spec.nodes > 1 else True, policy=policy)
+                                 lws=await self.executor.has(LWS) if cr.spec.nodes > 1 else True, policy=policy,
+                                 pod_monitor_labels=self.settings.pod_monitor_labels)
         if plan.check_failure is not None and state.last_generation_seen != gen:
             metrics.CHECK_FAILURES.labels(code=plan.check_failure).inc()
         state.last_generation_seen = gen

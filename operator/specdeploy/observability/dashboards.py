@@ -63,6 +63,13 @@ ENGINE_PODS = (f'group by (namespace, pod, job) ({{__name__=~"{acc.VLLM_REQUESTS
                f'{acc.SGLANG_REQUESTS_RUNNING}", {SEL}}})')
 
 
+# Why the acceptance dashboard can be empty (its panels and variables read the recording rules only).
+NEEDS_RULES = (f"Empty? Its series ({R.LENGTH} and the other specdeploy:* series) are recording rules: they exist "
+               "only when the chart's PrometheusRule is installed (prometheusRule.enabled=true) and your Prometheus "
+               "loads it (prometheusRule.labels matching its ruleSelector), and the engines are scraped (the "
+               "operator's PodMonitor, podMonitor.labels matching its podMonitorSelector).")
+
+
 def _target(expr: str, legend: str, ref: str = "A", **extra: Any) -> dict:
     return {"datasource": dict(DS), "expr": expr, "legendFormat": legend, "refId": ref, **extra}
 
@@ -138,7 +145,7 @@ def build_acceptance_dashboard() -> dict:
     panels = [
         _panel(1, "Acceptance length (tau)",
                "1 + accepted/drafts, bonus token included (1 <= tau <= block size), per deployment. Healthy DFlash: "
-               f"~4 (chat) to ~6 (math). Below {lo:g} for 10m fires {R.A_COLLAPSED}.",
+               f"~4 (chat) to ~6 (math). Below {lo:g} for 10m fires {R.A_COLLAPSED}. {NEEDS_RULES}",
                [_target(f"{R.LENGTH}{{{SEL}}}", who), _target(R.T_MIN_LENGTH, "collapse threshold", "B")],
                0, 0, thresholds=[("red", None), ("orange", lo), ("green", 2.5)]),
         _panel(2, "Acceptance rate", "Accepted / draft tokens (vLLM counters; SGLang's spec_accept_rate gauge).",
@@ -170,7 +177,7 @@ def build_acceptance_dashboard() -> dict:
                "replica.",
                [_target(f"{acc.SGLANG_ACCEPT_LENGTH}{{{SEL}}}", "{{pod}} dp{{dp_rank}} tp{{tp_rank}}")], 0, 24),
         _panel(8, "Speculation alerts", "specdeploy alerts, pending and firing (alertstate column).",
-               [_target('ALERTS{alertname=~"Speculative.*|Specdeploy.*"}',
+               [_target('ALERTS{alertname=~"Specdeploy.*"}',
                         "{{alertname}} {{alertstate}} {{namespace}}/{{job}}", format="table", instant=True)],
                12, 24, kind="table"),
         _panel(9, "Acceptance length vs baseline",
@@ -191,7 +198,8 @@ def build_acceptance_dashboard() -> dict:
     ]
     return _dashboard(UID, "specdeploy / Speculative decoding",
                       "Speculative-decoding acceptance of SpeculativeDeployments (vLLM and SGLang), from the "
-                      "specdeploy recording rules.", ["speculative-decoding"], _scope_vars(R.LENGTH), panels)
+                      f"specdeploy recording rules. {NEEDS_RULES}", ["speculative-decoding"], _scope_vars(R.LENGTH),
+                      panels)
 
 
 # ----------------------------------------------------------------- engines and GPUs

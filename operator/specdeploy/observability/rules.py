@@ -37,7 +37,7 @@ The speculation guard (``spec.speculation.guard``, core/guard.py), per deploymen
 - ``specdeploy:guard_max_concurrency:max``          the guard's limit (the operator's gauge, with ``job``)
 - ``specdeploy:engine_requests_running:max_avg5m``  the most loaded engine's running requests (labels
                                                     ``namespace, job``), averaged over 5m
-- alert ``SpeculationPastCrossover``: the second at or above the first: the deployment runs where its
+- alert ``SpecdeployPastCrossover``: the second at or above the first: the deployment runs where its
   benchmark measured speculation losing (vLLM >= 0.24 then drafts nothing; SGLang keeps drafting).
 
 Thresholds are recording rules of their own (group ``specdeploy.thresholds``, each
@@ -86,13 +86,13 @@ G_GUARD = "specdeploy.guard"
 G_ALERTS = "specdeploy.alerts"
 
 # Alert names.
-A_COLLAPSED = "SpeculativeAcceptanceCollapsed"
-A_CLIFF = "SpeculativeAcceptanceCliff"
+A_COLLAPSED = "SpecdeployAcceptanceCollapsed"
+A_CLIFF = "SpecdeployAcceptanceCliff"
 A_REGRESSED = "SpecdeployAcceptanceRegressed"
-A_MISSING = "SpeculativeMetricsMissing"
+A_MISSING = "SpecdeployMetricsMissing"
 A_OPERATOR_DOWN = "SpecdeployOperatorDown"
 A_NO_LEADER = "SpecdeployOperatorNoLeader"
-A_PAST_CROSSOVER = "SpeculationPastCrossover"
+A_PAST_CROSSOVER = "SpecdeployPastCrossover"
 ALERTS = (A_COLLAPSED, A_REGRESSED, A_CLIFF, A_MISSING, A_OPERATOR_DOWN, A_NO_LEADER, A_PAST_CROSSOVER)
 LEADER_METRIC = OP_LEADER  # controller/metrics.py LEADER
 

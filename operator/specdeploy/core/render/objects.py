@@ -13,7 +13,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from .. import engines as eng
 from .. import gpus
@@ -354,12 +354,14 @@ def build_pdb(cr, ec: EngineConfig) -> dict:
     }
 
 
-def build_podmonitor(cr, ec: EngineConfig) -> dict:
+def build_podmonitor(cr, ec: EngineConfig, extra_labels: Mapping[str, str] | None = None) -> dict:
+    """``extra_labels``: SPECDEPLOY_POD_MONITOR_LABELS (chart value podMonitor.labels), e.g. the label a
+    kube-prometheus-stack podMonitorSelector selects; the operator's own labels win over them."""
     n = names(cr.metadata.name)
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PodMonitor",
-        "metadata": child_meta(cr, n["podmonitor"], child_labels(cr, ec.engine)),
+        "metadata": child_meta(cr, n["podmonitor"], {**(extra_labels or {}), **child_labels(cr, ec.engine)}),
         "spec": {
             "selector": {"matchLabels": _leader_selector(cr)},
             "podMetricsEndpoints": [{"port": "http", "path": ec.metrics_path, "interval": "15s"}],
@@ -452,7 +454,7 @@ def choose_image(cr, drafter_doc: Any, table: tuple[eng.BakedDrafterImage, ...] 
 
 def render(cr, target_doc: Any, drafter_doc: Any, *, pod_monitor: bool = False,
            image_table: tuple[eng.BakedDrafterImage, ...] | None = None, policy=None,
-           guard: "gd.GuardLimit | None" = None) -> Rendered:
+           guard: "gd.GuardLimit | None" = None, pod_monitor_labels: Mapping[str, str] | None = None) -> Rendered:
     """Every child object for a SpeculativeDeployment; raises RenderError when the check fails. ``guard``: the
     controller's resolution of ``spec.speculation.guard.fromBenchmark`` (the render reads no benchmark itself)."""
     analysis = analyze(drafter_doc, target_doc, cr.spec.options())
@@ -491,7 +493,7 @@ def render(cr, target_doc: Any, drafter_doc: Any, *, pod_monitor: bool = False,
                      service_account=policy.engine_service_account if policy is not None else None, cache=cache)
     objects = [build_configmap(cr, ec, analysis), workload, build_service(cr, ec), build_pdb(cr, ec)]
     if pod_monitor:
-        objects.append(build_podmonitor(cr, ec))
+        objects.append(build_podmonitor(cr, ec, pod_monitor_labels))
     return Rendered(analysis=analysis, engine_config=ec, config_hash=config_hash, objects=objects,
                     tuning_objects=tuning_objects, tuning=plan, image=image, baked_drafter=baked_row, cache=cache,
                     guard=guard_plan)
