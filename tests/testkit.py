@@ -59,3 +59,14 @@ def run_cli(*args: str, stdin: str | None = None, prog: str = "specdeploy", env:
     exe = Path(sys.executable).parent / prog
     return subprocess.run([str(exe), *args], input=stdin, capture_output=True, text=True, cwd=ROOT,
                           env={**os.environ, **(env or {})}, timeout=120)
+
+
+def minimal_crd(group: str, kind: str, plural: str) -> dict:
+    """A CRD that serves KIND with any content: a cluster's other operators' APIs (prometheus-operator,
+    LeaderWorkerSet) as the docs and chart tests need them present."""
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.{group}"},
+            "spec": {"group": group, "scope": "Namespaced",
+                     "names": {"kind": kind, "listKind": f"{kind}List", "plural": plural, "singular": kind.lower()},
+                     "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                         "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}

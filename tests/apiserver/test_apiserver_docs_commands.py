@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from specdeploy_dev.harness import Cluster, wait_for
+from testkit import minimal_crd
 
 ROOT = Path(__file__).resolve().parents[2]
 HELM3 = ROOT / ".venv" / "tools" / "helm3"
@@ -81,26 +82,17 @@ PRODUCTION_OTHER = {
 }
 # Prose mentions (a verb without its arguments); each has a whole command elsewhere in the docs.
 MENTIONS = {"kubectl apply -k", "kubectl describe pod", "helm install", "helm template", "helm upgrade", "helm package",
-            "helm uninstall", "helm lint --strict", "helm template | kubectl apply", "kubectl apply", "kubectl get",
+            "helm uninstall", "helm lint", "helm lint --strict", "helm template | kubectl apply", "kubectl apply", "kubectl get",
             "kubectl explain", "kubectl edit", "kubectl logs", "kubectl port-forward", "kubectl exec"}
 WATCHES = {"kubectl get specdeploy -w"}  # run until the first rows, then stopped (as a user does)
 # What a document's prerequisites are on a real cluster, played here before its commands run:
 # production.md starts from a GPU cluster with kube-prometheus-stack (its CRDs and the
 # `monitoring` namespace) and LeaderWorkerSet installed.
-def _minimal_crd(group: str, kind: str, plural: str) -> dict:
-    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-            "metadata": {"name": f"{plural}.{group}"},
-            "spec": {"group": group, "scope": "Namespaced",
-                     "names": {"kind": kind, "listKind": f"{kind}List", "plural": plural, "singular": kind.lower()},
-                     "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
-                         "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
-
-
 PREREQUISITES = {"docs/how-to/production.md": [
-    _minimal_crd("monitoring.coreos.com", "ServiceMonitor", "servicemonitors"),
-    _minimal_crd("monitoring.coreos.com", "PodMonitor", "podmonitors"),
-    _minimal_crd("monitoring.coreos.com", "PrometheusRule", "prometheusrules"),
-    _minimal_crd("leaderworkerset.x-k8s.io", "LeaderWorkerSet", "leaderworkersets"),
+    minimal_crd("monitoring.coreos.com", "ServiceMonitor", "servicemonitors"),
+    minimal_crd("monitoring.coreos.com", "PodMonitor", "podmonitors"),
+    minimal_crd("monitoring.coreos.com", "PrometheusRule", "prometheusrules"),
+    minimal_crd("leaderworkerset.x-k8s.io", "LeaderWorkerSet", "leaderworkersets"),
     {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "monitoring"}},
 ]}
 # Documents whose commands assume the README's install (chart + the Qwen example).

@@ -15,6 +15,7 @@ import pytest
 
 from chart_helpers import CHART, HELMS, ROOT, render
 from specdeploy_dev.harness import Cluster, kubectl_available, wait_for
+from testkit import minimal_crd
 
 pytestmark = pytest.mark.skipif(not kubectl_available(), reason="needs kubectl")
 CRDS = {"speculativedeployments.specdeploy.io", "speculativebenchmarks.specdeploy.io"}
@@ -31,13 +32,6 @@ def adoption_commands(release: str, namespace: str) -> list[str]:
              .replace("release-namespace=specdeploy-system", f"release-namespace={namespace}") for c in cmds]
 
 
-def _minimal_crd(group: str, kind: str, plural: str) -> dict:
-    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-            "metadata": {"name": f"{plural}.{group}"},
-            "spec": {"group": group, "scope": "Namespaced",
-                     "names": {"kind": kind, "listKind": f"{kind}List", "plural": plural, "singular": kind.lower()},
-                     "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
-                         "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
 
 
 def _release_objects(values: dict, release: str, namespace: str) -> list[tuple[str, str, str]]:
@@ -86,7 +80,7 @@ def test_crds_first_then_helm_upgrade_uninstall_reinstall(which, tmp_path):
         history = json.loads(helm("history", "specdeploy", "-n", "specdeploy-system", "-o", "json").stdout)
         assert [r["status"] for r in history] == ["deployed"]
         # ... and with it (kube-prometheus-stack installed): the upgrade goes through
-        monitoring = [_minimal_crd("monitoring.coreos.com", k, f"{k.lower()}s") for k in
+        monitoring = [minimal_crd("monitoring.coreos.com", k, f"{k.lower()}s") for k in
                       ("ServiceMonitor", "PodMonitor", "PrometheusRule")]
         cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": monitoring}))
         wait_for(lambda: cluster.kubectl("get", "prometheusrules", "-A", check=False).returncode == 0, 30,
