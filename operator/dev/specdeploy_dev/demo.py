@@ -142,6 +142,47 @@ def flag_commands(root: str = "examples") -> list[dict]:
             ec = r.engine_config
             out.append({"name": f"{ex.name}/{build.snapshot}-{versions[-1]}/nodes-1", "engine": build.snapshot,
                         "version": versions[-1], "argv": list(ec.args), "env": ec.env})
+    return out + method_commands()
+
+
+def method_commands() -> list[dict]:
+    """Every method each engine's newest verified release (and CPU build) serves, rendered by the argv builder
+    with every knob of the method set: the flag-drift coverage of each method's flags, independent of any
+    drafter config (the check is not run: these command lines exercise the renderer and the parsers only)."""
+    from specdeploy.api.types import SpeculativeDeploymentSpec
+    from specdeploy.core import methods as M
+    from specdeploy.core.checker import Derived
+    from specdeploy.core.render import ARG_BUILDERS
+
+    out = []
+    targets = [(info, info.newest_verified, info.name, "b300", None) for info in eng.ENGINES.values()]
+    for info in eng.ENGINES.values():
+        build, versions = eng.cpu_build(info.name), eng.cpu_verified_versions(info.name)
+        if build is not None and versions:
+            targets.append((info, versions[-1], build.snapshot, "cpu", build.methods))
+    for info, version, snapshot, gpu, only in targets:
+        row = info.release_for(version)
+        for m in (m for m in M.METHODS if m in row.methods and (only is None or m in only)):
+            spec: dict[str, Any] = {"engine": {"name": info.name, "version": version},
+                                    "target": {"model": "org/target", "revision": "main"},
+                                    "speculation": {"method": m}, "gpu": {"type": gpu, "count": 1 if gpu == "cpu" else 2}}
+            if M.needs_drafter(m):
+                spec["drafter"] = {"model": "org/drafter", "revision": "main"}
+            if m in M.EAGLE_METHODS or m in M.MTP_METHODS:
+                spec["speculation"]["eagle" if m in M.EAGLE_METHODS else "mtp"] = {"steps": 3, "topk": 1, "draftTokens": 4}
+            if m in M.NGRAM_METHODS:
+                spec["speculation"]["ngram"] = ({"numSpeculativeTokens": 4} if info.name == "sglang" else
+                                                {"lookupMin": 2, "lookupMax": 4, "numSpeculativeTokens": 4})
+            sp = SpeculativeDeploymentSpec.model_validate(spec)
+            steps = 3 if (m in M.EAGLE_METHODS or m in M.MTP_METHODS) else None
+            d = Derived(block_size=4 if m != "ngram" else 5, num_speculative_tokens=3 if m != "ngram" else 4,
+                        draft_window=None, drafter_window=None, layer_types=(), has_sliding=False, mixed_layers=False,
+                        target_layer_ids=(), steps=steps, topk=1 if steps else None,
+                        ngram_min=2 if m == "ngram" and info.name == "vllm" else None,
+                        ngram_max=4 if m == "ngram" and info.name == "vllm" else None)
+            argv, _ = ARG_BUILDERS[(info.name, m)](sp, d, row, "org/target", "org/drafter" if sp.drafter else None, False)
+            out.append({"name": f"method-{m}/{snapshot}-{version}", "engine": snapshot, "version": version,
+                        "argv": argv, "env": {}})
     return out
 
 
