@@ -5,8 +5,8 @@ examples, waits for their conditions, shows the gate refusing a broken pair, pri
 ``kubectl get specdeploy -o wide`` and each rendered engine command line, then stops
 everything. ``run_offline`` only checks and renders the examples in-process.
 
-Each example directory holds ``speculativedeployment.yaml`` with ``target.config.json`` and
-``drafter.config.json`` beside it (the files its kustomization turns into ConfigMaps).
+Each example directory holds ``speculativedeployment.yaml`` with ``target.config.json`` and (for methods
+with a drafter) ``drafter.config.json`` beside it (the files its kustomization turns into ConfigMaps).
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ def load_examples(root: str | Path = "examples") -> list[Example]:
             name=d.name,
             cr=SpeculativeDeployment.model_validate(doc),
             target=json.loads((d / "target.config.json").read_text()),
-            drafter=json.loads((d / "drafter.config.json").read_text()),
+            # methods without a drafter (mtp, ngram, suffix) have no drafter.config.json
+            drafter=json.loads((d / "drafter.config.json").read_text()) if (d / "drafter.config.json").is_file() else None,
         ))
     return out
 
@@ -62,7 +63,8 @@ def run_offline(root: str) -> int:
     failed = 0
     for ex in examples:
         spec = ex.cr.spec
-        print(f"== {ex.name}: {spec.target.model} + {spec.drafter.model} on {spec.engine.name} {spec.engine.version}, "
+        drafter = spec.drafter.model if spec.drafter is not None else f"no drafter ({spec.speculation.method})"
+        print(f"== {ex.name}: {spec.target.model} + {drafter} on {spec.engine.name} {spec.engine.version}, "
               f"{spec.gpu.count} x {spec.gpu.type}")
         try:
             r = render(ex.cr, ex.target, ex.drafter)
