@@ -36,10 +36,6 @@ def test_rendered_objects_pass_strict_schemas(ex, engine, nodes):
     cr.spec.engine.version = eng.ENGINES[engine].newest_verified
     cr.spec.nodes = nodes
     cr.spec.gpu.count = max(cr.spec.gpu.count, nodes)
-    if engine == "vllm" and cr.spec.engine.max_model_len is None:
-        # vLLM keeps the MLA latent on every GPU: Kimi K2.6's 262144 tokens do not fit one sequence on
-        # 8 x 96 GB (core/memory.py; the engine refuses to start), the SGLang example's engine caps requests instead
-        cr.spec.engine.max_model_len = 131072
     r = render(cr, ex.target, ex.drafter, pod_monitor=True)
     kinds = [o["kind"] for o in r.objects]
     assert ("LeaderWorkerSet" in kinds) == (nodes > 1) and ("Deployment" in kinds) == (nodes == 1)

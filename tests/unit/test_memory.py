@@ -190,6 +190,6 @@ def test_status_resolved_carries_the_memory_figures():
     ref = SimpleNamespace(digest="sha256:x", commit="")
     got = build_resolved(ref, ref, r, cr).model_dump(by_alias=True, exclude_none=True)["memory"]
     want = r.analysis.derived.memory
-    assert got["gpuCount"] == 8 and got["atContext"] == 262144
+    assert got["gpuCount"] == 8 and got["atContext"] == 65536  # the example's maxModelLen
     assert got["targetKvKiBPerToken"] == round(61 * 576 * 2 * 8 / 1024, 1)
     assert got["largestContext"] == want.largest_context() and got["capacityTokens"] == want.capacity_tokens > 0
