@@ -46,12 +46,15 @@ from typing import Any, Callable
 
 from specdeploy.core import benchprompts
 from specdeploy.core.acceptance import acceptance_from_scrapes
+from specdeploy.core.benchcosts import Gauges, gauges, point_costs
 from specdeploy.core.benchresult import (BenchPlan, BenchResultError, PlanPoint, PointResult, VariantResult,
                                          digests, format_result_line, validate_plan)
 
 PROG = "specdeploy-runtime bench-client"
 PERCENTILES = (50, 90, 99)
 HTTP_TIMEOUT = 60.0
+SAMPLE_INTERVAL_S = 2.0  # memory gauges while a point runs (GaugeSampler)
+MAX_SAMPLES = 3600
 
 
 class BenchError(RuntimeError):
@@ -168,8 +171,8 @@ def parse_sglang_result(line_doc: dict, details: dict | None = None, *, expected
         errors=[e[:256] for e in errs[:8]])
 
 
-def point_result(point: PlanPoint, run: ClientRun, acceptance) -> PointResult:
-    """The point's document from a client run and the acceptance over it (pure)."""
+def point_result(point: PlanPoint, run: ClientRun, acceptance, costs: dict | None = None) -> PointResult:
+    """The point's document from a client run, the acceptance and the costs over it (pure)."""
     acc = None
     if acceptance is not None and acceptance.length is not None and (acceptance.drafts is None or acceptance.drafts > 0):
         acc = {"length": acceptance.length, "perPosition": [min(1.0, max(0.0, x)) for x in acceptance.per_position],
@@ -182,7 +185,7 @@ def point_result(point: PlanPoint, run: ClientRun, acceptance) -> PointResult:
            "outputTokens": run.output_tokens, "outputTokensPerSecond": run.output_tokens_per_second,
            "requestsPerSecond": run.requests_per_second, "durationS": run.duration_s, "inputTokens": run.input_tokens,
            "ttftMs": run.ttft_ms or {}, "itlMs": run.itl_ms or {}, "tpotMs": run.tpot_ms, "acceptance": acc,
-           "outputDigests": outs, "errors": run.errors[:8]}
+           "costs": costs, "outputDigests": outs, "errors": run.errors[:8]}
     return PointResult.model_validate(doc)
 
 
@@ -215,6 +218,37 @@ def scrape(url: str | None) -> str | None:
     except (OSError, urllib.error.URLError) as e:
         log(f"scrape of {url} failed: {e}")
         return None
+
+
+class GaugeSampler:
+    """Scrapes the engine's memory gauges every SAMPLE_INTERVAL_S while a point runs (a daemon thread), so the
+    peak KV use and resident memory are seen, not only the values after the point. Keeps the parsed gauges
+    only (a few numbers a sample), at most MAX_SAMPLES."""
+
+    def __init__(self, engine: str, url: str | None, interval_s: float | None = None) -> None:
+        import threading
+
+        self.engine, self.url = engine, url
+        self.interval_s = SAMPLE_INTERVAL_S if interval_s is None else interval_s
+        self.samples: list[Gauges] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="gauge-sampler", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s) and len(self.samples) < MAX_SAMPLES:
+            text = scrape(self.url)
+            if text is not None:
+                self.samples.append(gauges(self.engine, text))
+
+    def __enter__(self) -> "GaugeSampler":
+        if self.url:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=HTTP_TIMEOUT + 1)
 
 
 def log(msg: str) -> None:
@@ -591,15 +625,16 @@ def run_plan(plan: BenchPlan, *, workdir: str | None = None) -> VariantResult:
 
             try:
                 before = scrape(plan.metrics_url)
-                if client == "sglang":
-                    run = run_sglang(plan, point, prompts, tmp, exe, prompt_set)
-                else:
-                    run = RUNNERS[client](plan, point, prompts, tmp, exe)
+                with GaugeSampler(plan.engine, plan.metrics_url) as sampler:
+                    if client == "sglang":
+                        run = run_sglang(plan, point, prompts, tmp, exe, prompt_set)
+                    else:
+                        run = RUNNERS[client](plan, point, prompts, tmp, exe)
                 after = scrape(plan.metrics_url)
                 # both scrapes or none: one scrape alone would give averages since the engine started
                 acc = (acceptance_from_scrapes(plan.engine, before, after, run.duration_s)
                        if after is not None and (before is not None or plan.engine == "sglang") else None)
-                res = point_result(point, run, acc)
+                res = point_result(point, run, acc, point_costs(plan.engine, before, after, sampler.samples))
             except (BenchError, benchprompts.PromptError, subprocess.TimeoutExpired, OSError, ValueError) as e:
                 res = failed_point(point, str(e) if isinstance(e, BenchError) else f"{type(e).__name__}: {e}")
             a = res.acceptance

@@ -366,3 +366,42 @@ def test_prompts_file_beside_the_plan_when_its_mount_path_is_elsewhere(tmp_path)
     assert bc.load_prompt_set(plan) == ["alpha beta", "gamma delta"]
     (tmp_path / "prompts.jsonl").unlink()  # nothing beside it either: the path stays, the run says which file
     assert bc.load_plan(str(tmp_path / "plan.json")).prompts.path == "/etc/specdeploy/bench/prompts.jsonl"
+
+
+def test_gauge_sampler_sees_the_peak_while_a_point_runs():
+    import http.server
+    import threading
+    import time
+
+    usage = iter([0.1, 0.9, 0.3] + [0.2] * 1000)
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            body = (f'vllm:kv_cache_usage_perc{{engine="0"}} {next(usage)}\n'
+                    'vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="10"} 1\n').encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{srv.server_address[1]}/metrics"
+        with bc.GaugeSampler("vllm", url, interval_s=0.01) as s:
+            deadline = time.monotonic() + 30
+            while len(s.samples) < 3 and time.monotonic() < deadline:
+                time.sleep(0.01)
+        n = len(s.samples)
+        time.sleep(0.05)
+        assert len(s.samples) == n  # stopped on exit
+        costs = bc.point_costs("vllm", None, None, s.samples)
+        assert costs["kvUsagePeak"] == 0.9 and costs["kvCapacityTokens"] == 160
+    finally:
+        srv.shutdown()
+    with bc.GaugeSampler("vllm", None) as s:  # no metrics URL: no thread, no samples
+        pass
+    assert s.samples == []

@@ -190,6 +190,11 @@ class PointSummary(_Model):
                                         "reads behind) count as gaps near 0: read `tpotP50Ms` for the per-token cost.")
     tpot_p50_ms: Optional[float] = Field(default=None, description="Median time per output token after the first "
                                          "(ms): (latency - TTFT) / (output tokens - 1) per request.")
+    ttft_p99_ms: Optional[float] = Field(default=None, description="99th percentile time to first token (ms).")
+    prefix_cache_hit_rate: Optional[float] = Field(default=None, description="Prefix-cache hit rate over the point "
+                                                   "(0-1, from the engine's counters: docs/concepts/benchmarks.md).")
+    kv_capacity_tokens: Optional[int] = Field(default=None, description="KV cache capacity the engine reports, tokens.")
+    kv_usage_peak: Optional[float] = Field(default=None, description="Peak KV cache use over the point (0-1).")
     failed: Optional[int] = Field(default=None, description="Requests that failed.")
     equal_to_baseline: Optional[bool] = Field(default=None, description="Greedy outputs equal the baseline's at the "
                                               "same point (none without a baseline).")
@@ -230,6 +235,15 @@ class Excluded(_Model):
     reason: str = Field(description="Why (e.g. greedy outputs differ from the baseline).")
 
 
+class VariantCost(_Model):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    variant: str = Field(description="Variant name.")
+    vs_baseline: str = Field(default="", description="What it costs against speculation off, e.g. `KV capacity -38% "
+                             "(...), prefix cache 0% vs 61%`.")
+    prefix_cache_lost: bool = Field(default=False, description="Its prefix cache hit nothing while the baseline's hit.")
+
+
 class Recommendation(_Model):
     """Best configuration per load band, crossover and guard (docs/concepts/benchmarks.md)."""
 
@@ -240,6 +254,8 @@ class Recommendation(_Model):
     guard: Guard = Field(default_factory=Guard, description="Limits for `spec.speculation.guard.fromBenchmark`.")
     excluded: list[Excluded] = Field(default_factory=list, description="Variants never recommended, with the reason.")
     best: Optional[str] = Field(default=None, description="The variant that wins most bands (printer column).")
+    costs: list[VariantCost] = Field(default_factory=list, description="Each variant's hidden costs against the "
+                                     "baseline (KV capacity, prefix-cache hit rate, peak memory).")
     summary: str = Field(default="", description="One sentence.")
 
 

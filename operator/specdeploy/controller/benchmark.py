@@ -460,6 +460,10 @@ class BenchmarkController:
             "tau": _r((p.get("acceptance") or {}).get("length")),
             "ttftP50Ms": _r((p.get("ttftMs") or {}).get("p50")), "itlP50Ms": _r((p.get("itlMs") or {}).get("p50")),
             "tpotP50Ms": _r((p.get("tpotMs") or {}).get("p50")),
+            "ttftP99Ms": _r((p.get("ttftMs") or {}).get("p99")),
+            "prefixCacheHitRate": _r((p.get("costs") or {}).get("prefixCacheHitRate")),
+            "kvCapacityTokens": (p.get("costs") or {}).get("kvCapacityTokens"),
+            "kvUsagePeak": _r((p.get("costs") or {}).get("kvUsagePeak")),
             "failed": p.get("failed"), "equalToBaseline": p.get("equalToBaseline")}.items() if v is not None}
             for p in points]
         message = reco["summary"]

@@ -80,6 +80,18 @@ class PointAcceptance(_Model):
     accepted_tokens: Count | None = None
 
 
+class PointCosts(_Model):
+    """What the point cost beside its speed, from the engine's /metrics (core/benchcosts.py)."""
+
+    prefix_cache_queries: Count | None = None
+    prefix_cache_hits: Count | None = None
+    prefix_cache_hit_rate: Fraction | None = None
+    prefix_cache_source: Literal["counters", "gauge"] | None = None
+    kv_capacity_tokens: Annotated[int, Field(ge=0, le=10**12)] | None = None
+    kv_usage_peak: Fraction | None = None
+    resident_memory_peak_bytes: Annotated[float, Field(ge=0, le=1e15, allow_inf_nan=False)] | None = None
+
+
 class PointResult(_Model):
     """One point: one concurrency and one context, ``completed`` requests."""
 
@@ -99,6 +111,7 @@ class PointResult(_Model):
     itl_ms: Percentiles = Percentiles()
     tpot_ms: Percentiles | None = None
     acceptance: PointAcceptance | None = None
+    costs: PointCosts | None = None
     output_digests: Annotated[list[Digest], Field(max_length=MAX_PROMPTS)] = []
     errors: Annotated[list[ShortText], Field(max_length=8)] = []  # the first few request errors
 
