@@ -300,8 +300,18 @@ def local_tokenizer(plan: BenchPlan) -> Tokenizer | None:
                      lambda ids: tok.decode(ids), lambda t: len(tok(t)["input_ids"]), f"local tokenizer {name}")
 
 
-def load_prompt_set(plan: BenchPlan) -> list[str]:
+def load_prompt_set(plan: BenchPlan) -> list:
+    """The plan's prompt strings, or its chat-completion requests (kind ``requests``)."""
     p = plan.prompts
+    if p.kind == "requests" and p.name:
+        return benchprompts.bundled_requests(p.name)
+    if p.kind == "requests":
+        try:
+            with open(p.path or "", encoding="utf-8") as fh:
+                text = fh.read(benchprompts.MAX_FILE_BYTES + 1)
+        except OSError as e:
+            raise BenchError(f"requests file {p.path}: {e.strerror}") from None
+        return benchprompts.parse_requests_jsonl(text, source=p.path or "requests")
     if p.kind == "bundled":
         return benchprompts.bundled(p.name or "")
     if p.kind == "file":
@@ -410,6 +420,19 @@ def run_sglang(plan: BenchPlan, point: PlanPoint, prompts: Callable[[], list[str
     return parse_sglang_result(lines[-1], expected=point.num_prompts)
 
 
+def _piece(choice: dict) -> str:
+    """The text a streamed choice adds: completions ``text``; chat ``delta`` content, reasoning and tool-call
+    fragments (so a tool call or a thought counts as output and enters the greedy-equality digest)."""
+    if "delta" not in choice:
+        return choice.get("text") or ""
+    d = choice.get("delta") or {}
+    out = (d.get("reasoning_content") or d.get("reasoning") or "") + (d.get("content") or "")
+    for call in d.get("tool_calls") or []:
+        fn = (call or {}).get("function") or {}
+        out += (fn.get("name") or "") + (fn.get("arguments") or "")
+    return out
+
+
 def _stream_one(url: str, body: dict, timeout: float) -> tuple[str, float, list[float], int, str, int]:
     """One streamed completion: (text, ttft s, chunk gaps s, completion tokens, error, prompt tokens)."""
     req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
@@ -435,7 +458,7 @@ def _stream_one(url: str, body: dict, timeout: float) -> tuple[str, float, list[
                 choices = doc.get("choices") or []
                 if not choices:
                     continue
-                piece = choices[0].get("text") or ""
+                piece = _piece(choices[0])
                 now = time.perf_counter()
                 if piece:
                     if not text:
@@ -455,9 +478,24 @@ def run_own(plan: BenchPlan, point: PlanPoint, prompts: Callable[[], list[str]],
     url = plan.base_url.rstrip("/") + "/v1/completions"
     bodies = [{"model": plan.model, "prompt": p, "max_tokens": point.max_output_tokens, "temperature": 0,
                "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}} for p in prompts()]
+    return _run_streams(url, bodies, point, plan.point_timeout_s)
+
+
+def run_chat(plan: BenchPlan, point: PlanPoint, requests: list[dict], workdir: str, exe: list[str]) -> ClientRun:
+    """Replay chat-completion requests as captured (a request set): the point's share sampled by (seed,
+    concurrency), streamed through /v1/chat/completions at greedy sampling; the requests keep their own ending
+    (no ignore_eos: a tool call or a JSON object ends where the grammar ends), at most maxOutputTokens."""
+    url = plan.base_url.rstrip("/") + "/v1/chat/completions"
+    picked = benchprompts.sample_requests(requests, point.num_prompts, plan.prompts.seed, point.concurrency)
+    bodies = [{**r, "model": plan.model, "max_tokens": point.max_output_tokens, "temperature": 0, "stream": True,
+               "stream_options": {"include_usage": True}} for r in picked]
+    return _run_streams(url, bodies, point, plan.point_timeout_s)
+
+
+def _run_streams(url: str, bodies: list[dict], point: PlanPoint, timeout: float) -> ClientRun:
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max_workers=point.concurrency) as pool:
-        results = list(pool.map(lambda b: _stream_one(url, b, plan.point_timeout_s), bodies))
+        results = list(pool.map(lambda b: _stream_one(url, b, timeout), bodies))
     duration = time.perf_counter() - t0
     ok = [r for r in results if not r[4]]
     tokens = sum(r[3] for r in ok)
@@ -595,7 +633,12 @@ def vllm_has_pandas(exe: list[str]) -> bool:
 
 
 def run_plan(plan: BenchPlan, *, workdir: str | None = None) -> VariantResult:
-    client, exe = pick_client(plan)
+    if plan.prompts.kind == "requests":  # the engines' clients cannot send tools or response formats
+        if plan.client not in ("auto", "specdeploy"):
+            log(f"a request set (chat completions as captured) is replayed by specdeploy's client, not {plan.client}")
+        client, exe = "specdeploy", []
+    else:
+        client, exe = pick_client(plan)
     if needs_custom_prompts(client, plan) and not vllm_has_pandas(exe):
         log("vllm bench serve reads bundled/file prompts with pandas, which this image lacks: using specdeploy's client")
         client, exe = "specdeploy", []
@@ -626,7 +669,9 @@ def run_plan(plan: BenchPlan, *, workdir: str | None = None) -> VariantResult:
             try:
                 before = scrape(plan.metrics_url)
                 with GaugeSampler(plan.engine, plan.metrics_url) as sampler:
-                    if client == "sglang":
+                    if plan.prompts.kind == "requests":
+                        run = run_chat(plan, point, prompt_set, tmp, exe)
+                    elif client == "sglang":
                         run = run_sglang(plan, point, prompts, tmp, exe, prompt_set)
                     else:
                         run = RUNNERS[client](plan, point, prompts, tmp, exe)

@@ -150,13 +150,13 @@ class PlanPoint(_Model):
 
 
 class PlanPrompts(_Model):
-    """``generated`` (seeded prompts of exactly ``context`` tokens), ``bundled`` (``code`` or
-    ``chat``, shipped with specdeploy) or ``file`` (JSON lines ``{"prompt": ...}``, a mounted
-    ConfigMap key)."""
+    """``generated`` (seeded prompts of exactly ``context`` tokens), ``bundled`` (``code`` or ``chat``, shipped with
+    specdeploy), ``file`` (JSON lines ``{"prompt": ...}``, a mounted ConfigMap key) or ``requests`` (chat-completion
+    requests replayed as captured: a bundled request set by ``name`` or a mounted key by ``path``)."""
 
-    kind: Literal["generated", "bundled", "file"] = "generated"
+    kind: Literal["generated", "bundled", "file", "requests"] = "generated"
     seed: Annotated[int, Field(ge=0, le=2**31 - 1)] = 0
-    name: Literal["code", "chat"] | None = None
+    name: Literal["code", "chat", "tool-call", "structured-output"] | None = None
     path: Annotated[str, StringConstraints(max_length=1024)] | None = None
 
     @model_validator(mode="after")
@@ -165,6 +165,8 @@ class PlanPrompts(_Model):
             raise ValueError("prompts.kind bundled needs prompts.name (code or chat)")
         if self.kind == "file" and not self.path:
             raise ValueError("prompts.kind file needs prompts.path")
+        if self.kind == "requests" and (self.name is None) == (self.path is None):
+            raise ValueError("prompts.kind requests needs prompts.name (a bundled request set) or prompts.path")
         return self
 
 
