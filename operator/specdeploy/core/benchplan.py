@@ -128,7 +128,8 @@ def point_id(variant: str, context: int, concurrency: int) -> str:
 
 
 def plan_benchmark(matrix: Any, *, engine: str, engine_version: str, block_size: int,
-                   served_context: Optional[int] = None, deployment_tokens: Optional[int] = None) -> BenchPlan:
+                   served_context: Optional[int] = None, deployment_tokens: Optional[int] = None,
+                   cpu_pool: bool = False) -> BenchPlan:
     """The ordered variants (baseline first) and points of a benchmark's matrix.
 
     ``matrix`` is the parsed ``spec.matrix`` (api/benchmark.Matrix); ``block_size`` the drafter's
@@ -167,7 +168,12 @@ def plan_benchmark(matrix: Any, *, engine: str, engine_version: str, block_size:
                 f"(it has: {known}); remove it", "DraftAttentionBackendUnsupported"))
     synthetic = list(getattr(matrix, "synthetic_acceptance", []) or [])
     own = tokens[0]  # synthetic variants run at the first speculative tokens measured (else the deployment's own)
-    if synthetic and eng.synthetic_acceptance(engine, engine_version) is None:
+    syn_row = eng.synthetic_acceptance(engine, engine_version)
+    if synthetic and syn_row is not None and cpu_pool and syn_row.cpu_refusal:
+        problems.append(PlanProblem(
+            f"{P}.syntheticAcceptance", f"{engine}'s CPU build refuses synthetic acceptance ({syn_row.cpu_refusal}): "
+            "remove spec.matrix.syntheticAcceptance or benchmark on a GPU pool", "SyntheticAcceptanceUnsupported"))
+    if synthetic and syn_row is None:
         since = eng.SYNTHETIC_ACCEPTANCE.get(engine)
         problems.append(PlanProblem(
             f"{P}.syntheticAcceptance", f"{engine} {engine_version} has no synthetic acceptance the project has read "

