@@ -34,6 +34,7 @@ from ..core.benchreco import equal_to_baseline, recommend
 from ..core.benchrender import (BENCH_LABEL, BenchOwner, build_client_configmap, build_client_job, render_variant,
                                 variant_object_name)
 from ..core.checker import analyze
+from ..core import gpus
 from ..core import names as N
 from ..core.findings import errors as error_findings
 from ..core.render import RenderError
@@ -300,7 +301,8 @@ class BenchmarkController:
         try:
             plan = plan_benchmark(cr.spec.matrix, engine=dcr.spec.engine.name, engine_version=dcr.spec.engine.version,
                                   block_size=(trained or d).block_size, served_context=d.served_context,
-                                  deployment_tokens=d.num_speculative_tokens)
+                                  deployment_tokens=d.num_speculative_tokens,
+                                  cpu_pool=not gpus.get_profile(dcr.spec.gpu.type).accelerator)
         except PlanError as e:
             raise BenchFailed("InvalidMatrix", str(e)) from None
         if cr.spec.use_serving_deployment:
