@@ -113,8 +113,8 @@ class DevUp:
             self._next_start = time.monotonic() + RESTART_BACKOFF_S
         if time.monotonic() < self._next_start:
             return
-        what = "restarting" if self.playing else "starting"
-        self.log(f"dev up: {what} the operator with the args of Deployment {want[0]}/{want[1]} (generation {want[3]})")
+        if self.playing:
+            self.log(f"dev up: Deployment {want[0]}/{want[1]} changed (generation {want[3]}): restarting the operator")
         try:
             self.cluster.play_operator_pod(want[0], want[1])
             self.cluster.mark_workload_ready(want[1], "deployment", want[0])
@@ -124,6 +124,9 @@ class DevUp:
             self._next_start = time.monotonic() + RESTART_BACKOFF_S
             return
         self.playing = want
+        self.log(f"dev up: operator running as pid {self.cluster.operator.pid} with the args of Deployment "
+                 f"{want[0]}/{want[1]} (generation {want[3]}; log {self.cluster.operator_log}); the webhook Service's "
+                 "Endpoints point at it")
 
 
 def cmd_up(args) -> int:
@@ -161,11 +164,7 @@ def cmd_up(args) -> int:
         if helm and loop.playing is None:
             wait_for(lambda: (loop.step(), loop.playing)[1] or stop["now"], 120, "the chart's operator to start",
                      interval=POLL_S)
-        if loop.playing:
-            ns, name = loop.playing[:2]
-            say(f"dev up: operator running as pid {cluster.operator.pid} with the args of Deployment {ns}/{name} "
-                f"(log {cluster.operator_log}); the webhook Service's Endpoints point at it")
-        else:
+        if not loop.playing:
             say("dev up: no chart installed yet (--no-install): `helm install` it and its operator Deployment runs here")
         say("dev up: ready. Use the cluster with:")
         say(f"export KUBECONFIG={cluster.kubeconfig}")
