@@ -7,8 +7,8 @@ What a real cluster and registry would provide is played around it, never inside
 - the cluster: ``specdeploy dev up --no-install`` (the embedded API server; whatever ``helm install``
   installs, its operator Deployment's own args run as a local process with the webhook Service's
   Endpoints pointing at it, its status ready);
-- the container tool and the registry: a stand-in ``docker`` on PATH (tests/testkit.py
-  FAKE_CONTAINER_TOOL: logs the builds, tags and pushes, builds nothing);
+- the container tool and the registry: a stand-in ``docker`` on PATH (specdeploy_dev.container_standin:
+  logs the builds, tags and pushes, builds nothing);
 - ``helm`` on PATH: .venv/tools/helm4;
 - the engine pods: after the block, the test plays the Deployment controller for the example's engine
   Deployment (the example needs B300 nodes), and the SpeculativeDeployment reaches Ready=True.
@@ -26,11 +26,10 @@ from pathlib import Path
 import pytest
 
 from e2e_support import EMBEDDED
+from specdeploy_dev.container_standin import container_calls, fake_container_tool
 from specdeploy_dev.harness import Cluster, kubectl_available, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-from testkit import container_calls, fake_container_tool  # noqa: E402
 
 README = ROOT / "README.md"
 BEGIN, END = "<!-- install:begin", "<!-- install:end -->"

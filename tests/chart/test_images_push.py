@@ -1,5 +1,5 @@
 """``images/build.sh --push REGISTRY``: its arguments, the tags and pushes, and the Helm value set it prints,
-with a stand-in container tool on PATH (tests/testkit.py FAKE_CONTAINER_TOOL: logs every call, builds
+with a stand-in container tool on PATH (specdeploy_dev.container_standin: logs every call, builds
 nothing). The value set it prints installs the chart from the pushed operator image and lets engine pods
 name the pushed runtime image; the NOTES warn only without it."""
 
@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from chart_helpers import CHART, run_helm
-from testkit import ROOT, container_calls, fake_container_tool
+from specdeploy_dev.container_standin import container_calls, fake_container_tool
+from testkit import ROOT
 
 BUILD = ROOT / "images" / "build.sh"
 
