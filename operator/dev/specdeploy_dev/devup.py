@@ -24,11 +24,13 @@ import time
 from pathlib import Path
 
 from specdeploy.cli.common import UsageError
+from specdeploy.core import names as N
 
 from .harness import ROOT, Cluster, HarnessError, wait_for
 
 PID_FILE = "dev-up.pid"
-OPERATOR_SELECTOR = "app.kubernetes.io/part-of=specdeploy,app.kubernetes.io/component=operator"
+# the chart's operator Deployment (charts/specdeploy/templates/_helpers.tpl, specdeploy.labels)
+OPERATOR_SELECTOR = N.selector({N.LABEL_PART_OF: N.MANAGED_BY, N.LABEL_COMPONENT: "operator"})
 POLL_S = 1.0
 RESTART_BACKOFF_S = 5.0
 
