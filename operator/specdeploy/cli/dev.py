@@ -89,7 +89,8 @@ def add_dev_parser(sub) -> None:
                     help="release namespace (default specdeploy-system)")
     up.add_argument("--watch-namespace", action="append", metavar="NS",
                     help="chart value watch.namespaces (repeatable; default: default)")
-    up.add_argument("--set", action="append", metavar="KEY=VALUE", help="a Helm --set for the install (repeatable)")
+    up.add_argument("--set", action="append", metavar="VALUES",
+                    help="a Helm --set for the install (key=value[,key=value]; repeatable)")
     up.add_argument("--values", "-f", action="append", metavar="FILE", help="a Helm values file (repeatable)")
     up.add_argument("--chart", metavar="PATH", help="the chart (default: charts/specdeploy of this repository)")
     up.add_argument("--helm", metavar="PATH", help="Helm binary (default: helm on PATH, else .venv/tools/helm4)")
