@@ -59,11 +59,16 @@ def _running_pid(directory: Path) -> int | None:
     return pid if b"dev" in cmdline and b"up" in cmdline else None
 
 
+def chart_path(args) -> Path:
+    return Path(args.chart) if args.chart else ROOT / "charts" / "specdeploy"
+
+
 def helm_install_argv(helm: str, args, kubeconfig: str) -> list[str]:
     """The `helm install` of the chart: the release, its namespace, the watched namespaces, then the
     user's --set/--values as Helm's own arguments (an argv, never a shell line)."""
-    argv = [helm, "install", args.release, str(args.chart or ROOT / "charts" / "specdeploy"), "--namespace", args.namespace, "--create-namespace",
-            "--kubeconfig", kubeconfig, "--set", "watch.namespaces={" + ",".join(args.watch_namespace or ["default"]) + "}"]
+    watched = ",".join(args.watch_namespace or ["default"])
+    argv = [helm, "install", args.release, str(chart_path(args)), "--namespace", args.namespace, "--create-namespace",
+            "--kubeconfig", kubeconfig, "--set", "watch.namespaces={" + watched + "}"]
     for value in args.values or []:
         argv += ["--values", value]
     for item in args.set or []:
@@ -160,7 +165,7 @@ def cmd_up(args) -> int:
             if p.returncode != 0:
                 say(f"dev up: helm install failed ({p.returncode}):\n{p.stderr.strip() or p.stdout.strip()}")
                 return 1
-            say(f"dev up: chart {args.chart or ROOT / 'charts' / 'specdeploy'} installed as release {args.release} in namespace {args.namespace}")
+            say(f"dev up: chart {chart_path(args)} installed as release {args.release} in namespace {args.namespace}")
         loop = DevUp(cluster, say)
         loop.step()
         if helm and loop.playing is None:
