@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from pathlib import Path
 
 from .harness import ROOT
 
 
-FAKE_CONTAINER_TOOL = r'''#!/usr/bin/env python3
+FAKE_CONTAINER_TOOL = r'''
 import json, os, sys
 args = sys.argv[1:]
 with open(os.environ["FAKE_CONTAINER_LOG"], "a") as f:
@@ -50,7 +51,7 @@ def fake_container_tool(directory: Path, name: str = "docker") -> tuple[Path, di
     first on PATH (and makes images/build.sh use it: SPECDEPLOY_CONTAINER_TOOL=NAME)."""
     directory.mkdir(parents=True, exist_ok=True)
     tool = directory / name
-    tool.write_text(FAKE_CONTAINER_TOOL)
+    tool.write_text(f"#!{sys.executable}" + FAKE_CONTAINER_TOOL)
     tool.chmod(0o755)
     log = directory / "calls.jsonl"
     version = re.search(r'^version *= *"(.*)"', (ROOT / "pyproject.toml").read_text(), re.M).group(1)
