@@ -75,6 +75,16 @@ first", after part of the release may have been applied). Argument: (list $ "val
 {{- end }}
 {{- end }}
 
+{{/*
+The note an operator pod carries while image.repository is the unpublished default (NOTES.txt warns too):
+what its ImagePullBackOff means and the fix. Empty for any other image.
+*/}}
+{{- define "specdeploy.unpublishedImageNote" -}}
+{{- if and (eq .Values.image.repository "ghcr.io/specdeploy/operator") (not .Values.image.digest) -}}
+ghcr.io/specdeploy/operator is not published, so this pod cannot pull it (ImagePullBackOff). Build and push the images with `bash images/build.sh --push REGISTRY` from the repository, then `helm upgrade {{ .Release.Name }} charts/specdeploy -n {{ .Release.Namespace }} --reuse-values --set image.repository=REGISTRY/specdeploy/operator`.
+{{- end -}}
+{{- end }}
+
 {{- define "specdeploy.webhookService" -}}
 {{- printf "%s-webhook" (include "specdeploy.fullname" .) }}
 {{- end }}
