@@ -83,6 +83,16 @@ def controller(api: Api, with_deployment: bool = True) -> tuple[BenchmarkControl
     return bc, body
 
 
+def rendered_image() -> str:
+    """The image the reconciler renders for the tiny deployment (what the serving client must run)."""
+    from specdeploy.api.types import SpeculativeDeployment
+    from specdeploy.core.render import render
+
+    cr = SpeculativeDeployment.model_validate({**copy.deepcopy(DEP), "metadata": {"name": "tiny", "namespace": NS}})
+    docs = [json.loads(TINY[f"{src.model}/config.json"]) for src in (cr.spec.target, cr.spec.drafter)]
+    return render(cr, *docs).image
+
+
 def step(bc) -> float | None:
     return asyncio.run(bc.reconcile((NS, BENCH["metadata"]["name"])))
 
@@ -224,9 +234,12 @@ def test_use_serving_deployment_measures_it_last_without_touching_it():
     api = Api()
     bc, body = controller(api)
     body["spec"]["useServingDeployment"] = True
-    bc.deployments[(NS, "tiny")]["status"] = {"resolved": {"image": "ghcr.io/specdeploy/runtime:vllm-cpu-0.32.0"}}
-    api.objs[("Deployment", NS, "tiny")] = {"kind": "Deployment", "metadata": {"name": "tiny", "namespace": NS},
-                                            "status": {"readyReplicas": 1}}
+    bc.deployments[(NS, "tiny")]["metadata"]["uid"] = "dep-uid"
+    # status is output only: an image written there by whoever may write /status is never the client's
+    bc.deployments[(NS, "tiny")]["status"] = {"resolved": {"image": "docker.io/attacker/anything:latest"}}
+    api.objs[("Deployment", NS, "tiny")] = {"kind": "Deployment", "metadata": {
+        "name": "tiny", "namespace": NS, "ownerReferences": [{"uid": "dep-uid", "controller": True}]},
+        "status": {"readyReplicas": 1}}
     for v, tau in (("baseline", None), ("k3", 3.0)):
         step(bc)
         ready(api, v)
@@ -238,6 +251,8 @@ def test_use_serving_deployment_measures_it_last_without_touching_it():
     plan = json.loads(api.objs[("ConfigMap", NS, "tiny-sweep-serving-plan")]["data"]["plan.json"])
     assert plan["baseUrl"] == "http://tiny.default.svc:8000" and [p["id"] for p in plan["points"]] == [
         "serving/c32/n1", "serving/c32/n2"]
+    [client] = api.objs[("Job", NS, "tiny-sweep-serving-client")]["spec"]["template"]["spec"]["containers"]
+    assert client["image"] == rendered_image() and "attacker" not in client["image"]
     finish_job(api, "serving", result("serving", 3.0, 90))
     step(bc)
     step(bc)

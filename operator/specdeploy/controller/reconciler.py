@@ -295,8 +295,9 @@ class Controller:
         try:
             target = await self.resolver.resolve(cr, "target")
             drafter = await self.resolver.resolve(cr, "drafter")
-        except ResolutionError as e:
-            await self._finish(key, body, pl.blocked(gen, e.reason, e.message, unresolved=False))
+        except ResolutionError as e:  # e.conflict: the inspector Job's name is taken (ChildConflict)
+            await self._finish(key, body, pl.blocked(gen, e.reason, e.message, unresolved=False),
+                               [e.conflict] if e.conflict else None)
             if e.reason == "InspectionPending":
                 raise  # short, fixed wait; not a failure
             return e.delay or self.backoff.failed(key)
@@ -313,9 +314,9 @@ class Controller:
         # apply
         conflicts: list[str] = []
         if plan.apply:
-            conflicts = await self.executor.apply(ns, name, plan.apply, plan.delete)
+            conflicts = await self.executor.apply(ns, name, plan.apply, plan.delete, uid=cr.metadata.uid)
             if plan.rendered is not None and plan.rendered.tuning is not None:
-                await self.executor.tuning(ns, cr, plan.rendered)
+                conflicts += await self.executor.tuning(ns, cr, plan.rendered)
         return await self._finish(key, body, plan, conflicts)
 
     async def _finish(self, key: Key, body: dict, plan: pl.Plan, conflicts: list[str] | None = None) -> None:

@@ -148,6 +148,19 @@ def now_rfc3339() -> str:
     return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
+def age_seconds(ts: str | None) -> float:
+    """Seconds since an RFC 3339 time stamp (a creationTimestamp, a status time); 0 when absent or unreadable."""
+    if not ts:
+        return 0.0
+    try:
+        t = dt.datetime.fromisoformat(ts.replace("Z", "+00:00"))
+    except ValueError:
+        return 0.0
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=dt.timezone.utc)
+    return (dt.datetime.now(dt.timezone.utc) - t).total_seconds()
+
+
 def merge_conditions(previous: list[dict] | None, new: list[dict], generation: int, now: str) -> list[dict]:
     """New conditions with lastTransitionTime kept where the status did not change.
 
