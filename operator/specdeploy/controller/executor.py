@@ -70,18 +70,27 @@ class Executor:
         return actual, ownership.conflict(actual, uid)
 
     async def apply(self, ns: str, name: str, desired: list[dict], obsolete: list[tuple[str, str]],
-                    uid: str | None = None) -> list[str]:
+                    uid: str | None = None, claims: list[tuple[str, str]] | tuple = ()) -> list[str]:
         """Apply drifted or missing children (server-side apply), delete obsolete ones. Returns conflicts
-        (``Kind/name (why)``): children whose name is taken by an object this CR (``uid``) does not control,
-        which are neither applied nor deleted."""
+        (``Kind/name (why)``): names taken by an object this CR (``uid``) does not control.
+
+        All or nothing: while any desired child or ``claims`` (other names the pods read: the tuning Job and
+        its ConfigMap) is taken, nothing is applied or deleted. The workload mounts the engine ConfigMap and
+        the tuned-kernels ConfigMap by name, so applying it beside another's ConfigMap of that name would run
+        the engine with what that ConfigMap says."""
         conflicts: list[str] = []
+        live: dict[tuple[str, str], dict | None] = {}
+        for kind, cname, owner in [(o["kind"], o["metadata"]["name"], ownership.owner_uid(o) or uid) for o in desired] \
+                + [(kind, cname, uid) for kind, cname in claims]:
+            live[(kind, cname)], why = await self.claim(kind, ns, cname, owner)
+            if why is not None:
+                conflicts.append(f"{kind}/{cname} ({why})")
+        if conflicts:
+            return conflicts
         children = self.cache.children
         for obj in desired:
             kind, cname = obj["kind"], obj["metadata"]["name"]
-            actual, why = await self.claim(kind, ns, cname, ownership.owner_uid(obj) or uid)
-            if why is not None:
-                conflicts.append(f"{kind}/{cname} ({why})")
-                continue
+            actual = live[(kind, cname)]
             applied = await self.apply_child(ns, obj, actual)
             if applied is None:
                 conflicts.append(f"{kind}/{cname} (controlled by another object)")

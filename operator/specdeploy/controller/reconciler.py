@@ -314,8 +314,11 @@ class Controller:
         # apply
         conflicts: list[str] = []
         if plan.apply:
-            conflicts = await self.executor.apply(ns, name, plan.apply, plan.delete, uid=cr.metadata.uid)
-            if plan.rendered is not None and plan.rendered.tuning is not None:
+            tuning = plan.rendered.tuning if plan.rendered is not None else None
+            claims = [] if tuning is None else [("Job", tuning.job_name)] + (
+                [("ConfigMap", tuning.configmap_name)] if tuning.storage == "configMap" else [])
+            conflicts = await self.executor.apply(ns, name, plan.apply, plan.delete, uid=cr.metadata.uid, claims=claims)
+            if tuning is not None and not conflicts:
                 conflicts += await self.executor.tuning(ns, cr, plan.rendered)
         return await self._finish(key, body, plan, conflicts)
 

@@ -129,7 +129,10 @@ def compute_conditions(o: Observation) -> list[dict[str, Any]]:
 
     # Degraded: something is wrong while a workload exists, or a child is not ours.
     if o.conflicts:
-        deg = _cond(DEGRADED, True, "ChildConflict", "objects exist that another controller owns: " + ", ".join(o.conflicts))
+        deg = _cond(DEGRADED, True, "ChildConflict",
+                    "objects of these names exist and are not controlled by this SpeculativeDeployment, so none of its "
+                    "children is applied, changed or deleted: " + ", ".join(o.conflicts)
+                    + "; rename the SpeculativeDeployment or delete or rename those objects")
     elif o.workload_exists and gate_failed:
         deg = _cond(DEGRADED, True, "RunningPreviousConfig",
                     "the last good workload keeps running; the current spec is not applied: " + prog["message"])
