@@ -11,6 +11,7 @@ import copy
 import json
 from types import SimpleNamespace
 
+import pytest
 import yaml
 
 from testkit import EXAMPLES
@@ -346,3 +347,117 @@ def test_an_operator_start_judges_nothing_until_the_deployment_cache_is_complete
     bc.deployments.clear()  # after the sync a missing deployment is one that was deleted
     step(bc)
     assert body["status"]["phase"] == "Failed"
+
+
+# ----------------------------------------------------------------- issue 24: only what it controls; deadlines
+
+
+def _old(obj: dict, seconds: float) -> None:
+    import datetime as dt
+
+    t = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=seconds)
+    obj["metadata"]["creationTimestamp"] = t.replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def test_an_own_variant_that_never_becomes_ready_fails_at_the_deadline_of_its_creation():
+    """Before: the deadline counted from status.startedAt, absent after a restart that found the variant (or
+    forged by whoever may write /status), so the benchmark polled forever."""
+    from specdeploy.controller import benchmark as bm
+
+    api = Api()
+    bc, body = controller(api)
+    step(bc)  # the baseline's objects, owned by the benchmark
+    dep = api.objs[("Deployment", NS, "tiny-sweep-baseline")]
+    body["status"].pop("startedAt")  # a restart that finds the variant: no stage start in status
+    assert step(bc) == bm.POLL_SECONDS  # young: waits
+    body["status"]["startedAt"] = "2999-01-01T00:00:00Z"  # a forged start in the future moves nothing
+    _old(dep, bm.READY_DEADLINE + 5)
+    step(bc)
+    cond = body["status"]["conditions"][0]
+    assert body["status"]["phase"] == "Failed" and cond["reason"] == "VariantNotReady", cond
+    assert ("Deployment", NS, "tiny-sweep-baseline") not in api.objs  # ours: deleted
+
+
+def test_a_client_job_past_its_deadline_fails_whatever_status_says():
+    from specdeploy.controller import benchmark as bm
+
+    api = Api()
+    bc, body = controller(api)
+    step(bc)
+    ready(api, "baseline")
+    step(bc)
+    job = api.objs[("Job", NS, "tiny-sweep-baseline-client")]
+    body["status"]["startedAt"] = "2999-01-01T00:00:00Z"
+    assert step(bc) == bm.POLL_SECONDS
+    _old(job, bm.CLIENT_DEADLINE + 5)
+    step(bc)
+    cond = body["status"]["conditions"][0]
+    assert cond["reason"] == "ClientTimedOut" and "tiny-sweep-baseline-client" in cond["message"]
+    assert ("Job", NS, "tiny-sweep-baseline-client") not in api.objs
+
+
+def _foreign(kind: str, name: str, refs: list | None = None, **extra) -> dict:
+    return {"kind": kind, "metadata": {"name": name, "namespace": NS, "uid": "victim",
+                                       **({"ownerReferences": refs} if refs is not None else {})}, **extra}
+
+
+FOREIGN = [
+    # (what, the object already there, refs) -- every child name of a benchmark
+    ("results ConfigMap", "ConfigMap", "tiny-sweep-results", None),
+    ("variant engine ConfigMap", "ConfigMap", "tiny-sweep-baseline-engine", None),
+    ("variant Deployment", "Deployment", "tiny-sweep-baseline", None),
+    ("variant Service", "Service", "tiny-sweep-baseline", None),
+    ("variant Deployment of another controller", "Deployment", "tiny-sweep-baseline",
+     [{"uid": "someone", "controller": True}]),
+    ("variant Deployment owned without the controller flag", "Deployment", "tiny-sweep-baseline",
+     [{"uid": "bench-uid", "controller": False}]),
+]
+
+
+@pytest.mark.parametrize("what, kind, name, refs", FOREIGN, ids=[f[0] for f in FOREIGN])
+def test_a_child_name_taken_fails_the_benchmark_and_leaves_the_object(what, kind, name, refs):
+    api = Api()
+    victim = _foreign(kind, name, refs, data={"variant-baseline.json": "{}"} if kind == "ConfigMap" else None)
+    api.objs[(kind, NS, name)] = copy.deepcopy(victim)
+    bc, body = controller(api)
+    step(bc)
+    cond = body["status"]["conditions"][0]
+    assert body["status"]["phase"] == "Failed" and cond["reason"] == "ChildConflict", cond
+    assert f"{kind}/{name}" in cond["message"]
+    assert api.objs[(kind, NS, name)] == victim
+    assert not [w for w in api.writes if w[0] in ("apply", "create", "delete") and w[1] != "SpeculativeBenchmark"], api.writes
+
+
+@pytest.mark.parametrize("kind, name", [("Job", "tiny-sweep-baseline-client"), ("ConfigMap", "tiny-sweep-baseline-plan")])
+def test_a_client_name_taken_is_neither_read_nor_written(kind, name):
+    """A Job `<bench>-<variant>-client` that already succeeded, with a result line in its pod's log: before
+    issue 24 its result was recorded as the variant's measurement."""
+    api = Api()
+    bc, body = controller(api)
+    step(bc)
+    ready(api, "baseline")
+    victim = _foreign(kind, name, status={"succeeded": 1})
+    api.objs[(kind, NS, name)] = copy.deepcopy(victim)
+    if kind == "Job":
+        finish_job(api, "baseline", result("baseline", None, 1e6))  # the planted "measurement"
+        victim = copy.deepcopy(api.objs[(kind, NS, name)])
+    step(bc)
+    cond = body["status"]["conditions"][0]
+    assert cond["reason"] == "ChildConflict" and f"{kind}/{name}" in cond["message"], cond
+    assert api.objs[(kind, NS, name)] == victim
+    assert "variant-baseline.json" not in ((api.objs.get(("ConfigMap", NS, "tiny-sweep-results")) or {}).get("data") or {})
+    # the benchmark's own variant objects were cleaned up; the other object was not
+    assert ("Deployment", NS, "tiny-sweep-baseline") not in api.objs
+
+
+def test_cleanup_deletes_only_labelled_objects_it_controls():
+    api = Api()
+    bc, body = controller(api)
+    labels = {"specdeploy.io/benchmark": "tiny-sweep"}
+    api.objs[("Deployment", NS, "web")] = {"kind": "Deployment", "metadata": {"name": "web", "namespace": NS,
+                                                                           "labels": dict(labels)}}
+    api.objs[("Service", NS, "mine")] = {"kind": "Service", "metadata": {
+        "name": "mine", "namespace": NS, "labels": dict(labels),
+        "ownerReferences": [{"uid": "bench-uid", "controller": True}]}}
+    asyncio.run(bc._cleanup(NS, "tiny-sweep"))
+    assert ("Deployment", NS, "web") in api.objs and ("Service", NS, "mine") not in api.objs
