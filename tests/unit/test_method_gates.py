@@ -45,14 +45,15 @@ def edit(doc: dict, changes: dict) -> dict:
     return doc
 
 
-def gate(method, engine, drafter, target, *, gpu=None, version=None, steps=None, d_edit=None, t_edit=None):
+def gate(method, engine, drafter, target, *, gpu=None, version=None, steps=None, d_edit=None, t_edit=None, block=None):
     d = load(drafter) if isinstance(drafter, str) and drafter.endswith(".json") else drafter
     t = load(target) if isinstance(target, str) and target.endswith(".json") else target
     if d_edit:
         d = edit(d, d_edit)
     if t_edit:
         t = edit(t, t_edit)
-    o = SimpleNamespace(engine=engine, engine_version=version or VERSION.get(engine), method=method, gpu=gpu, steps=steps)
+    o = SimpleNamespace(engine=engine, engine_version=version or VERSION.get(engine), method=method, gpu=gpu, steps=steps,
+                        block_size=block)
     return run_gates(d, t, o, dflash_rules_ran=False)
 
 
@@ -384,6 +385,19 @@ def test_dflash_family_rule(method, engine, drafter, target, d_edit, code, sev):
     fs, _, _ = gate(method, engine, drafter, target, d_edit={**base, **d_edit})
     assert code in codes(fs, sev)
     clean, _, _ = gate(method, engine, drafter, target, d_edit=base)
+    assert code not in codes(clean)
+
+
+@pytest.mark.parametrize("engine,d_edit,block,code", [
+    ("vllm", {("architectures",): ["DSparkDraftMod"]}, None, "DrafterArchitectureUnsupported"),
+    ("sglang", {("architectures",): ["Gemma4DSparkModel"]}, None, "DrafterArchitectureUnsupported"),
+    ("sglang", {("block_size",): 0}, None, "BlockSizeInvalid"),
+    ("sglang", {}, 9, "BlockSizeAboveTrained"),
+])
+def test_dspark_block_and_architecture(engine, d_edit, block, code):
+    fs, _, _ = gate("dspark", engine, DSP, Q8T, d_edit=d_edit, block=block)
+    assert any(f.code == code and ("DSpark" in f.message) for f in fs if f.severity.value == "error")
+    clean, _, _ = gate("dspark", engine, DSP, Q8T, block=8)
     assert code not in codes(clean)
 
 

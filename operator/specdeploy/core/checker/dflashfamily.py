@@ -15,6 +15,13 @@ from .results import D, S, _Out
 # Qwen3DSparkModel.__init__ reads config.markov_rank). DSparkDraftModel + model_type qwen3 is rewritten to
 # Qwen3DSparkModel (config/speculative.py SpeculativeConfig.__post_init__).
 VLLM_TOP_LEVEL_MARKOV = frozenset({"Qwen3DSparkModel", "Qwen3OmniDSparkModel"})
+# DSpark architectures each engine loads: vLLM model_executor/models/registry.py _SPECULATIVE_DECODING_MODELS;
+# SGLang models/dspark.py and models/deepseek_v4_dspark.py EntryClass.
+DSPARK_ARCHS = {
+    "vllm": frozenset({"DSparkDraftModel", "DSparkV41DraftModel", "Qwen3DSparkModel", "Qwen3OmniDSparkModel",
+                       "K3DSparkModel", "MuseSparkDSparkModel", "Gemma4DSparkModel"}),
+    "sglang": frozenset({"Qwen3DSparkModel", "LingDSparkModel", "DSparkDraftModel", "DeepseekV4ForCausalLMDSpark"}),
+}
 SGLANG_MARKOV_HEADS = frozenset({"vanilla", "gated", "rnn"})  # dspark_components/dspark_config.py
 
 
@@ -74,6 +81,24 @@ def check_dflash_family(doc: dict, fam: Family, o, n_target: int | None, ids: li
     # ---- DSpark
     if fam.name == "dspark":
         dsc = _dict(doc.get("dspark_config"))
+        if engine in DSPARK_ARCHS and archs and fam.format != "speculators" and archs[0] not in DSPARK_ARCHS[engine]:
+            where = ("model_executor/models/registry.py _SPECULATIVE_DECODING_MODELS" if engine == "vllm"
+                     else "models/dspark.py, models/deepseek_v4_dspark.py EntryClass")
+            out.err("DrafterArchitectureUnsupported", D, "$.architectures[0]",
+                    f"{engine} {o.engine_version or ''} does not load DSpark architecture {archs[0]!r} ({where}); it loads "
+                    f"{', '.join(sorted(DSPARK_ARCHS[engine]))}")
+        gamma = next((v for v in (_int(doc.get("dspark_block_size")), _int(dsc.get("block_size")),
+                                  _int(dc.get("block_size")), _int(doc.get("block_size"))) if v is not None), None)
+        if gamma is not None and gamma < 1:
+            out.err("BlockSizeInvalid", D, "$.block_size",
+                    f"a DSpark block (gamma, draft tokens per step) must be >= 1, found {gamma} (SGLang _handle_dspark: "
+                    "speculative_num_draft_tokens = gamma + 1 >= 2)")
+        want = getattr(o, "block_size", None)
+        if isinstance(want, int) and gamma is not None and want - 1 > gamma:
+            out.err("BlockSizeAboveTrained", S, "spec.speculation.blockSize",
+                    f"blockSize {want} verifies {want - 1} DSpark draft tokens per step, but the drafter was trained "
+                    f"for gamma {gamma} (SGLang dspark_config.py parse_dspark_draft_config; vLLM K defaults to "
+                    f"block_size); set blockSize <= {gamma + 1} or leave it unset")
         nested = _int(dc.get("markov_rank"))
         top = _int(doc.get("markov_rank"))
         prefixed = _int(doc.get("dspark_markov_rank"))
