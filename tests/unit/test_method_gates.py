@@ -436,3 +436,40 @@ def test_gates_never_raise_on_odd_json():
         for m in ("eagle3", "dspark", "dflash2", "mtp", "dflash"):
             for e in ("vllm", "sglang", None):
                 gate(m, e, d, {"num_hidden_layers": "x"} if d else [], gpu=None)
+
+
+# ------------------------------------------------------------------ the whole analysis and the CLI
+
+def _analyze(method, drafter, target, engine, gpu):
+    from specdeploy.core.checker import Options, analyze
+
+    version = "0.32.0" if gpu == "cpu" else VERSION[engine]
+    return analyze(load(drafter) if drafter else None, load(target) if target else {"architectures": ["X"]},
+                   Options(engine=engine, engine_version=version, method=method, gpu=gpu))
+
+
+@pytest.mark.parametrize("method,drafter,target,engine,gpu,errs", [v for v in VERDICTS if v[2] is not None],
+                         ids=lambda v: v if isinstance(v, str) else None)
+def test_analysis_verdict_on_real_configs(method, drafter, target, engine, gpu, errs):
+    a = _analyze(method, drafter, target, engine, gpu)
+    assert {f.code for f in a.findings if f.severity.value == "error"} == set(errs)
+    if drafter:
+        assert a.family is not None and a.family.to_dict()["label"] == detect_family(load(drafter)).label
+
+
+def test_cli_check_refuses_an_exact_shift_and_reports_the_family(tmp_path):
+    from testkit import run_cli
+
+    d = edit(load(L8), {TOP: [3, 17, 30]})
+    (tmp_path / "d.json").write_text(json.dumps(d))
+    p = run_cli("check", "--method", "eagle3", "--drafter", str(tmp_path / "d.json"), "--target", str(FIX / LT),
+                         "--engine", "vllm", "--engine-version", "0.33.0")
+    assert p.returncode == 1 and "Eagle3AuxLayerIdsShifted" in p.stdout and "drafter family: EAGLE-3 (format hf" in p.stdout
+    p = run_cli("check", "--method", "eagle3", "--drafter", str(tmp_path / "d.json"), "--target", str(FIX / LT),
+                         "--engine", "vllm", "--engine-version", "0.33.0", "--accept", "Eagle3AuxLayerIdsShifted")
+    assert p.returncode == 0
+    p = run_cli("check", "--method", "mtp", "--target", str(HELD / DS), "--engine", "sglang", "-o", "json")
+    assert p.returncode == 0 and json.loads(p.stdout)["ok"] and "family" not in json.loads(p.stdout)
+    p = run_cli("check", "--method", "eagle3", "--drafter", str(FIX / "eagle3.1-qwen3-30b-a3b.drafter.json"),
+                         "--target", str(FIX / "qwen3-30b-a3b.target.json"), "--engine", "sglang", "-o", "json")
+    assert p.returncode == 0 and json.loads(p.stdout)["family"]["label"] == "EAGLE-3.1"
