@@ -473,3 +473,14 @@ def test_cli_check_refuses_an_exact_shift_and_reports_the_family(tmp_path):
     p = run_cli("check", "--method", "eagle3", "--drafter", str(FIX / "eagle3.1-qwen3-30b-a3b.drafter.json"),
                          "--target", str(FIX / "qwen3-30b-a3b.target.json"), "--engine", "sglang", "-o", "json")
     assert p.returncode == 0 and json.loads(p.stdout)["family"]["label"] == "EAGLE-3.1"
+
+
+def test_status_reports_the_family():
+    from specdeploy.controller import status as st
+    from specdeploy.controller.plan import _family_label
+
+    label = _family_label(load("eagle3.1-qwen3-30b-a3b.drafter.json"))
+    assert label == "EAGLE-3.1 (hf)" and _family_label(None) is None and _family_label(load(Q8T)) is None
+    obs = st.Observation(generation=1, findings=[], family=label)
+    (compat,) = [c for c in st.compute_conditions(obs) if c["type"] == st.DRAFTER_COMPATIBLE]
+    assert compat["message"].startswith("EAGLE-3.1 (hf) drafter: ")
