@@ -331,3 +331,14 @@ def test_an_operator_start_judges_nothing_until_the_deployment_cache_is_complete
     bc.deployments.clear()  # after the sync a missing deployment is one that was deleted
     step(bc)
     assert body["status"]["phase"] == "Failed"
+
+
+def test_synthetic_acceptance_on_the_cpu_pool_fails_before_any_engine_starts():
+    api = Api()
+    bc, body = controller(api)
+    body["spec"]["matrix"]["syntheticAcceptance"] = [2.0]
+    step(bc)
+    cond = body["status"]["conditions"][0]
+    assert body["status"]["phase"] == "Failed" and cond["reason"] == "InvalidMatrix"
+    assert "spec.matrix.syntheticAcceptance" in cond["message"] and "CPU build refuses" in cond["message"]
+    assert not api.objs
