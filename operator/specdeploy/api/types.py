@@ -615,6 +615,11 @@ class Acceptance(_Model):
     window: Optional[str] = Field(default=None, description="Window the figures cover, e.g. `5m`.")
     sampled_at: Optional[str] = Field(default=None, description="When the figures were computed (RFC 3339).")
     pods_reporting: Optional[int] = Field(default=None, ge=0, description="Engine pods whose metrics were used.")
+    source: Optional[str] = Field(
+        default=None, description="Series the length was computed from: `vllmCounters` (vLLM's spec_decode "
+        "counters), `sglangVerifyCalls` (SGLang's generation tokens per `sglang:spec_verify_calls_total`, where the "
+        "release exports it) or `sglangAcceptLengthGauge` (the `sglang:spec_accept_length` gauge, older releases or "
+        "no request finished in the window).")
     revision: Optional[str] = Field(
         default=None, description="Speculation revision the figures were measured on: a digest of the drafter, "
         "target, engine and speculation settings.")

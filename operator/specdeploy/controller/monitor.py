@@ -399,8 +399,8 @@ class AcceptanceMonitor:
                                                 (t_now - prev[1]) if prev else None)
                 if a is None:
                     continue  # this pod exports no speculative-decoding series
-                if engine == "vllm" and prev is None:
-                    primed += 1  # counters since the engine started: wait for a window
+                if prev is None and a.window == "cumulative":
+                    primed += 1  # counters since the engine started (vLLM, SGLang's verify counter): wait for a window
                     continue
                 items.append(a)
                 reporting.append(t)

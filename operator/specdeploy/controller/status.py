@@ -284,7 +284,8 @@ def acceptance_status(acceptance: "acc.Acceptance | None", pods_reporting: int, 
         figures = Acceptance.model_construct(
             length=_round(acceptance.length), rate=_round(acceptance.rate),
             per_position=[_round(x) for x in acceptance.per_position], window=window,
-            pods_reporting=int(pods_reporting), revision=revision).model_dump(by_alias=True, exclude_none=True)
+            pods_reporting=int(pods_reporting), revision=revision,
+            source=acceptance.source or None).model_dump(by_alias=True, exclude_none=True)
         old = {k: v for k, v in (previous or {}).items() if k not in ("sampledAt", "baseline")}
         if previous is not None and old == figures and previous.get("sampledAt"):
             figures["sampledAt"] = previous["sampledAt"]

@@ -398,6 +398,32 @@ VLLM = EngineInfo(
 ENGINES: Mapping[str, EngineInfo] = MappingProxyType({"sglang": SGLANG, "vllm": VLLM})
 ENGINE_NAMES: tuple[str, ...] = tuple(ENGINES)
 
+# The flags (SGLang: logical keys of a row's ``flags``) and --speculative-config keys (vLLM: SpeculativeConfig
+# fields) the renderer writes per method (render/argv.py). tests/unit/test_engine_facts.py checks each against the
+# release's recorded facts (``methods``: SGLang's --speculative-* flags, vLLM's config fields); flag drift checks
+# the rendered command lines against the releases' parsers.
+_SGLANG_DRAFT = ("algorithm", "draft_model", "draft_revision")
+_SGLANG_STEPS = _SGLANG_DRAFT + ("num_steps", "eagle_topk", "num_draft_tokens")
+SGLANG_METHOD_FLAGS = MappingProxyType({
+    "dflash": _SGLANG_DRAFT + ("num_draft_tokens", "draft_window", "draft_attention_backend"),
+    "dflash2": _SGLANG_DRAFT + ("num_draft_tokens", "draft_window", "draft_attention_backend"),
+    "dspark": _SGLANG_DRAFT + ("num_draft_tokens", "draft_attention_backend"),
+    "eagle3": _SGLANG_STEPS + ("draft_attention_backend",),
+    "eagle": _SGLANG_STEPS + ("draft_attention_backend",),
+    "draft_model": _SGLANG_STEPS + ("draft_attention_backend",),
+    "mtp": _SGLANG_STEPS,  # the draft path is the target's (arg_groups/speculative_hook.py _handle_eagle_family)
+    "ngram": ("algorithm", "num_draft_tokens"),
+})
+_VLLM_DRAFT = ("method", "model", "revision", "num_speculative_tokens", "attention_backend")
+VLLM_METHOD_KEYS = MappingProxyType({
+    "dflash": _VLLM_DRAFT, "dflash2": _VLLM_DRAFT, "dspark": _VLLM_DRAFT, "eagle3": _VLLM_DRAFT,
+    "eagle": _VLLM_DRAFT, "draft_model": _VLLM_DRAFT,
+    "mtp": ("method", "num_speculative_tokens"),  # model omitted: vLLM uses the target (SpeculativeConfig.__post_init__)
+    "ngram": ("method", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max"),
+    "suffix": ("method",),  # K defaults to suffix_decoding_max_tree_depth; needs the arctic-inference package
+})
+
+
 # DDTree is not in any released engine yet (sglang PR #29907 open). The renderer knows its
 # flags so that enabling it is one row change once a release carries it.
 DDTREE_SGLANG_FLAGS = MappingProxyType(
@@ -428,6 +454,9 @@ class CpuBuild:
     attention_backend: str
     kv_cache_env: str  # GiB of KV cache, rendered from the pod's memory
     sources: tuple[str, ...]
+    # Methods the build can run: the V1 model runner only (no Triton), which rejects DSpark and DFlash2/LiLiCorr
+    # candidate-head drafts (vllm config/vllm.py _validate_v1_model_runner; methods-engines.md s11).
+    methods: frozenset[str] = frozenset({"dflash", "eagle3", "eagle", "mtp", "ngram", "suffix", "draft_model"})
 
     def covers(self, version: str) -> bool:
         v = parse_version(version)

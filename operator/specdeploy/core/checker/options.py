@@ -123,6 +123,11 @@ def _check_cpu_pool(o: Options, info, prof, out: _Out) -> None:
         out.err("EngineNoCpuBuild", S, "spec.engine.version",
                 f"no CPU build of {info.display_name} {o.engine_version} is published ({build.distribution} "
                 f"{build.since} to before {build.until}); set spec.engine.version: {newest}")
+    if o.method in methods.METHODS and o.method not in build.methods and o.method not in methods.REFUSED:
+        out.err("MethodUnsupported", S, "spec.speculation.method",
+                f"the CPU build ({build.distribution}) runs vLLM's V1 model runner only, which rejects method "
+                f"{o.method!r} (config/vllm.py _validate_v1_model_runner: DSpark and DFlash2 drafts need the V2 "
+                f"runner); use one of: {methods.method_list(build.methods)}, or a GPU type")
     if o.gpu_count != 1:
         out.err("CpuPoolGpuCount", S, "spec.gpu.count",
                 f"the CPU pool runs one engine process per replica (no tensor parallelism on CPU), found gpu.count "
