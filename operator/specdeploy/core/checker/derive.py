@@ -91,6 +91,8 @@ def analyze(drafter_doc: Any, target_doc: Any, options: Options | None = None) -
     if any(f.code in ("DominoArchitectureUnsupported", "DominoUnsupportedByEngine") for f in out.items):
         # one root cause: the Domino rule names the fix (DFlashDraftModel on SGLang; no Domino on vLLM)
         out.items = [f for f in out.items if f.code != "DrafterArchitectureUnsupported"]
+    if any(f.code == "MethodUnsupported" for f in out.items):  # the release row already refuses the method
+        out.items = [f for f in out.items if f.code != "MethodNeedsV2Runner"]
     if any(f.code in ("MtpLayersMissing", "MtpUnsupportedByEngine") for f in out.items):
         out.items = [f for f in out.items if f.code != "MtpLayersUnknown"]  # the MTP gate's error says it
     findings, accepted = apply_accept(one_per_root_cause(out.items), o.accept)

@@ -60,7 +60,10 @@ def run_gates(drafter_doc: Any, target_doc: Any, o, info=None, row=None, *, dfla
             d, df = parse_drafter(drafter_doc)
             out.items.extend(df)
             if d is not None:
-                _check_drafter(d, t, out)
+                sub = _Out()
+                _check_drafter(d, t, sub)
+                # the family is DSpark, not "not a DFlash drafter" (DeepSeek's DSpark drafts have no dflash_config)
+                out.items.extend(f for f in sub.items if f.code != "NotADFlashDrafter")
         n = t.num_hidden_layers.value if (t is not None and t.num_hidden_layers) else None
         check_dflash_family(drafter_doc, fam, o, n, _layer_ids(drafter_doc), out)
     return out.items, fam, derived
