@@ -188,13 +188,20 @@ def method_commands() -> list[dict]:
     return out
 
 
+def mistake_pair(examples: list[Example]) -> tuple[Example, Example]:
+    """(the example whose drafter is used, the example whose target config it is wrongly given): the last and
+    the first DFlash example (the other methods' examples have other drafters or none)."""
+    dflash = [e for e in examples if e.cr.spec.speculation.method == "dflash"] or examples
+    return dflash[-1], dflash[0]
+
+
 def _broken_example(examples: list[Example]) -> tuple[str, str]:
     """A copy-paste mistake: one example's CR reading another example's target config.
 
     The drafter then does not fit its target (hidden size, layer count, vocabulary), which
     on a GPU would load and fail at the first decode, or silently draft garbage.
     """
-    ex, other = examples[-1], examples[0]
+    ex, other = mistake_pair(examples)
     name = "wrong-target"
     doc = ex.cr.model_dump(by_alias=True, exclude_none=True)
     doc["metadata"] = {"name": name}
@@ -239,7 +246,8 @@ def run(root: str, kubeconfig: str | None = None, namespace: str = "default") ->
                 r = cluster.wait_condition(name, N.READY, "True", timeout=60)
                 print(f"   Ready={r['status']} ({r['reason']}): {r['message']}")
         bad, manifest = _broken_example(examples)
-        print(f"== the gate: {bad} = {examples[-1].name}'s drafter with {examples[0].name}'s target config (a copy-paste mistake)")
+        used, wrong = mistake_pair(examples)
+        print(f"== the gate: {bad} = {used.name}'s drafter with {wrong.name}'s target config (a copy-paste mistake)")
         cluster.kubectl("apply", "-f", "-", "-n", namespace, input=manifest)
         c = cluster.wait_condition(bad, N.DRAFTER_COMPATIBLE, "False", timeout=60)
         for part in re.split(r"; (?=(?:error|warning) )", c["message"])[:4]:

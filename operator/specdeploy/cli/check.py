@@ -95,9 +95,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     opts = Options(engine=args.engine, engine_version=version, gpu=args.gpu, gpu_count=args.gpu_count,
                    nodes=args.nodes, method=args.method, max_model_len=args.max_model_len,
                    draft_window=_window_arg(args.draft_window), accept=tuple(args.accept or ()),
-                   trust_remote_code=args.trust_remote_code, steps=args.steps, topk=args.topk,
-                   draft_tokens=args.draft_tokens, ngram_min=args.lookup_min, ngram_max=args.lookup_max,
-                   ngram_tokens=args.ngram_tokens, concurrency=args.concurrency)
+                   trust_remote_code=args.trust_remote_code, concurrency=args.concurrency, steps=args.steps,
+                   topk=args.topk, draft_tokens=args.draft_tokens, ngram_min=args.lookup_min,
+                   ngram_max=args.lookup_max, ngram_tokens=args.ngram_tokens)
     a = analyze(drafter, target, opts)
     if args.output == "json":
         doc = report(a.findings)
