@@ -21,6 +21,11 @@ TARGET_MTP = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepsee
               "num_nextn_predict_layers": 1, "max_position_embeddings": 163840}
 EAGLE3 = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": 7168,
           "num_hidden_layers": 1, "vocab_size": 129280, "num_attention_heads": 56, "num_key_value_heads": 8}
+# a drafter of each method's own family (the family gate refuses another family: core/checker/family.py)
+DRAFTERS = {"eagle": {**EAGLE3, "architectures": ["EagleLlamaForCausalLM"]},
+            "dspark": {**EAGLE3, "architectures": ["Qwen3DSparkModel"], "model_type": "qwen3", "block_size": 7,
+                       "target_layer_ids": [1, 30, 58], "mask_token_id": 128000, "markov_rank": 256,
+                       "markov_head_type": "vanilla"}}
 
 
 def cr(method: str, engine: str = "vllm", version: str | None = None, gpu: str = "b300", **speculation) -> dict:
@@ -116,7 +121,8 @@ def test_mtp_steps_default_to_the_targets_mtp_layers():
     assert a.ok and (a.derived.steps, a.derived.num_speculative_tokens) == (2, 2)
     a = analyze(None, {k: v for k, v in TARGET_MTP.items() if k != "num_nextn_predict_layers"},
                 Options(engine="vllm", engine_version="0.33.0", method="mtp"))
-    assert [x.code for x in a.findings] == ["MtpLayersUnknown"] and a.derived.steps == 1
+    # the MTP gate refuses a target without MTP layers (core/checker/mtp.py); the steps still default to 1
+    assert [x.code for x in a.findings] == ["MtpLayersMissing"] and a.derived.steps == 1
 
 
 # ----------------------------------------------------------------- render
@@ -130,7 +136,7 @@ def test_each_method_renders_the_releases_own_name(engine, method):
         obj, problems = validate(cr(method, engine))
         assert obj is None and [p.code for p in problems] == ["MethodUnsupported"]
         return
-    ec = engine_config(parsed(cr(method, engine)), EAGLE3)
+    ec = engine_config(parsed(cr(method, engine)), DRAFTERS.get(method, EAGLE3))
     assert ec.speculation.method == method and ec.speculation.engine_method == row.method_names[method]
     assert (ec.drafter is None) == (method in M.DRAFTERLESS)
     if engine == "vllm":

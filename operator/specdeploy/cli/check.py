@@ -108,6 +108,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         doc["accepted"] = [f.to_dict() for f in a.accepted]
         if a.derived is not None:
             doc["derived"] = a.derived.to_dict()
+        if a.family is not None:
+            doc["family"] = a.family.to_dict()
         print(json.dumps(doc, indent=2))
     else:
         ctx = f"{args.engine} {version}" if args.engine else "no engine given"
@@ -118,6 +120,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         who = f"{args.drafter} vs {args.target}" if args.drafter else f"{args.target} ({args.method}, no drafter)"
         print(f"{'OK' if a.ok else 'INCOMPATIBLE'}: {who} ({ctx}): "
               f"{n_err} error(s), {n_warn} warning(s)")
+        if a.family is not None:
+            print(f"drafter family: {a.family.label} (format {a.family.format}; {'; '.join(a.family.evidence)})")
         _print_findings(a.findings, sys.stdout)
         if a.derived is not None and a.ok and not methods.uses_dflash_path(args.method):
             d = a.derived

@@ -49,6 +49,7 @@ class Plan:
     guard: tuple[bool | None, str, str] | None = None  # SpeculationGuarded (status, reason, message)
     resolved: Resolved | None = None  # status.resolved (None: not resolved)
     check_failure: str | None = None  # the first error code when the check failed (a metric)
+    family: str | None = None  # the drafter's family and format as the check read them (status message)
 
     def observation(self, body: dict, workload: dict | None, conflicts: list[str] | None = None) -> st.Observation:
         """The status inputs, given the workload as it is after the plan was applied."""
@@ -58,6 +59,7 @@ class Plan:
         obs.resolution_error = self.resolution_error
         obs.conflicts = list(conflicts or [])
         obs.guard = self.guard
+        obs.family = self.family
         return obs
 
 
@@ -90,6 +92,21 @@ def plan_reconcile(cr, target, drafter, *, generation: int, children: Mapping[tu
 
     ``children``: the cached children the deployment may own, by (kind, name) (Caches.children_of);
     ``lws``: whether the LeaderWorkerSet API is served (asked only for multi-node specs)."""
+    plan = _plan_reconcile(cr, target, drafter, generation=generation, children=children, benchmarks=benchmarks,
+                           pod_monitor=pod_monitor, lws=lws, policy=policy, pod_monitor_labels=pod_monitor_labels)
+    plan.family = _family_label(drafter.doc if drafter is not None else None)
+    return plan
+
+
+def _family_label(doc) -> str | None:
+    from ..core.checker.gates import family_of
+
+    fam = family_of(doc)
+    return None if fam is None or fam.name == "unknown" else f"{fam.label} ({fam.format})"
+
+
+def _plan_reconcile(cr, target, drafter, *, generation, children, benchmarks, pod_monitor, lws, policy,
+                    pod_monitor_labels) -> Plan:
     limit, guard_problem = guard_limit(cr, benchmarks or {})
     try:
         rendered = render(cr, target.doc, drafter.doc, pod_monitor=pod_monitor, policy=policy or TenancyPolicy(),

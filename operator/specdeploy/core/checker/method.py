@@ -15,5 +15,10 @@ from .options import Options
 
 def check_method(drafter_doc: Any, target_doc: Any, o: Options, info=None, row=None) -> list[Finding]:
     """Findings for ``o.method``'s drafter (None for drafterless methods) against the target under the
-    engine release ``row`` (None: no engine given). Family detection and per-family gates go here."""
-    return []
+    engine release ``row`` (None: no engine given): the family's gate (``gates.run_gates``). On the DFlash
+    path the DFlash rules already ran and are not repeated."""
+    from .. import methods
+    from .gates import run_gates
+
+    findings, _, _ = run_gates(drafter_doc, target_doc, o, info, row, dflash_rules_ran=methods.uses_dflash_path(o.method))
+    return findings

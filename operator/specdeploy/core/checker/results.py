@@ -73,6 +73,8 @@ class Analysis:
     accepted: list[Finding] = field(default_factory=list)
     # the options the check ran with (api/types.checker_options of the spec): the engine config records them
     options: Any = None  # an Options (checker/options.py imports this module)
+    # the drafter's family and format (checker/family.py Family), None without a drafter or when unknown
+    family: Any = None
 
     @property
     def ok(self) -> bool:
