@@ -109,15 +109,17 @@ def cmd_preflight(args: argparse.Namespace) -> int:
     from .preflight import PreflightResult, fetch_hub_configs, prefetch_hub_weights, run_preflight
 
     for role in ("target", "drafter"):
-        if (getattr(args, f"{role}_dir") is None) == (getattr(args, f"{role}_model") is None):
+        given = (getattr(args, f"{role}_dir") is not None) + (getattr(args, f"{role}_model") is not None)
+        if given > 1 or (given == 0 and role == "target"):
             raise SystemExit(f"{PROG} preflight: error: give exactly one of --{role}-dir (mounted model) and "
-                             f"--{role}-model (hub repo id: config.json is downloaded)")
+                             f"--{role}-model (hub repo id: config.json is downloaded)"
+                             + ("; neither for a method without drafter (mtp, ngram, suffix)" if role == "drafter" else ""))
     res = PreflightResult()
     hub = {role: (getattr(args, f"{role}_model"), getattr(args, f"{role}_revision"))
            for role in ("target", "drafter") if getattr(args, f"{role}_model")}
     dirs = fetch_hub_configs(args.download_dir, res, **hub) if hub else {}
     if len(dirs) == len(hub):
-        res = run_preflight(args.target_dir or dirs["target"], args.drafter_dir or dirs["drafter"], args.engine_config,
+        res = run_preflight(args.target_dir or dirs["target"], args.drafter_dir or dirs.get("drafter"), args.engine_config,
                             strict_digest=not args.allow_digest_mismatch, expect_baked=args.expect_baked, res=res)
     if args.weights_cache and hub and res.ok:
         # only after the check passed: a refused pair downloads nothing

@@ -367,7 +367,7 @@ class AcceptanceMonitor:
     async def _judge(self, key: Key, d: Deployment, scrapes: list[tuple[Target, str | None, str | None]]) -> None:
         engine = d.engine
         assert engine is not None
-        labels = (key[0], key[1], engine, d.spec.drafter.model)
+        labels = (key[0], key[1], engine, d.spec.drafter.model if d.spec.drafter is not None else "")
         previous = self.deployments.speculation.get(key) or d.stored()
         prev_acc, prev_cond = previous.get("acceptance"), previous.get("condition")
         revision, params = d.revision, d.params

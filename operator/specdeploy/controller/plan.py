@@ -169,7 +169,7 @@ def observe(gen: int, body: dict, workload: dict | None, findings, rendered: Ren
 
 def build_resolved(target, drafter, rendered: Rendered | None, cr) -> Resolved:
     """status.resolved: the configs checked, and what the render derived from them."""
-    out = Resolved(target_config_digest=target.digest, drafter_config_digest=drafter.digest, profile=cr.spec.gpu.type,
+    out = Resolved(target_config_digest=target.digest, drafter_config_digest=drafter.digest or None, profile=cr.spec.gpu.type,
                    target_revision=target.commit or None, drafter_revision=drafter.commit or None)
     if rendered is None:
         return out
@@ -179,6 +179,8 @@ def build_resolved(target, drafter, rendered: Rendered | None, cr) -> Resolved:
     ec = rendered.engine_config
     tmpl = workload_template(rendered.objects[1])
     served = rendered.analysis.derived.served_context if rendered.analysis.derived else None
+    out.method = ec.speculation.method
+    out.engine_method = ec.speculation.engine_method
     out.block_size = ec.speculation.block_size
     out.num_speculative_tokens = ec.speculation.num_speculative_tokens
     out.config_hash = rendered.config_hash
@@ -189,8 +191,9 @@ def build_resolved(target, drafter, rendered: Rendered | None, cr) -> Resolved:
     out.gpu_product = get_profile(cr.spec.gpu.type).product_label
     out.cache = rendered.cache.label()
     out.target_weights = weight_source(cr.spec.target, "target", rendered.cache)
-    out.drafter_weights = weight_source(cr.spec.drafter, "drafter", rendered.cache,
-                                        rendered.image if rendered.baked_drafter is not None else None)
+    if cr.spec.drafter is not None:
+        out.drafter_weights = weight_source(cr.spec.drafter, "drafter", rendered.cache,
+                                            rendered.image if rendered.baked_drafter is not None else None)
     if rendered.guard is not None:
         out.guard_max_concurrency = rendered.guard.limit.max_concurrency
     return out

@@ -35,6 +35,10 @@ class Resolved:
     commit: str | None = None
 
 
+# The drafter of a drafterless method (mtp, ngram, suffix): no document to check, nothing to pin.
+NO_MODEL = Resolved(doc=None, digest="", source="none")
+
+
 class ResolutionError(Exception):
     def __init__(self, reason: str, message: str, retryable: bool = True, delay: float | None = None):
         self.reason, self.message, self.retryable, self.delay = reason, message, retryable, delay
@@ -115,6 +119,8 @@ class Resolver:
 
     async def resolve(self, cr, role: str) -> Resolved:
         src = getattr(cr.spec, role)
+        if src is None:  # no drafter: methods mtp, ngram, suffix
+            return NO_MODEL
         ns = cr.metadata.namespace or "default"
         ref = src.config_from.config_map_key_ref if src.config_from else None
         if ref is not None:

@@ -113,7 +113,10 @@ class OperatorConfigs:
 
     async def __call__(self, namespace: str, spec: SpeculativeDeploymentSpec, fresh: bool = False) -> Configs:
         t_doc, t_src, t_cached, t_key = await self._one(namespace, spec.target, "target", fresh)
-        d_doc, d_src, d_cached, d_key = await self._one(namespace, spec.drafter, "drafter", fresh)
+        if spec.drafter is None:  # methods mtp, ngram, suffix: nothing to read
+            d_doc, d_src, d_cached, d_key = None, "none", False, ("none",)
+        else:
+            d_doc, d_src, d_cached, d_key = await self._one(namespace, spec.drafter, "drafter", fresh)
         key = (t_key, d_key) if t_key is not None and d_key is not None else None
         return Configs(t_doc, d_doc, cached=t_cached or d_cached, sources=(t_src, d_src), key=key)
 

@@ -175,9 +175,19 @@ CATALOG = MappingProxyType({c.code: c for c in (
     _C("EngineVersionUnsupported", "error", "engine", "The release predates DFlash support.", "-", "Use a release in the capability table."),
     _C("EngineVersionUnverified", "warning", "engine", "The release's flags were not checked with its own parser (flag-drift snapshot).",
        "Failure class 6: flags renamed between releases; pods crash-loop.", "Prefer a verified release, or run e2e/flagdrift/run.sh for it."),
-    _C("MethodUnknown", "error", "spec", "Methods are dflash and ddtree.", "-", "Fix spec.speculation.method."),
-    _C("MethodUnsupported", "error", "engine", "The engine release lacks the method (DDTree is unreleased: sglang PR #29907).", "-",
-       "Use method dflash."),
+    _C("MethodUnknown", "error", "spec", "Methods are dflash, dflash2, dspark, eagle3, eagle, mtp, ngram, suffix, draft_model "
+       "and ddtree (docs/concepts/methods.md).", "-", "Fix spec.speculation.method."),
+    _C("MethodUnsupported", "error", "engine", "The engine release has no name for the method in its own code (vLLM "
+       "config/speculative.py SpeculativeMethod, SGLang speculative/spec_info.py SpeculativeAlgorithm): e.g. suffix on "
+       "SGLang, dspark before vLLM 0.28; DDTree is in no release (sglang PR #29907).", "-",
+       "Use a method the message lists, or another engine or release."),
+    _C("MethodSettingUnsupported", "error", "engine", "A method setting the engine has no flag for would be dropped "
+       "silently: top-k > 1 on vLLM (it drafts one chain), an n-gram lookup window on SGLang (its NGRAM drafter matches "
+       "a trie), or draft tokens other than steps + 1 where the engine forces it (SGLang with top-k 1).", "-",
+       "Remove the setting, or use the engine that has it."),
+    _C("MtpLayersUnknown", "warning", "pair", "The target config declares no MTP layer count (num_nextn_predict_layers, "
+       "mtp_num_hidden_layers), so MTP steps default to 1.", "-",
+       "Set spec.speculation.mtp.steps, and check that the target ships MTP layers."),
     _C("DDTreeFieldsWithoutDDTree", "error", "spec", "ddtree settings only apply to method ddtree.", "-", "Remove them or set method: ddtree."),
     _C("DDTreeValueInvalid", "error", "spec", "DDTree budget and topk are positive.", "-", "Fix the value."),
     _C("UnknownGpuType", "error", "gpu", "GPU types come from the profile table.", "-", "Use rtx-pro-6000, b300, b200, h200 or h100."),
@@ -198,7 +208,7 @@ CATALOG = MappingProxyType({c.code: c for c in (
     _C("AcceptNotAllowed", "error", "spec", "Only warnings and judgement errors (heuristics, estimates, speed-up losses) can be "
        "accepted; facts cannot.", "-", "Fix the cause."),
     _C("MethodNotRenderable", "error", "engine", "The renderer has no command line for this method on this engine: it refuses "
-       "rather than serve another method under its name.", "-", "Use method dflash."),
+       "rather than serve another method under its name.", "-", "Use a method the message lists."),
     _C("BakedDrafterDigestMismatch", "warning", "drafter", "The image table lists an image carrying this drafter commit, but its "
        "recorded config digest is not the hub's for that commit: the drafter is downloaded instead.", "-",
        "Fix the image table row (core/engines.py)."),

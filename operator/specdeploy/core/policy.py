@@ -110,7 +110,7 @@ def check_policy(spec, policy: TenancyPolicy, pvc_labels: Mapping[str, Mapping[s
                f"engine pods may not run as ServiceAccount {sa!r} (allowed: {allowed}): its token would give the "
                "deployment's pods that account's rights. Remove the field, or ask an administrator to add it to the "
                "chart value policy.allowedServiceAccounts (operator flag --allowed-service-account)")
-    for role, src in (("target", spec.target), ("drafter", spec.drafter)):
+    for role, src in spec.model_sources():
         ref = src.token_secret_ref
         if ref is not None and ref.name not in policy.token_secrets:
             allowed = ", ".join(policy.token_secrets) or "none"
@@ -118,7 +118,7 @@ def check_policy(spec, policy: TenancyPolicy, pvc_labels: Mapping[str, Mapping[s
                    f"Secret {ref.name!r} is not a hub token Secret (allowed: {allowed}): its key {ref.key!r} would be "
                    "handed to the engine as HF_TOKEN. Use an allowed Secret, or ask an administrator to add it to the "
                    "chart value hub.tokenSecrets (operator flag --allowed-token-secret)")
-    claims = [(f"spec.{r}.pvc.claimName", s.pvc.claim_name) for r, s in (("target", spec.target), ("drafter", spec.drafter))
+    claims = [(f"spec.{r}.pvc.claimName", s.pvc.claim_name) for r, s in spec.model_sources()
               if s.pvc is not None]
     if spec.tuning.pvc is not None:
         claims.append(("spec.tuning.pvc.claimName", spec.tuning.pvc.claim_name))
@@ -152,7 +152,7 @@ def policy_needs_claims(spec, policy: TenancyPolicy) -> list[str]:
     """Claims whose labels the I/O edge must read to decide the label rule."""
     if policy.pvc_label is None:
         return []
-    names = [s.pvc.claim_name for s in (spec.target, spec.drafter) if s.pvc is not None]
+    names = [s.pvc.claim_name for _, s in spec.model_sources() if s.pvc is not None]
     if spec.tuning.pvc is not None:
         names.append(spec.tuning.pvc.claim_name)
     cache = getattr(spec, "cache", None)

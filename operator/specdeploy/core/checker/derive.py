@@ -5,14 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import methods
 from ..findings import Finding, sort_findings
-from ..modelconfig import FULL, SLIDING, DrafterConfig, TargetConfig, parse_drafter, parse_target
+from ..modelconfig import FULL, SLIDING, DrafterConfig, TargetConfig, _not_object, parse_drafter, parse_target
 from .accept import apply_accept, one_per_root_cause
 from .engine import _check_backend, _check_engine_release, _check_hidden_act
 from .fit import _check_fit, _check_tp
+from .method import check_method
+from .methodplan import derive_method
 from .layers import _check_drafter, _check_duplicates, _check_engine_layer_rules, _check_target, _layer_view
 from .options import Options, _check_options
-from .results import S, Analysis, Derived, _Out
+from .results import D, S, Analysis, Derived, _Out
 from .window import _block, _check_context, _plan_window
 
 
@@ -61,14 +64,23 @@ def analyze(drafter_doc: Any, target_doc: Any, options: Options | None = None) -
     info, row, prof = _check_options(o, out)
     t, tf = parse_target(target_doc)
     out.items.extend(tf)
-    d, df = parse_drafter(drafter_doc)
-    out.items.extend(df)
     if t is not None:
         _check_target(t, out)
     derived = None
-    if d is not None:
-        _check_drafter(d, t, out)
-        derived = _derive(d, t, o, info, row, prof, out)
+    d = None
+    if methods.uses_dflash_path(o.method):
+        d, df = parse_drafter(drafter_doc)
+        out.items.extend(df)
+        if d is not None:
+            _check_drafter(d, t, out)
+            derived = _derive(d, t, o, info, row, prof, out)
+        if o.method != "dflash" and o.method != "ddtree":  # dflash2: the DFlash rules, then its own
+            out.items.extend(check_method(drafter_doc, target_doc, o, info, row))
+    elif methods.needs_drafter(o.method) and not isinstance(drafter_doc, dict):
+        out.items.append(_not_object(D, drafter_doc))
+    else:  # the drafter document of a drafterless method (mtp, ngram, suffix) is not read
+        out.items.extend(check_method(drafter_doc if methods.needs_drafter(o.method) else None, target_doc, o, info, row))
+        derived = derive_method(target_doc, drafter_doc, t, o, info, row, out)
     findings, accepted = apply_accept(one_per_root_cause(out.items), o.accept)
     return Analysis(findings=sort_findings(findings), derived=derived, drafter=d, target=t, accepted=accepted,
                     options=o)

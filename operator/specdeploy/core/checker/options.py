@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 
 from .. import engines as eng
-from .. import gpus
+from .. import gpus, methods
 from ..findings import Finding, Severity, sort_findings
 from ..versions import parse_version
 from .results import S, _Out
@@ -62,6 +62,14 @@ class Options:
     max_model_len: int | None = None
     # spec.checks.accept: overridable finding codes the user accepts (they become info)
     accept: tuple[str, ...] = ()
+    # spec.speculation.eagle / .mtp (DraftSteps): steps, top-k, draft tokens (None: specdeploy's defaults)
+    steps: int | None = None
+    topk: int | None = None
+    draft_tokens: int | None = None
+    # spec.speculation.ngram: lookup window and draft tokens per step
+    ngram_min: int | None = None
+    ngram_max: int | None = None
+    ngram_tokens: int | None = None
 
 
 def _engine_release(o: Options, out: _Out) -> tuple[eng.EngineInfo | None, eng.EngineRelease | None]:
@@ -139,13 +147,21 @@ def _check_options(o: Options, out: _Out) -> tuple[eng.EngineInfo | None, eng.En
             if problem:
                 out.err("ModelReferenceInvalid", S, field_path, f"{ref!r}: {problem}")
 
-    if o.method not in ("dflash", "ddtree"):
-        out.err("MethodUnknown", S, "spec.speculation.method", f"method {o.method!r} is unknown; set 'dflash' or 'ddtree'")
-    elif row is not None and o.method not in row.methods:
-        why = f" ({eng.DDTREE_SOURCE})" if o.method == "ddtree" else ""
+    if o.method not in methods.METHODS:
+        out.err("MethodUnknown", S, "spec.speculation.method",
+                f"method {o.method!r} is unknown; set one of: {', '.join(methods.METHODS)}")
+    elif o.method in methods.REFUSED and (row is None or o.method not in row.methods):
         out.err("MethodUnsupported", S, "spec.speculation.method",
-                f"{info.display_name} {o.engine_version} does not support method {o.method!r}{why}; "
-                f"use one of: {', '.join(sorted(row.methods))}")
+                f"method {o.method!r} is in no engine release ({methods.REFUSED[o.method]}); "
+                f"use one of: {methods.method_list(row.methods) if row is not None else 'dflash'}")
+    elif row is not None and o.method not in row.methods:
+        out.err("MethodUnsupported", S, "spec.speculation.method",
+                f"{info.display_name} {o.engine_version} does not serve method {o.method!r} (no such name in the "
+                f"release's code: {'; '.join(row.sources[:1])}); use one of: {methods.method_list(row.methods)}, "
+                "or another engine")
+    from .methodplan import check_method_settings
+
+    check_method_settings(o, info, row, out)
     if o.ddtree_set and o.method != "ddtree":
         out.err("DDTreeFieldsWithoutDDTree", S, "spec.speculation.ddtree",
                 "ddtree settings apply only to method 'ddtree'; remove spec.speculation.ddtree or set method: ddtree")

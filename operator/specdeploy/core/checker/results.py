@@ -33,6 +33,12 @@ class Derived:
     # the context the engine serves: spec.engine.maxModelLen, else the target's limit
     served_context: int | None = None
     max_model_len: int | None = None
+    # step-wise methods (eagle3, eagle, draft_model, mtp): draft steps and top-k as rendered
+    steps: int | None = None
+    topk: int | None = None
+    # ngram: prompt-lookup window as rendered (None: the engine's default)
+    ngram_min: int | None = None
+    ngram_max: int | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -49,6 +55,8 @@ class Derived:
             "nativeWindow": self.native_window,
             "servedContext": self.served_context,
             "maxModelLen": self.max_model_len,
+            **({"steps": self.steps, "topk": self.topk} if self.steps is not None else {}),
+            **({k: v for k, v in (("ngramMin", self.ngram_min), ("ngramMax", self.ngram_max)) if v is not None}),
         }
 
 

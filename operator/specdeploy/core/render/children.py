@@ -59,7 +59,7 @@ def model_in_pod(src, role: str, baked: bool = False) -> str:
 
 
 def token_env(spec) -> list[dict]:
-    token = spec.target.token_secret_ref or spec.drafter.token_secret_ref
+    token = spec.target.token_secret_ref or (spec.drafter.token_secret_ref if spec.drafter is not None else None)
     if token is None:
         return []
     return [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": token.name, "key": token.key}}}]

@@ -114,7 +114,7 @@ def _container(spec, ec: EngineConfig, image: str, args: list[str], serve_http: 
         {"name": "tmp", "mountPath": "/tmp"},
         {"name": "engine-config", "mountPath": ENGINE_CONFIG_MOUNT, "readOnly": True},
     ]
-    for role, src in (("target", spec.target), ("drafter", spec.drafter)):
+    for role, src in spec.model_sources():
         if src.pvc is not None:
             mounts.append({"name": f"{role}-model", "mountPath": f"{MODEL_ROOT}/{role}", "readOnly": True})
     if tuning is not None:
@@ -145,7 +145,7 @@ def _container(spec, ec: EngineConfig, image: str, args: list[str], serve_http: 
 
 def prefetches(spec, baked: bool, cache: CachePlan | None) -> bool:
     """Whether the preflight downloads weights: a persistent cache and at least one hub model to fill it with."""
-    hub = [src for role, src in (("target", spec.target), ("drafter", spec.drafter))
+    hub = [src for role, src in spec.model_sources()
            if src.pvc is None and not (baked and role == "drafter")]
     return cache is not None and cache.persistent and bool(hub)
 
@@ -155,7 +155,7 @@ def preflight_args(spec, ec: EngineConfig, baked: bool = False, cache: CachePlan
     hub repo ids otherwise (preflight downloads their config.json; with a persistent cache also their
     weights, into the cache, once)."""
     a: list[str] = []
-    for role, src in (("target", spec.target), ("drafter", spec.drafter)):
+    for role, src in spec.model_sources():
         is_baked = baked and role == "drafter"
         if src.pvc is not None or is_baked:
             a += [f"--{role}-dir", model_in_pod(src, role, is_baked)]
@@ -176,7 +176,7 @@ def _init_containers(spec, ec: EngineConfig, image: str, baked: bool, tuning: Tu
     mounts = [{"name": "engine-config", "mountPath": ENGINE_CONFIG_MOUNT, "readOnly": True},
               {"name": "preflight-scratch", "mountPath": PREFLIGHT_DOWNLOAD_DIR, "subPath": "configs"},
               {"name": "preflight-scratch", "mountPath": "/tmp", "subPath": "tmp"}]
-    for role, src in (("target", spec.target), ("drafter", spec.drafter)):
+    for role, src in spec.model_sources():
         if src.pvc is not None:
             mounts.append({"name": f"{role}-model", "mountPath": f"{MODEL_ROOT}/{role}", "readOnly": True})
     fill = prefetches(spec, baked, cache)
@@ -234,7 +234,7 @@ def _pod_template(cr, ec: EngineConfig, prof: gpus.GpuProfile, image: str, args:
         {"name": "engine-config", "configMap": {"name": cm_name}},
         {"name": "preflight-scratch", "emptyDir": {"sizeLimit": "64Mi"}},
     ]
-    for role, src in (("target", spec.target), ("drafter", spec.drafter)):
+    for role, src in spec.model_sources():
         if src.pvc is not None:
             volumes.append({"name": f"{role}-model",
                             "persistentVolumeClaim": {"claimName": src.pvc.claim_name, "readOnly": True}})
@@ -378,9 +378,9 @@ def build_engine_config(cr, analysis: Analysis, target_doc: Any, drafter_doc: An
     row = info.release_for(spec.engine.version)
     assert row is not None
     target = model_in_pod(spec.target, "target")
-    drafter = model_in_pod(spec.drafter, "drafter", baked)
+    drafter = model_in_pod(spec.drafter, "drafter", baked) if spec.drafter is not None else None
     multinode = spec.nodes > 1
-    problem = method_render_problem(info.name, spec.speculation.method)
+    problem = method_render_problem(info.name, spec.speculation.method, row)
     if problem is not None:
         raise RenderError([problem])
     args, worker_args = ARG_BUILDERS[(info.name, spec.speculation.method)](spec, d, row, target, drafter, multinode, baked)
@@ -408,9 +408,13 @@ def build_engine_config(cr, analysis: Analysis, target_doc: Any, drafter_doc: An
         health_path=info.health_path,
         metrics_path=info.metrics_path,
         target=ModelRef(model=target, revision=spec.target.revision, config_digest=config_digest(target_doc)),
-        drafter=ModelRef(model=drafter, revision=spec.drafter.revision, config_digest=config_digest(drafter_doc)),
+        drafter=(ModelRef(model=drafter, revision=spec.drafter.revision, config_digest=config_digest(drafter_doc))
+                 if drafter is not None else None),
         speculation=SpeculationPlan(
             method=spec.speculation.method,
+            engine_method=row.engine_method(spec.speculation.method),
+            steps=d.steps,
+            topk=d.topk,
             block_size=d.block_size,
             num_speculative_tokens=d.num_speculative_tokens,
             draft_window=d.draft_window,
@@ -437,7 +441,7 @@ def choose_image(cr, drafter_doc: Any, table: tuple[eng.BakedDrafterImage, ...] 
     default = build.image(spec.engine.version) if build is not None else info.default_image(spec.engine.version)
     if spec.engine.image:
         return spec.engine.image, None, None
-    if spec.drafter.pvc is not None:
+    if spec.drafter is None or spec.drafter.pvc is not None:
         return default, None, None
     row = eng.baked_drafter_image(info.name, spec.engine.version, spec.drafter.model, spec.drafter.revision, table)
     if row is None:
@@ -460,7 +464,8 @@ def render(cr, target_doc: Any, drafter_doc: Any, *, pod_monitor: bool = False,
     analysis = analyze(drafter_doc, target_doc, cr.spec.options())
     if not analysis.ok or analysis.derived is None:
         raise RenderError(analysis.findings, analysis.accepted)
-    problem = method_render_problem(cr.spec.engine.name, cr.spec.speculation.method)
+    problem = method_render_problem(cr.spec.engine.name, cr.spec.speculation.method,
+                                    eng.get_engine(cr.spec.engine.name).release_for(cr.spec.engine.version))
     if problem is not None:
         raise RenderError(analysis.findings + [problem], analysis.accepted)
     spec = cr.spec
