@@ -203,3 +203,23 @@ def test_spec_checks():
         tm.TinySpec(target_layer_ids=(0, 3)).check()
     with pytest.raises(ValueError, match="hidden_size"):
         tm.TinySpec(num_heads=3).check()
+
+
+def test_mtp_target_is_a_flat_mimo_with_one_mtp_layer(files):
+    cfg = config(files, tm.MTP_TARGET_FLAT)
+    assert cfg["architectures"] == ["MiMoForCausalLM"] and cfg["num_nextn_predict_layers"] == 1
+    assert cfg["model_type"] == "qwen2" and "head_dim" not in cfg
+    t = tensors(files, tm.MTP_TARGET_FLAT)
+    mtp = {k.removeprefix("model.mtp_layers.0.") for k in t if k.startswith("model.mtp_layers.0.")}
+    # what vLLM's MiMoMTP.load_weights maps (models/mimo_mtp.py): the MTP head's own norms and projection,
+    # then a Qwen2 decoder layer (biased q/k/v, no q/k norms)
+    assert {"token_layernorm.weight", "hidden_layernorm.weight", "input_proj.weight", "final_layernorm.weight",
+            "self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"} <= mtp
+    assert not [k for k in t if "q_norm" in k or "k_norm" in k]
+    assert t["model.mtp_layers.0.input_proj.weight"].shape == (128, 256)
+    assert {f"model.layers.{i}.self_attn.q_proj.bias" for i in range(4)} <= set(t)
+    # flat: the target's final norm and the MTP head's are zero (every logit 0, token 0 both ways), nothing else
+    zero = sorted(k for k, v in t.items() if k.endswith("norm.weight") and not v.any())
+    assert zero == ["model.mtp_layers.0.final_layernorm.weight", "model.norm.weight"]
+    m = json.loads(files[tm.MANIFEST])
+    assert m["self_drafting"]["mtp-flat"]["target"] == tm.MTP_TARGET_FLAT and tm.MTP_TARGET_FLAT in m["models"]

@@ -17,6 +17,12 @@ hub stand-in), three repositories and a manifest:
                                an engine that forgets its +1 reads); ``prompts``: texts of the language.
 =============================  =================================================================
 
+With ``method="eagle3"`` (``train-tiny-drafter --method eagle3``) the same target, language and greedy
+data train an EAGLE-3 head instead (:mod:`specdeploy_dev.tinyeagle`): ``tiny/lang-eagle3``
+(LlamaForCausalLMEagle3, ``eagle_aux_hidden_state_layer_ids`` [1, 3, 5], a 64-token draft vocabulary
+with ``d2t``), ``tiny/lang-eagle3-shifted`` ([2, 4, 6]), ``tiny/lang-eagle3-shifted-down`` ([0, 2, 4]) and
+``tiny-trained-eagle3.json``, in their own cache entry (the method is part of the digest).
+
 **The language.** ``words`` whole-word tokens of the tiny tokenizer (each round-trips: the text
 ``" w1 w2 ..."`` tokenizes back to the same ids) and a seeded second-order Markov chain: every
 pair of words (a, b) has three successors with probabilities 0.55 / 0.3 / 0.15, the likeliest
