@@ -39,6 +39,8 @@ class Derived:
     # ngram: prompt-lookup window as rendered (None: the engine's default)
     ngram_min: int | None = None
     ngram_max: int | None = None
+    # the KV pool after the weights, capacity, largest context (core/memory.MemoryPlan; None: no GPU profile)
+    memory: Any = None
 
     def to_dict(self) -> dict:
         return {
@@ -57,6 +59,7 @@ class Derived:
             "maxModelLen": self.max_model_len,
             **({"steps": self.steps, "topk": self.topk} if self.steps is not None else {}),
             **({k: v for k, v in (("ngramMin", self.ngram_min), ("ngramMax", self.ngram_max)) if v is not None}),
+            "memory": self.memory.to_dict() if self.memory is not None else None,
         }
 
 
