@@ -9,7 +9,8 @@ AdmissionReview) to bad JSON or resources it has not discovered yet, and it bind
 ones kopf would use (``/validate``, ``/mutate``), so the chart's configurations are the same.
 
 The configs lookup reads referenced ConfigMaps from the controller's watch cache, else with
-one GET through the API (a read: fine on dryRun), and hub configs from the resolver's cache only.
+one GET through the API (a read: fine on dryRun), and hub configs from the resolver's cache only (the entry of
+the credential the reconciler last read for that reference).
 TLS comes from ``--webhook-cert-dir`` or from ``certs.SelfSigned`` (see certs.py).
 """
 
@@ -124,7 +125,7 @@ class OperatorConfigs:
             return await self._configmap(ns, ref.name, ref.key, role, fresh)
         if src.pvc is not None:
             raise ConfigsUnavailable(f"spec.{role}.pvc: config.json is read from PVC {src.pvc.claim_name} by an inspector Job")
-        return self._hub(src, role)
+        return self._hub(ns, src, role)
 
     async def _configmap(self, ns: str, name: str, key: str, role: str, fresh: bool) -> tuple[Any, str, bool, Any]:
         cache = getattr(self.resolver, "configmaps", None) if self.resolver is not None else None
@@ -168,18 +169,13 @@ class OperatorConfigs:
                 self._parsed.popitem(last=False)
         return doc, where, cached, ident
 
-    def _hub(self, src: Any, role: str) -> tuple[Any, str, bool, Any]:
-        hub = getattr(self.resolver, "_hub_cache", None) or {}
-        hit = hub.get((src.model, src.revision))
-        if hit is not None:
-            from .resolve import HUB_BRANCH_TTL
-
-            at, resolved = hit
-            rev = src.revision or ""
-            pinned = len(rev) == 40 and all(c in "0123456789abcdef" for c in rev)
-            clock = getattr(self.resolver, "clock", None)
-            if pinned or clock is None or clock() - at < HUB_BRANCH_TTL:
-                return resolved.doc, resolved.source, True, ("hub", resolved.digest)
+    def _hub(self, ns: str, src: Any, role: str) -> tuple[Any, str, bool, Any]:
+        """The resolver's cached hub resolution for the credential this namespace's reference held when the
+        reconciler last read it (the webhook reads no Secret); none: the lenient path."""
+        cached = getattr(self.resolver, "hub_cached", None)
+        resolved = cached(ns, src, known=True) if cached is not None else None
+        if resolved is not None:
+            return resolved.doc, resolved.source, True, ("hub", resolved.digest)
         raise ConfigsUnavailable(f"spec.{role}: {src.model} has not been fetched from the hub yet")
 
 
