@@ -43,7 +43,9 @@ def cmd_operator_run(args: argparse.Namespace) -> int:
         raise UsageError(f"--metrics-port {args.metrics_port} is not a port (1-65535, or 0 to disable)")
     given = [f for f, v in (("--webhook-port", args.webhook_port), ("--webhook-cert-dir", args.webhook_cert_dir),
                             ("--webhook-service", args.webhook_service),
-                            ("--webhook-configuration", args.webhook_configuration)) if v]
+                            ("--webhook-configuration", args.webhook_configuration),
+                            ("--webhook-client-ca", args.webhook_client_ca),
+                            ("--webhook-client-name", args.webhook_client_name)) if v]
     if given and not args.webhook:
         raise UsageError(f"{', '.join(given)}: the admission webhook server is off; add --webhook to serve it")
     port = 0
@@ -53,12 +55,17 @@ def cmd_operator_run(args: argparse.Namespace) -> int:
             raise UsageError(f"--webhook-port {port} is not a port (1-65535)")
     if args.webhook_cert_dir and not os.path.isdir(args.webhook_cert_dir):
         raise UsageError(f"--webhook-cert-dir {args.webhook_cert_dir}: not a directory")
+    if args.webhook_client_ca and not os.path.isfile(args.webhook_client_ca):
+        raise UsageError(f"--webhook-client-ca {args.webhook_client_ca}: not a file")
+    if args.webhook_client_name and not args.webhook_client_ca:
+        raise UsageError("--webhook-client-name: needs --webhook-client-ca (the CA that signed the caller's certificate)")
     for svc in args.webhook_service or []:
         if svc.count(".") != 1 or not all(svc.split(".")):
             raise UsageError(f"--webhook-service {svc!r}: expected NAME.NAMESPACE")
     webhook = WebhookSettings(
         port=port, addr=bind, cert_dir=args.webhook_cert_dir, services=args.webhook_service or [],
         secret=args.webhook_secret, configuration=args.webhook_configuration,
+        client_ca=args.webhook_client_ca, client_names=args.webhook_client_name or [],
         namespace=args.operator_namespace or os.environ.get("POD_NAMESPACE") or None)
     return run(args.namespace or [], args.all_namespaces, kubeconfig=args.kubeconfig, metrics_port=args.metrics_port,
                metrics_addr=metrics_bind, bind_addr=bind, liveness=args.liveness, resync_seconds=args.resync_seconds,
@@ -184,6 +191,12 @@ def add_parsers(sub) -> None:
     orun.add_argument("--webhook-configuration", metavar="NAME",
                       help="Validating- and MutatingWebhookConfiguration whose caBundle the operator keeps current "
                       "(self-signed mode)")
+    orun.add_argument("--webhook-client-ca", metavar="FILE",
+                      help="serve the webhooks only to callers with a client certificate signed by a CA in FILE (PEM): "
+                      "the API server, configured to present one (docs/concepts/security.md, \"Webhook callers\")")
+    orun.add_argument("--webhook-client-name", action="append", metavar="NAME",
+                      help="with --webhook-client-ca: and whose certificate names NAME (common name or DNS SAN; "
+                      "repeatable; default: any certificate the CA signed)")
     orun.add_argument("--operator-namespace", metavar="NS",
                       help="the operator's namespace (default: $POD_NAMESPACE); without one the self-signed "
                       "certificate is kept in memory only")

@@ -172,7 +172,8 @@ async def _start_webhook(kube: Kube, resolver: Resolver) -> None:
 
     ws = WebhookSettings.from_env()
     if ws.port:
-        _webhook = WebhookRuntime(ws, kube, OperatorConfigs(kube, resolver))
+        watched = [n for n in (os.environ.get("SPECDEPLOY_WATCH_NAMESPACES") or "").split(",") if n]
+        _webhook = WebhookRuntime(ws, kube, OperatorConfigs(kube, resolver, watched=watched or None))
         _webhook.start()
         settle_gc()
 
