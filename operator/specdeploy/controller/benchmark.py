@@ -242,7 +242,7 @@ class BenchmarkController:
             return POLL_SECONDS
         return await self._client(key, body, cr, owner, plan, v, progress, image=vo.image, base_url=vo.url(ns),
                                   model=vo.model, engine=vo.engine_config.engine,
-                                  engine_version=vo.engine_config.engine_version)
+                                  engine_version=vo.engine_config.engine_version, api_key=dcr.spec.engine.api_key)
 
     def _ahead_of(self, key: Key, body: dict, deployment: str) -> str | None:
         """The name of an unfinished benchmark of the same deployment that goes first (Running, else the
@@ -324,10 +324,10 @@ class BenchmarkController:
         model = dcr.spec.target.model if dcr.spec.target.pvc is None else f"/models/target/{dcr.spec.target.model.lstrip('/')}"
         return await self._client(key, body, cr, owner, plan, v, progress, image=image,
                                   base_url=f"http://{ref}.{ns}.svc:{port}", model=model, engine=dcr.spec.engine.name,
-                                  engine_version=dcr.spec.engine.version)
+                                  engine_version=dcr.spec.engine.version, api_key=dcr.spec.engine.api_key)
 
     async def _client(self, key, body, cr, owner: BenchOwner, plan: BenchPlan, v: Variant, progress: str, *, image: str,
-                      base_url: str, model: str, engine: str, engine_version: str) -> float | None:
+                      base_url: str, model: str, engine: str, engine_version: str, api_key=None) -> float | None:
         ns, name = key
         job_name = f"{name}-{v.name}-client"
         job = await self.kube.get("Job", ns, job_name)
@@ -346,7 +346,7 @@ class BenchmarkController:
                                     prompts=cr.spec.prompts.plan(), points=plan.points_of(v.name))
             await self.kube.apply(build_client_configmap(owner, v.name, doc, prompts_jsonl), force=True)
             try:
-                await self.kube.create(build_client_job(owner, v.name, image,
+                await self.kube.create(build_client_job(owner, v.name, image, api_key=api_key,
                                                         service_account=None))
             except KubeError as e:
                 if e.status != 409:  # created by an earlier attempt: wait for it

@@ -26,8 +26,8 @@ from ..cache import CacheError, CachePlan, plan_cache
 from ..findings import Finding, Severity, Source, report
 from ..podsecurity import ENGINE_CACHE, container_security_context, engine_write_env, harden_pod
 from .argv import ARG_BUILDERS, method_render_problem
-from .children import (CONFIG_HASH_ANNOTATION, HF_HOME, MODEL_ROOT, RUNTIME_COMMAND, child_labels, child_meta,
-                       model_in_pod, names, selector_labels, token_env)
+from .children import (CONFIG_HASH_ANNOTATION, HF_HOME, MODEL_ROOT, RUNTIME_COMMAND, api_key_args, api_key_env,
+                       child_labels, child_meta, model_in_pod, names, selector_labels, token_env)
 from .guard import apply_guard, plan_guard
 from .tuning import TUNED_MOUNT, TUNED_SRC_MOUNT, TuningPlan, render_tuning, tuning_volumes
 
@@ -101,6 +101,9 @@ def _container(spec, ec: EngineConfig, image: str, args: list[str], serve_http: 
     if tuning is not None:
         env.append({"name": tuning.env_var, "value": TUNED_MOUNT})
     env += token_env(spec)
+    if serve_http:  # the engine's API (the leader of a multi-node group): spec.engine.apiKey
+        env += api_key_env(spec)
+        args = [*args, *api_key_args(spec)]
     per_node = spec.gpu.count // spec.nodes
     accelerated = gpus.get_profile(spec.gpu.type).accelerator
     limits: dict[str, str] = {gpus.GPU_RESOURCE: str(per_node)} if accelerated else {}
