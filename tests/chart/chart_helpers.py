@@ -50,6 +50,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "webhook": {"clientAuth": {"caConfigMap": "apiserver-webhook-client-ca",
                                    "names": ["kube-apiserver-webhook-client"]},
                     "networkPolicy": {"enabled": True, "controlPlaneCIDRs": ["10.0.0.0/24", "fd00:10::/64"]}},
+        "engineNetworkPolicy": {"enabled": True, "ingressNamespaces": ["monitoring"]},
     },
     "cert-manager": {
         "webhook": {"certManager": {"enabled": True}, "failurePolicy": "Ignore", "timeoutSeconds": 10,

@@ -66,3 +66,23 @@ def test_control_plane_cidrs_are_checked_by_the_schema(cidr):
     path = values_file({"webhook": {"networkPolicy": {"enabled": True, "controlPlaneCIDRs": [cidr]}}})
     p = run_helm("helm4", "template", "r", str(CHART), "-f", path, check=False)
     assert p.returncode != 0 and "controlPlaneCIDRs" in p.stderr
+
+
+def test_engine_network_policy_value_becomes_operator_flags():
+    assert "--engine-network-policy" not in container(render())["args"]
+    args = container(render({"engineNetworkPolicy": {"enabled": True, "ingressNamespaces": ["monitoring", "obs"]}}))["args"]
+    assert "--engine-network-policy" in args
+    assert arg_value(args, "--engine-ingress-namespace") == ["monitoring", "obs"]
+    from specdeploy.cli import build_parser
+    from specdeploy.cli.operator import _engine_network_policy
+
+    assert _engine_network_policy(build_parser().parse_args(args)) == ["monitoring", "obs"]
+    assert _engine_network_policy(build_parser().parse_args(container(render())["args"])) is None
+
+
+def test_operator_may_manage_network_policies_in_watched_namespaces_only():
+    objs = render({"watch": {"namespaces": ["team-a"]}})
+    rules = [(r, o["metadata"].get("namespace")) for o in find(objs, "Role") + find(objs, "ClusterRole")
+             for r in o.get("rules", []) if "networkpolicies" in r.get("resources", [])]
+    assert rules and all(ns == "team-a" for _, ns in rules), rules
+    assert set(rules[0][0]["verbs"]) == {"list", "watch", "create", "patch", "delete"}

@@ -176,6 +176,11 @@ exists, with the code that needs it (operator/specdeploy/controller/):
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
   verbs: ["list", "watch", "create", "patch", "delete"]
+# NetworkPolicies: the engine NetworkPolicy child (engineNetworkPolicy.enabled); watched (handlers.on_networkpolicy)
+# so that one left over after the value is turned off is deleted, server-side apply and delete in Controller._apply.
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
 # LeaderWorkerSets: the multi-node engine workload (spec.nodes > 1); watched (handlers.on_leaderworkerset),
 # server-side apply and delete in Controller._apply. Harmless when the LWS CRD is not installed.
 - apiGroups: ["leaderworkerset.x-k8s.io"]

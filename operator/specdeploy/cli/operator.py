@@ -70,7 +70,22 @@ def cmd_operator_run(args: argparse.Namespace) -> int:
     return run(args.namespace or [], args.all_namespaces, kubeconfig=args.kubeconfig, metrics_port=args.metrics_port,
                metrics_addr=metrics_bind, bind_addr=bind, liveness=args.liveness, resync_seconds=args.resync_seconds,
                verbose=args.verbose, webhook=webhook, policy=_policy_args(args),
-               election=_election_args(args, webhook.namespace), health_port=args.health_port)
+               election=_election_args(args, webhook.namespace), health_port=args.health_port,
+               engine_network_policy=_engine_network_policy(args))
+
+
+def _engine_network_policy(args: argparse.Namespace) -> list[str] | None:
+    from ..api.types import NAME_PATTERN
+
+    import re
+
+    listed = args.engine_ingress_namespace or []
+    if listed and not args.engine_network_policy:
+        raise UsageError("--engine-ingress-namespace: needs --engine-network-policy")
+    for ns in listed:
+        if not re.fullmatch(NAME_PATTERN, ns) or len(ns) > 63 or "." in ns:
+            raise UsageError(f"--engine-ingress-namespace {ns!r} is not a namespace name")
+    return listed if args.engine_network_policy else None
 
 
 def _election_args(args: argparse.Namespace, operator_namespace: str | None):
@@ -200,6 +215,13 @@ def add_parsers(sub) -> None:
     orun.add_argument("--operator-namespace", metavar="NS",
                       help="the operator's namespace (default: $POD_NAMESPACE); without one the self-signed "
                       "certificate is kept in memory only")
+    orun.add_argument("--engine-network-policy", action="store_true",
+                      help="give every SpeculativeDeployment a NetworkPolicy: its engine pods take connections only "
+                      "from pods of its namespace, of the operator's and of --engine-ingress-namespace "
+                      "(docs/concepts/security.md, \"Engine network\")")
+    orun.add_argument("--engine-ingress-namespace", action="append", metavar="NS",
+                      help="with --engine-network-policy: pods of this namespace may reach engine pods too (e.g. the "
+                      "monitoring namespace; repeatable)")
     orun.add_argument("--health-port", type=int, default=0, metavar="N",
                       help="port of /healthz and /readyz (ready: webhook serving and caches synced; 0: off)")
     le = orun.add_argument_group("leader election (several replicas: one reconciles, every one serves the webhooks; "

@@ -16,7 +16,7 @@ RUNTIME_COMMAND = "specdeploy-runtime"
 
 def names(cr_name: str) -> dict[str, str]:
     return {"workload": cr_name, "service": cr_name, "pdb": cr_name, "configmap": f"{cr_name}-engine",
-            "podmonitor": cr_name}
+            "podmonitor": cr_name, "networkpolicy": cr_name}
 
 
 def selector_labels(cr_name: str) -> dict[str, str]:
