@@ -22,8 +22,11 @@ def scanned_objects() -> tuple[dict[str, list[dict]], list[str], list[str]]:
     guarded, unguarded = [], []
     for path, doc, t, d in examples():
         base = (path.split("/")[-2] if path.count("/") > 1 else path).replace(".", "-")
-        cr = variant(doc, engine={**doc["spec"]["engine"], "apiKey": {"secretKeyRef": {"name": "engine-key"}}})
         for label, policy in (("guarded", ()), ("unguarded", None)):
+            # another deployment (another instance label) for the unguarded pods: checkov matches a NetworkPolicy
+            # to pods by labels only, whatever their namespace
+            renamed = {**doc, "metadata": {**doc["metadata"], "name": f"{doc['metadata']['name']}-{label}"}}
+            cr = variant(renamed, engine={**doc["spec"]["engine"], "apiKey": {"secretKeyRef": {"name": "engine-key"}}})
             try:
                 r = render(cr, t, d, network_policy=policy)
             except RenderError:
@@ -34,9 +37,8 @@ def scanned_objects() -> tuple[dict[str, list[dict]], list[str], list[str]]:
                     objs.append(obj)
                 for role, tmpl in pod_templates(obj):
                     name = f"{base}-{label}-{role}"[:63].strip("-")
-                    ns = "models" if label == "guarded" else "other"  # the unguarded pods are not selected
                     objs.append({"apiVersion": "v1", "kind": "Pod",
-                                 "metadata": {"name": name, "namespace": ns, "labels": tmpl["metadata"]["labels"]},
+                                 "metadata": {"name": name, "namespace": "models", "labels": tmpl["metadata"]["labels"]},
                                  "spec": tmpl["spec"]})
                     (guarded if label == "guarded" else unguarded).append(name)
             files[f"{base}-{label}"] = objs
