@@ -208,6 +208,13 @@ def format_recommendation(reco: dict | None) -> str:
         lines.append(f"  guard: maxConcurrency {g.get('maxConcurrency')}, maxContext {g.get('maxContext')}")
     for e in reco.get("excluded") or []:
         lines.append(f"  excluded: {e.get('variant')} ({e.get('reason', '')})")
+    for c in reco.get("calibration") or []:
+        cross = ", ".join(f"context {x.get('context')}: {x.get('concurrency') if x.get('concurrency') is not None else 'none'}"
+                          for x in c.get("crossover") or [])
+        measured = c.get("measuredTau")
+        lines.append(f"  calibration: {c.get('variant')} assumed tau {c.get('assumedTau')}"
+                     + (f" (measured {measured})" if measured is not None else "")
+                     + f", best speedup {_f(c.get('bestSpeedup'), 2)}x, crossover {cross or 'none'}")
     for c in reco.get("costs") or []:
         lost = ": PREFIX CACHE LOST" if c.get("prefixCacheLost") else ""
         lines.append(f"  cost: {c.get('variant')} vs baseline: {c.get('vsBaseline', '')}{lost}")

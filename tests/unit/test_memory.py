@@ -193,3 +193,13 @@ def test_status_resolved_carries_the_memory_figures():
     assert got["gpuCount"] == 8 and got["atContext"] == 65536  # the example's maxModelLen
     assert got["targetKvKiBPerToken"] == round(61 * 576 * 2 * 8 / 1024, 1)
     assert got["largestContext"] == want.largest_context() and got["capacityTokens"] == want.capacity_tokens > 0
+
+
+def test_absurd_contexts_get_no_figures_and_never_overflow():
+    d, t = pair("qwen3-8b")
+    for v in (10**400, 2**70, mem.MAX_CONTEXT_SEARCH + 1):
+        t["max_position_embeddings"] = v
+        a = analyze(d, t, _opts())
+        assert a.derived is None or a.derived.memory is None, v
+    t["max_position_embeddings"] = mem.MAX_CONTEXT_SEARCH
+    assert analyze(d, t, _opts()).derived.memory.context == mem.MAX_CONTEXT_SEARCH

@@ -57,7 +57,8 @@ class Matrix(_Model):
                  "(!has(self.speculativeTokens) || size(self.speculativeTokens) == 0 ? 1 : size(self.speculativeTokens)) * "
                  "(!has(self.draftWindow) || size(self.draftWindow) == 0 ? 1 : size(self.draftWindow)) * "
                  "(!has(self.draftAttentionBackend) || size(self.draftAttentionBackend) == 0 ? 1 : "
-                 f"size(self.draftAttentionBackend))) <= {MAX_POINTS}",
+                 "size(self.draftAttentionBackend)) + "
+                 f"(has(self.syntheticAcceptance) ? size(self.syntheticAcceptance) : 0)) <= {MAX_POINTS}",
          "message": f"the matrix has more than {MAX_POINTS} points (variants x contexts x concurrency levels): "
                     "measure fewer values per axis or split it into several benchmarks"},
     ]})
@@ -78,6 +79,15 @@ class Matrix(_Model):
     draft_attention_backend: list[Literal[DRAFT_ATTENTION_BACKENDS]] = Field(  # type: ignore[valid-type]
         default_factory=list, max_length=5,
         description="Draft attention backends to measure. Empty: the deployment's own setting.",
+    )
+    synthetic_acceptance: list[Annotated[float, Field(ge=1, le=MAX_BLOCK_SIZE, allow_inf_nan=False)]] = Field(
+        default_factory=list, max_length=8,
+        description="Assumed acceptance lengths (tau, tokens per step with the bonus) to sweep with the engine's own "
+        "synthetic acceptance (vLLM >= 0.32 `rejection_sample_method: synthetic`, SGLang >= 0.5.23 "
+        "`SGLANG_SIMULATE_ACC_LEN`): one variant each (`syn2p5` for 2.5) at the first `speculativeTokens` value (else "
+        "the deployment's own draft tokens), showing "
+        "where the crossover would move if acceptance rose or fell. Their outputs are not the target's: they are "
+        "never recommended nor compared for greedy equality. Each at most draft tokens + 1.",
     )
     baseline: bool = Field(
         default=True, description="Also measure with speculation off (no speculative flags at all): the baseline "
@@ -102,8 +112,11 @@ class Matrix(_Model):
         for w in self.draft_window:
             if isinstance(w, int) and not 1 <= w <= MAX_CONTEXT:
                 raise ValueError(f"draftWindow {w} must be between 1 and {MAX_CONTEXT} tokens, or 'off'")
+        if len(set(self.synthetic_acceptance)) != len(self.synthetic_acceptance):
+            raise ValueError("syntheticAcceptance lists a value twice: list each value once")
         n = len(self.contexts) * len(self.concurrency) * (int(self.baseline) + (
-            max(1, len(self.speculative_tokens)) * max(1, len(self.draft_window)) * max(1, len(self.draft_attention_backend))))
+            max(1, len(self.speculative_tokens)) * max(1, len(self.draft_window)) * max(1, len(self.draft_attention_backend)))
+            + len(self.synthetic_acceptance))
         if n > MAX_POINTS:
             raise ValueError(f"the matrix has {n} points (variants x contexts x concurrency levels), more than "
                              f"{MAX_POINTS}: measure fewer values per axis or split it into several benchmarks")
@@ -272,6 +285,24 @@ class VariantCost(_Model):
     prefix_cache_lost: bool = Field(default=False, description="Its prefix cache hit nothing while the baseline's hit.")
 
 
+class CalibrationCrossover(_Model):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    context: int = Field(description="Prompt length in tokens.")
+    concurrency: Optional[int] = Field(default=None, description="Where speculation would stop paying at this "
+                                       "assumed tau; none: it never lost within the measured concurrency.")
+
+
+class Calibration(_Model):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    variant: str = Field(description="The synthetic variant (`syn2p5`).")
+    assumed_tau: float = Field(description="The acceptance length the engine was told to give.")
+    measured_tau: Optional[float] = Field(default=None, description="What the engine's counters measured.")
+    crossover: list[CalibrationCrossover] = Field(default_factory=list, description="Per context.")
+    best_speedup: Optional[float] = Field(default=None, description="Its best speedup over the baseline.")
+
+
 class Recommendation(_Model):
     """Best configuration per load band, crossover and guard (docs/concepts/benchmarks.md)."""
 
@@ -282,6 +313,9 @@ class Recommendation(_Model):
     guard: Guard = Field(default_factory=Guard, description="Limits for `spec.speculation.guard.fromBenchmark`.")
     excluded: list[Excluded] = Field(default_factory=list, description="Variants never recommended, with the reason.")
     best: Optional[str] = Field(default=None, description="The variant that wins most bands (printer column).")
+    calibration: list[Calibration] = Field(default_factory=list, description="Synthetic-acceptance variants "
+                                           "(`spec.matrix.syntheticAcceptance`): where the crossover would be at "
+                                           "each assumed tau. Never recommended.")
     costs: list[VariantCost] = Field(default_factory=list, description="Each variant's hidden costs against the "
                                      "baseline (KV capacity, prefix-cache hit rate, peak memory).")
     summary: str = Field(default="", description="One sentence.")

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Optional
 
+from .benchplan import synthetic_tau
 from .benchcosts import compare_to_baseline, prefix_cache_lost
 
 BASELINE = "baseline"
@@ -52,13 +53,13 @@ def _fmt(x: float) -> str:
 def equal_to_baseline(points: Iterable[dict]) -> dict[str, Optional[bool]]:
     """Point id -> whether its greedy outputs equal the baseline's at the same (context, concurrency,
     prompts, output tokens); None: no baseline point of that shape, or digests missing/of another count.
-    The baseline's own points map to None."""
+    The baseline's own points and synthetic variants' (outputs forced by an assumed acceptance) map to None."""
     pts = list(points)
     base = {(p["context"], p["concurrency"], p.get("numPrompts"), p.get("maxOutputTokens")): p
             for p in pts if p.get("variant") == BASELINE}
     out: dict[str, Optional[bool]] = {}
     for p in pts:
-        if p.get("variant") == BASELINE:
+        if p.get("variant") == BASELINE or synthetic_tau(str(p.get("variant"))) is not None:
             out[p["id"]] = None
             continue
         b = base.get((p["context"], p["concurrency"], p.get("numPrompts"), p.get("maxOutputTokens")))
@@ -68,8 +69,38 @@ def equal_to_baseline(points: Iterable[dict]) -> dict[str, Optional[bool]]:
 
 
 def recommend(points: Iterable[dict], variants: list[str]) -> dict[str, Any]:
-    """The recommendation (Contract 4) from every point result (each with ``variant``) and the plan's variant order."""
-    pts = list(points)
+    """The recommendation (Contract 4) from every point result (each with ``variant``) and the plan's variant order.
+    Synthetic variants (an assumed acceptance forced by the engine: ``syn2p5``) are never recommended; they give
+    ``calibration``: where the crossover would be at each assumed tau."""
+    every = list(points)
+    synthetic = [v for v in variants if synthetic_tau(v) is not None]
+    pts = [p for p in every if synthetic_tau(str(p.get("variant"))) is None]
+    variants = [v for v in variants if v not in synthetic]
+    reco = _recommend(pts, variants)
+    reco["calibration"] = [_calibration(v, pts, every) for v in synthetic]
+    if reco["calibration"]:
+        def where(c: dict) -> str:
+            at = sorted({x["concurrency"] for x in c["crossover"] if x["concurrency"] is not None})
+            return f"tau {c['assumedTau']:g}: " + (f"off from concurrency {at[0]}" if at else "no crossover measured")
+        reco["summary"] = reco["summary"][:-1] + "; calibration " + ", ".join(map(where, reco["calibration"])) + "."
+    return reco
+
+
+def _calibration(variant: str, pts: list[dict], every: list[dict]) -> dict[str, Any]:
+    """One synthetic variant against the baseline: its crossover per context (as if it were the only speculation
+    variant) and the tau the engine's counters measured (it should be the assumed one)."""
+    mine = [p for p in every if p.get("variant") == variant]
+    alone = _recommend([p for p in pts if p.get("variant") == BASELINE] + mine, [BASELINE, variant])
+    taus = [(p.get("acceptance") or {}).get("length") for p in mine]
+    taus = [t for t in taus if isinstance(t, (int, float))]
+    best = max((b.get("speedup") or 0 for b in alone["bands"]), default=0) or None
+    return {"variant": variant, "assumedTau": synthetic_tau(variant),
+            "measuredTau": round(sum(taus) / len(taus), 3) if taus else None,
+            "crossover": [{"context": c["context"], "concurrency": c["concurrency"]} for c in alone["crossover"]],
+            "bestSpeedup": best}
+
+
+def _recommend(pts: list[dict], variants: list[str]) -> dict[str, Any]:
     eq = equal_to_baseline(pts)
     has_baseline = BASELINE in variants and any(p.get("variant") == BASELINE for p in pts)
     order = {v: i for i, v in enumerate(variants)}

@@ -227,9 +227,9 @@ class MemoryPlan:
 def plan(engine: str | None, gpu_memory_bytes: float, gpu_count: int, target_weight_bytes: float,
          drafter_weight_bytes: float, target: KvShape, drafter: KvShape | None, context: int,
          concurrency: int = 1) -> MemoryPlan | None:
-    if not (gpu_memory_bytes > 0 and gpu_count >= 1 and context >= 1 and math.isfinite(target_weight_bytes)
-            and math.isfinite(drafter_weight_bytes)):
-        return None
+    if not (gpu_memory_bytes > 0 and gpu_count >= 1 and 1 <= context <= MAX_CONTEXT_SEARCH
+            and math.isfinite(target_weight_bytes) and math.isfinite(drafter_weight_bytes)):
+        return None  # a context past 64 Mi tokens (a config's own claim) gets no figures, never an overflow
     pool = kv_pool_bytes(engine, gpu_memory_bytes, gpu_count, target_weight_bytes + drafter_weight_bytes)
     return MemoryPlan(engine or "vllm", gpu_count, gpu_memory_bytes, target_weight_bytes, drafter_weight_bytes,
                       target, drafter or KvShape(), pool, context, max(1, concurrency))
