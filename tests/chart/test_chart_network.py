@@ -85,4 +85,4 @@ def test_operator_may_manage_network_policies_in_watched_namespaces_only():
     rules = [(r, o["metadata"].get("namespace")) for o in find(objs, "Role") + find(objs, "ClusterRole")
              for r in o.get("rules", []) if "networkpolicies" in r.get("resources", [])]
     assert rules and all(ns == "team-a" for _, ns in rules), rules
-    assert set(rules[0][0]["verbs"]) == {"list", "watch", "create", "patch", "delete"}
+    assert set(rules[0][0]["verbs"]) == {"get", "list", "watch", "create", "patch", "delete"}  # get: Executor.claim
