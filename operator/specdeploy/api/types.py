@@ -106,6 +106,16 @@ class TargetSource(ModelSource):
     )
 
 
+class ApiKeySource(_Model):
+    """Where the engine's API key comes from: a Secret key, handed to the engine through an environment
+    variable (never written into the pod spec or from the spec into argv)."""
+
+    secret_key_ref: SecretKeyRef = Field(
+        description="The Secret key holding the API key. The Secret must be one the administrator allows for hub "
+        "tokens (chart value hub.tokenSecrets, operator flag --allowed-token-secret).",
+    )
+
+
 class Engine(_Model):
     """The inference engine and its version; flags are derived from the version's capabilities."""
 
@@ -126,6 +136,21 @@ class Engine(_Model):
         "(vLLM `--max-model-len`, SGLang `--context-length`). Default: the target's limit. Checked against the "
         "target's and the drafter's `max_position_embeddings`; it also sizes the draft-window memory figures.",
     )
+    api_key: Optional[ApiKeySource] = Field(
+        default=None,
+        description="Require this API key (`Authorization: Bearer <key>`) on the engine's inference API, for clusters "
+        "without network policies. vLLM reads it from `VLLM_API_KEY`, SGLang from `--api-key` (filled by the kubelet "
+        "from the Secret); health and metrics stay open to probes and the operator.",
+    )
+
+    @model_validator(mode="after")
+    def _one_api_key(self) -> "Engine":
+        if self.api_key is not None:
+            for i, a in enumerate(self.extra_args):
+                if a.split("=", 1)[0].replace("_", "-") == "--api-key":
+                    raise ValueError(f"extraArgs[{i}] sets --api-key while spec.engine.apiKey is set: the key comes "
+                                     "from the Secret; remove it from extraArgs")
+        return self
 
 
 class DDTree(_Model):

@@ -17,7 +17,7 @@ parse -> observe -> plan -> apply -> status. Unit-tested with tables (tests/cont
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from ..api.types import MemoryFigures, Resolved, SpeculativeDeploymentStatus
 from ..core import guard as gd
@@ -87,7 +87,8 @@ def guard_limit(cr, benchmarks: Mapping[tuple[str, str], dict]) -> tuple[gd.Guar
 def plan_reconcile(cr, target, drafter, *, generation: int, children: Mapping[tuple[str, str], dict],
                    benchmarks: Mapping[tuple[str, str], dict] | None = None, pod_monitor: bool = False,
                    lws: bool = True, policy: TenancyPolicy | None = None,
-                   pod_monitor_labels: Mapping[str, str] | None = None) -> Plan:
+                   pod_monitor_labels: Mapping[str, str] | None = None,
+                   network_policy: Sequence[str] | None = None) -> Plan:
     """The plan for a valid, admitted spec whose configs are resolved (``target``/``drafter``: resolve.Resolved).
 
     ``children``: the cached children the deployment may own, by (kind, name) (Caches.children_of);
@@ -110,7 +111,7 @@ def _plan_reconcile(cr, target, drafter, *, generation, children, benchmarks, po
     limit, guard_problem = guard_limit(cr, benchmarks or {})
     try:
         rendered = render(cr, target.doc, drafter.doc, pod_monitor=pod_monitor, policy=policy or TenancyPolicy(),
-                          pod_monitor_labels=pod_monitor_labels,
+                          pod_monitor_labels=pod_monitor_labels, network_policy=network_policy,
                           guard=limit)
     except RenderError as e:
         errors = error_findings(e.findings)

@@ -10,6 +10,7 @@ what an administrator allowed (chart values -> operator flags -> ``SPECDEPLOY_PO
 | image | `spec.engine.image` | `policy.allowedImagePrefixes` / `--allowed-image-prefix` | the project's runtime images |
 | pod ServiceAccount | `spec.pod.serviceAccountName` | `policy.allowedServiceAccounts` / `--allowed-service-account`; `policy.engineServiceAccount` / `--engine-service-account` is always allowed and the default | none other |
 | hub token Secret | `spec.{target,drafter}.tokenSecretRef` | `hub.tokenSecrets` / `--allowed-token-secret` | none |
+| engine API key Secret | `spec.engine.apiKey.secretKeyRef` | the same list as hub token Secrets | none |
 | model claim | `spec.{target,drafter}.pvc`, `spec.tuning.pvc`, `spec.cache.pvc` | `policy.allowedPVCs` / `--allowed-pvc`, or claims labelled `policy.pvcLabel` / `--pvc-label` | none |
 | node-local hub cache | `spec.cache.nodePath` (a name, never a path) | `cache.nodePaths` / `--cache-node-path NAME=PATH` | none |
 
@@ -118,6 +119,13 @@ def check_policy(spec, policy: TenancyPolicy, pvc_labels: Mapping[str, Mapping[s
                    f"Secret {ref.name!r} is not a hub token Secret (allowed: {allowed}): its key {ref.key!r} would be "
                    "handed to the engine as HF_TOKEN. Use an allowed Secret, or ask an administrator to add it to the "
                    "chart value hub.tokenSecrets (operator flag --allowed-token-secret)")
+    key = getattr(spec.engine, "api_key", None)
+    if key is not None and key.secret_key_ref.name not in policy.token_secrets:
+        allowed = ", ".join(policy.token_secrets) or "none"
+        refuse("PolicyApiKeySecretNotAllowed", "spec.engine.apiKey.secretKeyRef.name",
+               f"Secret {key.secret_key_ref.name!r} is not one the operator may hand to engines (allowed: {allowed}; the "
+               "hub token Secrets): its key would be put into the engine's environment. Use an allowed Secret, or ask "
+               "an administrator to add it to the chart value hub.tokenSecrets (operator flag --allowed-token-secret)")
     claims = [(f"spec.{r}.pvc.claimName", s.pvc.claim_name) for r, s in spec.model_sources()
               if s.pvc is not None]
     if spec.tuning.pvc is not None:

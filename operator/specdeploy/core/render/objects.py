@@ -13,7 +13,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from .. import engines as eng
 from .. import gpus
@@ -26,8 +26,8 @@ from ..cache import CacheError, CachePlan, plan_cache
 from ..findings import Finding, Severity, Source, report
 from ..podsecurity import ENGINE_CACHE, container_security_context, engine_write_env, harden_pod
 from .argv import ARG_BUILDERS, method_render_problem
-from .children import (CONFIG_HASH_ANNOTATION, HF_HOME, MODEL_ROOT, RUNTIME_COMMAND, child_labels, child_meta,
-                       model_in_pod, names, selector_labels, token_env)
+from .children import (CONFIG_HASH_ANNOTATION, HF_HOME, MODEL_ROOT, RUNTIME_COMMAND, api_key_args, api_key_env,
+                       child_labels, child_meta, model_in_pod, names, selector_labels, token_env)
 from .guard import apply_guard, plan_guard
 from .tuning import TUNED_MOUNT, TUNED_SRC_MOUNT, TuningPlan, render_tuning, tuning_volumes
 
@@ -101,6 +101,9 @@ def _container(spec, ec: EngineConfig, image: str, args: list[str], serve_http: 
     if tuning is not None:
         env.append({"name": tuning.env_var, "value": TUNED_MOUNT})
     env += token_env(spec)
+    if serve_http:  # the engine's API (the leader of a multi-node group): spec.engine.apiKey
+        env += api_key_env(spec)
+        args = [*args, *api_key_args(spec)]
     per_node = spec.gpu.count // spec.nodes
     accelerated = gpus.get_profile(spec.gpu.type).accelerator
     limits: dict[str, str] = {gpus.GPU_RESOURCE: str(per_node)} if accelerated else {}
@@ -369,6 +372,26 @@ def build_podmonitor(cr, ec: EngineConfig, extra_labels: Mapping[str, str] | Non
     }
 
 
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # set on every Namespace by the API server (1.22+)
+
+
+def build_network_policy(cr, ec: EngineConfig, namespaces: Sequence[str] = ()) -> dict:
+    """Ingress to this deployment's engine pods (leader and workers) only from pods of the same namespace and of
+    ``namespaces`` (the monitoring namespace, the operator's: chart value engineNetworkPolicy, operator flag
+    --engine-network-policy): docs/concepts/security.md, "Engine network"."""
+    n = names(cr.metadata.name)
+    peers: list[dict] = [{"podSelector": {}}]
+    peers += [{"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: ns}}}
+              for ns in sorted(set(namespaces)) if ns != cr.metadata.namespace]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": child_meta(cr, n["networkpolicy"], child_labels(cr, ec.engine)),
+        "spec": {"podSelector": {"matchLabels": selector_labels(cr.metadata.name)}, "policyTypes": ["Ingress"],
+                 "ingress": [{"from": peers}]},
+    }
+
+
 def build_engine_config(cr, analysis: Analysis, target_doc: Any, drafter_doc: Any, *, baked: bool = False,
                         cache: CachePlan | None = None, guard: "gd.GuardPlan | None" = None) -> EngineConfig:
     spec = cr.spec
@@ -458,9 +481,12 @@ def choose_image(cr, drafter_doc: Any, table: tuple[eng.BakedDrafterImage, ...] 
 
 def render(cr, target_doc: Any, drafter_doc: Any, *, pod_monitor: bool = False,
            image_table: tuple[eng.BakedDrafterImage, ...] | None = None, policy=None,
-           guard: "gd.GuardLimit | None" = None, pod_monitor_labels: Mapping[str, str] | None = None) -> Rendered:
+           guard: "gd.GuardLimit | None" = None, pod_monitor_labels: Mapping[str, str] | None = None,
+           network_policy: Sequence[str] | None = None) -> Rendered:
     """Every child object for a SpeculativeDeployment; raises RenderError when the check fails. ``guard``: the
-    controller's resolution of ``spec.speculation.guard.fromBenchmark`` (the render reads no benchmark itself)."""
+    controller's resolution of ``spec.speculation.guard.fromBenchmark`` (the render reads no benchmark itself).
+    ``network_policy``: None, no NetworkPolicy; else the namespaces besides the CR's own that may reach the engine
+    pods (build_network_policy)."""
     analysis = analyze(drafter_doc, target_doc, cr.spec.options())
     if not analysis.ok or analysis.derived is None:
         raise RenderError(analysis.findings, analysis.accepted)
@@ -499,6 +525,8 @@ def render(cr, target_doc: Any, drafter_doc: Any, *, pod_monitor: bool = False,
     objects = [build_configmap(cr, ec, analysis), workload, build_service(cr, ec), build_pdb(cr, ec)]
     if pod_monitor:
         objects.append(build_podmonitor(cr, ec, pod_monitor_labels))
+    if network_policy is not None:
+        objects.append(build_network_policy(cr, ec, network_policy))
     return Rendered(analysis=analysis, engine_config=ec, config_hash=config_hash, objects=objects,
                     tuning_objects=tuning_objects, tuning=plan, image=image, baked_drafter=baked_row, cache=cache,
                     guard=guard_plan)
