@@ -188,7 +188,8 @@ def add_parsers(sub) -> None:
                       help="the operator's namespace (default: $POD_NAMESPACE); without one the self-signed "
                       "certificate is kept in memory only")
     orun.add_argument("--health-port", type=int, default=0, metavar="N",
-                      help="port of /healthz and /readyz (ready: webhook serving and caches synced; 0: off)")
+                      help="port of /healthz and /readyz (ready: webhook serving, its caBundle verifying the certificate, caches "
+                           "synced; 0: off)")
     le = orun.add_argument_group("leader election (several replicas: one reconciles, every one serves the webhooks; "
                                  "docs/concepts/high-availability.md)")
     le.add_argument("--leader-elect", action=argparse.BooleanOptionalAction, default=False,
