@@ -146,6 +146,12 @@ def test_benchmark_completes_with_a_recommendation(loop):
     out = loop.cluster.kubectl("get", "specbench", NAME).stdout
     header, row = out.splitlines()[0].split(), out.splitlines()[1].split()
     assert header[:5] == ["NAME", "DEPLOYMENT", "PHASE", "PROGRESS", "BEST"] and row[:4] == [NAME, DEP, "Complete", "2/2"]
+    # issue 27: STATUS is the Running condition's reason; Events followed the run
+    assert header[5] == "STATUS" and row[5] == "Measured", out
+    items = loop.cluster.get_json("events", "-n", loop.namespace).get("items") or []
+    reasons = [e["reason"] for e in items if (e.get("involvedObject") or {}).get("kind") == "SpeculativeBenchmark"
+               and e["involvedObject"].get("name") == NAME]
+    assert {"VariantStarting", "ClientStarted", "VariantMeasured", "Measured"} <= set(reasons), reasons
 
 
 def test_an_operator_restart_mid_variant_continues_where_it_was(loop):

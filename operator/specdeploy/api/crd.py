@@ -163,10 +163,10 @@ BENCH_CRD_FILE = f"{API_GROUP}_{B.BENCH_PLURAL}.yaml"
 BENCH_PRINTER_COLUMNS = [
     {"name": "Deployment", "type": "string", "jsonPath": ".spec.deploymentRef.name"},
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-    # as SpeculativeDeployment's STATUS: why it is (not) running, e.g. Measuring, AnotherBenchmarkRunning, ClientFailed
-    {"name": "Status", "type": "string", "jsonPath": f'.status.conditions[?(@.type=="{N.RUNNING}")].reason'},
     {"name": "Progress", "type": "string", "jsonPath": ".status.progress"},
     {"name": "Best", "type": "string", "jsonPath": ".status.recommendation.best"},
+    # as SpeculativeDeployment's STATUS: why it is (not) running, e.g. Measuring, AnotherBenchmarkRunning, ClientFailed
+    {"name": "Status", "type": "string", "jsonPath": f'.status.conditions[?(@.type=="{N.RUNNING}")].reason'},
     {"name": "Crossover", "type": "integer", "jsonPath": ".status.crossoverConcurrency"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     {"name": "Current", "type": "string", "jsonPath": ".status.current", "priority": 1},
