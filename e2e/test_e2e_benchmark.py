@@ -194,6 +194,41 @@ def test_an_operator_restart_mid_variant_continues_where_it_was(loop):
     assert [p["variant"] for p in st["points"]] == ["baseline", "k3"]
 
 
+def test_a_deleted_benchmark_leaves_nothing_without_an_operator(loop):
+    """Issue 27 (clean uninstall): every temporary object of a running benchmark (the variant's engine
+    Deployment, Service and ConfigMap, the client plan ConfigMap and Job, the results ConfigMap) is owned by the
+    SpeculativeBenchmark, so deleting it removes them by garbage collection alone: here with no operator
+    running, as after `helm uninstall` (the CRDs are kept, so benchmarks and their children stay until deleted)."""
+    name = "orphan"
+    loop.apply(bench(name, concurrency=[1], promptsPerPoint=8, maxOutputTokens=200))
+    sel = f"specdeploy.io/benchmark={name}"
+    kinds = ("deployments", "services", "configmaps", "jobs")
+
+    def mine() -> dict[str, list[str]]:
+        return {k: sorted(o["metadata"]["name"] for o in loop.get(k, "-l", sel)["items"]) for k in kinds}
+
+    wait_for(lambda: (loop.get("specbench", name).get("status") or {}).get("current") == "baseline: client running"
+             and mine()["jobs"], 300, "the baseline's client Job to run", interval=0.3)
+    c = loop.cluster
+    c.stop_operator()
+    try:
+        before = mine()
+        assert before["deployments"] == [f"{name}-baseline"] and before["jobs"] == [f"{name}-baseline-client"], before
+        assert f"{name}-baseline-plan" in before["configmaps"] and f"{name}-baseline-engine" in before["configmaps"]
+        for k in kinds:
+            for o in loop.get(k, "-l", sel)["items"]:
+                refs = o["metadata"].get("ownerReferences") or []
+                assert [(r["kind"], r["name"], r.get("controller")) for r in refs] == \
+                    [("SpeculativeBenchmark", name, True)], (k, o["metadata"]["name"], refs)
+        c.kubectl("delete", "specbench", name, "-n", loop.namespace, "--wait=false")
+        wait_for(lambda: not any(mine().values()), 60, "garbage collection of the benchmark's objects")
+        print(f"left after deleting the benchmark with no operator: {mine()} (before: {before})")
+    finally:
+        c.start_operator(resync_seconds=30, extra_env={"HF_ENDPOINT": str(loop.hub), "SPECDEPLOY_WEBHOOK_PORT": "0",
+                                                       "SPECDEPLOY_ACCEPTANCE_INTERVAL": f"{loop.interval:g}",
+                                                       **loop.operator_env})
+
+
 def test_too_many_speculative_tokens_fail_with_the_field(loop):
     loop.apply(bench("toolong", speculativeTokens=[9]))  # the tiny drafter's block size is 4
     st = wait_for(lambda: (s := loop.get("specbench", "toolong").get("status") or {}).get("phase") == "Failed" and s,
