@@ -391,3 +391,14 @@ def test_running_condition_and_events_follow_the_benchmark():
     step(bc)
     assert body["status"]["phase"] == "Pending" and conds()["Running"]["status"] == "False"
     assert [r for _, r, _ in seen] == [conds()["Running"]["reason"]]
+
+
+def test_synthetic_acceptance_on_the_cpu_pool_fails_before_any_engine_starts():
+    api = Api()
+    bc, body = controller(api)
+    body["spec"]["matrix"]["syntheticAcceptance"] = [2.0]
+    step(bc)
+    cond = body["status"]["conditions"][0]
+    assert body["status"]["phase"] == "Failed" and cond["reason"] == "InvalidMatrix"
+    assert "spec.matrix.syntheticAcceptance" in cond["message"] and "CPU build refuses" in cond["message"]
+    assert not api.objs

@@ -32,11 +32,13 @@ from typing import Any
 
 from ..api import benchmark as B
 from ..api.validation import INVALID_SPEC, problems_message, validate as validate_deployment
+from ..core.benchprompts import PromptError, parse_requests_jsonl
 from ..core.benchplan import BenchPlan, PlanError, Point, Variant, build_client_plan, plan_benchmark
 from ..core.benchreco import equal_to_baseline, recommend
 from ..core.benchrender import (BENCH_LABEL, BenchOwner, build_client_configmap, build_client_job, render_variant,
                                 variant_object_name)
 from ..core.checker import analyze
+from ..core import gpus
 from ..core import names as N
 from ..core.findings import errors as error_findings
 from ..core.render import RenderError
@@ -307,7 +309,8 @@ class BenchmarkController:
         try:
             plan = plan_benchmark(cr.spec.matrix, engine=dcr.spec.engine.name, engine_version=dcr.spec.engine.version,
                                   block_size=(trained or d).block_size, served_context=d.served_context,
-                                  deployment_tokens=d.num_speculative_tokens)
+                                  deployment_tokens=d.num_speculative_tokens,
+                                  cpu_pool=not gpus.get_profile(dcr.spec.gpu.type).accelerator)
         except PlanError as e:
             raise BenchFailed("InvalidMatrix", str(e)) from None
         if cr.spec.use_serving_deployment:
@@ -349,6 +352,12 @@ class BenchmarkController:
                     await self._delete_variant(ns, name, v.name)
                     raise BenchFailed("PromptsNotFound", f"spec.prompts.configMapRef: ConfigMap {ref.name} has no key "
                                       f"{ref.key} in namespace {ns}; create it (JSON lines {{\"prompt\": \"...\"}})")
+                try:  # a broken request set fails here with the line and the field, not in the client's log
+                    if ref.format == "requests":
+                        parse_requests_jsonl(prompts_jsonl, source=f"ConfigMap {ref.name} key {ref.key}")
+                except PromptError as e:
+                    await self._delete_variant(ns, name, v.name)
+                    raise BenchFailed("PromptsInvalid", f"spec.prompts.configMapRef: {e}") from None
             doc = build_client_plan(benchmark=name, variant=v.name, engine=engine, engine_version=engine_version,
                                     base_url=base_url, metrics_url=f"{base_url}/metrics", model=model, tokenizer=model,
                                     prompts=cr.spec.prompts.plan(), points=plan.points_of(v.name))
@@ -475,6 +484,10 @@ class BenchmarkController:
             "tau": _r((p.get("acceptance") or {}).get("length")),
             "ttftP50Ms": _r((p.get("ttftMs") or {}).get("p50")), "itlP50Ms": _r((p.get("itlMs") or {}).get("p50")),
             "tpotP50Ms": _r((p.get("tpotMs") or {}).get("p50")),
+            "ttftP99Ms": _r((p.get("ttftMs") or {}).get("p99")),
+            "prefixCacheHitRate": _r((p.get("costs") or {}).get("prefixCacheHitRate")),
+            "kvCapacityTokens": (p.get("costs") or {}).get("kvCapacityTokens"),
+            "kvUsagePeak": _r((p.get("costs") or {}).get("kvUsagePeak")),
             "failed": p.get("failed"), "equalToBaseline": p.get("equalToBaseline")}.items() if v is not None}
             for p in points]
         message = reco["summary"]

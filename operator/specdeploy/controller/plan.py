@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from ..api.types import Resolved, SpeculativeDeploymentStatus
+from ..api.types import MemoryFigures, Resolved, SpeculativeDeploymentStatus
 from ..core import guard as gd
 from ..core.findings import Finding
 from ..core.findings import errors as error_findings
@@ -193,6 +193,9 @@ def build_resolved(target, drafter, rendered: Rendered | None, cr) -> Resolved:
                                         rendered.image if rendered.baked_drafter is not None else None)
     if rendered.guard is not None:
         out.guard_max_concurrency = rendered.guard.limit.max_concurrency
+    plan = rendered.analysis.derived.memory if rendered.analysis.derived else None
+    if plan is not None:
+        out.memory = MemoryFigures.model_validate(plan.to_dict())
     return out
 
 
