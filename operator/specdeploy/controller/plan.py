@@ -94,7 +94,8 @@ def plan_reconcile(cr, target, drafter, *, generation: int, children: Mapping[tu
     ``children``: the cached children the deployment may own, by (kind, name) (Caches.children_of);
     ``lws``: whether the LeaderWorkerSet API is served (asked only for multi-node specs)."""
     plan = _plan_reconcile(cr, target, drafter, generation=generation, children=children, benchmarks=benchmarks,
-                           pod_monitor=pod_monitor, lws=lws, policy=policy, pod_monitor_labels=pod_monitor_labels)
+                           pod_monitor=pod_monitor, lws=lws, policy=policy, pod_monitor_labels=pod_monitor_labels,
+                           network_policy=network_policy)
     plan.family = _family_label(drafter.doc if drafter is not None else None)
     return plan
 
@@ -107,7 +108,7 @@ def _family_label(doc) -> str | None:
 
 
 def _plan_reconcile(cr, target, drafter, *, generation, children, benchmarks, pod_monitor, lws, policy,
-                    pod_monitor_labels) -> Plan:
+                    pod_monitor_labels, network_policy) -> Plan:
     limit, guard_problem = guard_limit(cr, benchmarks or {})
     try:
         rendered = render(cr, target.doc, drafter.doc, pod_monitor=pod_monitor, policy=policy or TenancyPolicy(),
