@@ -149,13 +149,26 @@ def cmd_render(args: argparse.Namespace) -> int:
 
     import yaml
 
+    from ..core.policy import check_policy
     from ..core.render import RenderError, render
+    from .operator import _policy_args
 
+    policy = _policy_args(args)
     cr = _load_cr(args.filename)
+    # the tenancy policy first, as the webhook and the reconciler apply it (claims by label: undecidable here)
+    refused = check_policy(cr.spec, policy, namespace=cr.metadata.namespace or "default")
+    if refused:
+        print(f"{PROG} render: {cr.metadata.name}: refused by the tenancy policy; nothing rendered", file=sys.stderr)
+        _print_findings(refused, sys.stderr)
+        if args.output == "json":
+            from ..core.findings import report
+
+            print(json.dumps({**report(refused), "rendered": False, "exitCode": 1}, indent=2))
+        return 1
     drafter = _load_json_config(args.drafter_config, "drafter")
     target = _load_json_config(args.target_config, "target")
     try:
-        r = render(cr, target, drafter, pod_monitor=args.pod_monitor)
+        r = render(cr, target, drafter, pod_monitor=args.pod_monitor, policy=policy)
     except RenderError as e:
         print(f"{PROG} render: {cr.metadata.name}: the drafter/target check failed; nothing rendered", file=sys.stderr)
         _print_findings(e.findings, sys.stderr)
@@ -213,18 +226,29 @@ def add_parsers(sub) -> None:
     c.set_defaults(func=cmd_check)
 
     r = sub.add_parser("render", help="print the objects the operator would create for a SpeculativeDeployment",
-                       description="Check a SpeculativeDeployment's drafter/target pair and print every object the "
+                       description="Check a SpeculativeDeployment against the tenancy policy (the operator's defaults, "
+                       "or the policy flags below, as the chart passes them to the operator: the same verdicts as the "
+                       "admission webhook) and its drafter/target pair, and print every object the "
                        "operator would create for it (engine ConfigMap, Deployment or LeaderWorkerSet, Service, "
                        "PodDisruptionBudget, optionally the PodMonitor), as YAML or a JSON List. Warnings go to stderr.",
                        epilog=epilog(["specdeploy render -f examples/qwen3.6-27b-b300-vllm/speculativedeployment.yaml "
                                       "--drafter-config examples/qwen3.6-27b-b300-vllm/drafter.config.json "
                                       "--target-config examples/qwen3.6-27b-b300-vllm/target.config.json",
-                                      "cat cr.yaml | specdeploy render -f - --drafter-config d/ --target-config t/ -o json"],
-                                     ok="rendered", findings="the check failed: nothing rendered (findings on stderr; "
-                                     "with -o json also on stdout)", json_errors=True))
+                                      "cat cr.yaml | specdeploy render -f - --drafter-config d/ --target-config t/ -o json",
+                                      "specdeploy render -f examples/kimi-k2.6-rtx-pro-6000-sglang/speculativedeployment.yaml "
+                                      "--drafter-config examples/kimi-k2.6-rtx-pro-6000-sglang/drafter.config.json "
+                                      "--target-config examples/kimi-k2.6-rtx-pro-6000-sglang/target.config.json "
+                                      "--allow-trust-remote-code-model moonshotai"],
+                                     ok="rendered", findings="the tenancy policy refused the spec or the check failed: "
+                                     "nothing rendered (findings on stderr; with -o json also on stdout)",
+                                     json_errors=True))
     r.add_argument("-f", "--filename", required=True, help="SpeculativeDeployment YAML ('-' for stdin)")
     r.add_argument("--drafter-config", required=True, metavar="D", help="drafter config.json or directory")
     r.add_argument("--target-config", required=True, metavar="T", help="target config.json or directory")
     r.add_argument("--output", "-o", choices=["yaml", "json"], default="yaml")
     r.add_argument("--pod-monitor", action="store_true", help="include the PodMonitor (prometheus-operator)")
+    from .operator import add_policy_args
+
+    add_policy_args(r.add_argument_group("tenancy policy (default: the operator's; pass the flags the chart passes "
+                                         "to `specdeploy operator run` to render as that installation would)"))
     r.set_defaults(func=cmd_render)
