@@ -295,3 +295,40 @@ def test_the_webhook_refuses_with_the_same_codes():
                           policy=TenancyPolicy(trust_remote_code_namespaces=("team-a",),
                                                code_args=("--middleware",)))["response"]
     assert "Policy" not in json.dumps(ok)
+
+
+# ----------------------------------------------------------------- rules the mutation run found untested
+
+
+def test_every_claim_is_checked_not_only_the_first():
+    p = TenancyPolicy(pvcs=("models",))
+    spec = cr(target={"pvc": {"claimName": "models"}}, drafter={"pvc": {"claimName": "other"}}).spec
+    assert codes(check_policy(spec, p)) == [("PolicyClaimNotAllowed", "spec.drafter.pvc.claimName")]
+    spec = cr(target={"pvc": {"claimName": "models"}}, tuning={"storage": "pvc", "pvc": {"claimName": "other"}}).spec
+    assert codes(check_policy(spec, p)) == [("PolicyClaimNotAllowed", "spec.tuning.pvc.claimName")]
+    spec = cr(target={"pvc": {"claimName": "models"}}, cache={"type": "pvc", "pvc": {"claimName": "other"}}).spec
+    assert codes(check_policy(spec, p)) == [("PolicyClaimNotAllowed", "spec.cache.pvc.claimName")]
+    labelled = TenancyPolicy(pvc_label=("k", "v"))  # the first claim undecidable here, the second refused
+    spec = cr(target={"pvc": {"claimName": "a"}}, drafter={"pvc": {"claimName": "b"}}).spec
+    assert codes(check_policy(spec, labelled, {"b": {}})) == [("PolicyClaimNotAllowed", "spec.drafter.pvc.claimName")]
+    assert codes(check_policy(spec, labelled, {"a": {"k": "v"}, "b": None})) == [
+        ("PolicyClaimNotAllowed", "spec.drafter.pvc.claimName")]
+
+
+def test_a_registry_prefix_without_a_slash():
+    from specdeploy.core.policy import image_allowed
+
+    assert image_allowed("registry.example.com/ml/v:1", ("registry.example.com",))
+    assert image_allowed("registry.example.com/ml/v:1", ("registry.example.com/",))
+    assert not image_allowed("registry.example.com.evil/ml/v:1", ("registry.example.com",))
+
+
+def test_a_negation_before_a_code_flag_does_not_end_the_scan():
+    spec = cr(engine={"version": "0.25.0", "extraArgs": ["--no-enable-prefix-caching", "--middleware", "m.M"]}).spec
+    assert [(i, f) for i, f, _ in code_arg_uses(spec)] == [(1, "--middleware")]
+
+
+def test_the_digest_does_not_depend_on_key_order():
+    from specdeploy.controller import ownership as own
+
+    assert own.digest({"a": 1, "b": {"c": 2, "d": 3}}) == own.digest({"b": {"d": 3, "c": 2}, "a": 1})
