@@ -89,6 +89,11 @@ def test_benchmark_of_the_trained_pair_on_real_vllm(loop):
         assert pts[("baseline", n)]["outputTokensPerSecond"] > 0 and pts[("k3", n)]["outputTokensPerSecond"] > 0
     for p in full["points"]:
         assert p["completed"] == 4 and p["failed"] == 0 and len(p["outputDigests"]) == 4
+        # hidden costs from the engine's own series (core/benchcosts.py): KV capacity from vllm:cache_config_info,
+        # the prefix-cache counters' increase over the point (prefix caching is on by default in the CPU build)
+        costs = p["costs"]
+        assert costs["kvCapacityTokens"] > 0 and 0 <= costs["kvUsagePeak"] <= 1, costs
+        assert costs["prefixCacheSource"] == "counters" and costs["prefixCacheQueries"] > 0, costs
         if p["variant"] == "k3":
             per = p["acceptance"]["perPosition"]
             assert len(per) == 3 and all(a >= b for a, b in zip(per, per[1:])), per
@@ -97,6 +102,8 @@ def test_benchmark_of_the_trained_pair_on_real_vllm(loop):
             assert not (p.get("acceptance") or {}).get("drafts")
     reco = st["recommendation"]
     assert len(reco["bands"]) == 2 and reco["excluded"] == [] and reco["summary"]
+    assert [c["variant"] for c in reco["costs"]] == ["k3"] and "KV capacity" in reco["costs"][0]["vsBaseline"]
+    assert all(p["kvCapacityTokens"] > 0 for p in st["points"])
     assert all(b["baselineTokensPerSecond"] > 0 and b["speedup"] > 0 for b in reco["bands"])
     wait_for(lambda: not loop.get("deployments", "-l", f"specdeploy.io/benchmark={NAME}")["items"], 120,
              "the variant Deployments to be deleted")
@@ -108,8 +115,9 @@ def test_benchmark_of_the_trained_pair_on_real_vllm(loop):
     print("\n== specdeploy bench report\n" + rep.stdout + rep.stderr)
     assert rep.returncode == 0, rep.stderr
     assert "k3" in rep.stdout and "baseline" in rep.stdout, rep.stdout
-    for name in ("tokens_per_s", "tau"):
+    assert "PREFIX HIT" in rep.stdout and "cost: k3 vs baseline: KV capacity" in rep.stdout, rep.stdout
+    for name in ("tokens_per_s", "tau", "costs"):
         png = (out_dir / f"{name}.png").read_bytes()
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and int.from_bytes(png[16:20], "big") >= 400  # IHDR width
-        assert "concurrency" in (out_dir / f"{name}.svg").read_text().lower()
+        assert ("concurrency" if name != "costs" else "kv cache capacity") in (out_dir / f"{name}.svg").read_text().lower()
     assert (out_dir / "report.html").stat().st_size > 1000

@@ -1,7 +1,17 @@
 #!/usr/bin/env bash
 # Build the specdeploy images with podman from Debian and PyPI alone (no registry needed), and check them.
 #
-#   bash images/build.sh [operator] [runtime-cpu]      (default: both)
+#   bash images/build.sh [operator] [runtime-cpu]                   (default: both)
+#   bash images/build.sh --push REGISTRY [operator] [runtime-cpu]   build, then tag and push to REGISTRY
+#
+# --push REGISTRY (a registry and path, e.g. registry.example.com/team, after `podman login`/`docker login`):
+# after the builds and checks, tags the images REGISTRY/specdeploy/operator:<version> and
+# REGISTRY/specdeploy/runtime:vllm-cpu-<version>, pushes them, and prints the Helm value set that installs
+# the chart from them (README.md, "Install on a cluster").
+#
+# The container tool: podman (default), or docker when podman is not installed or
+# SPECDEPLOY_CONTAINER_TOOL=docker. With docker the Dockerfiles' bases are pulled as usual (no stand-ins,
+# no .ci/install-podman, no pip configuration mounts); everything else is the same.
 #
 # 1. podman (.ci/install-podman: packages and the two containers.conf fixes these machines need).
 # 2. Bases: every FROM must exist locally (builds use --pull=never). A base already in podman's storage is
@@ -32,15 +42,40 @@ VERSION=$(sed -n 's/^version *= *"\(.*\)"/\1/p' pyproject.toml | head -1)
 VLLM_CPU_VERSION=$(sed -n 's/^VERSION=//p' .ci/install-vllm-cpu)
 OPERATOR_IMAGE=ghcr.io/specdeploy/operator:$VERSION
 RUNTIME_CPU_IMAGE=ghcr.io/specdeploy/runtime:vllm-cpu-$VLLM_CPU_VERSION
-targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(operator runtime-cpu)
-for t in "${targets[@]}"; do
-  case $t in operator|runtime-cpu) ;; *) echo "build.sh: unknown image $t (operator, runtime-cpu)" >&2; exit 2;; esac
+usage() { echo "usage: bash images/build.sh [--push REGISTRY] [operator] [runtime-cpu]" >&2; exit 2; }
+push=""
+targets=()
+while [ $# -gt 0 ]; do
+  case $1 in
+  --push)
+    [ $# -ge 2 ] && [ -n "$2" ] || { echo "build.sh: --push needs a registry (e.g. --push registry.example.com/team)" >&2; usage; }
+    push=${2%/}; shift 2;;
+  --push=*) push=${1#--push=}; push=${push%/}; shift
+    [ -n "$push" ] || { echo "build.sh: --push needs a registry (e.g. --push registry.example.com/team)" >&2; usage; };;
+  -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0;;
+  -*) echo "build.sh: unknown option $1" >&2; usage;;
+  operator|runtime-cpu) targets+=("$1"); shift;;
+  *) echo "build.sh: unknown image $1 (operator, runtime-cpu)" >&2; exit 2;;
+  esac
 done
+if [ -n "$push" ]; then
+  # a registry host[:port] and an optional path, as an image reference has them (no scheme, no tag)
+  if ! [[ $push =~ ^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*$ ]]; then
+    echo "build.sh: --push $push is not a registry and path such as registry.example.com/team or localhost:5000" \
+         "(lowercase, no scheme, no tag)" >&2
+    exit 2
+  fi
+fi
+[ ${#targets[@]} -gt 0 ] || targets=(operator runtime-cpu)
 say() { echo "build.sh: $*"; }
 figure() { say "$*"; [ -z "${SPECDEPLOY_IMAGE_TIMES:-}" ] || echo "$*" >> "$SPECDEPLOY_IMAGE_TIMES"; }
 
-bash .ci/install-podman
+tool=${SPECDEPLOY_CONTAINER_TOOL:-}
+if [ -z "$tool" ]; then
+  if command -v podman > /dev/null || ! command -v docker > /dev/null; then tool=podman; else tool=docker; fi
+fi
+case $tool in podman|docker) ;; *) echo "build.sh: SPECDEPLOY_CONTAINER_TOOL=$tool: podman or docker" >&2; exit 2;; esac
+if [ "$tool" = podman ]; then bash .ci/install-podman; fi
 
 for engine in vllm sglang; do
   say "skipped images/runtime/cuda/Dockerfile ENGINE=$engine: its base $(sed -n "s/^ARG ${engine^^}_IMAGE=//p" images/runtime/cuda/Dockerfile) is a CUDA image that cannot be stood in here; build it where that image can be pulled (images/README.md)"
@@ -58,7 +93,7 @@ mirror() {
 # stand_in REF KIND: make REF exist locally (KIND: debian or python)
 stand_in() {
   local ref=$1 kind=$2
-  if podman image exists "$ref"; then return; fi
+  if [ "$tool" = docker ] || podman image exists "$ref"; then return; fi
   local hash tarball
   hash=$(printf '%s\n' "$kind" "$(sed -n '/^stand_in()/,/^}/p' "$0")" "$(cat /usr/local/share/ca-certificates/*.crt 2>/dev/null || true)" | sha256sum | cut -c1-12)
   tarball=$CACHE/bases/$kind-bookworm-$hash.tar
@@ -96,6 +131,7 @@ stand_in() {
 # the host's pip configuration, as a file mounted at /etc/pip.conf, and the local files and directories it names
 # (find-links, file:// indexes, constraints)
 pip_args=(-v "$CACHE/pip:/root/.cache/pip:Z")
+if [ "$tool" = podman ]; then
 pipconf=$CACHE/pip.conf
 {
   echo "[global]"
@@ -112,21 +148,23 @@ for word in $(sed -n 's/^[a-z-]* = //p' "$pipconf"); do
   d=${d%/simple}
   if [ "${d:0:1}" = / ] && [ -e "$d" ] && [ "$d" != / ]; then pip_args+=(-v "$d:$d:ro"); fi
 done
+fi
 
 # ------------------------------------------------------------------------------------------------ build
 build() {  # build NAME DOCKERFILE IMAGE [podman build args...]
   local name=$1 file=$2 image=$3 start
   shift 3
   start=$(date +%s)
-  podman build --pull=never --network=host --layers -f "$file" --ignorefile "$file.dockerignore" \
-    "${pip_args[@]}" --label "org.opencontainers.image.version=$VERSION" \
+  local tool_args=(--pull=never --layers --ignorefile "$file.dockerignore" "${pip_args[@]}")
+  [ "$tool" = podman ] || tool_args=()  # docker: bases pulled, $file.dockerignore read by BuildKit itself
+  $tool build --network=host -f "$file" "${tool_args[@]}" --label "org.opencontainers.image.version=$VERSION" \
     --label "org.opencontainers.image.source=https://github.com/specdeploy/specdeploy" \
     -t "$image" "$@" . > "$CACHE/build-$name.log" 2>&1 \
     || { tail -40 "$CACHE/build-$name.log" >&2; say "$name: build failed (log: $CACHE/build-$name.log)"; exit 1; }
-  figure "$name: $image built in $(( $(date +%s) - start )) s, $(( $(podman image inspect -f '{{.Size}}' "$image") / 1000000 )) MB"
+  figure "$name: $image built in $(( $(date +%s) - start )) s, $(( $($tool image inspect -f '{{.Size}}' "$image") / 1000000 )) MB"
 }
 
-inspect() { podman image inspect -f "$2" "$1"; }
+inspect() { $tool image inspect -f "$2" "$1"; }
 expect() {  # expect WHAT GOT WANT
   if [ "$2" != "$3" ]; then say "check failed: $1: got '$2', want '$3'" >&2; exit 1; fi
 }
@@ -141,11 +179,11 @@ for t in "${targets[@]}"; do
     expect "operator cmd" "$(inspect "$OPERATOR_IMAGE" '{{json .Config.Cmd}}')" '["operator","run"]'
     expect "operator version label" "$(inspect "$OPERATOR_IMAGE" '{{index .Config.Labels "org.opencontainers.image.version"}}')" "$VERSION"
     start=$(date +%s%N)
-    out=$(podman run --rm --read-only --user 65532:65532 --cap-drop ALL --security-opt no-new-privileges \
+    out=$($tool run --rm --read-only --user 65532:65532 --cap-drop ALL --security-opt no-new-privileges \
             --network=none "$OPERATOR_IMAGE" --help)
-    figure "operator: podman run --read-only ... --help in $(( ($(date +%s%N) - start) / 1000000 )) ms"
+    figure "operator: $tool run --read-only ... --help in $(( ($(date +%s%N) - start) / 1000000 )) ms"
     echo "$out" | grep -q "operator" || { say "operator --help printed: $out" >&2; exit 1; }
-    expect "operator uid" "$(podman run --rm --read-only --entrypoint id "$OPERATOR_IMAGE" -u)" "65532"
+    expect "operator uid" "$($tool run --rm --read-only --entrypoint id "$OPERATOR_IMAGE" -u)" "65532"
     ;;
   runtime-cpu)
     stand_in docker.io/library/debian:bookworm-slim debian
@@ -156,13 +194,34 @@ for t in "${targets[@]}"; do
     expect "runtime engine label" "$(inspect "$RUNTIME_CPU_IMAGE" '{{index .Config.Labels "io.specdeploy.engine.distribution"}}')" "vllm-cpu==$VLLM_CPU_VERSION"
     ro=(--rm --read-only --user 65532:65532 --cap-drop ALL --security-opt no-new-privileges --network=none)
     start=$(date +%s%N)
-    podman run "${ro[@]}" "$RUNTIME_CPU_IMAGE" --help > /dev/null
-    figure "runtime-cpu: podman run --read-only ... specdeploy-runtime --help in $(( ($(date +%s%N) - start) / 1000000 )) ms"
+    $tool run "${ro[@]}" "$RUNTIME_CPU_IMAGE" --help > /dev/null
+    figure "runtime-cpu: $tool run --read-only ... specdeploy-runtime --help in $(( ($(date +%s%N) - start) / 1000000 )) ms"
     start=$(date +%s%N)
-    got=$(podman run "${ro[@]}" --tmpfs /tmp --entrypoint vllm "$RUNTIME_CPU_IMAGE" --version 2>/dev/null | tail -1)
-    figure "runtime-cpu: podman run --read-only ... vllm --version in $(( ($(date +%s%N) - start) / 1000000 )) ms"
+    got=$($tool run "${ro[@]}" --tmpfs /tmp --entrypoint vllm "$RUNTIME_CPU_IMAGE" --version 2>/dev/null | tail -1)
+    figure "runtime-cpu: $tool run --read-only ... vllm --version in $(( ($(date +%s%N) - start) / 1000000 )) ms"
     expect "runtime vllm --version" "${got%%+*}" "$VLLM_CPU_VERSION"
     ;;
   esac
 done
 say "done: ${targets[*]}"
+
+# ------------------------------------------------------------------------------------------------ push
+if [ -n "$push" ]; then
+  pushed=()
+  for t in "${targets[@]}"; do
+    case $t in
+    operator) src=$OPERATOR_IMAGE; dst=$push/specdeploy/operator:$VERSION;;
+    runtime-cpu) src=$RUNTIME_CPU_IMAGE; dst=$push/specdeploy/runtime:vllm-cpu-$VLLM_CPU_VERSION;;
+    esac
+    $tool tag "$src" "$dst"
+    $tool push "$dst" || { say "push of $dst failed: log in first ($tool login ${push%%/*}) and check that the registry accepts it" >&2; exit 1; }
+    say "pushed $dst"
+    pushed+=("$dst")
+  done
+  say "install the chart from $push (README.md, \"Install on a cluster\"): add to helm install / helm upgrade"
+  values="--set image.repository=$push/specdeploy/operator"
+  values+=" --set 'policy.allowedImagePrefixes={$push/specdeploy/runtime}'"
+  echo "  $values"
+  say "(the second lets spec.engine.image name $push/specdeploy/runtime:<tag>, e.g. the CPU pool's vllm-cpu-$VLLM_CPU_VERSION;"
+  say " the CUDA runtime images are built where their bases can be pulled: images/README.md)"
+fi

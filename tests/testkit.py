@@ -70,3 +70,4 @@ def minimal_crd(group: str, kind: str, plural: str) -> dict:
                      "names": {"kind": kind, "listKind": f"{kind}List", "plural": plural, "singular": kind.lower()},
                      "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
                          "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
+

@@ -154,11 +154,38 @@ def table_rows(rs: list[Row]) -> list[list[str]]:
 
 
 def format_table(rs: list[Row]) -> str:
-    body = table_rows(rs)
-    widths = [max(len(c), *(len(row[i]) for row in body)) if body else len(c) for i, c in enumerate(COLUMNS)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(COLUMNS, widths)).rstrip()]
+    return _columns(COLUMNS, table_rows(rs))
+
+
+COST_COLUMNS = ("VARIANT", "CONTEXT", "CONC", "PREFIX HIT", "KV CAPACITY", "KV PEAK", "RSS PEAK")
+
+
+def cost_rows(rs: list[Row]) -> list[list[str]]:
+    """The hidden costs per point (core/benchcosts.py): empty when no point carries any."""
+    if not any(r.point.costs for r in rs):
+        return []
+    out = []
+    for r in sorted(rs, key=lambda r: (r.point.context, r.point.concurrency, r.variant != BASELINE, r.variant)):
+        c = r.point.costs
+        hit = c.prefix_cache_hit_rate if c else None
+        out.append([r.variant, str(r.point.context), str(r.point.concurrency),
+                    "-" if hit is None else f"{hit:.0%}",
+                    "-" if not c or c.kv_capacity_tokens is None else f"{c.kv_capacity_tokens:,}",
+                    "-" if not c or c.kv_usage_peak is None else f"{c.kv_usage_peak:.0%}",
+                    "-" if not c or not c.resident_memory_peak_bytes else f"{c.resident_memory_peak_bytes / 2**30:.2f} GiB"])
+    return out
+
+
+def _columns(columns: tuple[str, ...], body: list[list[str]]) -> str:
+    widths = [max(len(c), *(len(row[i]) for row in body)) if body else len(c) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip()]
     lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in body]
     return "\n".join(lines)
+
+
+def format_costs(rs: list[Row]) -> str:
+    body = cost_rows(rs)
+    return _columns(COST_COLUMNS, body) if body else ""
 
 
 def format_recommendation(reco: dict | None) -> str:
@@ -181,6 +208,16 @@ def format_recommendation(reco: dict | None) -> str:
         lines.append(f"  guard: maxConcurrency {g.get('maxConcurrency')}, maxContext {g.get('maxContext')}")
     for e in reco.get("excluded") or []:
         lines.append(f"  excluded: {e.get('variant')} ({e.get('reason', '')})")
+    for c in reco.get("calibration") or []:
+        cross = ", ".join(f"context {x.get('context')}: {x.get('concurrency') if x.get('concurrency') is not None else 'none'}"
+                          for x in c.get("crossover") or [])
+        measured = c.get("measuredTau")
+        lines.append(f"  calibration: {c.get('variant')} assumed tau {c.get('assumedTau')}"
+                     + (f" (measured {measured})" if measured is not None else "")
+                     + f", best speedup {_f(c.get('bestSpeedup'), 2)}x, crossover {cross or 'none'}")
+    for c in reco.get("costs") or []:
+        lost = ": PREFIX CACHE LOST" if c.get("prefixCacheLost") else ""
+        lines.append(f"  cost: {c.get('variant')} vs baseline: {c.get('vsBaseline', '')}{lost}")
     return "\n".join(lines)
 
 
@@ -248,6 +285,40 @@ def _figure(rs: list[Row], metric: str, title: str):
     return plt, fig
 
 
+def _variant_costs(rs: list[Row]) -> list[tuple[str, float | None, int | None]]:
+    """(variant, prefix-cache hit rate over its points, KV capacity) in plan order."""
+    from .core.benchreco import variant_costs
+
+    out = []
+    for v in dict.fromkeys(r.variant for r in rs):
+        c = variant_costs([{"costs": r.point.costs.model_dump(by_alias=True) if r.point.costs else None}
+                           for r in rs if r.variant == v]) or {}
+        out.append((v, c.get("prefixCacheHitRate"), c.get("kvCapacityTokens")))
+    return out
+
+
+def _cost_figure(rs: list[Row], title: str):
+    plt = _pyplot()
+    data = _variant_costs(rs)
+    fig, (cap_ax, hit_ax) = plt.subplots(1, 2, figsize=(max(6.0, 1.6 * len(data) + 4), 3.8), constrained_layout=True)
+    names = [v for v, _, _ in data]
+    colors = ["black" if v == BASELINE else "C0" for v in names]
+    cap_ax.bar(names, [c or 0 for _, _, c in data], color=colors)
+    cap_ax.set_ylabel("KV cache capacity (tokens)")
+    cap_ax.set_title("KV capacity the engine reports")
+    hit_ax.bar(names, [100 * (h or 0) for _, h, _ in data], color=colors)
+    hit_ax.set_ylim(0, 100)
+    hit_ax.set_ylabel("prefix-cache hit rate (%)")
+    hit_ax.set_title("prefix-cache hits over the points")
+    for ax, vals in ((cap_ax, [c for *_, c in data]), (hit_ax, [h for _, h, _ in data])):
+        for i, val in enumerate(vals):
+            if val is None:
+                ax.text(i, 0, "n/a", ha="center", va="bottom", fontsize=8)
+        ax.tick_params(axis="x", labelrotation=30)
+    fig.suptitle(title)
+    return plt, fig
+
+
 def write_report(name: str, rs: list[Row], reco: dict | None, out_dir: str) -> dict[str, str]:
     """Write the plots (PNG and SVG) and report.html into ``out_dir``; returns {kind: path}."""
     try:
@@ -258,9 +329,10 @@ def write_report(name: str, rs: list[Row], reco: dict | None, out_dir: str) -> d
     svgs: dict[str, str] = {}
     pngs: dict[str, bytes] = {}
     titles = {"tokens_per_s": f"{name}: output tokens/s vs concurrency",
-              "tau": f"{name}: acceptance length (tau) vs concurrency"}
-    for metric in PLOTS:
-        plt, fig = _figure(rs, metric, titles[metric])
+              "tau": f"{name}: acceptance length (tau) vs concurrency",
+              "costs": f"{name}: hidden costs per variant"}
+    for metric in PLOTS + (("costs",) if cost_rows(rs) else ()):
+        plt, fig = _cost_figure(rs, titles[metric]) if metric == "costs" else _figure(rs, metric, titles[metric])
         try:
             for ext in ("png", "svg"):
                 path = os.path.join(out_dir, f"{metric}.{ext}")
@@ -285,8 +357,12 @@ def render_html(name: str, rs: list[Row], reco: dict | None, pngs: dict[str, byt
     head = "".join(f"<th>{e(c)}</th>" for c in COLUMNS)
     body = "".join("<tr>" + "".join(f"<td>{e(v)}</td>" for v in row) + "</tr>" for row in table_rows(rs))
     reco_html = "<pre>" + e(format_recommendation(reco)) + "</pre>"
+    costs = cost_rows(rs)
+    cost_html = ("<h2>hidden costs</h2>\n<table><thead><tr>" + "".join(f"<th>{e(c)}</th>" for c in COST_COLUMNS)
+                 + "</tr></thead><tbody>" + "".join("<tr>" + "".join(f"<td>{e(v)}</td>" for v in row) + "</tr>"
+                                                    for row in costs) + "</tbody></table>\n") if costs else ""
     figs = []
-    for metric in PLOTS:
+    for metric in pngs:
         png = base64.b64encode(pngs[metric]).decode()
         svg = svgs[metric]
         svg = svg[svg.find("<svg"):] if "<svg" in svg else svg  # inline: no XML declaration / doctype
@@ -296,7 +372,7 @@ def render_html(name: str, rs: list[Row], reco: dict | None, pngs: dict[str, byt
             "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
             "td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}img{max-width:100%}</style></head>\n"
             f"<body><h1>{e(name)}: speculative benchmark</h1>\n{reco_html}\n"
-            f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>\n" + "\n".join(figs)
+            f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>\n{cost_html}" + "\n".join(figs)
             + "\n</body></html>\n")
 
 

@@ -46,12 +46,15 @@ from typing import Any, Callable
 
 from specdeploy.core import benchprompts
 from specdeploy.core.acceptance import acceptance_from_scrapes
+from specdeploy.core.benchcosts import Gauges, gauges, point_costs
 from specdeploy.core.benchresult import (BenchPlan, BenchResultError, PlanPoint, PointResult, VariantResult,
                                          digests, format_result_line, validate_plan)
 
 PROG = "specdeploy-runtime bench-client"
 PERCENTILES = (50, 90, 99)
 HTTP_TIMEOUT = 60.0
+SAMPLE_INTERVAL_S = 2.0  # memory gauges while a point runs (GaugeSampler)
+MAX_SAMPLES = 3600
 
 
 class BenchError(RuntimeError):
@@ -168,8 +171,8 @@ def parse_sglang_result(line_doc: dict, details: dict | None = None, *, expected
         errors=[e[:256] for e in errs[:8]])
 
 
-def point_result(point: PlanPoint, run: ClientRun, acceptance) -> PointResult:
-    """The point's document from a client run and the acceptance over it (pure)."""
+def point_result(point: PlanPoint, run: ClientRun, acceptance, costs: dict | None = None) -> PointResult:
+    """The point's document from a client run, the acceptance and the costs over it (pure)."""
     acc = None
     if acceptance is not None and acceptance.length is not None and (acceptance.drafts is None or acceptance.drafts > 0):
         acc = {"length": acceptance.length, "perPosition": [min(1.0, max(0.0, x)) for x in acceptance.per_position],
@@ -182,7 +185,7 @@ def point_result(point: PlanPoint, run: ClientRun, acceptance) -> PointResult:
            "outputTokens": run.output_tokens, "outputTokensPerSecond": run.output_tokens_per_second,
            "requestsPerSecond": run.requests_per_second, "durationS": run.duration_s, "inputTokens": run.input_tokens,
            "ttftMs": run.ttft_ms or {}, "itlMs": run.itl_ms or {}, "tpotMs": run.tpot_ms, "acceptance": acc,
-           "outputDigests": outs, "errors": run.errors[:8]}
+           "costs": costs, "outputDigests": outs, "errors": run.errors[:8]}
     return PointResult.model_validate(doc)
 
 
@@ -215,6 +218,37 @@ def scrape(url: str | None) -> str | None:
     except (OSError, urllib.error.URLError) as e:
         log(f"scrape of {url} failed: {e}")
         return None
+
+
+class GaugeSampler:
+    """Scrapes the engine's memory gauges every SAMPLE_INTERVAL_S while a point runs (a daemon thread), so the
+    peak KV use and resident memory are seen, not only the values after the point. Keeps the parsed gauges
+    only (a few numbers a sample), at most MAX_SAMPLES."""
+
+    def __init__(self, engine: str, url: str | None, interval_s: float | None = None) -> None:
+        import threading
+
+        self.engine, self.url = engine, url
+        self.interval_s = SAMPLE_INTERVAL_S if interval_s is None else interval_s
+        self.samples: list[Gauges] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="gauge-sampler", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s) and len(self.samples) < MAX_SAMPLES:
+            text = scrape(self.url)
+            if text is not None:
+                self.samples.append(gauges(self.engine, text))
+
+    def __enter__(self) -> "GaugeSampler":
+        if self.url:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=HTTP_TIMEOUT + 1)
 
 
 def log(msg: str) -> None:
@@ -266,8 +300,18 @@ def local_tokenizer(plan: BenchPlan) -> Tokenizer | None:
                      lambda ids: tok.decode(ids), lambda t: len(tok(t)["input_ids"]), f"local tokenizer {name}")
 
 
-def load_prompt_set(plan: BenchPlan) -> list[str]:
+def load_prompt_set(plan: BenchPlan) -> list:
+    """The plan's prompt strings, or its chat-completion requests (kind ``requests``)."""
     p = plan.prompts
+    if p.kind == "requests" and p.name:
+        return benchprompts.bundled_requests(p.name)
+    if p.kind == "requests":
+        try:
+            with open(p.path or "", encoding="utf-8") as fh:
+                text = fh.read(benchprompts.MAX_FILE_BYTES + 1)
+        except OSError as e:
+            raise BenchError(f"requests file {p.path}: {e.strerror}") from None
+        return benchprompts.parse_requests_jsonl(text, source=p.path or "requests")
     if p.kind == "bundled":
         return benchprompts.bundled(p.name or "")
     if p.kind == "file":
@@ -376,6 +420,19 @@ def run_sglang(plan: BenchPlan, point: PlanPoint, prompts: Callable[[], list[str
     return parse_sglang_result(lines[-1], expected=point.num_prompts)
 
 
+def _piece(choice: dict) -> str:
+    """The text a streamed choice adds: completions ``text``; chat ``delta`` content, reasoning and tool-call
+    fragments (so a tool call or a thought counts as output and enters the greedy-equality digest)."""
+    if "delta" not in choice:
+        return choice.get("text") or ""
+    d = choice.get("delta") or {}
+    out = (d.get("reasoning_content") or d.get("reasoning") or "") + (d.get("content") or "")
+    for call in d.get("tool_calls") or []:
+        fn = (call or {}).get("function") or {}
+        out += (fn.get("name") or "") + (fn.get("arguments") or "")
+    return out
+
+
 def _stream_one(url: str, body: dict, timeout: float) -> tuple[str, float, list[float], int, str, int]:
     """One streamed completion: (text, ttft s, chunk gaps s, completion tokens, error, prompt tokens)."""
     req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
@@ -401,7 +458,7 @@ def _stream_one(url: str, body: dict, timeout: float) -> tuple[str, float, list[
                 choices = doc.get("choices") or []
                 if not choices:
                     continue
-                piece = choices[0].get("text") or ""
+                piece = _piece(choices[0])
                 now = time.perf_counter()
                 if piece:
                     if not text:
@@ -421,9 +478,24 @@ def run_own(plan: BenchPlan, point: PlanPoint, prompts: Callable[[], list[str]],
     url = plan.base_url.rstrip("/") + "/v1/completions"
     bodies = [{"model": plan.model, "prompt": p, "max_tokens": point.max_output_tokens, "temperature": 0,
                "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}} for p in prompts()]
+    return _run_streams(url, bodies, point, plan.point_timeout_s)
+
+
+def run_chat(plan: BenchPlan, point: PlanPoint, requests: list[dict], workdir: str, exe: list[str]) -> ClientRun:
+    """Replay chat-completion requests as captured (a request set): the point's share sampled by (seed,
+    concurrency), streamed through /v1/chat/completions at greedy sampling; the requests keep their own ending
+    (no ignore_eos: a tool call or a JSON object ends where the grammar ends), at most maxOutputTokens."""
+    url = plan.base_url.rstrip("/") + "/v1/chat/completions"
+    picked = benchprompts.sample_requests(requests, point.num_prompts, plan.prompts.seed, point.concurrency)
+    bodies = [{**r, "model": plan.model, "max_tokens": point.max_output_tokens, "temperature": 0, "stream": True,
+               "stream_options": {"include_usage": True}} for r in picked]
+    return _run_streams(url, bodies, point, plan.point_timeout_s)
+
+
+def _run_streams(url: str, bodies: list[dict], point: PlanPoint, timeout: float) -> ClientRun:
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max_workers=point.concurrency) as pool:
-        results = list(pool.map(lambda b: _stream_one(url, b, plan.point_timeout_s), bodies))
+        results = list(pool.map(lambda b: _stream_one(url, b, timeout), bodies))
     duration = time.perf_counter() - t0
     ok = [r for r in results if not r[4]]
     tokens = sum(r[3] for r in ok)
@@ -561,7 +633,12 @@ def vllm_has_pandas(exe: list[str]) -> bool:
 
 
 def run_plan(plan: BenchPlan, *, workdir: str | None = None) -> VariantResult:
-    client, exe = pick_client(plan)
+    if plan.prompts.kind == "requests":  # the engines' clients cannot send tools or response formats
+        if plan.client not in ("auto", "specdeploy"):
+            log(f"a request set (chat completions as captured) is replayed by specdeploy's client, not {plan.client}")
+        client, exe = "specdeploy", []
+    else:
+        client, exe = pick_client(plan)
     if needs_custom_prompts(client, plan) and not vllm_has_pandas(exe):
         log("vllm bench serve reads bundled/file prompts with pandas, which this image lacks: using specdeploy's client")
         client, exe = "specdeploy", []
@@ -591,15 +668,18 @@ def run_plan(plan: BenchPlan, *, workdir: str | None = None) -> VariantResult:
 
             try:
                 before = scrape(plan.metrics_url)
-                if client == "sglang":
-                    run = run_sglang(plan, point, prompts, tmp, exe, prompt_set)
-                else:
-                    run = RUNNERS[client](plan, point, prompts, tmp, exe)
+                with GaugeSampler(plan.engine, plan.metrics_url) as sampler:
+                    if plan.prompts.kind == "requests":
+                        run = run_chat(plan, point, prompt_set, tmp, exe)
+                    elif client == "sglang":
+                        run = run_sglang(plan, point, prompts, tmp, exe, prompt_set)
+                    else:
+                        run = RUNNERS[client](plan, point, prompts, tmp, exe)
                 after = scrape(plan.metrics_url)
                 # both scrapes or none: one scrape alone would give averages since the engine started
                 acc = (acceptance_from_scrapes(plan.engine, before, after, run.duration_s)
                        if after is not None and (before is not None or plan.engine == "sglang") else None)
-                res = point_result(point, run, acc)
+                res = point_result(point, run, acc, point_costs(plan.engine, before, after, sampler.samples))
             except (BenchError, benchprompts.PromptError, subprocess.TimeoutExpired, OSError, ValueError) as e:
                 res = failed_point(point, str(e) if isinstance(e, BenchError) else f"{type(e).__name__}: {e}")
             a = res.acceptance

@@ -46,10 +46,12 @@ def _calls() -> dict[str, set[tuple]]:
         # the one-time move of a pre-SSA child's managedFields (a JSON patch)
         "Executor.apply_child:patch": {(g, r, "patch", "watched") for g, r in managed},
         "Executor.apply:delete": {(g, r, "delete", "watched") for g, r in managed},
+        # the ownership check before any write (issue 24): a child's name may be taken by an object the watches
+        # (labelled children only) never saw; also the tuning Job and its ConfigMap
+        "Executor.claim:get": {(g, r, "get", "watched") for g, r in managed + [gr("Job")]},
         "Executor.write_status:patch": {(*sd_status, "patch", "watched")},
         "Executor.event:create": {(*gr("Event"), "create", "watched")},
         # spec.tuning: the tuning Job (created once), its pods' result, the tuned-kernels ConfigMap
-        "Executor.tuning:get": {(*gr("Job"), "get", "watched")},
         "Executor.tuning:create": {(*gr("Job"), "create", "watched")},
         "Executor.tuning:list": {(*gr("Pod"), "list", "watched")},
         "Executor.has:has_api": set(),  # GET /apis/<group>/<version>: discovery, allowed to every user
@@ -78,11 +80,16 @@ def _calls() -> dict[str, set[tuple]]:
         # SpeculativeBenchmark (controller/benchmark.py): variants, client Jobs, their logs, the results ConfigMap
         "BenchmarkController._expire:delete": {("specdeploy.io", "speculativebenchmarks", "delete", "watched")},
         "BenchmarkController._status:patch": {("specdeploy.io", "speculativebenchmarks/status", "patch", "watched")},
-        "BenchmarkController._step:get": {(*gr("ConfigMap"), "get", "watched"), (*gr("Deployment"), "get", "watched")},
+        # the ownership check of every child before it is read, written or deleted (issue 24)
+        "BenchmarkController._claim:get": {(*gr(k), "get", "watched") for k in ("ConfigMap", "Deployment", "Service", "Job")},
+        "BenchmarkController._delete_owned:get": {(*gr(k), "get", "watched")
+                                                  for k in ("Job", "ConfigMap", "Deployment", "Service")},
+        "BenchmarkController._delete_owned:delete": {(*gr(k), "delete", "watched")
+                                                     for k in ("Job", "ConfigMap", "Deployment", "Service")},
         "BenchmarkController._step:apply": {(*gr(k), v, "watched") for k in ("ConfigMap", "Deployment", "Service")
                                             for v in ("create", "patch")},
         "BenchmarkController._measure_serving:get": {(*gr("Deployment"), "get", "watched")},
-        "BenchmarkController._client:get": {(*gr("Job"), "get", "watched"), (*gr("ConfigMap"), "get", "watched")},
+        "BenchmarkController._client:get": {(*gr("ConfigMap"), "get", "watched")},  # spec.prompts.configMapRef
         "BenchmarkController._client:apply": {(*gr("ConfigMap"), v, "watched") for v in ("create", "patch")},
         "BenchmarkController._client:create": {(*gr("Job"), "create", "watched")},
         "BenchmarkController._client_log:list": {(*gr("Pod"), "list", "watched")},
@@ -91,12 +98,8 @@ def _calls() -> dict[str, set[tuple]]:
         "BenchmarkController._cleanup:delete": {(*gr(k), "delete", "watched")
                                                 for k in ("Job", "Deployment", "Service", "ConfigMap")},
         "BenchmarkController._client_log:log": {("", "pods/log", "get", "watched")},
-        "BenchmarkController._record:get": {(*gr("ConfigMap"), "get", "watched")},
         "BenchmarkController._record:apply": {(*gr("ConfigMap"), v, "watched") for v in ("create", "patch")},
-        "BenchmarkController._finish:get": {(*gr("ConfigMap"), "get", "watched")},
         "BenchmarkController._finish:apply": {(*gr("ConfigMap"), v, "watched") for v in ("create", "patch")},
-        "BenchmarkController._delete_variant:delete": {(*gr(k), "delete", "watched")
-                                                       for k in ("Job", "ConfigMap", "Deployment", "Service")},
     }
 
 

@@ -11,6 +11,7 @@ import copy
 import json
 from types import SimpleNamespace
 
+import pytest
 import yaml
 
 from testkit import EXAMPLES
@@ -81,6 +82,16 @@ def controller(api: Api, with_deployment: bool = True) -> tuple[BenchmarkControl
     body = copy.deepcopy(BENCH)
     bc.bodies[(NS, BENCH["metadata"]["name"])] = body
     return bc, body
+
+
+def rendered_image() -> str:
+    """The image the reconciler renders for the tiny deployment (what the serving client must run)."""
+    from specdeploy.api.types import SpeculativeDeployment
+    from specdeploy.core.render import render
+
+    cr = SpeculativeDeployment.model_validate({**copy.deepcopy(DEP), "metadata": {"name": "tiny", "namespace": NS}})
+    docs = [json.loads(TINY[f"{src.model}/config.json"]) for src in (cr.spec.target, cr.spec.drafter)]
+    return render(cr, *docs).image
 
 
 def step(bc) -> float | None:
@@ -224,9 +235,12 @@ def test_use_serving_deployment_measures_it_last_without_touching_it():
     api = Api()
     bc, body = controller(api)
     body["spec"]["useServingDeployment"] = True
-    bc.deployments[(NS, "tiny")]["status"] = {"resolved": {"image": "ghcr.io/specdeploy/runtime:vllm-cpu-0.32.0"}}
-    api.objs[("Deployment", NS, "tiny")] = {"kind": "Deployment", "metadata": {"name": "tiny", "namespace": NS},
-                                            "status": {"readyReplicas": 1}}
+    bc.deployments[(NS, "tiny")]["metadata"]["uid"] = "dep-uid"
+    # status is output only: an image written there by whoever may write /status is never the client's
+    bc.deployments[(NS, "tiny")]["status"] = {"resolved": {"image": "docker.io/attacker/anything:latest"}}
+    api.objs[("Deployment", NS, "tiny")] = {"kind": "Deployment", "metadata": {
+        "name": "tiny", "namespace": NS, "ownerReferences": [{"uid": "dep-uid", "controller": True}]},
+        "status": {"readyReplicas": 1}}
     for v, tau in (("baseline", None), ("k3", 3.0)):
         step(bc)
         ready(api, v)
@@ -238,6 +252,8 @@ def test_use_serving_deployment_measures_it_last_without_touching_it():
     plan = json.loads(api.objs[("ConfigMap", NS, "tiny-sweep-serving-plan")]["data"]["plan.json"])
     assert plan["baseUrl"] == "http://tiny.default.svc:8000" and [p["id"] for p in plan["points"]] == [
         "serving/c32/n1", "serving/c32/n2"]
+    [client] = api.objs[("Job", NS, "tiny-sweep-serving-client")]["spec"]["template"]["spec"]["containers"]
+    assert client["image"] == rendered_image() and "attacker" not in client["image"]
     finish_job(api, "serving", result("serving", 3.0, 90))
     step(bc)
     step(bc)
@@ -331,3 +347,127 @@ def test_an_operator_start_judges_nothing_until_the_deployment_cache_is_complete
     bc.deployments.clear()  # after the sync a missing deployment is one that was deleted
     step(bc)
     assert body["status"]["phase"] == "Failed"
+
+
+def test_synthetic_acceptance_on_the_cpu_pool_fails_before_any_engine_starts():
+    api = Api()
+    bc, body = controller(api)
+    body["spec"]["matrix"]["syntheticAcceptance"] = [2.0]
+    step(bc)
+    cond = body["status"]["conditions"][0]
+    assert body["status"]["phase"] == "Failed" and cond["reason"] == "InvalidMatrix"
+    assert "spec.matrix.syntheticAcceptance" in cond["message"] and "CPU build refuses" in cond["message"]
+    assert not api.objs
+
+# ----------------------------------------------------------------- issue 24: only what it controls; deadlines
+
+
+def _old(obj: dict, seconds: float) -> None:
+    import datetime as dt
+
+    t = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=seconds)
+    obj["metadata"]["creationTimestamp"] = t.replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def test_an_own_variant_that_never_becomes_ready_fails_at_the_deadline_of_its_creation():
+    """Before: the deadline counted from status.startedAt, absent after a restart that found the variant (or
+    forged by whoever may write /status), so the benchmark polled forever."""
+    from specdeploy.controller import benchmark as bm
+
+    api = Api()
+    bc, body = controller(api)
+    step(bc)  # the baseline's objects, owned by the benchmark
+    dep = api.objs[("Deployment", NS, "tiny-sweep-baseline")]
+    body["status"].pop("startedAt")  # a restart that finds the variant: no stage start in status
+    assert step(bc) == bm.POLL_SECONDS  # young: waits
+    body["status"]["startedAt"] = "2999-01-01T00:00:00Z"  # a forged start in the future moves nothing
+    _old(dep, bm.READY_DEADLINE + 5)
+    step(bc)
+    cond = body["status"]["conditions"][0]
+    assert body["status"]["phase"] == "Failed" and cond["reason"] == "VariantNotReady", cond
+    assert ("Deployment", NS, "tiny-sweep-baseline") not in api.objs  # ours: deleted
+
+
+def test_a_client_job_past_its_deadline_fails_whatever_status_says():
+    from specdeploy.controller import benchmark as bm
+
+    api = Api()
+    bc, body = controller(api)
+    step(bc)
+    ready(api, "baseline")
+    step(bc)
+    job = api.objs[("Job", NS, "tiny-sweep-baseline-client")]
+    body["status"]["startedAt"] = "2999-01-01T00:00:00Z"
+    assert step(bc) == bm.POLL_SECONDS
+    _old(job, bm.CLIENT_DEADLINE + 5)
+    step(bc)
+    cond = body["status"]["conditions"][0]
+    assert cond["reason"] == "ClientTimedOut" and "tiny-sweep-baseline-client" in cond["message"]
+    assert ("Job", NS, "tiny-sweep-baseline-client") not in api.objs
+
+
+def _foreign(kind: str, name: str, refs: list | None = None, **extra) -> dict:
+    return {"kind": kind, "metadata": {"name": name, "namespace": NS, "uid": "victim",
+                                       **({"ownerReferences": refs} if refs is not None else {})}, **extra}
+
+
+FOREIGN = [
+    # (what, the object already there, refs) -- every child name of a benchmark
+    ("results ConfigMap", "ConfigMap", "tiny-sweep-results", None),
+    ("variant engine ConfigMap", "ConfigMap", "tiny-sweep-baseline-engine", None),
+    ("variant Deployment", "Deployment", "tiny-sweep-baseline", None),
+    ("variant Service", "Service", "tiny-sweep-baseline", None),
+    ("variant Deployment of another controller", "Deployment", "tiny-sweep-baseline",
+     [{"uid": "someone", "controller": True}]),
+    ("variant Deployment owned without the controller flag", "Deployment", "tiny-sweep-baseline",
+     [{"uid": "bench-uid", "controller": False}]),
+]
+
+
+@pytest.mark.parametrize("what, kind, name, refs", FOREIGN, ids=[f[0] for f in FOREIGN])
+def test_a_child_name_taken_fails_the_benchmark_and_leaves_the_object(what, kind, name, refs):
+    api = Api()
+    victim = _foreign(kind, name, refs, data={"variant-baseline.json": "{}"} if kind == "ConfigMap" else None)
+    api.objs[(kind, NS, name)] = copy.deepcopy(victim)
+    bc, body = controller(api)
+    step(bc)
+    cond = body["status"]["conditions"][0]
+    assert body["status"]["phase"] == "Failed" and cond["reason"] == "ChildConflict", cond
+    assert f"{kind}/{name}" in cond["message"]
+    assert api.objs[(kind, NS, name)] == victim
+    assert not [w for w in api.writes if w[0] in ("apply", "create", "delete") and w[1] != "SpeculativeBenchmark"], api.writes
+
+
+@pytest.mark.parametrize("kind, name", [("Job", "tiny-sweep-baseline-client"), ("ConfigMap", "tiny-sweep-baseline-plan")])
+def test_a_client_name_taken_is_neither_read_nor_written(kind, name):
+    """A Job `<bench>-<variant>-client` that already succeeded, with a result line in its pod's log: before
+    issue 24 its result was recorded as the variant's measurement."""
+    api = Api()
+    bc, body = controller(api)
+    step(bc)
+    ready(api, "baseline")
+    victim = _foreign(kind, name, status={"succeeded": 1})
+    api.objs[(kind, NS, name)] = copy.deepcopy(victim)
+    if kind == "Job":
+        finish_job(api, "baseline", result("baseline", None, 1e6))  # the planted "measurement"
+        victim = copy.deepcopy(api.objs[(kind, NS, name)])
+    step(bc)
+    cond = body["status"]["conditions"][0]
+    assert cond["reason"] == "ChildConflict" and f"{kind}/{name}" in cond["message"], cond
+    assert api.objs[(kind, NS, name)] == victim
+    assert "variant-baseline.json" not in ((api.objs.get(("ConfigMap", NS, "tiny-sweep-results")) or {}).get("data") or {})
+    # the benchmark's own variant objects were cleaned up; the other object was not
+    assert ("Deployment", NS, "tiny-sweep-baseline") not in api.objs
+
+
+def test_cleanup_deletes_only_labelled_objects_it_controls():
+    api = Api()
+    bc, body = controller(api)
+    labels = {"specdeploy.io/benchmark": "tiny-sweep"}
+    api.objs[("Deployment", NS, "web")] = {"kind": "Deployment", "metadata": {"name": "web", "namespace": NS,
+                                                                           "labels": dict(labels)}}
+    api.objs[("Service", NS, "mine")] = {"kind": "Service", "metadata": {
+        "name": "mine", "namespace": NS, "labels": dict(labels),
+        "ownerReferences": [{"uid": "bench-uid", "controller": True}]}}
+    asyncio.run(bc._cleanup(NS, "tiny-sweep"))
+    assert ("Deployment", NS, "web") in api.objs and ("Service", NS, "mine") not in api.objs

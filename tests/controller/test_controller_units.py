@@ -210,3 +210,98 @@ def test_worker_keeps_backoff_growing_across_failed_resolutions():
         return delays
 
     assert asyncio.run(scenario()) == [5, 10, 20, 40]
+
+
+# ----------------------------------------------------------------- issue 24: the inspector and the tuning Job
+
+
+class _Kube:
+    """Objects by (kind, name) in one namespace; writes recorded."""
+
+    def __init__(self, *objs: dict):
+        self.objs = {(o["kind"], o["metadata"]["name"]): o for o in objs}
+        self.writes: list[tuple[str, str, str]] = []
+
+    async def get(self, kind, ns, name):
+        return self.objs.get((kind, name))
+
+    async def list(self, kind, ns, label_selector=None):
+        return [o for (k, _), o in self.objs.items() if k == kind]
+
+    async def create(self, obj):
+        self.writes.append(("create", obj["kind"], obj["metadata"]["name"]))
+        self.objs[(obj["kind"], obj["metadata"]["name"])] = obj
+        return obj
+
+    async def delete(self, kind, ns, name, propagation="Background"):
+        self.writes.append(("delete", kind, name))
+        self.objs.pop((kind, name), None)
+
+    async def apply(self, obj, force=False):
+        self.writes.append(("apply", obj["kind"], obj["metadata"]["name"]))
+        return obj
+
+
+def _pvc_cr():
+    return SpeculativeDeployment.model_validate({
+        "apiVersion": "specdeploy.io/v1alpha1", "kind": "SpeculativeDeployment",
+        "metadata": {"name": "m", "namespace": "ns", "uid": "u1"},
+        "spec": {"engine": {"name": "vllm", "version": "0.33.0"}, "target": {"model": "qwen/27b", "pvc": {"claimName": "models"}},
+                 "drafter": {"model": "z/d"}, "gpu": {"type": "b300"}}})
+
+
+def _job(refs, created="2020-01-01T00:00:00Z", status=None, annotations=None) -> dict:
+    return {"kind": "Job", "metadata": {"name": "m-inspect-target", "uid": "j1", "creationTimestamp": created,
+                                        "ownerReferences": refs, "annotations": annotations or {}},
+            "status": status or {}}
+
+
+@pytest.mark.parametrize("refs", [[], [{"uid": "other", "controller": True}], [{"uid": "u1", "controller": False}]])
+def test_an_inspector_job_not_ours_is_neither_read_nor_replaced(refs):
+    from specdeploy.controller.resolve import Resolver
+
+    kube = _Kube(_job(refs, status={"succeeded": 1}))
+    with pytest.raises(ResolutionError) as e:
+        asyncio.run(Resolver(kube).resolve(_pvc_cr(), "target"))
+    assert e.value.reason == "ChildConflict" and e.value.conflict.startswith("Job/m-inspect-target (")
+    assert "m-inspect-target" in e.value.message and kube.writes == []
+
+
+def test_an_own_inspector_job_that_never_finishes_times_out_and_is_replaced_later():
+    from specdeploy.controller import resolve
+
+    cr = _pvc_cr()
+    image = cr.spec.engine.image or resolve.eng.get_engine("vllm").default_image("0.33.0")
+    want = resolve.build_inspector_job(cr, "target", cr.spec.target, image)
+    inputs = want["metadata"]["annotations"]
+    kube = _Kube(_job([{"uid": "u1", "controller": True}], annotations=inputs))
+    with pytest.raises(ResolutionError) as e:
+        asyncio.run(resolve.Resolver(kube).resolve(cr, "target"))
+    assert e.value.reason == "InspectionTimedOut" and e.value.delay == resolve.INSPECT_RETRY
+    assert f"{resolve.INSPECT_DEADLINE:.0f}s" in e.value.message
+    assert kube.writes == [("delete", "Job", "m-inspect-target")]
+    # a young one is only pending
+    kube = _Kube(_job([{"uid": "u1", "controller": True}], created=st.now_rfc3339(), annotations=inputs))
+    with pytest.raises(ResolutionError) as e:
+        asyncio.run(resolve.Resolver(kube).resolve(cr, "target"))
+    assert e.value.reason == "InspectionPending" and kube.writes == []
+
+
+def test_a_tuning_job_not_ours_publishes_nothing():
+    """A succeeded Job of the tuning Job's name, with a result in its pod's termination message: its result is
+    never applied as the tuned-kernels ConfigMap the engine pods mount."""
+    from types import SimpleNamespace
+
+    from specdeploy.controller.cache import Caches
+    from specdeploy.controller.executor import Executor
+
+    plan = SimpleNamespace(job_name="m-tune-abc", configmap_name="m-tuned-abc", storage="configMap", key="k")
+    pod = {"kind": "Pod", "metadata": {"name": "p"}, "status": {"containerStatuses": [
+        {"state": {"terminated": {"message": "{}"}}}]}}
+    for refs in ([], [{"uid": "other", "controller": True}]):
+        kube = _Kube({"kind": "Job", "metadata": {"name": "m-tune-abc", "ownerReferences": refs},
+                      "status": {"succeeded": 1}}, pod)
+        ex = Executor(kube, Caches())
+        cr = SimpleNamespace(metadata=SimpleNamespace(uid="u1", name="m"))
+        got = asyncio.run(ex.tuning("ns", cr, SimpleNamespace(tuning=plan, tuning_objects=[])))
+        assert got and got[0].startswith("Job/m-tune-abc (") and kube.writes == []

@@ -123,3 +123,40 @@ def test_for_cache_keeps_what_in_sync_and_takeover_read():
                                          "fieldsType": "FieldsV1", "fieldsV1": ENTRY}, other]
     assert own.for_cache(old) is old
     assert own.takeover_patch(own.for_cache(old)) == own.takeover_patch(old) is not None
+
+
+# ----------------------------------------------------------------- the gate before any write (issue 24)
+
+def _obj(*refs: dict) -> dict:
+    return {"kind": "Service", "metadata": {"name": "api", "namespace": "n", "ownerReferences": list(refs)}}
+
+
+OURS = {"apiVersion": "specdeploy.io/v1alpha1", "kind": "SpeculativeDeployment", "name": "api", "uid": "u1",
+        "controller": True}
+
+
+@pytest.mark.parametrize("actual, uid, want", [
+    (None, "u1", None),  # absent: ours to create
+    (_obj(OURS), "u1", None),  # controlled by this CR
+    (_obj({**OURS, "uid": "u2"}), "u1", "controlled by another object"),  # a CR of the same name, deleted and made again
+    (_obj({"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "x", "uid": "rs", "controller": True}), "u1",
+     "controlled by another object"),
+    (_obj(), "u1", "not owned by specdeploy"),  # unowned: a person's Service of that name
+    ({"kind": "Service", "metadata": {"name": "api"}}, "u1", "not owned by specdeploy"),  # no ownerReferences key
+    (_obj({**OURS, "controller": False}), "u1", "owned by this resource but not as its controller"),
+    (_obj({**OURS, "controller": None}), "u1", "owned by this resource but not as its controller"),
+    (_obj({**OURS, "uid": "u2", "controller": False}), "u1", "not owned by specdeploy"),  # another's plain owner ref
+    (_obj({**OURS, "uid": "u2", "controller": False}, OURS), "u1", None),  # ours, plus an extra plain owner
+    (_obj(OURS), None, "controlled by another object"),  # a CR without a uid may only create
+    (_obj(), None, "not owned by specdeploy"),
+    (None, None, None),
+])
+def test_conflict_table(actual, uid, want):
+    assert own.conflict(actual, uid) == want
+
+
+def test_owner_uid_and_controller_uids():
+    assert own.owner_uid({"metadata": {"ownerReferences": [{"uid": "a"}, {"uid": "b", "controller": True}]}}) == "b"
+    assert own.owner_uid({"metadata": {}}) is None
+    assert own.controller_uids(None) == []
+    assert own.controller_uids({"metadata": {"ownerReferences": [{"uid": "a", "controller": "true"}]}}) == []

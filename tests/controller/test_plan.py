@@ -40,8 +40,9 @@ def example(name: str, drafter: str | None = None, **spec):
     return body, cr, target, drafter_cfg
 
 
-def child(kind: str, name: str, instance: str, component: str = "engine") -> dict:
-    return {"kind": kind, "metadata": {"name": name, "namespace": "ns", "labels": {
+def child(kind: str, name: str, instance: str, component: str = "engine", owner: str | None = "uid-1") -> dict:
+    refs = [{"uid": owner, "controller": True, "kind": "SpeculativeDeployment", "name": instance}] if owner else []
+    return {"kind": kind, "metadata": {"name": name, "namespace": "ns", "ownerReferences": refs, "labels": {
         **ENGINE_LABELS, "app.kubernetes.io/component": component, "app.kubernetes.io/instance": instance}}}
 
 
@@ -63,6 +64,10 @@ PLANS = [
      {("Deployment", "kimi-k26"): child("Deployment", "kimi-k26", "someone-else")}, {"delete": []}),
     ("an object of another component is not deleted", KIMI, None, {"nodes": 2}, True,
      {("Deployment", "kimi-k26"): child("Deployment", "kimi-k26", "kimi-k26", component="benchmark")}, {"delete": []}),
+    ("an object with our labels that another controls is not deleted", KIMI, None, {"nodes": 2}, True,
+     {("Deployment", "kimi-k26"): child("Deployment", "kimi-k26", "kimi-k26", owner="uid-2")}, {"delete": []}),
+    ("an unowned object with our labels is not deleted", KIMI, None, {"nodes": 2}, True,
+     {("Deployment", "kimi-k26"): child("Deployment", "kimi-k26", "kimi-k26", owner=None)}, {"delete": []}),
     ("a failing check applies nothing", QWEN, "qwen3.6-ids-plus-one.drafter.json", {}, True,
      {("Deployment", "qwen36-27b"): child("Deployment", "qwen36-27b", "qwen36-27b")},
      {"apply": [], "delete": [], "blocked": None, "checked": True}),
@@ -221,11 +226,17 @@ def test_planner_imports_no_client():
 
 
 @pytest.mark.parametrize("owners,want", [
-    ([], False),  # nobody controls it: specdeploy adopts it through server-side apply
-    ([{"uid": "uid-1", "controller": True}], False),  # this deployment's
-    ([{"uid": "other", "controller": True}], True),  # another controller's: a conflict, never applied
-    ([{"uid": "other", "controller": False}], False),  # only an owner, not the controller
+    (None, None),  # absent: may be created
+    ([{"uid": "uid-1", "controller": True}], None),  # this deployment's
+    ([{"uid": "other", "controller": True}], "controlled by another object"),  # another controller's
+    ([], "not owned by specdeploy"),  # nobody's (a person's Service `api`): never adopted (issue 24)
+    ([{"uid": "other", "controller": False}], "not owned by specdeploy"),  # only another's owner reference
+    ([{"uid": "uid-1", "controller": False}], "owned by this resource but not as its controller"),
 ])
-def test_foreign(owners, want):
-    obj = {"metadata": {"name": "m", "ownerReferences": [{"uid": "uid-1", "controller": True}]}}
-    assert pl.foreign(obj, {"metadata": {"ownerReferences": owners}}) is want
+def test_ownership_gate(owners, want):
+    """What plan.obsolete and the executor ask before touching a child (was ``plan.foreign``, which let an
+    unowned object be adopted)."""
+    from specdeploy.controller import ownership
+
+    actual = None if owners is None else {"metadata": {"ownerReferences": owners}}
+    assert ownership.conflict(actual, "uid-1") == want

@@ -203,6 +203,7 @@ class FakeEngine:
         self.vocab: dict[str, int] = {}
         self.words: list[str] = []
         self.prompts: list[str] = []
+        self.chats: list[dict] = []
         eng = self
 
         class H(BaseHTTPRequestHandler):
@@ -236,6 +237,24 @@ class FakeEngine:
                     self._json({"tokens": ids, "count": len(ids)})
                 elif self.path == "/detokenize":
                     self._json({"prompt": " ".join(eng.words[i - 1] for i in req["tokens"])})
+                elif self.path == "/v1/chat/completions":  # a request set: tool calls as deltas, else content
+                    eng.chats.append(req)
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.end_headers()
+                    last = req["messages"][-1]["content"]
+                    if req.get("tools"):
+                        deltas = [{"tool_calls": [{"index": 0, "function": {"name": "get_weather", "arguments": ""}}]},
+                                  {"tool_calls": [{"index": 0, "function": {"arguments": json.dumps({"q": last[:12]})}}]}]
+                    else:
+                        deltas = [{"content": "{"}, {"content": f'"n": {len(last)}'}, {"content": "}"}]
+                    for d in deltas:
+                        self.wfile.write(f"data: {json.dumps({'choices': [{'delta': d}]})}\n\n".encode())
+                    usage = {"choices": [], "usage": {"completion_tokens": len(deltas), "prompt_tokens": 20}}
+                    self.wfile.write(f"data: {json.dumps(usage)}\n\n".encode())
+                    self.wfile.write(b"data: [DONE]\n\n")
+                    self.wfile.flush()
+                    self.close_connection = True
                 elif self.path == "/v1/completions":
                     n = req["max_tokens"]
                     prompt = req["prompt"]
@@ -366,3 +385,85 @@ def test_prompts_file_beside_the_plan_when_its_mount_path_is_elsewhere(tmp_path)
     assert bc.load_prompt_set(plan) == ["alpha beta", "gamma delta"]
     (tmp_path / "prompts.jsonl").unlink()  # nothing beside it either: the path stays, the run says which file
     assert bc.load_plan(str(tmp_path / "plan.json")).prompts.path == "/etc/specdeploy/bench/prompts.jsonl"
+
+
+def test_gauge_sampler_sees_the_peak_while_a_point_runs():
+    import http.server
+    import threading
+    import time
+
+    usage = iter([0.1, 0.9, 0.3] + [0.2] * 1000)
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            body = (f'vllm:kv_cache_usage_perc{{engine="0"}} {next(usage)}\n'
+                    'vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="10"} 1\n').encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{srv.server_address[1]}/metrics"
+        with bc.GaugeSampler("vllm", url, interval_s=0.01) as s:
+            deadline = time.monotonic() + 30
+            while len(s.samples) < 3 and time.monotonic() < deadline:
+                time.sleep(0.01)
+        n = len(s.samples)
+        time.sleep(0.05)
+        assert len(s.samples) == n  # stopped on exit
+        costs = bc.point_costs("vllm", None, None, s.samples)
+        assert costs["kvUsagePeak"] == 0.9 and costs["kvCapacityTokens"] == 160
+    finally:
+        srv.shutdown()
+    with bc.GaugeSampler("vllm", None) as s:  # no metrics URL: no thread, no samples
+        pass
+    assert s.samples == []
+
+
+@pytest.mark.parametrize("name", ["tool-call", "structured-output"])
+def test_request_sets_are_replayed_as_captured_through_chat_completions(tmp_path, name):
+    points = [{"id": "k3/c1024/n1", "context": 1024, "concurrency": 1, "numPrompts": 5, "maxOutputTokens": 64},
+              {"id": "k3/c1024/n4", "context": 1024, "concurrency": 4, "numPrompts": 6, "maxOutputTokens": 64}]
+    with FakeEngine() as eng:
+        p = run_cli(plan_doc(baseUrl=eng.url, metricsUrl=eng.url + "/metrics", client="vllm",
+                             prompts={"kind": "requests", "name": name, "seed": 7}, points=points), tmp_path)
+        first = list(eng.chats)
+        assert run_cli(plan_doc(baseUrl=eng.url, metricsUrl=eng.url + "/metrics",
+                                prompts={"kind": "requests", "name": name, "seed": 7}, points=points), tmp_path).returncode == 0
+        again = eng.chats[len(first):]
+    assert p.returncode == 0, p.stderr
+    assert "replayed by specdeploy's client" in p.stderr  # vllm bench serve cannot send tools or response formats
+    res = br.parse_result_line(p.stdout)
+    a, b = res.points
+    assert (a.completed, a.failed, b.completed) == (5, 0, 6) and a.input_tokens == 100
+    want = bp.sample_requests(bp.bundled_requests(name), 5, 7, 1) + bp.sample_requests(bp.bundled_requests(name), 6, 7, 4)
+    def key(c):  # concurrency 4 sends its requests in parallel: compare that point as a multiset
+        return json.dumps([c["messages"], c.get("tools"), c.get("response_format")], sort_keys=True)
+    assert [c["messages"] for c in first[:5]] == [w["messages"] for w in want[:5]]  # concurrency 1: in order
+    assert sorted(map(key, first[5:])) == sorted(map(key, want[5:]))
+    for c in first:
+        assert c["temperature"] == 0 and c["max_tokens"] == 64 and c["stream"] is True and "ignore_eos" not in c
+    assert sorted(map(key, again)) == sorted(map(key, first))  # seeded: the same replay every run
+    # tool-call fragments and content deltas are the output (digested for greedy equality)
+    marker = "get_weather" if name == "tool-call" else '"n": '
+    assert all(d for d in a.output_digests) and len(a.output_digests) == 5
+    assert a.output_tokens == (2 if name == "tool-call" else 3) * 5
+    sent_text = "".join(bc._piece({"delta": d}) for d in ([{"tool_calls": [{"function": {"name": "get_weather",
+                                                                                       "arguments": "{}"}}]}]))
+    assert sent_text == "get_weather{}" and marker
+
+
+def test_request_set_errors_name_the_line_and_the_field(tmp_path):
+    f = tmp_path / "requests.jsonl"
+    f.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n'
+                 '{"messages": [{"role": "user", "content": "hi"}], "logits_processors": ["x"]}\n')
+    with FakeEngine() as eng:
+        p = run_cli(plan_doc(baseUrl=eng.url, prompts={"kind": "requests", "path": str(f)}), tmp_path)
+    assert p.returncode == 1
+    assert "line 2: logits_processors cannot be replayed" in p.stderr

@@ -188,3 +188,31 @@ def test_the_result_lines_round_trip_into_the_fixture():
     for v in results_doc()["variants"]:
         line = br.format_result_line(v)
         assert br.parse_result_line(line).to_doc() == br.validate_result(v).to_doc()
+
+
+def test_hidden_costs_table_plot_and_recommendation(tmp_path, capsys):
+    import matplotlib.image as mpimg
+
+    doc = results_doc()
+    docs = doc if isinstance(doc, list) else doc.get("variants", [doc])
+    for v in docs:  # the engine's figures as the client records them (core/benchcosts.py)
+        k3 = v["variant"] != "baseline"
+        for p in v["points"]:
+            p["costs"] = {"prefixCacheQueries": 1000, "prefixCacheHits": 0 if k3 else 610,
+                          "prefixCacheHitRate": 0.0 if k3 else 0.61, "prefixCacheSource": "counters", "kvCapacityTokens": 62_000 if k3 else 100_000,
+                          "kvUsagePeak": 0.4, "residentMemoryPeakBytes": 2**31}
+    f = tmp_path / "results.json"
+    f.write_text(json.dumps(doc))
+    out = tmp_path / "report"
+    assert main(["bench", "report", "tiny-sweep", "--from-file", str(f), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "PREFIX HIT  KV CAPACITY  KV PEAK  RSS PEAK" in text
+    assert "61%         100,000      40%      2.00 GiB" in text and "0%          62,000" in text
+    assert "cost: k3 vs baseline: KV capacity -38% (62,000 vs 100,000 tokens), prefix cache 0% vs 61%" in text
+    assert "PREFIX CACHE LOST" in text and "prefix cache hit nothing under k3" in text and "costs.png" in text
+    img = mpimg.imread(out / "costs.png")
+    assert img.std() > 0.01
+    svg = (out / "costs.svg").read_text()
+    assert "KV cache capacity (tokens)" in svg and "prefix-cache hit rate (%)" in svg
+    page = (out / "report.html").read_text()
+    assert "<h2>hidden costs</h2>" in page and page.count("data:image/png;base64,") == 3

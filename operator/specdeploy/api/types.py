@@ -406,6 +406,7 @@ def checker_options(spec: SpeculativeDeploymentSpec | Any, *, lenient: bool = Fa
         target_model=spec.target.model,
         drafter_model=spec.drafter.model,
         max_model_len=spec.engine.max_model_len,
+        concurrency=spec.speculation.guard.max_concurrency if spec.speculation.guard else None,
         accept=tuple(spec.checks.accept),
     )
 
@@ -421,6 +422,25 @@ class Condition(_Model):
     message: str = Field(default="", description="Human-readable details.", max_length=32768)
     last_transition_time: str = Field(description="When the status last changed (RFC 3339).")
     observed_generation: Optional[int] = Field(default=None, ge=0, description="The .metadata.generation this condition was set for.")
+
+
+class MemoryFigures(_Model):
+    """The KV cache the GPUs hold after the weights, from the configs (core/memory.py; estimates for planning)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    gpu_count: int = Field(description="GPUs of one replica (the pool is their sum).")
+    kv_pool_gi_b: float = Field(alias="kvPoolGiB", description="KV cache pool after weights and the engine's reserve, GiB.")
+    target_kv_ki_b_per_token: float = Field(alias="targetKvKiBPerToken", description="Target KV cache per context token, KiB.")
+    drafter_kv_ki_b_per_token: float = Field(alias="drafterKvKiBPerToken",
+                                             description="Drafter KV cache per context token (windows applied), KiB.")
+    drafter_weight_gi_b: float = Field(alias="drafterWeightGiB", description="Drafter weights, GiB.")
+    capacity_tokens: int = Field(description="Context tokens the pool holds (target and drafter) at `atContext`.")
+    capacity_tokens_without_drafter: int = Field(description="The same without the drafter (weights and KV).")
+    drafter_capacity_share: float = Field(description="Share of the capacity the drafter takes (0-1).")
+    at_context: int = Field(description="Context the figures are taken at (the served context).")
+    concurrency: int = Field(description="Running requests `largestContext` is taken at (the guard's limit, else 1).")
+    largest_context: int = Field(description="Longest context that fits `concurrency` sequences at once, tokens.")
 
 
 class Resolved(_Model):
@@ -450,6 +470,8 @@ class Resolved(_Model):
     guard_max_concurrency: Optional[int] = Field(
         default=None, description="Running requests per engine from which speculation is off (spec.speculation.guard, "
         "resolved; a benchmark's crossover for fromBenchmark).")
+    memory: Optional[MemoryFigures] = Field(
+        default=None, description="KV cache figures of the GPU profile: pool, bytes per token, capacity, largest context.")
 
 
 class AcceptanceBaseline(_Model):

@@ -98,10 +98,14 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(json.dumps(doc, indent=2))
         return 0
     print(rep.format_table(rs))
+    costs = rep.format_costs(rs)
+    if costs:
+        print()
+        print(costs)
     print()
     print(rep.format_recommendation(reco))
     print()
-    print("wrote " + ", ".join(files[k] for k in ("tokens_per_s.png", "tau.png", "report.html")))
+    print("wrote " + ", ".join(files[k] for k in ("tokens_per_s.png", "tau.png", "costs.png", "report.html") if k in files))
     return 0
 
 

@@ -89,7 +89,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     opts = Options(engine=args.engine, engine_version=version, gpu=args.gpu, gpu_count=args.gpu_count,
                    nodes=args.nodes, method=args.method, max_model_len=args.max_model_len,
                    draft_window=_window_arg(args.draft_window), accept=tuple(args.accept or ()),
-                   trust_remote_code=args.trust_remote_code)
+                   trust_remote_code=args.trust_remote_code, concurrency=args.concurrency)
     a = analyze(drafter, target, opts)
     if args.output == "json":
         doc = report(a.findings)
@@ -118,7 +118,22 @@ def cmd_check(args: argparse.Namespace) -> int:
                   f"draft window {window}, "
                   f"layers {','.join('S' if x == 'sliding_attention' else 'F' for x in d.layer_types)}, "
                   f"target layer ids {list(d.target_layer_ids)}")
+        if a.derived is not None and a.derived.memory is not None:
+            _print_memory(a.derived.memory)
     return 0 if a.ok else 1
+
+
+def _print_memory(p) -> None:
+    from ..core.memory import gib, tokens
+
+    ctx = p.context
+    print(f"memory: KV pool {gib(max(p.pool_bytes, 0))} on {p.gpu_count} GPU(s) after the weights "
+          f"(target {p.target_weight_bytes / 1e9:.1f} GB + drafter {p.drafter_weight_bytes / 1e9:.2f} GB); "
+          f"KV per token at {ctx} tokens: target {p.target.bytes_for(ctx) / ctx / 1024:.1f} KiB, "
+          f"drafter {p.drafter.bytes_for(ctx) / ctx / 1024:.1f} KiB")
+    print(f"        capacity {tokens(p.capacity_tokens)} tokens ({tokens(p.capacity_tokens_without_drafter)} without "
+          f"the drafter: {p.drafter_capacity_share:.0%} to the drafter); largest context at concurrency "
+          f"{p.concurrency}: {tokens(p.largest_context())} tokens")
 
 
 def _known_engine_version(engine: str, version: str, gpu: str | None) -> None:
@@ -218,6 +233,9 @@ def add_parsers(sub) -> None:
     c.add_argument("--method", choices=["dflash", "ddtree"], default="dflash", help="speculative method")
     c.add_argument("--max-model-len", type=positive_int, metavar="N",
                    help="context the engine serves (spec.engine.maxModelLen; default: the target's limit)")
+    c.add_argument("--concurrency", type=positive_int, metavar="N",
+                   help="running requests the memory figures are taken at (default 1; a deployment uses "
+                   "spec.speculation.guard.maxConcurrency)")
     c.add_argument("--draft-window", metavar="N|off", help="spec.speculation.draftWindow: SGLang's compact draft cache")
     c.add_argument("--accept", action="append", metavar="CODE",
                    help="accept this finding code (spec.checks.accept): a warning or judgement error becomes info "

@@ -59,13 +59,50 @@ def add_demo_parser(sub) -> None:
 
 def add_dev_parser(sub) -> None:
     dev = sub.add_parser("dev", help="developer tools",
-                         description="Developer tools: the embedded API server, the dev kubelet, the hub stand-in, tiny "
-                         "models, benchmarks.",
-                         epilog=epilog(["specdeploy dev apiserver --kubeconfig /tmp/kc",
+                         description="Developer tools: a local install of the chart (up, down), the embedded API server, "
+                         "the dev kubelet, the hub stand-in, tiny models, benchmarks.",
+                         epilog=epilog(["specdeploy dev up", "specdeploy dev apiserver --kubeconfig /tmp/kc",
                                         "specdeploy dev tiny-models /tmp/models && specdeploy dev hub /tmp/models"],
                                        ok=None))
     dsub = dev.add_subparsers(dest="dev_command", metavar="TOOL", parser_class=Parser)
-    dev.set_defaults(func=need_action(dev, "a tool: " + "flag-commands, apiserver, tiny-models, hub, kubelet, bench"))
+    dev.set_defaults(func=need_action(dev, "a tool: " + "up, down, flag-commands, apiserver, tiny-models, hub, kubelet, bench"))
+    up = dsub.add_parser(
+        "up", help="the embedded API server with the chart installed by Helm and its operator as a local process",
+        description="Start the embedded Kubernetes API server, install the chart with Helm (charts/specdeploy), and run "
+        "the chart's operator Deployment as a local process: its container's own args (ports moved to free loopback "
+        "ports, --kubeconfig added), the webhook Service's Endpoints pointing at it, its status marked ready. A helm "
+        "upgrade that changes the Deployment restarts it with the new args; helm uninstall stops it. Prints the "
+        "KUBECONFIG, then serves until `specdeploy dev down`, SIGTERM or Ctrl-C. Engine pods do not run: start "
+        "`specdeploy dev kubelet` beside it for that.",
+        epilog=epilog(["specdeploy dev up            # then, in another shell: export KUBECONFIG=... (printed)",
+                       "specdeploy dev up --set policy.allowedImagePrefixes={registry.example/specdeploy/runtime}",
+                       "specdeploy dev up --no-install   # install the chart yourself (helm install ...)",
+                       "specdeploy dev down"], ok="stopped cleanly", findings="the install or the operator failed "
+                      "(printed)"))
+    up.add_argument("--dir", metavar="DIR", help="state: DIR/kubeconfig, logs, the pid file (default: "
+                    "$TMPDIR/specdeploy-dev-<uid>)")
+    up.add_argument("--port", type=int, default=0, metavar="N", help="API server port on 127.0.0.1 (default: any free port)")
+    up.add_argument("--no-install", action="store_true",
+                    help="do not install the chart: run the operator of whatever release `helm install` makes")
+    up.add_argument("--release", default="specdeploy", metavar="NAME", help="Helm release name (default specdeploy)")
+    up.add_argument("--namespace", "-n", default="specdeploy-system", metavar="NS",
+                    help="release namespace (default specdeploy-system)")
+    up.add_argument("--watch-namespace", action="append", metavar="NS",
+                    help="chart value watch.namespaces (repeatable; default: default)")
+    up.add_argument("--set", action="append", metavar="VALUES",
+                    help="a Helm --set for the install (key=value[,key=value]; repeatable)")
+    up.add_argument("--values", "-f", action="append", metavar="FILE", help="a Helm values file (repeatable)")
+    up.add_argument("--chart", metavar="PATH", help="the chart (default: charts/specdeploy of this repository)")
+    up.add_argument("--helm", metavar="PATH", help="Helm binary (default: helm on PATH, else .venv/tools/helm4)")
+    up.set_defaults(func=_rig("cmd_up"))
+    down = dsub.add_parser("down", help="stop `specdeploy dev up`",
+                           description="Stop the `specdeploy dev up` running with state in DIR (SIGTERM to the pid in "
+                           "DIR/dev-up.pid; it stops the operator and the API server).",
+                           epilog=epilog(["specdeploy dev down"], ok="stopped, or nothing was running",
+                                         findings="still running after --timeout"))
+    down.add_argument("--dir", metavar="DIR", help="as given to dev up (default: $TMPDIR/specdeploy-dev-<uid>)")
+    down.add_argument("--timeout", type=float, default=60.0, metavar="S", help="wait this long for it to stop (default 60)")
+    down.set_defaults(func=_rig("cmd_down"))
     fc = dsub.add_parser("flag-commands", help="JSON of every example's rendered engine argv (for the flag-drift check)",
                          description="Print, as JSON, every example's rendered engine argv (e2e/flagdrift/run.sh parses "
                          "them with the engines' own argument parsers).",

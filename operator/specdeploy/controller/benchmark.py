@@ -14,13 +14,21 @@ operator restart continues with the variant it was measuring (an already created
 waited for, not created again). Every failure ends in ``phase: Failed`` with a condition whose
 message says what failed and what to do; the variant's objects are deleted (nothing is left
 running), the results measured so far stay in the ConfigMap.
+
+Only what this benchmark controls is read, written or deleted (``_claim``, ``_delete_owned``): an
+object of a child's name that is not controlled by this SpeculativeBenchmark (its uid in a controller
+ownerReference) ends the benchmark as ``Failed``, reason ``ChildConflict``, naming it, untouched. No
+decision reads ``status`` back for what the operator chose: the deadlines count from the
+``creationTimestamp`` of the owned variant Deployment and client Job, the serving client's image comes
+from rendering the SpeculativeDeployment (never its ``status.resolved.image``). ``status.phase`` still
+says whether the benchmark finished (and its TTL counts from ``status.finishedAt``): a forged phase steers
+only that benchmark, never an object or an image (docs/concepts/security.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import datetime as dt
 import json
 import logging
 import os
@@ -28,16 +36,19 @@ from typing import Any
 
 from ..api import benchmark as B
 from ..api.validation import INVALID_SPEC, problems_message, validate as validate_deployment
+from ..core.benchprompts import PromptError, parse_requests_jsonl
 from ..core.benchplan import BenchPlan, PlanError, Point, Variant, build_client_plan, plan_benchmark
 from ..core.benchreco import equal_to_baseline, recommend
 from ..core.benchrender import (BENCH_LABEL, BenchOwner, build_client_configmap, build_client_job, render_variant,
                                 variant_object_name)
 from ..core.checker import analyze
+from ..core import gpus
 from ..core import names as N
 from ..core.findings import errors as error_findings
 from ..core.render import RenderError
 from . import status as st
-from .status import now_rfc3339
+from . import ownership
+from .status import age_seconds, now_rfc3339
 from .kube import Kube, KubeError
 from .queue import WorkQueue
 from .resolve import ResolutionError, Resolver
@@ -55,14 +66,12 @@ CONFIGMAP_BUDGET = 900 * 1024  # a ConfigMap holds ~1 MiB
 CONDITIONS = (N.COMPLETE, N.FAILED)
 
 
-def _age(ts: str | None) -> float:
-    if not ts:
-        return 0.0
-    try:
-        t = dt.datetime.fromisoformat(ts.replace("Z", "+00:00"))
-    except ValueError:
-        return 0.0
-    return (dt.datetime.now(dt.timezone.utc) - t).total_seconds()
+_age = age_seconds
+
+
+def _created_age(obj: dict | None) -> float:
+    """Seconds since an object's creationTimestamp (set by the API server, never by a tenant)."""
+    return age_seconds(((obj or {}).get("metadata") or {}).get("creationTimestamp"))
 
 
 class BenchFailed(Exception):
@@ -204,7 +213,7 @@ class BenchmarkController:
                           f"{cr.spec.deployment_ref.name} first (one at a time: their engines would share the nodes)",
                           delay=POLL_SECONDS * 5)
         dcr, target, drafter, plan = await self._plan(ns, cr)
-        results = await self.kube.get("ConfigMap", ns, f"{name}-results")
+        results = await self._claim("ConfigMap", ns, f"{name}-results", owner)
         data = (results or {}).get("data") or {}
         done = {v.name: json.loads(data[f"variant-{v.name}.json"]) for v in plan.variants if f"variant-{v.name}.json" in data}
         todo = [v for v in plan.variants if v.name not in done]
@@ -213,7 +222,7 @@ class BenchmarkController:
             return await self._finish(key, body, cr, plan, done)
         v = todo[0]
         if v.name == "serving":
-            return await self._measure_serving(key, body, cr, dcr, owner, plan, v, progress)
+            return await self._measure_serving(key, body, cr, dcr, owner, plan, v, progress, target, drafter)
         try:
             vo = render_variant(dcr, target.doc, drafter.doc, owner, v, policy=self.policy)
         except RenderError as e:
@@ -221,15 +230,16 @@ class BenchmarkController:
                 f.one_line() for f in error_findings(e.findings)))
         except ValueError as e:
             raise BenchFailed("VariantNotRenderable", f"variant {v.name}: {e}")
-        dep = await self.kube.get("Deployment", ns, vo.name)
+        live = {obj["kind"]: await self._claim(obj["kind"], ns, obj["metadata"]["name"], owner) for obj in vo.objects}
+        dep = live.get("Deployment")
         if dep is None:
-            for obj in vo.objects:
+            for obj in vo.objects:  # force: over our own fields only (_claim checked every object is ours)
                 await self.kube.apply(obj, force=True)
             await self._status(key, body, {"phase": "Running", "progress": progress, "variants": [x.name for x in plan.variants],
                                            "current": f"{v.name}: starting the engine", "startedAt": now_rfc3339()})
             return POLL_SECONDS
         ready = int(((dep.get("status") or {}).get("readyReplicas")) or 0) >= 1
-        stage_age = _age((body.get("status") or {}).get("startedAt"))
+        stage_age = _created_age(dep)  # the variant's own Deployment: a deadline nobody can move
         if not ready:
             crash = await self._crashing(ns, vo.name)
             if crash:
@@ -299,7 +309,8 @@ class BenchmarkController:
         try:
             plan = plan_benchmark(cr.spec.matrix, engine=dcr.spec.engine.name, engine_version=dcr.spec.engine.version,
                                   block_size=(trained or d).block_size, served_context=d.served_context,
-                                  deployment_tokens=d.num_speculative_tokens)
+                                  deployment_tokens=d.num_speculative_tokens,
+                                  cpu_pool=not gpus.get_profile(dcr.spec.gpu.type).accelerator)
         except PlanError as e:
             raise BenchFailed("InvalidMatrix", str(e)) from None
         if cr.spec.use_serving_deployment:
@@ -309,12 +320,13 @@ class BenchmarkController:
                              plan.notes)
         return dcr, target, drafter, plan
 
-    async def _measure_serving(self, key, body, cr, dcr, owner, plan, v, progress) -> float | None:
+    async def _measure_serving(self, key, body, cr, dcr, owner, plan, v, progress, target, drafter) -> float | None:
         ns = key[0]
         ref = dcr.metadata.name
         dep = await self.kube.get("Deployment", ns, ref)
-        dstatus = (self.deployments.get((ns, ref)) or {}).get("status") or {}
-        image = ((dstatus.get("resolved") or {}).get("image"))
+        if dep is not None and ownership.conflict(dep, dcr.metadata.uid) is not None:
+            dep = None  # not the SpeculativeDeployment's own workload (its reconcile reports the ChildConflict)
+        image = self._serving_image(dcr, target, drafter)
         if dep is None or not int((dep.get("status") or {}).get("readyReplicas") or 0) or not image:
             raise BenchFailed("ServingNotReady", f"spec.useServingDeployment: the Deployment of SpeculativeDeployment "
                               f"{ref} is not Ready; measure it when it serves, or set useServingDeployment: false")
@@ -326,11 +338,38 @@ class BenchmarkController:
                                   base_url=f"http://{ref}.{ns}.svc:{port}", model=model, engine=dcr.spec.engine.name,
                                   engine_version=dcr.spec.engine.version)
 
+    def _serving_image(self, dcr, target, drafter) -> str | None:
+        """The image the serving deployment runs, from rendering its spec as the reconciler does (never read
+        back from its status: whoever may write ``/status`` would choose the image the client Job runs)."""
+        from ..core.render import render
+
+        try:
+            return render(dcr, target.doc, drafter.doc, policy=self.policy).image or None
+        except RenderError as e:
+            raise BenchFailed("DeploymentNotServable", f"SpeculativeDeployment {dcr.metadata.name} does not render: "
+                              + "; ".join(f.one_line() for f in error_findings(e.findings))) from None
+
+    async def _claim(self, kind: str, ns: str, name: str, owner: BenchOwner) -> dict | None:
+        """The live object of a child's name when this benchmark controls it (None: absent). Any other object
+        of that name (unowned, another's, owned without the controller flag) ends the benchmark untouched."""
+        obj = await self.kube.get(kind, ns, name)
+        why = ownership.conflict(obj, owner.uid)
+        if why is not None:
+            raise BenchFailed("ChildConflict", f"{kind}/{name} exists and is {why}; the benchmark neither reads, "
+                              f"writes nor deletes it: rename or delete that {kind}, or give the benchmark another name")
+        return obj
+
+    async def _delete_owned(self, kind: str, ns: str, name: str, uid: str | None) -> None:
+        """Delete a child only when this benchmark (``uid``) controls it."""
+        obj = await self.kube.get(kind, ns, name)
+        if obj is not None and ownership.conflict(obj, uid) is None:
+            await self.kube.delete(kind, ns, name)
+
     async def _client(self, key, body, cr, owner: BenchOwner, plan: BenchPlan, v: Variant, progress: str, *, image: str,
                       base_url: str, model: str, engine: str, engine_version: str) -> float | None:
         ns, name = key
         job_name = f"{name}-{v.name}-client"
-        job = await self.kube.get("Job", ns, job_name)
+        job = await self._claim("Job", ns, job_name, owner)
         if job is None:
             prompts_jsonl = None
             ref = cr.spec.prompts.config_map_ref
@@ -341,15 +380,23 @@ class BenchmarkController:
                     await self._delete_variant(ns, name, v.name)
                     raise BenchFailed("PromptsNotFound", f"spec.prompts.configMapRef: ConfigMap {ref.name} has no key "
                                       f"{ref.key} in namespace {ns}; create it (JSON lines {{\"prompt\": \"...\"}})")
+                try:  # a broken request set fails here with the line and the field, not in the client's log
+                    if ref.format == "requests":
+                        parse_requests_jsonl(prompts_jsonl, source=f"ConfigMap {ref.name} key {ref.key}")
+                except PromptError as e:
+                    await self._delete_variant(ns, name, v.name)
+                    raise BenchFailed("PromptsInvalid", f"spec.prompts.configMapRef: {e}") from None
             doc = build_client_plan(benchmark=name, variant=v.name, engine=engine, engine_version=engine_version,
                                     base_url=base_url, metrics_url=f"{base_url}/metrics", model=model, tokenizer=model,
                                     prompts=cr.spec.prompts.plan(), points=plan.points_of(v.name))
-            await self.kube.apply(build_client_configmap(owner, v.name, doc, prompts_jsonl), force=True)
+            cm = build_client_configmap(owner, v.name, doc, prompts_jsonl)
+            await self._claim("ConfigMap", ns, cm["metadata"]["name"], owner)
+            await self.kube.apply(cm, force=True)
             try:
                 await self.kube.create(build_client_job(owner, v.name, image,
                                                         service_account=None))
             except KubeError as e:
-                if e.status != 409:  # created by an earlier attempt: wait for it
+                if e.status != 409:  # created by an earlier attempt (or just now by another): the next step claims it
                     raise
             await self._status(key, body, {"phase": "Running", "progress": progress,
                                            "variants": [x.name for x in plan.variants],
@@ -380,7 +427,7 @@ class BenchmarkController:
             await self._delete_variant(ns, name, v.name)
             raise BenchFailed("ClientFailed", f"variant {v.name}: the client Job {job_name} failed; its log ends: "
                               f"{tail or '(empty)'}")
-        if _age((body.get("status") or {}).get("startedAt")) > CLIENT_DEADLINE:
+        if _created_age(job) > CLIENT_DEADLINE:  # the Job's own creation: a deadline nobody can move
             await self._delete_variant(ns, name, v.name)
             raise BenchFailed("ClientTimedOut", f"variant {v.name}: the client Job {job_name} ran past {CLIENT_DEADLINE:.0f}s")
         return POLL_SECONDS
@@ -407,7 +454,7 @@ class BenchmarkController:
                            "maxOutputTokens": p.get("maxOutputTokens") or want.max_output_tokens})
         doc = {**doc, "points": points, "settings": v.to_doc()}
         text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
-        cm = await self.kube.get("ConfigMap", owner.namespace, f"{owner.name}-results")
+        cm = await self._claim("ConfigMap", owner.namespace, f"{owner.name}-results", owner)
         data = dict(((cm or {}).get("data")) or {})
         data[f"variant-{v.name}.json"] = text
         await self.kube.apply(self._results_cm(owner, data), force=True)
@@ -420,14 +467,17 @@ class BenchmarkController:
             meta["ownerReferences"] = owner.reference()
         return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
 
+    def _uid(self, ns: str, bench: str) -> str | None:
+        return ((self.bodies.get((ns, bench)) or {}).get("metadata") or {}).get("uid")
+
     async def _delete_variant(self, ns: str, bench: str, variant: str) -> None:
-        name = variant_object_name(bench, variant)
-        await self.kube.delete("Job", ns, f"{name}-client")
-        await self.kube.delete("ConfigMap", ns, f"{name}-plan")
+        name, uid = variant_object_name(bench, variant), self._uid(ns, bench)
+        await self._delete_owned("Job", ns, f"{name}-client", uid)
+        await self._delete_owned("ConfigMap", ns, f"{name}-plan", uid)
         if variant != "serving":
-            await self.kube.delete("Deployment", ns, name)
-            await self.kube.delete("Service", ns, name)
-            await self.kube.delete("ConfigMap", ns, f"{name}-engine")
+            await self._delete_owned("Deployment", ns, name, uid)
+            await self._delete_owned("Service", ns, name, uid)
+            await self._delete_owned("ConfigMap", ns, f"{name}-engine", uid)
 
     async def _finish(self, key: Key, body: dict, cr, plan: BenchPlan, done: dict[str, dict]) -> None:
         ns, name = key
@@ -448,7 +498,7 @@ class BenchmarkController:
                 p.pop("outputDigests", None)
             full["digestsOmitted"] = True
             text = json.dumps(full, separators=(",", ":"), sort_keys=True)
-        cm = await self.kube.get("ConfigMap", ns, f"{name}-results")
+        cm = await self._claim("ConfigMap", ns, f"{name}-results", owner)
         data = {k: v for k, v in (((cm or {}).get("data")) or {}).items()}
         data[RESULTS_KEY] = text
         if len(json.dumps(data).encode()) > CONFIGMAP_BUDGET:
@@ -460,6 +510,10 @@ class BenchmarkController:
             "tau": _r((p.get("acceptance") or {}).get("length")),
             "ttftP50Ms": _r((p.get("ttftMs") or {}).get("p50")), "itlP50Ms": _r((p.get("itlMs") or {}).get("p50")),
             "tpotP50Ms": _r((p.get("tpotMs") or {}).get("p50")),
+            "ttftP99Ms": _r((p.get("ttftMs") or {}).get("p99")),
+            "prefixCacheHitRate": _r((p.get("costs") or {}).get("prefixCacheHitRate")),
+            "kvCapacityTokens": (p.get("costs") or {}).get("kvCapacityTokens"),
+            "kvUsagePeak": _r((p.get("costs") or {}).get("kvUsagePeak")),
             "failed": p.get("failed"), "equalToBaseline": p.get("equalToBaseline")}.items() if v is not None}
             for p in points]
         message = reco["summary"]
@@ -476,11 +530,13 @@ class BenchmarkController:
                            condition=(N.FAILED, "True", reason, message))
 
     async def _cleanup(self, ns: str, bench: str) -> None:
-        """Delete every variant object and client Job of this benchmark (the results ConfigMap stays)."""
+        """Delete every variant object and client Job of this benchmark (the results ConfigMap stays): those with
+        its label that it controls (a label alone never makes an object ours)."""
+        uid = self._uid(ns, bench)
         for kind in ("Job", "Deployment", "Service", "ConfigMap"):
             for obj in await self.kube.list(kind, ns, N.selector({BENCH_LABEL: bench})):
                 labels = (obj.get("metadata") or {}).get("labels") or {}
-                if labels.get(N.LABEL_COMPONENT) != N.COMPONENT_BENCH_RESULTS:
+                if labels.get(N.LABEL_COMPONENT) != N.COMPONENT_BENCH_RESULTS and ownership.conflict(obj, uid) is None:
                     await self.kube.delete(kind, ns, obj["metadata"]["name"])
 
     async def _status(self, key: Key, body: dict, fields: dict[str, Any],

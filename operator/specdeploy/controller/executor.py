@@ -18,7 +18,7 @@ from ..core.render import Rendered, build_tuned_configmap
 from . import ownership
 from .cache import Caches, Key
 from .kube import Kube, KubeError
-from .plan import StatusPlan, foreign
+from .plan import StatusPlan
 from .status import now_rfc3339
 
 log = logging.getLogger("specdeploy.controller")
@@ -56,22 +56,50 @@ class Executor:
 
     # ------------------------------------------------------------- children
 
-    async def apply(self, ns: str, name: str, desired: list[dict], obsolete: list[tuple[str, str]]) -> list[str]:
-        """Apply drifted or missing children (server-side apply), delete obsolete ones. Returns conflicts."""
+    async def claim(self, kind: str, ns: str, cname: str, uid: str | None) -> tuple[dict | None, str | None]:
+        """The one ownership gate before any write to a child (ownership.conflict): the live object (the
+        watch-fed cache, else a GET: the watches see only labelled children, a name may be taken by an object
+        without them) and why it is not ours to touch (None: absent, or controlled by ``uid``)."""
+        actual = self.cache.children.get((kind, ns, cname))
+        if actual is None:
+            got = await self.kube.get(kind, ns, cname)
+            if got is not None:
+                actual = ownership.for_cache({**got, "kind": kind})
+                if ownership.conflict(actual, uid) is None:
+                    self.cache.children[(kind, ns, cname)] = actual
+        return actual, ownership.conflict(actual, uid)
+
+    async def apply(self, ns: str, name: str, desired: list[dict], obsolete: list[tuple[str, str]],
+                    uid: str | None = None, claims: list[tuple[str, str]] | tuple = ()) -> list[str]:
+        """Apply drifted or missing children (server-side apply), delete obsolete ones. Returns conflicts
+        (``Kind/name (why)``): names taken by an object this CR (``uid``) does not control.
+
+        All or nothing: while any desired child or ``claims`` (other names the pods read: the tuning Job and
+        its ConfigMap) is taken, nothing is applied or deleted. The workload mounts the engine ConfigMap and
+        the tuned-kernels ConfigMap by name, so applying it beside another's ConfigMap of that name would run
+        the engine with what that ConfigMap says."""
         conflicts: list[str] = []
+        live: dict[tuple[str, str], dict | None] = {}
+        for kind, cname, owner in [(o["kind"], o["metadata"]["name"], ownership.owner_uid(o) or uid) for o in desired] \
+                + [(kind, cname, uid) for kind, cname in claims]:
+            live[(kind, cname)], why = await self.claim(kind, ns, cname, owner)
+            if why is not None:
+                conflicts.append(f"{kind}/{cname} ({why})")
+        if conflicts:
+            return conflicts
         children = self.cache.children
         for obj in desired:
             kind, cname = obj["kind"], obj["metadata"]["name"]
-            actual = children.get((kind, ns, cname))
-            if actual is not None and foreign(obj, actual):
-                conflicts.append(f"{kind}/{cname}")
-                continue
+            actual = live[(kind, cname)]
             applied = await self.apply_child(ns, obj, actual)
             if applied is None:
-                conflicts.append(f"{kind}/{cname}")
+                conflicts.append(f"{kind}/{cname} (controlled by another object)")
             elif applied is not actual:  # a request was made: the child was created or changed
                 self.note((ns, name), f"{'created' if actual is None else 'updated'} {kind}/{cname}")
         for kind, cname in obsolete:
+            actual, why = await self.claim(kind, ns, cname, uid)
+            if actual is None or why is not None:
+                continue  # gone already, or not ours: never deleted
             await self.kube.delete(kind, ns, cname)
             children.pop((kind, ns, cname), None)
             self.note((ns, name), f"deleted obsolete {kind}/{cname}")
@@ -80,6 +108,7 @@ class Executor:
     async def apply_child(self, ns: str, obj: dict, actual: dict | None) -> dict | None:
         """One child through server-side apply (ownership.py); no request when it is in sync.
 
+        ``actual`` is the live child as ``claim`` found it: absent or controlled by this CR (the caller checks).
         Conflicts (another manager changed a field specdeploy applies) are forced, with a Warning
         Event naming the other managers. Returns the live child, or None when the name is taken
         by an object another controller owns.
@@ -118,41 +147,47 @@ class Executor:
         self.cache.verified[(kind, ns, cname)] = ((live.get("metadata") or {}).get("resourceVersion"), digest)
         return live
 
-    async def tuning(self, ns: str, cr, rendered: Rendered) -> None:
+    async def tuning(self, ns: str, cr, rendered: Rendered) -> list[str]:
         """spec.tuning: run the tuning Job once; publish its result as the ConfigMap the engine pods mount.
 
         The Job is created and never patched (its pod template is immutable); a new tuning key
         (another GPU, engine, image or model) names a new Job. Engine pods mount the ConfigMap as
         an optional volume, so pods started before the result exists run with default kernels.
+        A Job or ConfigMap of that name that this CR does not control is neither read nor written:
+        returned as a conflict (``Kind/name (why)``).
         """
         plan = rendered.tuning
+        uid = cr.metadata.uid
         children = self.cache.children
-        job = children.get(("Job", ns, plan.job_name))
-        if job is None:
-            job = await self.kube.get("Job", ns, plan.job_name)
-            if job is None:  # created once: a Job's pod template is immutable, a new key names a new Job
-                created = await self.kube.create(rendered.tuning_objects[0])
-                children[("Job", ns, plan.job_name)] = {**(created or rendered.tuning_objects[0]), "kind": "Job"}
-                self.note((ns, cr.metadata.name), f"created tuning Job/{plan.job_name}")
-                return
-            children[("Job", ns, plan.job_name)] = {**job, "kind": "Job"}
+        job, why = await self.claim("Job", ns, plan.job_name, uid)
+        if why is not None:
+            return [f"Job/{plan.job_name} ({why})"]  # another's Job: its result is never published
+        if job is None:  # created once: a Job's pod template is immutable, a new key names a new Job
+            created = await self.kube.create(rendered.tuning_objects[0])
+            children[("Job", ns, plan.job_name)] = {**(created or rendered.tuning_objects[0]), "kind": "Job"}
+            self.note((ns, cr.metadata.name), f"created tuning Job/{plan.job_name}")
+            return []
         if plan.storage != "configMap" or not (job.get("status") or {}).get("succeeded"):
-            return  # running, failed (its pod status says why), or written to the PVC directly
-        existing = children.get(("ConfigMap", ns, plan.configmap_name))
+            return []  # running, failed (its pod status says why), or written to the PVC directly
+        existing, why = await self.claim("ConfigMap", ns, plan.configmap_name, uid)
+        if why is not None:
+            return [f"ConfigMap/{plan.configmap_name} ({why})"]
         if existing is not None and ((existing.get("metadata") or {}).get("annotations") or {}).get(N.TUNING_KEY_ANNOTATION) == plan.key:
-            return
+            return []
         pods = await self.kube.list("Pod", ns, f"job-name={plan.job_name}")
         messages = [((c.get("state") or {}).get("terminated") or {}).get("message")
                     for p in pods for c in ((p.get("status") or {}).get("containerStatuses") or [])]
         messages = [m for m in messages if m]
         if not messages:
-            return
+            return []
         try:
             cm = build_tuned_configmap(cr, plan, messages[-1])
         except ValueError as e:
             log.warning("tuning Job %s/%s produced an unusable result: %s", ns, plan.job_name, e)
-            return
-        await self.apply_child(ns, cm, existing)
+            return []
+        if await self.apply_child(ns, cm, existing) is None:
+            return [f"ConfigMap/{plan.configmap_name} (controlled by another object)"]
+        return []
 
     # ------------------------------------------------------------- status and Events
 

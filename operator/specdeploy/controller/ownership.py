@@ -4,6 +4,12 @@ Pure (no I/O): the executor (executor.py) applies every child with server-side a
 field manager ``specdeploy`` and uses these to decide whether a child is in sync without a
 write, and how to take over children written by versions before server-side apply.
 
+- ``conflict``: whether the operator may act on an object at all. Before any apply, update or
+  delete of a child (both controllers, the inspector, the tuning Job), the object must be absent
+  or controlled by the CR acting (its uid in a controller ownerReference); anything else (another
+  controller's object, an unowned one, one this CR owns without controlling it) is left alone and
+  named in a ``ChildConflict`` condition (docs/concepts/security.md, "Children we do not own").
+
 - ``intent``: the rendered child plus the annotation ``specdeploy.io/applied``, a digest of the
   rendered child. The digest says which intent was applied last; the server removed every field
   an earlier intent set and this one does not (the fields specdeploy owned and stopped applying).
@@ -37,6 +43,38 @@ from ..core.names import APPLIED_ANNOTATION, FIELD_MANAGER  # noqa: F401 (own.AP
 # the API server derives from the Python client's User-Agent when no fieldManager is sent.
 LEGACY_MANAGERS = (FIELD_MANAGER, "OpenAPI-Generator")
 _SKIP_META = {"name", "namespace"}
+
+
+def controller_uids(obj: dict | None) -> list[str]:
+    """The uids of the controller ownerReferences of ``obj`` (normally at most one)."""
+    refs = ((obj or {}).get("metadata") or {}).get("ownerReferences") or []
+    return [r.get("uid") for r in refs if isinstance(r, dict) and r.get("controller") is True and r.get("uid")]
+
+
+def owner_uid(obj: dict) -> str | None:
+    """The uid of the controller ownerReference of a rendered child: the CR it is applied for."""
+    uids = controller_uids(obj)
+    return uids[0] if uids else None
+
+
+def conflict(actual: dict | None, uid: str | None) -> str | None:
+    """Why the operator must not touch ``actual`` on behalf of the CR with ``uid``; None when it may.
+
+    It may when the object is absent, or controlled by that CR (``uid`` in a controller ownerReference).
+    Every other object is someone else's, however it came to have the name: controlled by another object,
+    owned by nobody (created by a person or a tool), or owned by this CR without the controller flag. A CR
+    without a uid (not yet stored) may only create.
+    """
+    if actual is None:
+        return None
+    uids = controller_uids(actual)
+    if uid and uid in uids:
+        return None
+    if uids:
+        return "controlled by another object"
+    if uid and any(isinstance(r, dict) and r.get("uid") == uid for r in (actual.get("metadata") or {}).get("ownerReferences") or []):
+        return "owned by this resource but not as its controller"
+    return "not owned by specdeploy"
 
 
 def digest(obj: dict) -> str:

@@ -19,14 +19,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from ..api.types import Resolved, SpeculativeDeploymentStatus
+from ..api.types import MemoryFigures, Resolved, SpeculativeDeploymentStatus
 from ..core import guard as gd
 from ..core.findings import Finding
 from ..core.findings import errors as error_findings
 from ..core.policy import TenancyPolicy
 from ..core import names as N
 from ..core.render import RenderError, Rendered, render, selector_labels
-from . import status as st
+from . import ownership, status as st
 from .cache import MANAGED_KINDS
 
 LWS = ("leaderworkerset.x-k8s.io/v1", "leaderworkersets")
@@ -106,14 +106,18 @@ def plan_reconcile(cr, target, drafter, *, generation: int, children: Mapping[tu
         return Plan(generation, findings=findings, accepted=accepted, resolved=resolved, blocked=(
             "LeaderWorkerSetMissing", f"spec.nodes={cr.spec.nodes} needs a LeaderWorkerSet, but the "
             "leaderworkerset.x-k8s.io/v1 API is not installed; install LeaderWorkerSet or set spec.nodes: 1"))
-    return Plan(generation, apply=list(rendered.objects), delete=obsolete(cr.metadata.name, rendered.objects, children),
+    return Plan(generation, apply=list(rendered.objects),
+                delete=obsolete(cr.metadata.name, rendered.objects, children, cr.metadata.uid),
                 rendered=rendered, findings=findings, accepted=accepted, resolved=resolved,
                 guard=rendered.guard.condition if rendered.guard is not None else guard_problem)
 
 
-def obsolete(name: str, desired: list[dict], children: Mapping[tuple[str, str], dict]) -> list[tuple[str, str]]:
+def obsolete(name: str, desired: list[dict], children: Mapping[tuple[str, str], dict],
+             uid: str | None = None) -> list[tuple[str, str]]:
     """Children of this instance that the desired set no longer has (e.g. the Deployment after switching to
-    multi-node). Children are named NAME or NAME-engine, so only those are looked at."""
+    multi-node). Children are named NAME or NAME-engine, so only those are looked at, and only those this CR
+    (``uid``, else the desired children's owner) controls: labels alone never make an object ours."""
+    uid = uid or next((ownership.owner_uid(o) for o in desired if ownership.owner_uid(o)), None)
     want = {(o["kind"], o["metadata"]["name"]) for o in desired}
     out = []
     for kind in MANAGED_KINDS:
@@ -121,20 +125,13 @@ def obsolete(name: str, desired: list[dict], children: Mapping[tuple[str, str], 
             if (kind, cname) in want:
                 continue
             body = children.get((kind, cname))
-            if body is None:
+            if body is None or ownership.conflict(body, uid) is not None:
                 continue
             labels = (body.get("metadata") or {}).get("labels") or {}
             if labels.get(N.LABEL_INSTANCE) == name and labels.get(N.LABEL_MANAGED_BY) == N.MANAGED_BY \
                     and labels.get(N.LABEL_COMPONENT) == N.COMPONENT_ENGINE:
                 out.append((kind, cname))
     return out
-
-
-def foreign(obj: dict, actual: dict) -> bool:
-    """The live child is controlled by another object (not this SpeculativeDeployment)."""
-    uid = obj["metadata"].get("ownerReferences", [{}])[0].get("uid")
-    owners = [r.get("uid") for r in (actual.get("metadata") or {}).get("ownerReferences") or [] if r.get("controller")]
-    return bool(uid and owners and uid not in owners)
 
 
 # ----------------------------------------------------------------- observation
@@ -193,6 +190,9 @@ def build_resolved(target, drafter, rendered: Rendered | None, cr) -> Resolved:
                                         rendered.image if rendered.baked_drafter is not None else None)
     if rendered.guard is not None:
         out.guard_max_concurrency = rendered.guard.limit.max_concurrency
+    plan = rendered.analysis.derived.memory if rendered.analysis.derived else None
+    if plan is not None:
+        out.memory = MemoryFigures.model_validate(plan.to_dict())
     return out
 
 

@@ -295,8 +295,9 @@ class Controller:
         try:
             target = await self.resolver.resolve(cr, "target")
             drafter = await self.resolver.resolve(cr, "drafter")
-        except ResolutionError as e:
-            await self._finish(key, body, pl.blocked(gen, e.reason, e.message, unresolved=False))
+        except ResolutionError as e:  # e.conflict: the inspector Job's name is taken (ChildConflict)
+            await self._finish(key, body, pl.blocked(gen, e.reason, e.message, unresolved=False),
+                               [e.conflict] if e.conflict else None)
             if e.reason == "InspectionPending":
                 raise  # short, fixed wait; not a failure
             return e.delay or self.backoff.failed(key)
@@ -313,9 +314,12 @@ class Controller:
         # apply
         conflicts: list[str] = []
         if plan.apply:
-            conflicts = await self.executor.apply(ns, name, plan.apply, plan.delete)
-            if plan.rendered is not None and plan.rendered.tuning is not None:
-                await self.executor.tuning(ns, cr, plan.rendered)
+            tuning = plan.rendered.tuning if plan.rendered is not None else None
+            claims = [] if tuning is None else [("Job", tuning.job_name)] + (
+                [("ConfigMap", tuning.configmap_name)] if tuning.storage == "configMap" else [])
+            conflicts = await self.executor.apply(ns, name, plan.apply, plan.delete, uid=cr.metadata.uid, claims=claims)
+            if tuning is not None and not conflicts:
+                conflicts += await self.executor.tuning(ns, cr, plan.rendered)
         return await self._finish(key, body, plan, conflicts)
 
     async def _finish(self, key: Key, body: dict, plan: pl.Plan, conflicts: list[str] | None = None) -> None:

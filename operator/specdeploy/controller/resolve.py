@@ -13,6 +13,7 @@ import binascii
 import gzip
 import hashlib
 import json
+import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -22,9 +23,14 @@ from ..core.engineconfig import config_digest
 from ..core import engines as eng
 from ..core import names as N
 from ..core.podsecurity import harden_pod
+from . import ownership
 from .kube import Kube
+from .status import age_seconds
 
 HUB_BRANCH_TTL = 900.0  # a branch or tag is re-resolved after this many seconds
+# an inspector Job not finished this long after its creation is deleted and the resolution says so
+INSPECT_DEADLINE = float(os.environ.get("SPECDEPLOY_INSPECT_SECONDS", "900"))
+INSPECT_RETRY = 300.0  # then a new inspector starts after this many seconds
 
 
 @dataclass(frozen=True)
@@ -36,8 +42,13 @@ class Resolved:
 
 
 class ResolutionError(Exception):
-    def __init__(self, reason: str, message: str, retryable: bool = True, delay: float | None = None):
+    """``conflict``: ``Kind/name (why)`` of an object the resolution would have written but does not control
+    (the inspector Job's name taken): the reconciler reports it as ChildConflict."""
+
+    def __init__(self, reason: str, message: str, retryable: bool = True, delay: float | None = None,
+                 conflict: str | None = None):
         self.reason, self.message, self.retryable, self.delay = reason, message, retryable, delay
+        self.conflict = conflict
         super().__init__(f"{reason}: {message}")
 
 
@@ -181,6 +192,11 @@ class Resolver:
         want = build_inspector_job(cr, role, src, image)
         name = want["metadata"]["name"]
         job = await self.kube.get("Job", ns, name)
+        why = ownership.conflict(job, cr.metadata.uid)
+        if why is not None:  # neither read (its result would be trusted as the config) nor replaced
+            raise ResolutionError("ChildConflict", f"Job {ns}/{name} exists and is {why}; specdeploy neither reads "
+                                  f"nor replaces it: rename or delete it, or give spec.{role}.configFrom",
+                                  delay=60, conflict=f"Job/{name} ({why})")
         inputs = want["metadata"]["annotations"][N.INSPECT_INPUTS_ANNOTATION]
         if job is not None and (job.get("metadata", {}).get("annotations") or {}).get(N.INSPECT_INPUTS_ANNOTATION) != inputs:
             await self.kube.delete("Job", ns, name)
@@ -191,6 +207,13 @@ class Resolver:
                                   f"{src.pvc.claim_name}", delay=5)
         st = job.get("status") or {}
         if not st.get("succeeded") and not st.get("failed"):
+            age = age_seconds((job.get("metadata") or {}).get("creationTimestamp"))
+            if age > INSPECT_DEADLINE:  # never scheduled, or stuck: a clear verdict, then a fresh Job later
+                await self.kube.delete("Job", ns, name)
+                raise ResolutionError("InspectionTimedOut", f"Job {ns}/{name} did not finish within "
+                                      f"{INSPECT_DEADLINE:.0f}s of its creation (PVC {src.pvc.claim_name} not "
+                                      "mountable, no node to run it?); it was deleted and a new one starts in "
+                                      f"{INSPECT_RETRY:.0f}s; see kubectl get events", delay=INSPECT_RETRY)
             raise ResolutionError("InspectionPending", f"Job {ns}/{name} has not finished", delay=5)
         pods = await self.kube.list("Pod", ns, f"job-name={name}")
         messages = [((c.get("state") or {}).get("terminated") or {}).get("message")

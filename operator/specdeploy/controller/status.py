@@ -129,7 +129,10 @@ def compute_conditions(o: Observation) -> list[dict[str, Any]]:
 
     # Degraded: something is wrong while a workload exists, or a child is not ours.
     if o.conflicts:
-        deg = _cond(DEGRADED, True, "ChildConflict", "objects exist that another controller owns: " + ", ".join(o.conflicts))
+        deg = _cond(DEGRADED, True, "ChildConflict",
+                    "objects of these names exist and are not controlled by this SpeculativeDeployment, so none of its "
+                    "children is applied, changed or deleted: " + ", ".join(o.conflicts)
+                    + "; rename the SpeculativeDeployment or delete or rename those objects")
     elif o.workload_exists and gate_failed:
         deg = _cond(DEGRADED, True, "RunningPreviousConfig",
                     "the last good workload keeps running; the current spec is not applied: " + prog["message"])
@@ -146,6 +149,19 @@ def compute_conditions(o: Observation) -> list[dict[str, Any]]:
 def now_rfc3339() -> str:
     """The time stamp of a condition or a status field (RFC 3339, UTC, seconds)."""
     return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def age_seconds(ts: str | None) -> float:
+    """Seconds since an RFC 3339 time stamp (a creationTimestamp, a status time); 0 when absent or unreadable."""
+    if not ts:
+        return 0.0
+    try:
+        t = dt.datetime.fromisoformat(ts.replace("Z", "+00:00"))
+    except ValueError:
+        return 0.0
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=dt.timezone.utc)
+    return (dt.datetime.now(dt.timezone.utc) - t).total_seconds()
 
 
 def merge_conditions(previous: list[dict] | None, new: list[dict], generation: int, now: str) -> list[dict]:

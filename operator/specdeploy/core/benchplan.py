@@ -12,6 +12,7 @@ Every refusal is a :class:`PlanProblem` naming the field and the fix, like the s
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
@@ -49,11 +50,13 @@ class Variant:
     speculative_tokens: Optional[int] = None  # None: the deployment's own (block size - 1)
     draft_window: Optional[Union[int, str]] = None  # None: the deployment's own; "off": none
     draft_attention_backend: Optional[str] = None  # None: the deployment's own
+    synthetic_acceptance: Optional[float] = None  # an assumed tau forced by the engine (calibration only)
 
     def to_doc(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"name": self.name, "speculation": self.speculation}
         for key, value in (("speculativeTokens", self.speculative_tokens), ("draftWindow", self.draft_window),
-                           ("draftAttentionBackend", self.draft_attention_backend)):
+                           ("draftAttentionBackend", self.draft_attention_backend),
+                           ("syntheticAcceptance", self.synthetic_acceptance)):
             if value is not None:
                 doc[key] = value
         return doc
@@ -103,12 +106,30 @@ def variant_name(tokens: int, window: Union[int, str, None], backend: Optional[s
     return name
 
 
+SYNTHETIC_PREFIX = "syn"
+_SYNTHETIC_NAME = re.compile(r"syn(\d+)(?:p(\d+))?")
+
+
+def synthetic_name(tau: float) -> str:
+    """``syn3`` for 3.0, ``syn2p5`` for 2.5, ``syn2p25`` for 2.25 (a DNS label part; two decimals at most)."""
+    whole, frac = f"{tau:.2f}".split(".")
+    frac = frac.rstrip("0")
+    return f"{SYNTHETIC_PREFIX}{whole}" + (f"p{frac}" if frac else "")
+
+
+def synthetic_tau(variant: str) -> Optional[float]:
+    """The assumed tau of a synthetic variant's name, None for any other variant."""
+    m = _SYNTHETIC_NAME.fullmatch(variant)
+    return float(f"{m.group(1)}.{m.group(2) or 0}") if m else None
+
+
 def point_id(variant: str, context: int, concurrency: int) -> str:
     return f"{variant}/c{context}/n{concurrency}"
 
 
 def plan_benchmark(matrix: Any, *, engine: str, engine_version: str, block_size: int,
-                   served_context: Optional[int] = None, deployment_tokens: Optional[int] = None) -> BenchPlan:
+                   served_context: Optional[int] = None, deployment_tokens: Optional[int] = None,
+                   cpu_pool: bool = False) -> BenchPlan:
     """The ordered variants (baseline first) and points of a benchmark's matrix.
 
     ``matrix`` is the parsed ``spec.matrix`` (api/benchmark.Matrix); ``block_size`` the drafter's
@@ -145,6 +166,27 @@ def plan_benchmark(matrix: Any, *, engine: str, engine_version: str, block_size:
             problems.append(PlanProblem(
                 f"{P}.draftAttentionBackend[{i}]", f"{engine} {engine_version} has no draft attention backend {b!r} "
                 f"(it has: {known}); remove it", "DraftAttentionBackendUnsupported"))
+    synthetic = list(getattr(matrix, "synthetic_acceptance", []) or [])
+    own = tokens[0]  # synthetic variants run at the first speculative tokens measured (else the deployment's own)
+    syn_row = eng.synthetic_acceptance(engine, engine_version)
+    if synthetic and syn_row is not None and cpu_pool and syn_row.cpu_refusal:
+        problems.append(PlanProblem(
+            f"{P}.syntheticAcceptance", f"{engine}'s CPU build refuses synthetic acceptance ({syn_row.cpu_refusal}): "
+            "remove spec.matrix.syntheticAcceptance or benchmark on a GPU pool", "SyntheticAcceptanceUnsupported"))
+    if synthetic and syn_row is None:
+        since = eng.SYNTHETIC_ACCEPTANCE.get(engine)
+        problems.append(PlanProblem(
+            f"{P}.syntheticAcceptance", f"{engine} {engine_version} has no synthetic acceptance the project has read "
+            f"in its code" + (f" (verified from {since.engine} {since.since}: {since.source.split(' (')[0]})" if since else "")
+            + "; remove spec.matrix.syntheticAcceptance or benchmark a newer release", "SyntheticAcceptanceUnsupported"))
+    for i, tau in enumerate(synthetic):
+        if tau > own + 1:
+            problems.append(PlanProblem(
+                f"{P}.syntheticAcceptance[{i}]", f"an acceptance length of {tau:g} is above what {own} draft tokens "
+                f"can give ({own + 1} with the bonus token); lower it to {own + 1} or less", "SyntheticAcceptanceTooHigh"))
+    if len({synthetic_name(t) for t in synthetic}) != len(synthetic):
+        problems.append(PlanProblem(f"{P}.syntheticAcceptance", "two values round to the same two decimals: list "
+                                    "each value once", "SyntheticAcceptanceDuplicate"))
     if served_context is not None:
         for i, c in enumerate(matrix.contexts):
             if c + matrix.max_output_tokens > served_context:
@@ -157,6 +199,8 @@ def plan_benchmark(matrix: Any, *, engine: str, engine_version: str, block_size:
         for w in windows:
             for b in backends:
                 variants.append(Variant(variant_name(k, w, b), True, k if matrix.speculative_tokens else None, w, b))
+    for tau in synthetic:
+        variants.append(Variant(synthetic_name(tau), True, own if matrix.speculative_tokens else None, None, None, tau))
     n = len(variants) * len(matrix.contexts) * len(matrix.concurrency)
     if n > MAX_POINTS:
         problems.append(PlanProblem(P, f"the matrix has {n} points (variants x contexts x concurrency levels), more "

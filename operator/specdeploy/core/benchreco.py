@@ -16,6 +16,10 @@ variants in plan order (``baseline`` first when measured). Output (Contract 4, c
 - ``excluded``: variants never recommended: greedy outputs unequal to the baseline's at any
   point (temperature 0: speculation must not change the text), and variants with no usable point.
 - ``best``: the variant winning the most bands; ``summary``: one sentence with the numbers.
+- ``costs``: per speculation variant, what it costs against the baseline over its points (KV capacity the
+  engine reports, prefix-cache hit rate, peak resident memory: core/benchcosts.py), and whether its prefix cache
+  hit nothing while the baseline's hit (named in the summary: a speed-up measured on prompts without shared
+  prefixes can hide that loss).
 
 A point is usable when it completed at least one request and none failed, and reported output
 tokens/s; unusable points are skipped (and named in the band's or crossover's reason).
@@ -24,6 +28,9 @@ tokens/s; unusable points are skipped (and named in the band's or crossover's re
 from __future__ import annotations
 
 from typing import Any, Iterable, Optional
+
+from .benchplan import synthetic_tau
+from .benchcosts import compare_to_baseline, prefix_cache_lost
 
 BASELINE = "baseline"
 
@@ -46,13 +53,13 @@ def _fmt(x: float) -> str:
 def equal_to_baseline(points: Iterable[dict]) -> dict[str, Optional[bool]]:
     """Point id -> whether its greedy outputs equal the baseline's at the same (context, concurrency,
     prompts, output tokens); None: no baseline point of that shape, or digests missing/of another count.
-    The baseline's own points map to None."""
+    The baseline's own points and synthetic variants' (outputs forced by an assumed acceptance) map to None."""
     pts = list(points)
     base = {(p["context"], p["concurrency"], p.get("numPrompts"), p.get("maxOutputTokens")): p
             for p in pts if p.get("variant") == BASELINE}
     out: dict[str, Optional[bool]] = {}
     for p in pts:
-        if p.get("variant") == BASELINE:
+        if p.get("variant") == BASELINE or synthetic_tau(str(p.get("variant"))) is not None:
             out[p["id"]] = None
             continue
         b = base.get((p["context"], p["concurrency"], p.get("numPrompts"), p.get("maxOutputTokens")))
@@ -62,8 +69,38 @@ def equal_to_baseline(points: Iterable[dict]) -> dict[str, Optional[bool]]:
 
 
 def recommend(points: Iterable[dict], variants: list[str]) -> dict[str, Any]:
-    """The recommendation (Contract 4) from every point result (each with ``variant``) and the plan's variant order."""
-    pts = list(points)
+    """The recommendation (Contract 4) from every point result (each with ``variant``) and the plan's variant order.
+    Synthetic variants (an assumed acceptance forced by the engine: ``syn2p5``) are never recommended; they give
+    ``calibration``: where the crossover would be at each assumed tau."""
+    every = list(points)
+    synthetic = [v for v in variants if synthetic_tau(v) is not None]
+    pts = [p for p in every if synthetic_tau(str(p.get("variant"))) is None]
+    variants = [v for v in variants if v not in synthetic]
+    reco = _recommend(pts, variants)
+    reco["calibration"] = [_calibration(v, pts, every) for v in synthetic]
+    if reco["calibration"]:
+        def where(c: dict) -> str:
+            at = sorted({x["concurrency"] for x in c["crossover"] if x["concurrency"] is not None})
+            return f"tau {c['assumedTau']:g}: " + (f"off from concurrency {at[0]}" if at else "no crossover measured")
+        reco["summary"] = reco["summary"][:-1] + "; calibration " + ", ".join(map(where, reco["calibration"])) + "."
+    return reco
+
+
+def _calibration(variant: str, pts: list[dict], every: list[dict]) -> dict[str, Any]:
+    """One synthetic variant against the baseline: its crossover per context (as if it were the only speculation
+    variant) and the tau the engine's counters measured (it should be the assumed one)."""
+    mine = [p for p in every if p.get("variant") == variant]
+    alone = _recommend([p for p in pts if p.get("variant") == BASELINE] + mine, [BASELINE, variant])
+    taus = [(p.get("acceptance") or {}).get("length") for p in mine]
+    taus = [t for t in taus if isinstance(t, (int, float))]
+    best = max((b.get("speedup") or 0 for b in alone["bands"]), default=0) or None
+    return {"variant": variant, "assumedTau": synthetic_tau(variant),
+            "measuredTau": round(sum(taus) / len(taus), 3) if taus else None,
+            "crossover": [{"context": c["context"], "concurrency": c["concurrency"]} for c in alone["crossover"]],
+            "bestSpeedup": best}
+
+
+def _recommend(pts: list[dict], variants: list[str]) -> dict[str, Any]:
     eq = equal_to_baseline(pts)
     has_baseline = BASELINE in variants and any(p.get("variant") == BASELINE for p in pts)
     order = {v: i for i, v in enumerate(variants)}
@@ -150,10 +187,48 @@ def recommend(points: Iterable[dict], variants: list[str]) -> dict[str, Any]:
     for b in bands:
         wins[b["best"]] = wins.get(b["best"], 0) + 1
     best_overall = max(wins, key=lambda v: (wins[v], -order.get(v, 0))) if wins else None
+    costs, lost = _costs(pts, variants) if has_baseline else ([], [])
+    summary = _summary(bands, crossover, max_concurrency, excluded, has_baseline)
+    if lost:
+        summary = summary[:-1] + "; prefix cache hit nothing under " + ", ".join(lost) + "."
     return {"bands": bands, "crossover": crossover,
             "guard": {"maxConcurrency": max_concurrency, "maxContext": max_context},
-            "excluded": excluded, "best": best_overall,
-            "summary": _summary(bands, crossover, max_concurrency, excluded, has_baseline)}
+            "excluded": excluded, "best": best_overall, "costs": costs, "summary": summary}
+
+
+def variant_costs(points: Iterable[dict]) -> dict | None:
+    """One variant's costs over its points: the last KV capacity reported, the prefix-cache hit rate over every
+    token looked up (counters) or the mean of the gauge readings, the peak KV use and resident memory."""
+    cs = [p["costs"] for p in points if isinstance(p.get("costs"), dict)]
+    if not cs:
+        return None
+    caps = [c["kvCapacityTokens"] for c in cs if c.get("kvCapacityTokens")]
+    q = sum(c.get("prefixCacheQueries") or 0 for c in cs if c.get("prefixCacheSource") == "counters")
+    h = sum(c.get("prefixCacheHits") or 0 for c in cs if c.get("prefixCacheSource") == "counters")
+    gauge = [c["prefixCacheHitRate"] for c in cs if c.get("prefixCacheSource") == "gauge"
+             and c.get("prefixCacheHitRate") is not None]
+    rate = h / q if q > 0 else (sum(gauge) / len(gauge) if gauge else None)
+    usage = [c["kvUsagePeak"] for c in cs if c.get("kvUsagePeak") is not None]
+    mem = [c["residentMemoryPeakBytes"] for c in cs if c.get("residentMemoryPeakBytes")]
+    return {"kvCapacityTokens": caps[-1] if caps else None, "prefixCacheHitRate": rate,
+            "kvUsagePeak": max(usage) if usage else None, "residentMemoryPeakBytes": max(mem) if mem else None}
+
+
+def _costs(pts: list[dict], variants: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
+    """(each variant's cost line, "k3 (0% vs baseline 61%)" for each variant that lost the prefix cache)."""
+    base = variant_costs(p for p in pts if p.get("variant") == BASELINE)
+    out, lost = [], []
+    for v in variants:
+        if v == BASELINE:
+            continue
+        mine = variant_costs(p for p in pts if p.get("variant") == v)
+        line = compare_to_baseline(mine, base)
+        if line:
+            gone = prefix_cache_lost(mine, base)
+            out.append({"variant": v, "vsBaseline": line, "prefixCacheLost": gone})
+            if gone:
+                lost.append(f"{v} ({mine['prefixCacheHitRate']:.0%} vs baseline {base['prefixCacheHitRate']:.0%})")
+    return out, lost
 
 
 def _summary(bands: list[dict], crossover: list[dict], max_concurrency: Optional[int], excluded: list[dict],

@@ -113,6 +113,8 @@ def render_variant(cr, target_doc: Any, drafter_doc: Any, owner: BenchOwner, var
     ec = rendered.engine_config
     if not variant.speculation:
         ec = ec.model_copy(update={"args": strip_speculation_args(ec.engine, ec.engine_version, ec.args)})
+    if variant.synthetic_acceptance is not None:
+        ec = force_synthetic_acceptance(ec, variant.synthetic_acceptance)
     config_hash = ec.digest()[:16]
     prof = gpus.get_profile(vcr.spec.gpu.type)
     cm = build_configmap(vcr, ec, rendered.analysis)
@@ -136,6 +138,29 @@ def render_variant(cr, target_doc: Any, drafter_doc: Any, owner: BenchOwner, var
     _relabel(dep["spec"]["template"]["metadata"]["labels"], owner, variant.name)
     _relabel(svc["spec"]["selector"], owner, variant.name)
     return VariantObjects(name, [cm, dep, svc], ec, rendered.image or "", ec.port)
+
+
+def force_synthetic_acceptance(ec: EngineConfig, tau: float) -> EngineConfig:
+    """The engine config with the release's own synthetic acceptance set to ``tau`` (core/engines.py
+    SYNTHETIC_ACCEPTANCE): vLLM's --speculative-config gains rejection_sample_method 'synthetic' and
+    synthetic_acceptance_length; SGLang gets SGLANG_SIMULATE_ACC_LEN. Raises ValueError where the release has none
+    (the planner refuses those first)."""
+    from . import engines as eng
+
+    how = eng.synthetic_acceptance(ec.engine, ec.engine_version)
+    if how is None:
+        raise ValueError(f"{ec.engine} {ec.engine_version} has no synthetic acceptance switch")
+    if how.how == "env":
+        return ec.model_copy(update={"env": {**ec.env, eng.SGLANG_SIMULATE_ENV: f"{tau:g}"}})
+    flag = eng.get_engine(ec.engine).release_for(ec.engine_version).flags["speculative_config"]
+    args = list(ec.args)
+    for i, a in enumerate(args[:-1]):
+        if a == flag:
+            sc = json.loads(args[i + 1])
+            sc.update({"rejection_sample_method": "synthetic", "synthetic_acceptance_length": tau})
+            args[i + 1] = json.dumps(sc, sort_keys=True, separators=(",", ":"))
+            return ec.model_copy(update={"args": args})
+    raise ValueError(f"no {flag} in the rendered arguments: nothing to make synthetic")
 
 
 def client_labels(owner: BenchOwner, variant: str) -> dict[str, str]:

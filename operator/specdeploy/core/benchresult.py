@@ -80,6 +80,18 @@ class PointAcceptance(_Model):
     accepted_tokens: Count | None = None
 
 
+class PointCosts(_Model):
+    """What the point cost beside its speed, from the engine's /metrics (core/benchcosts.py)."""
+
+    prefix_cache_queries: Count | None = None
+    prefix_cache_hits: Count | None = None
+    prefix_cache_hit_rate: Fraction | None = None
+    prefix_cache_source: Literal["counters", "gauge"] | None = None
+    kv_capacity_tokens: Annotated[int, Field(ge=0, le=10**12)] | None = None
+    kv_usage_peak: Fraction | None = None
+    resident_memory_peak_bytes: Annotated[float, Field(ge=0, le=1e15, allow_inf_nan=False)] | None = None
+
+
 class PointResult(_Model):
     """One point: one concurrency and one context, ``completed`` requests."""
 
@@ -99,6 +111,7 @@ class PointResult(_Model):
     itl_ms: Percentiles = Percentiles()
     tpot_ms: Percentiles | None = None
     acceptance: PointAcceptance | None = None
+    costs: PointCosts | None = None
     output_digests: Annotated[list[Digest], Field(max_length=MAX_PROMPTS)] = []
     errors: Annotated[list[ShortText], Field(max_length=8)] = []  # the first few request errors
 
@@ -137,13 +150,13 @@ class PlanPoint(_Model):
 
 
 class PlanPrompts(_Model):
-    """``generated`` (seeded prompts of exactly ``context`` tokens), ``bundled`` (``code`` or
-    ``chat``, shipped with specdeploy) or ``file`` (JSON lines ``{"prompt": ...}``, a mounted
-    ConfigMap key)."""
+    """``generated`` (seeded prompts of exactly ``context`` tokens), ``bundled`` (``code`` or ``chat``, shipped with
+    specdeploy), ``file`` (JSON lines ``{"prompt": ...}``, a mounted ConfigMap key) or ``requests`` (chat-completion
+    requests replayed as captured: a bundled request set by ``name`` or a mounted key by ``path``)."""
 
-    kind: Literal["generated", "bundled", "file"] = "generated"
+    kind: Literal["generated", "bundled", "file", "requests"] = "generated"
     seed: Annotated[int, Field(ge=0, le=2**31 - 1)] = 0
-    name: Literal["code", "chat"] | None = None
+    name: Literal["code", "chat", "tool-call", "structured-output"] | None = None
     path: Annotated[str, StringConstraints(max_length=1024)] | None = None
 
     @model_validator(mode="after")
@@ -152,6 +165,8 @@ class PlanPrompts(_Model):
             raise ValueError("prompts.kind bundled needs prompts.name (code or chat)")
         if self.kind == "file" and not self.path:
             raise ValueError("prompts.kind file needs prompts.path")
+        if self.kind == "requests" and (self.name is None) == (self.path is None):
+            raise ValueError("prompts.kind requests needs prompts.name (a bundled request set) or prompts.path")
         return self
 
 

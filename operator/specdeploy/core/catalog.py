@@ -15,7 +15,7 @@ from types import MappingProxyType
 # raises, a shape cannot match) never can.
 OVERRIDABLE_ERRORS = frozenset({
     "TargetLayerIdsShifted", "EngineLayerOffsetBroken", "SlidingWindowUnsupportedByEngine",
-    "DrafterContextTooShort", "WeightsExceedGpuMemory",
+    "DrafterContextTooShort", "WeightsExceedGpuMemory", "KvCacheTooSmallForContext",
 })
 
 
@@ -167,6 +167,17 @@ CATALOG = MappingProxyType({c.code: c for c in (
        "Pods that OOM while loading after a long image pull.", "Raise gpu.count or use a larger GPU."),
     _C("LowKvCacheHeadroom", "warning", "gpu", "Weights take over 80% of GPU memory: little room for KV cache and CUDA graphs.", "-",
        "Raise gpu.count for concurrency."),
+    _C("KvCacheTooSmallForContext", "error", "gpu", "One sequence of the served context needs more KV cache (target layers, "
+       "MLA latents, indexer keys, linear-attention state, the drafter's layers with their windows) than the pool left "
+       "after the weights and the engine's reserve (core/memory.py). vLLM refuses to start "
+       "(vllm/v1/core/kv_cache_planning.py _check_enough_kv_cache_memory); SGLang starts and caps requests at the pool "
+       "(sglang/srt/managers/tp_worker.py get_worker_info), so this is a warning there. An estimate: overridable.",
+       "Engines that crash-loop at start-up after the weights loaded, on a context nobody asked for.",
+       "Set spec.engine.maxModelLen to the largest context the message names, or raise gpu.count."),
+    _C("DrafterKvCapacityHigh", "warning", "gpu", "The drafter (its weights and its KV cache per token) takes over 25% of the "
+       "KV capacity the target alone would have: fewer requests fit at once (sglang 40665: an 8.6 GiB draft pool beside "
+       "27.5 GiB for the target).", "DFlash2 codebooks and DSpark drafters that forced a lower max context.",
+       "Render a draft window (spec.speculation.draftWindow), lower maxModelLen, or add GPUs."),
     _C("RemoteCodeNotTrusted", "warning", "spec", "The target ships custom code (auto_map); the engine may need trustRemoteCode to load it or its tokenizer.",
        "Kimi K2.x tokenizers are repository code.", "Set spec.target.trustRemoteCode: true if you trust that code."),
     # ---- object-level (admission fast path)

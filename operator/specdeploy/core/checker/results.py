@@ -33,6 +33,8 @@ class Derived:
     # the context the engine serves: spec.engine.maxModelLen, else the target's limit
     served_context: int | None = None
     max_model_len: int | None = None
+    # the KV pool after the weights, capacity, largest context (core/memory.MemoryPlan; None: no GPU profile)
+    memory: Any = None
 
     def to_dict(self) -> dict:
         return {
@@ -49,6 +51,7 @@ class Derived:
             "nativeWindow": self.native_window,
             "servedContext": self.served_context,
             "maxModelLen": self.max_model_len,
+            "memory": self.memory.to_dict() if self.memory is not None else None,
         }
 
 
