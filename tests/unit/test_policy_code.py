@@ -237,11 +237,11 @@ def test_the_refresh_command_checks_clean():
 
 
 def _parse(*argv):
-    from specdeploy.cli.operator import _policy_args, add_policy_args
+    from specdeploy.cli.common import add_policy_args, policy_args
 
     p = argparse.ArgumentParser()
     add_policy_args(p)
-    return _policy_args(p.parse_args(list(argv)))
+    return policy_args(p.parse_args(list(argv)))
 
 
 def test_operator_flags_build_the_policy_and_round_trip_the_env():

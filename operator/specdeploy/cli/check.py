@@ -166,9 +166,9 @@ def cmd_render(args: argparse.Namespace) -> int:
 
     from ..core.policy import check_policy
     from ..core.render import RenderError, render
-    from .operator import _policy_args
+    from .common import policy_args
 
-    policy = _policy_args(args)
+    policy = policy_args(args)
     cr = _load_cr(args.filename)
     # the tenancy policy first, as the webhook and the reconciler apply it (claims by label: undecidable here)
     refused = check_policy(cr.spec, policy, namespace=cr.metadata.namespace or "default")
@@ -265,7 +265,7 @@ def add_parsers(sub) -> None:
     r.add_argument("--target-config", required=True, metavar="T", help="target config.json or directory")
     r.add_argument("--output", "-o", choices=["yaml", "json"], default="yaml")
     r.add_argument("--pod-monitor", action="store_true", help="include the PodMonitor (prometheus-operator)")
-    from .operator import add_policy_args
+    from .common import add_policy_args
 
     add_policy_args(r.add_argument_group("tenancy policy (default: the operator's; pass the flags the chart passes "
                                          "to `specdeploy operator run` to render as that installation would)"))
