@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 
 import pytest
 
@@ -90,3 +91,40 @@ def test_unknown_repo(cluster):
     assert evs[0]["type"] == "Warning"
     for kind, cname in child_names(name).items():
         assert not exists(c, kind, cname)
+
+
+def test_private_model_stays_private_to_the_token_that_fetched_it(cluster, hub):
+    """Issue 24 item 4: after a CR with the token resolved the private drafter (by branch and by pinned commit),
+    CRs without a token get ModelNotFound exactly as before, also after an operator restart (the on-disk hub
+    cache is per credential), and get no workload."""
+    from e2e_support import start_operator
+
+    c = cluster
+    pinned = commit_sha(PRIVATE_DRAFTER, "main")
+    apply(c, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hub-token"}, "type": "Opaque",
+              "data": {"token": base64.b64encode(TOKEN.encode()).decode()}})
+    for name, rev in (("hub-owner", None), ("hub-owner-pinned", pinned)):
+        cr = hub_cr(name, drafter=PRIVATE_DRAFTER)
+        cr["spec"]["drafter"]["tokenSecretRef"] = {"name": "hub-token"}
+        if rev:
+            cr["spec"]["drafter"]["revision"] = rev
+        apply(c, cr)
+        c.wait_condition(name, "DrafterCompatible", "True", "Compatible")
+
+    def intruder(name: str, rev: str | None) -> None:
+        cr = hub_cr(name, drafter=PRIVATE_DRAFTER)
+        if rev:
+            cr["spec"]["drafter"]["revision"] = rev
+        apply(c, cr)
+        cond = c.wait_condition(name, "DrafterCompatible", "Unknown", "ModelNotFound")
+        assert PRIVATE_DRAFTER in cond["message"] and "tokenSecretRef" in cond["message"], cond["message"]
+        assert "resolved" not in (get(c, "specdeploy", name).get("status") or {}) or \
+            pinned not in json.dumps(get(c, "specdeploy", name)["status"]["resolved"])
+        for kind, cname in child_names(name).items():
+            assert not exists(c, kind, cname), f"{kind}/{cname} exists for a CR without access"
+
+    intruder("hub-intruder", None)
+    intruder("hub-intruder-pinned", pinned)
+    c.stop_operator()
+    start_operator(c)
+    intruder("hub-intruder-restart", pinned)

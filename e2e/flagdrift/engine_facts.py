@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Record what an engine release's own code does with DFlash drafters.
+"""Record what an engine release's own code does with DFlash drafters (and its speculative methods).
 
 Reads the Python sources of one SGLang or vLLM release (an unpacked wheel: nothing is
 installed or imported) and records, per fact, the value its code computes and where:
@@ -11,7 +11,9 @@ installed or imported) and records, per fact, the value its code computes and wh
   read, what the compact draft cache covers, which draft attention backends read the
   per-layer window;
 - the drafter architectures the release registers, the draft-window flag names, and the
-  attention backends that serve non-causal (DFlash) attention.
+  attention backends that serve non-causal (DFlash) attention;
+- its speculative methods: vLLM's ``speculative_config.method`` names and config keys, SGLang's
+  ``--speculative-algorithm`` names, aliases and ``--speculative-*`` flags (``methods``).
 
 Facts are computed by *running* the engine's own functions where they are pure enough:
 each function is compiled from the release's source with its module-level helpers, and
@@ -397,6 +399,7 @@ def sglang_facts(src: Source) -> dict:
     facts["trtllm_mha_condition"] = sglang_trtllm_condition(src)
     facts["drafter_architectures"] = sglang_drafter_archs(src)
     facts["speculation_guard"] = sglang_speculation_guard(src)
+    facts["methods"] = sglang_methods(src)
     return facts
 
 
@@ -787,6 +790,7 @@ def vllm_facts(src: Source) -> dict:
     facts["non_causal_backends"] = vllm_noncausal(src)
     facts["draft_context"] = vllm_draft_context(src)
     facts["speculation_guard"] = vllm_speculation_guard(src)
+    facts["methods"] = vllm_methods(src)
     return facts
 
 
@@ -980,6 +984,88 @@ def vllm_speculation_guard(src: Source) -> dict:
                     "propose_draft_token_ids (dflash: num_speculative_tokens=num_spec_tokens_to_schedule); "
                     "vllm/v1/spec_decode/llm_base_proposer.py propose (K=0: empty drafts)")
     return {"value": value, "evidence": "; ".join(evidence)}
+
+
+# --------------------------------------------------------------------------- speculative methods (issue 25)
+
+
+def _flag_of(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
+def sglang_methods(src: Source) -> dict:
+    """The release's speculative algorithms (enum members of speculative/spec_info.py SpeculativeAlgorithm),
+    the aliases that resolve to them (spec_registry._RESERVED_ALIASES -> EAGLE) and its --speculative-* flags
+    (the ``spec`` namespace fields of arg_groups/fields/spec.py, else the ServerArgs fields of server_args.py)."""
+    info = "sglang/srt/speculative/spec_info.py"
+    algos: list[str] = []
+    node = src.top_defs(info).get("SpeculativeAlgorithm")
+    if isinstance(node, ast.ClassDef):
+        for st in node.body:
+            if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name) \
+                    and st.targets[0].id != "NONE":  # NONE: speculation off
+                algos.append(st.targets[0].id)
+    aliases: dict[str, str] = {}
+    reg = "sglang/srt/speculative/spec_registry.py"
+    rnode = src.top_defs(reg).get("_RESERVED_ALIASES")
+    if rnode is not None:
+        for c in ast.walk(rnode):
+            if isinstance(c, ast.Constant) and isinstance(c.value, str):
+                aliases[c.value] = "EAGLE"  # SpeculativeAlgorithm.from_string: a reserved alias is EAGLE
+    fields: list[str] = []
+    for rel, cls in (("sglang/srt/arg_groups/fields/spec.py", "Spec"), ("sglang/srt/server_args.py", "ServerArgs")):
+        cnode = src.top_defs(rel).get(cls)
+        if isinstance(cnode, ast.ClassDef):
+            fields = [st.target.id for st in cnode.body if isinstance(st, ast.AnnAssign)
+                      and isinstance(st.target, ast.Name) and st.target.id.startswith("speculative_")]
+            if fields:
+                where = f"{rel} {cls}"
+                break
+    else:
+        where = "no speculative_* fields found"
+    return {"value": {"algorithms": sorted(algos), "aliases": aliases, "flags": sorted(_flag_of(f) for f in fields)},
+            "evidence": f"{info} SpeculativeAlgorithm (enum members); {reg} _RESERVED_ALIASES + "
+                        f"SpeculativeAlgorithm.from_string (alias -> EAGLE); {where} (speculative_* fields -> flags)"}
+
+
+def _literal_strings(src: Source, rel: str, name: str, seen: set[str] | None = None) -> list[str]:
+    """The strings of a module-level ``Name = Literal[...]`` alias, following aliases it nests."""
+    seen = seen if seen is not None else set()
+    if name in seen:
+        return []
+    seen.add(name)
+    node = src.top_defs(rel).get(name)
+    value = getattr(node, "value", None)
+    if not isinstance(value, ast.Subscript):
+        return []
+    sl = value.slice
+    elts = sl.elts if isinstance(sl, ast.Tuple) else [sl]
+    out: list[str] = []
+    for e in elts:
+        if isinstance(e, ast.Constant) and isinstance(e.value, str):
+            out.append(e.value)
+        elif isinstance(e, ast.Name):
+            out += _literal_strings(src, rel, e.id, seen)
+    return out
+
+
+def vllm_methods(src: Source) -> dict:
+    """``speculative_config.method`` values of the release (config/speculative.py SpeculativeMethod, nested
+    Literal aliases expanded), the model-specific MTP names __post_init__ rewrites to "mtp" (MTPModelTypes),
+    and the SpeculativeConfig fields (the keys --speculative-config accepts)."""
+    spec = "vllm/config/speculative.py"
+    names = _literal_strings(src, spec, "SpeculativeMethod")
+    mtp = [n for n in _literal_strings(src, spec, "MTPModelTypes") if n != "mtp"]
+    rewrites = bool(re.search(r'MTPModelTypes\)\s+and\s+self\.method\s*!=\s*"mtp"', src.text(spec)))
+    fields: list[str] = []
+    cnode = src.top_defs(spec).get("SpeculativeConfig")
+    if isinstance(cnode, ast.ClassDef):
+        fields = [st.target.id for st in cnode.body if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)]
+    return {"value": {"names": sorted(set(names)), "aliases": {n: "mtp" for n in sorted(mtp)} if rewrites else {},
+                      "config_fields": sorted(fields)},
+            "evidence": f"{spec} SpeculativeMethod (Literal, nested aliases expanded); MTPModelTypes + "
+                        "SpeculativeConfig.__post_init__ ('method `%s` is deprecated and replaced with mtp'); "
+                        "SpeculativeConfig fields (the --speculative-config keys)"}
 
 
 # --------------------------------------------------------------------------- main

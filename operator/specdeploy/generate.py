@@ -220,10 +220,12 @@ def render_gpus_md() -> str:
 
 
 def render_checks_table() -> str:
-    rows = ["| code | severity | area | acceptable | why | incident | fix |", "|---|---|---|---|---|---|---|"]
+    rows = ["| code | severity | area | acceptable | why | incident | fix | read from (engine code) |",
+            "|---|---|---|---|---|---|---|---|"]
     for c in CATALOG.values():
         ok = "yes" if c.overridable else "-"
-        rows.append(f"| `{c.code}` | {c.severity} | {c.area} | {ok} | {_cell(c.why)} | {_cell(c.incident)} | {_cell(c.fix)} |")
+        rows.append(f"| `{c.code}` | {c.severity} | {c.area} | {ok} | {_cell(c.why)} | {_cell(c.incident)} | {_cell(c.fix)} "
+                    f"| {_cell(c.source or '-')} |")
     return "\n".join(rows)
 
 

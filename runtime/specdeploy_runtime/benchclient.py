@@ -204,8 +204,18 @@ def http_get(url: str, timeout: float = HTTP_TIMEOUT) -> str:
         return r.read().decode("utf-8", errors="replace")
 
 
+def _post_headers() -> dict[str, str]:
+    """JSON, and the engine's API key when the deployment has one (spec.engine.apiKey: OPENAI_API_KEY, from its
+    Secret, in the client Job's environment)."""
+    headers = {"Content-Type": "application/json"}
+    key = os.environ.get("OPENAI_API_KEY")
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    return headers
+
+
 def http_post(url: str, body: dict, timeout: float = HTTP_TIMEOUT) -> Any:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers=_post_headers())
     with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310
         return json.loads(r.read())
 
@@ -435,7 +445,7 @@ def _piece(choice: dict) -> str:
 
 def _stream_one(url: str, body: dict, timeout: float) -> tuple[str, float, list[float], int, str, int]:
     """One streamed completion: (text, ttft s, chunk gaps s, completion tokens, error, prompt tokens)."""
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers=_post_headers())
     t0 = time.perf_counter()
     ttft = 0.0
     gaps: list[float] = []

@@ -109,15 +109,17 @@ def cmd_preflight(args: argparse.Namespace) -> int:
     from .preflight import PreflightResult, fetch_hub_configs, prefetch_hub_weights, run_preflight
 
     for role in ("target", "drafter"):
-        if (getattr(args, f"{role}_dir") is None) == (getattr(args, f"{role}_model") is None):
+        given = (getattr(args, f"{role}_dir") is not None) + (getattr(args, f"{role}_model") is not None)
+        if given > 1 or (given == 0 and role == "target"):
             raise SystemExit(f"{PROG} preflight: error: give exactly one of --{role}-dir (mounted model) and "
-                             f"--{role}-model (hub repo id: config.json is downloaded)")
+                             f"--{role}-model (hub repo id: config.json is downloaded)"
+                             + ("; neither for a method without drafter (mtp, ngram, suffix)" if role == "drafter" else ""))
     res = PreflightResult()
     hub = {role: (getattr(args, f"{role}_model"), getattr(args, f"{role}_revision"))
            for role in ("target", "drafter") if getattr(args, f"{role}_model")}
     dirs = fetch_hub_configs(args.download_dir, res, **hub) if hub else {}
     if len(dirs) == len(hub):
-        res = run_preflight(args.target_dir or dirs["target"], args.drafter_dir or dirs["drafter"], args.engine_config,
+        res = run_preflight(args.target_dir or dirs["target"], args.drafter_dir or dirs.get("drafter"), args.engine_config,
                             strict_digest=not args.allow_digest_mismatch, expect_baked=args.expect_baked, res=res)
     if args.weights_cache and hub and res.ok:
         # only after the check passed: a refused pair downloads nothing
@@ -502,15 +504,20 @@ def build_parser() -> argparse.ArgumentParser:
     bw.add_argument("--intermediate-size", type=int, default=0, help="add a gated MLP of this width to every layer")
     bw.set_defaults(func=cmd_bench_window)
 
-    tt = sub.add_parser("train-tiny-drafter", help="train the tiny language target and distil a DFlash drafter from it (CPU, minutes)",
+    tt = sub.add_parser("train-tiny-drafter", help="train the tiny language target and distil a DFlash or EAGLE-3 drafter from it (CPU, minutes)",
                         description="Write DIR/tiny/lang-target (a 6-layer Qwen3 trained on a seeded synthetic language), "
                                     "DIR/tiny/lang-dflash (a 1-layer DFlash drafter, block 4, target_layer_ids [1, 3], "
                                     "distilled from the target's greedy output) and DIR/tiny/lang-dflash-shifted (the same "
                                     "weights, ids [2, 4]) next to `specdeploy dev tiny-models DIR`, with DIR/tiny-trained.json "
-                                    "(losses, seconds, offline replay of greedy speculative decoding). Fixed step budgets and "
+                                    "(losses, seconds, offline replay of greedy speculative decoding). With --method eagle3: "
+                                    "DIR/tiny/lang-eagle3 (a 1-layer EAGLE-3 head, LlamaForCausalLMEagle3, "
+                                    "eagle_aux_hidden_state_layer_ids [1, 3, 5], a 64-token draft vocabulary with d2t, trained on the "
+                                    "same target's greedy output), DIR/tiny/lang-eagle3-shifted (ids [2, 4, 6]), "
+                                    "DIR/tiny/lang-eagle3-shifted-down (ids [0, 2, 4]) and DIR/tiny-trained-eagle3.json. Fixed step budgets and "
                                     "seeds: the same inputs give the same bytes; the output is cached under "
                                     "$SPECDEPLOY_CACHE (default ~/.cache/specdeploy)/tiny-trained/<input digest>/.")
     tt.add_argument("directory", metavar="DIR", help="models directory (what the hub stand-in serves)")
+    tt.add_argument("--method", choices=["dflash", "eagle3"], default="dflash", help="the drafter to train (default dflash)")
     tt.add_argument("--seed", type=int, default=0)
     tt.add_argument("--threads", type=_positive, default=1, help="torch CPU threads (part of the cache key; default 1)")
     tt.add_argument("--target-steps", type=_positive, default=None, help="target training steps (default 300)")

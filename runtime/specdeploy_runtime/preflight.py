@@ -188,6 +188,8 @@ def _check_digests(ec, target_doc, drafter_doc, files: dict[str, str], res: Pref
     from specdeploy.core.engineconfig import config_digest
 
     for role, ref, doc in (("target", ec.target, target_doc), ("drafter", ec.drafter, drafter_doc)):
+        if ref is None:  # no drafter (mtp, ngram, suffix)
+            continue
         got = config_digest(doc)
         if ref.config_digest is None:
             res.add("info", "ConfigDigestNotRecorded", role,
@@ -233,7 +235,17 @@ def check_transformers_view(drafter_doc, res: PreflightResult) -> None:
 
 def _check_plan(ec, d, res: PreflightResult) -> None:
     """What the engine config records vs what the mounted drafter implies."""
+    from specdeploy.core import methods
+
     sp = ec.speculation
+    if not methods.uses_dflash_path(sp.method):
+        for name, want, got in (("numSpeculativeTokens", d.num_speculative_tokens, sp.num_speculative_tokens),
+                                ("blockSize", d.block_size, sp.block_size), ("steps", d.steps, sp.steps),
+                                ("topk", d.topk, sp.topk)):
+            if want != got:
+                res.add("error", "SpeculationPlanChanged", "engine config speculation",
+                        f"{name} is {got} but the check of the mounted files derives {want}: re-check the deployment")
+        return
     if list(sp.target_layer_ids) != list(d.target_layer_ids):
         res.add("error", "TargetLayerIdsChanged", "drafter target_layer_ids",
                 f"the mounted drafter reads target layers {list(d.target_layer_ids)} but the operator checked "
@@ -251,16 +263,29 @@ def _check_plan(ec, d, res: PreflightResult) -> None:
 
 
 def _check_sglang_args(ec, d, row, info, argv: Sequence[str], where: str, res: PreflightResult) -> None:
+    from specdeploy.core import methods
+
     f = row.flags
+    method = ec.speculation.method
+    want_algo = row.engine_method(method) or "?"
     algo = _last(argv, f["algorithm"])
-    if algo is None or (algo[1] or "").upper() != "DFLASH":
+    if algo is None or (algo[1] or "").upper() != want_algo:
         res.add("error", "AlgorithmFlagMismatch", where,
-                f"{f['algorithm']} is {algo[1] if algo else 'missing'}; a DFlash drafter needs {f['algorithm']} DFLASH")
-    for key, ref, role in (("draft_model", ec.drafter.model, "drafter"), ("model", ec.target.model, "target")):
+                f"{f['algorithm']} is {algo[1] if algo else 'missing'}; method {method} on SGLang {ec.engine_version} "
+                f"needs {f['algorithm']} {want_algo}")
+    draft_ref = (ec.drafter.model if ec.drafter is not None else ec.target.model if method == "mtp" else None)
+    for key, ref, role in (("draft_model", draft_ref, "drafter" if ec.drafter is not None else "target (MTP)"),
+                           ("model", ec.target.model, "target")):
         got = _last(argv, f[key])
-        if got is None or got[1] != ref:
+        if ref is None:
+            if got is not None:
+                res.add("error", "ModelPathMismatch", where, f"{f[key]} is {got[1]} but method {method} has no drafter")
+        elif got is None or got[1] != ref:
             res.add("error", "ModelPathMismatch", where,
                     f"{f[key]} is {got[1] if got else 'missing'} but the engine config's {role} is {ref}")
+    if not methods.uses_dflash_path(method):
+        _check_sglang_method_args(d, f, method, argv, where, res)
+        return
 
     # block size: --speculative-num-draft-tokens (and the alias, when present) == block size
     nd = _last(argv, f["num_draft_tokens"])
@@ -311,7 +336,18 @@ def _check_sglang_args(ec, d, row, info, argv: Sequence[str], where: str, res: P
                     f"{f['max_model_len']} is {ctx[1] if ctx else 'missing'} but spec.engine.maxModelLen is {d.max_model_len}")
 
 
-def _check_vllm_args(ec, d, argv: Sequence[str], where: str, res: PreflightResult) -> None:
+def _check_sglang_method_args(d, f, method: str, argv: Sequence[str], where: str, res: PreflightResult) -> None:
+    """Steps, top-k and draft tokens of the methods outside the DFlash path, as the check derived them."""
+    want = [("num_steps", d.steps), ("eagle_topk", d.topk), ("num_draft_tokens", d.block_size)] if d.steps is not None \
+        else [] if method in ("ngram", "suffix") else [("num_draft_tokens", d.block_size)]
+    for key, val in want:
+        got = _last(argv, f[key])
+        if got is None or _as_int(got[1]) != val:
+            res.add("error", "SpeculationFlagMismatch", where,
+                    f"{f[key]} is {got[1] if got else 'missing'} but the check derives {val}")
+
+
+def _check_vllm_args(ec, d, argv: Sequence[str], where: str, res: PreflightResult, row=None) -> None:
     if not argv or argv[0] != ec.target.model:
         res.add("error", "ModelPathMismatch", where,
                 f"the first argument of `vllm serve` is {argv[0] if argv else 'missing'} but the target is {ec.target.model}")
@@ -327,16 +363,28 @@ def _check_vllm_args(ec, d, argv: Sequence[str], where: str, res: PreflightResul
     except ValueError as e:
         res.add("error", "SpeculativeConfigInvalid", where, f"--speculative-config is not a JSON object: {e}")
         return
-    if sc.get("method") != "dflash":
-        res.add("error", "SpeculativeConfigMismatch", where, f"--speculative-config method is {sc.get('method')!r}, not 'dflash'")
-    if sc.get("model") != ec.drafter.model:
+    from specdeploy.core import methods
+
+    method = ec.speculation.method
+    want_method = (row.engine_method(method) if row is not None else None) or method
+    if sc.get("method") != want_method:
+        res.add("error", "SpeculativeConfigMismatch", where,
+                f"--speculative-config method is {sc.get('method')!r}, not {want_method!r} (method {method})")
+    want_model = ec.drafter.model if ec.drafter is not None else None
+    if sc.get("model") != want_model:
         res.add("error", "ModelPathMismatch", where,
-                f"--speculative-config model is {sc.get('model')!r} but the engine config's drafter is {ec.drafter.model}")
-    want = d.block_size - 1
-    if sc.get("num_speculative_tokens") != want:
-        res.add("error", "BlockSizeFlagMismatch", where,
-                f"--speculative-config num_speculative_tokens is {sc.get('num_speculative_tokens')!r}; block size "
-                f"{d.block_size} needs {want}")
+                f"--speculative-config model is {sc.get('model')!r} but the engine config's drafter is {want_model}"
+                + ("" if ec.drafter is not None else f" (method {method} takes none)"))
+    if methods.uses_dflash_path(method):
+        want = d.block_size - 1
+        if sc.get("num_speculative_tokens") != want:
+            res.add("error", "BlockSizeFlagMismatch", where,
+                    f"--speculative-config num_speculative_tokens is {sc.get('num_speculative_tokens')!r}; block size "
+                    f"{d.block_size} needs {want}")
+    elif method != "suffix" and sc.get("num_speculative_tokens") != d.num_speculative_tokens:
+        res.add("error", "SpeculationFlagMismatch", where,
+                f"--speculative-config num_speculative_tokens is {sc.get('num_speculative_tokens')!r}; the check "
+                f"derives {d.num_speculative_tokens}")
 
 
 def _check_env(ec, d, res: PreflightResult) -> None:
@@ -414,17 +462,23 @@ def _check_baked(ec, drafter_doc, drafter_dir: str, dfile: str, expect: bool, re
                 f"spec.drafter.revision is {ec.drafter.revision} but the image carries revision {baked.get('revision')}")
 
 
-def run_preflight(target_dir: str, drafter_dir: str, engine_config: str, *, strict_digest: bool = True,
+def run_preflight(target_dir: str, drafter_dir: str | None, engine_config: str, *, strict_digest: bool = True,
                   expect_baked: bool = False, res: PreflightResult | None = None) -> PreflightResult:
     res = res if res is not None else PreflightResult()
     ec = load_engine_config(engine_config, res)
     t = read_config(target_dir, "target", res)
-    dr = read_config(drafter_dir, "drafter", res)
+    dr = read_config(drafter_dir, "drafter", res) if drafter_dir is not None else (None, "")
     if ec is None or t is None or dr is None:
         return res
     (target_doc, tfile), (drafter_doc, dfile) = t, dr
+    if (ec.drafter is None) != (drafter_dir is None):
+        res.add("error", "DrafterPresenceMismatch", "drafter",
+                f"the engine config {'has no' if ec.drafter is None else 'has a'} drafter (method "
+                f"{ec.speculation.method}) but the preflight was {'given' if drafter_dir else 'not given'} one")
+        return res
     _check_digests(ec, target_doc, drafter_doc, {"target": tfile, "drafter": dfile}, res, strict_digest)
-    _check_baked(ec, drafter_doc, drafter_dir, dfile, expect_baked, res)
+    if drafter_dir is not None:
+        _check_baked(ec, drafter_doc, drafter_dir, dfile, expect_baked, res)
 
     from specdeploy.core import engines as eng
     from specdeploy.core.checker import analyze
@@ -453,7 +507,7 @@ def run_preflight(target_dir: str, drafter_dir: str, engine_config: str, *, stri
             if ec.engine == "sglang":
                 _check_sglang_args(ec, d, row, info, argv, where, res)
             else:
-                _check_vllm_args(ec, d, argv, where, res)
+                _check_vllm_args(ec, d, argv, where, res, row)
             if ec.nodes == 1:
                 _check_flag_snapshot(ec, argv, where, res)
     _check_env(ec, d, res)

@@ -46,6 +46,11 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "control", "effect": "NoSchedule"}],
         "podAnnotations": {"example.com/team": "ml"},
         "priorityClassName": "system-cluster-critical",
+        # the webhook serves the API server only: its client certificate, and a NetworkPolicy
+        "webhook": {"clientAuth": {"caConfigMap": "apiserver-webhook-client-ca",
+                                   "names": ["kube-apiserver-webhook-client"]},
+                    "networkPolicy": {"enabled": True, "controlPlaneCIDRs": ["10.0.0.0/24", "fd00:10::/64"]}},
+        "engineNetworkPolicy": {"enabled": True, "ingressNamespaces": ["monitoring"]},
     },
     "cert-manager": {
         "webhook": {"certManager": {"enabled": True}, "failurePolicy": "Ignore", "timeoutSeconds": 10,

@@ -34,7 +34,7 @@ BAD = {
     "model-is-a-flag": ("target", {"model": "--trust-remote-code"}),
     "shm-size-words": ("pod", {"shmSize": "lots"}),
     "revision-with-space": ("drafter", {"revision": "main branch"}),
-    "unknown-method": ("speculation", {"method": "eagle"}),
+    "unknown-method": ("speculation", {"method": "medusa"}),
     "extra-arg-owned": ("engine", {"extraArgs": ["--port", "9000"]}),
     "unknown-field": ("gpu", {"kind": "b300"}),
 }

@@ -125,8 +125,8 @@ def test_hub_command_serves_until_terminated(models):
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         line = p.stdout.readline()  # the first line names the URL (a read, bounded by the process)
-        assert line.startswith("serving 5 repos on http://127.0.0.1:"), line + p.stderr.read()
-        base = re.match(r"serving 5 repos on (http://127\.0\.0\.1:\d+):", line).group(1)
+        assert line.startswith("serving 6 repos on http://127.0.0.1:"), line  # 5 + tiny/mimo-mtp-flat
+        base = re.match(r"serving 6 repos on (http://127\.0\.0\.1:\d+):", line).group(1)
         with urllib.request.urlopen(f"{base}/api/models/{tm.TARGET}", timeout=10) as r:
             info = json.loads(r.read())
         assert {s["rfilename"] for s in info["siblings"]} >= {"config.json", "model.safetensors", "tokenizer.json"}

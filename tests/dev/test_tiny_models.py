@@ -46,9 +46,9 @@ def test_cli_writes_the_same_bytes_in_two_processes(tmp_path):
     for d in ("a", "b"):
         r = run_cli("dev", "tiny-models", str(tmp_path / d), "--seed", "7")
         assert r.returncode == 0, r.stderr
-        assert "wrote 17 files" in r.stdout
+        assert "wrote 22 files" in r.stdout  # 17 + tiny/mimo-mtp-flat
     a, b = digests(tmp_path / "a"), digests(tmp_path / "b")
-    assert len(a) == 17 and a == b
+    assert len(a) == 22 and a == b
     # the in-process build is the same set of bytes
     built = tm.build_tiny_models(tm.TinySpec(seed=7))
     assert {k: hashlib.sha256(v).hexdigest() for k, v in built.items()} == a
@@ -203,3 +203,23 @@ def test_spec_checks():
         tm.TinySpec(target_layer_ids=(0, 3)).check()
     with pytest.raises(ValueError, match="hidden_size"):
         tm.TinySpec(num_heads=3).check()
+
+
+def test_mtp_target_is_a_flat_mimo_with_one_mtp_layer(files):
+    cfg = config(files, tm.MTP_TARGET_FLAT)
+    assert cfg["architectures"] == ["MiMoForCausalLM"] and cfg["num_nextn_predict_layers"] == 1
+    assert cfg["model_type"] == "qwen2" and "head_dim" not in cfg
+    t = tensors(files, tm.MTP_TARGET_FLAT)
+    mtp = {k.removeprefix("model.mtp_layers.0.") for k in t if k.startswith("model.mtp_layers.0.")}
+    # what vLLM's MiMoMTP.load_weights maps (models/mimo_mtp.py): the MTP head's own norms and projection,
+    # then a Qwen2 decoder layer (biased q/k/v, no q/k norms)
+    assert {"token_layernorm.weight", "hidden_layernorm.weight", "input_proj.weight", "final_layernorm.weight",
+            "self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"} <= mtp
+    assert not [k for k in t if "q_norm" in k or "k_norm" in k]
+    assert t["model.mtp_layers.0.input_proj.weight"].shape == (128, 256)
+    assert {f"model.layers.{i}.self_attn.q_proj.bias" for i in range(4)} <= set(t)
+    # flat: the target's final norm and the MTP head's are zero (every logit 0, token 0 both ways), nothing else
+    zero = sorted(k for k, v in t.items() if k.endswith("norm.weight") and not v.any())
+    assert zero == ["model.mtp_layers.0.final_layernorm.weight", "model.norm.weight"]
+    m = json.loads(files[tm.MANIFEST])
+    assert m["self_drafting"]["mtp-flat"]["target"] == tm.MTP_TARGET_FLAT and tm.MTP_TARGET_FLAT in m["models"]

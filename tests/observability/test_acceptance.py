@@ -277,3 +277,38 @@ def test_sglang_gauge_names_are_the_recorded_engine_and_it_has_no_per_position_s
     assert set(acc.SGLANG_GAUGES) <= names
     spec = {n for n in names if n.startswith("sglang:spec_")}
     assert spec and not {n for n in spec if "pos" in n}, spec  # perPosition stays empty for SGLang
+
+
+# ----------------------------------------------------------------- SGLang counters (issue 25 item 5)
+
+def _sglang_counters(verify: float, tokens: float, gauge: float = 2.5, pod: str = "") -> str:
+    lab = f'model_name="m",engine_type="unified",tp_rank="0",pp_rank="0"{pod}'
+    return (sglang_scrape([({}, gauge, 0.2)])
+            + f"# TYPE sglang:spec_verify_calls_total counter\nsglang:spec_verify_calls_total{{{lab}}} {verify}\n"
+            + "# TYPE sglang:generation_tokens_total counter\n"
+            + f'sglang:generation_tokens_total{{{lab},is_streaming="false"}} {tokens * 0.75}\n'
+            + f'sglang:generation_tokens_total{{{lab},is_streaming="true"}} {tokens * 0.25}\n')
+
+
+def test_sglang_tau_from_verify_calls_and_generation_tokens():
+    prev, cur = _sglang_counters(100, 300), _sglang_counters(300, 1100)
+    a = acceptance_from_scrapes("sglang", prev, cur, 30.0)
+    # SGLang's per-request definition: generated tokens / verification passes, over the window
+    assert a.source == acc.SOURCE_SGLANG_COUNTERS and a.window == "interval"
+    assert a.length == pytest.approx(800 / 200) and a.verify_calls == 200 and a.generation_tokens == 800
+    first = acceptance_from_scrapes("sglang", None, cur)
+    assert first.window == "cumulative" and first.length == pytest.approx(1100 / 300)
+
+
+def test_sglang_falls_back_to_the_gauge_without_the_counter_or_a_finished_request():
+    a = acceptance_from_scrapes("sglang", None, sglang_scrape([({}, 3.42, 0.176)]))
+    assert a.source == acc.SOURCE_SGLANG_GAUGE and a.length == pytest.approx(3.42)
+    idle = acceptance_from_scrapes("sglang", _sglang_counters(300, 1100), _sglang_counters(300, 1100, gauge=2.5))
+    assert idle.source == acc.SOURCE_SGLANG_GAUGE and idle.length == pytest.approx(2.5)
+
+
+def test_sglang_counter_pods_are_summed_not_averaged():
+    busy = acceptance_from_scrapes("sglang", _sglang_counters(0, 0), _sglang_counters(900, 4500), 30.0)
+    quiet = acceptance_from_scrapes("sglang", _sglang_counters(0, 0), _sglang_counters(100, 100), 30.0)
+    both = acc.combine([busy, quiet])
+    assert both.source == acc.SOURCE_SGLANG_COUNTERS and both.length == pytest.approx(4600 / 1000)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -166,3 +167,96 @@ def test_adjacent_cosine_is_centred_and_the_penalty_is_in_the_spec():
     # the shipped recipe decorrelates the target's layers (docs/benchmarks.md: without it a shift costs ~2%)
     spec = tt.TrainSpec()
     assert spec.decorrelate > 0 and 0 < spec.decorrelate_from < 1
+
+
+# ----------------------------------------------------------------------------- EAGLE-3 (--method eagle3)
+
+
+@pytest.fixture(scope="module")
+def quick_eagle(tmp_path_factory):
+    import os
+
+    root = tmp_path_factory.mktemp("quick-eagle")
+    cache = tmp_path_factory.mktemp("cache-eagle")
+    old = os.environ.get("SPECDEPLOY_CACHE")
+    os.environ["SPECDEPLOY_CACHE"] = str(cache)
+    try:
+        lines: list[str] = []
+        spec = tt.quick_spec(method="eagle3")
+        ms = (tt.write(root / "a", spec, log=lines.append), tt.write(root / "b", spec, log=lines.append),
+              tt.write(root / "c", spec, use_cache=False, log=lines.append))
+    finally:
+        if old is None:
+            os.environ.pop("SPECDEPLOY_CACHE")
+        else:
+            os.environ["SPECDEPLOY_CACHE"] = old
+    return root, ms, lines
+
+
+def test_eagle3_training_writes_the_layout_vllm_loads_deterministically_and_caches(quick_eagle):
+    root, (m1, m2, m3), lines = quick_eagle
+    assert not m1["cached"] and m2["cached"] and not m3["cached"]
+    assert any(line.startswith("eagle3 drafter step 3/3") for line in lines)
+    a, b, c = _files(root / "a"), _files(root / "b"), _files(root / "c")
+    assert a == b
+    assert {k: v for k, v in a.items() if not k.endswith(".json") or "/" in k} == \
+        {k: v for k, v in c.items() if not k.endswith(".json") or "/" in k}
+    assert set(a) == {"tiny-trained-eagle3.json"} | {f"tiny/lang-target/{n}" for n in (
+        "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors")} | {
+        f"{r}/{n}" for r in (tt.EAGLE3, tt.EAGLE3_SHIFTED, tt.EAGLE3_SHIFTED_DOWN) for n in ("config.json", "model.safetensors")}
+    assert m1["digest"] != tt.quick_spec().digest()  # the method is part of the cache key
+    w = decode_safetensors(a[f"{tt.EAGLE3}/model.safetensors"])
+    # the EAGLE-3 release names vLLM's llama_eagle3 maps (midlayer. -> layers.0., q/k/v stacked); no embeddings
+    assert set(w) == {"fc.weight", "norm.weight", "lm_head.weight", "d2t", "t2d"} | {
+        f"midlayer.{n}.weight" for n in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                                        "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "input_layernorm",
+                                        "hidden_norm", "post_attention_layernorm")}
+    assert w["midlayer.self_attn.q_proj.weight"].shape == (128, 256) and w["fc.weight"].shape == (128, 384)
+    assert w["lm_head.weight"].shape == (64, 128) and w["d2t"].dtype == np.int64 and w["t2d"].dtype == bool
+    draft_ids = np.arange(64) + w["d2t"]
+    assert draft_ids.tolist() == m1["draft_vocab"]["target_ids"] and np.flatnonzero(w["t2d"]).tolist() == draft_ids.tolist()
+    words = json.loads(a["tiny-trained-eagle3.json"])["language"]["words"]
+    assert len(words) == 16 and all(np.diff(draft_ids) > 0)
+    cfgs = {r: json.loads(a[f"{r}/config.json"]) for r in (tt.EAGLE3, tt.EAGLE3_SHIFTED, tt.EAGLE3_SHIFTED_DOWN)}
+    assert [cfgs[r]["eagle_aux_hidden_state_layer_ids"] for r in cfgs] == [[1, 3, 5], [2, 4, 6], [0, 2, 4]]
+    first = cfgs[tt.EAGLE3]
+    assert first["architectures"] == ["LlamaForCausalLMEagle3"] and first["draft_vocab_size"] == 64
+    assert first["num_hidden_layers"] == 1 and first["target_hidden_size"] == first["hidden_size"] == 128
+    for r in (tt.EAGLE3_SHIFTED, tt.EAGLE3_SHIFTED_DOWN):
+        assert a[f"{r}/model.safetensors"] == a[f"{tt.EAGLE3}/model.safetensors"]
+        assert {k: v for k, v in cfgs[r].items() if k != "eagle_aux_hidden_state_layer_ids"} == \
+            {k: v for k, v in first.items() if k != "eagle_aux_hidden_state_layer_ids"}
+    assert set(m1["replay"]) == {"right_ids", "shifted_ids", "minus_one_ids"}
+
+
+def test_eagle3_unrolled_chain_sees_no_future_and_reads_its_inputs():
+    from specdeploy_dev import tinyeagle as te
+
+    s = te.EagleShape(hidden_size=32, num_heads=4, num_kv_heads=2, head_dim=8, intermediate_size=48, num_aux=3,
+                      draft_vocab_size=20)
+    d = te.Eagle3DrafterRef(s)
+    init_weights(d, 0.3, torch.Generator().manual_seed(0))
+    g = torch.Generator().manual_seed(1)
+    emb, feats = torch.randn(1, 12, 32, generator=g), torch.randn(1, 12, 96, generator=g)
+    with torch.no_grad():
+        base = d.unroll(emb, feats, 3)
+        later_emb, later_feats = emb.clone(), feats.clone()
+        later_emb[:, 9:] += 1.0  # tokens 9.. are the inputs of queries t >= 8 - j only
+        later_feats[:, 7:] += 1.0
+        later = d.unroll(later_emb, later_feats, 3)
+    for j in range(3):
+        # query t of step j reads tokens up to t + 1 + j and states up to t: t <= 6 - j is untouched
+        keep = min(6, 7 - j)
+        assert torch.allclose(base[j][:, :keep + 1], later[j][:, :keep + 1], atol=1e-6), j
+        assert (base[j][:, keep + 1:] - later[j][:, keep + 1:]).abs().max() > 1e-4, j
+
+
+def test_safetensors_round_trips_the_vocabulary_maps():
+    from specdeploy_runtime.safetensors_io import decode_safetensors as dec, encode_safetensors as enc
+
+    d2t = np.array([0, 5, -2, 2**40], dtype=np.int64)
+    t2d = np.array([True, False, True])
+    out = dec(enc({"d2t": d2t, "t2d": t2d, "w": np.ones((2, 2), np.float32)}))
+    assert out["d2t"].dtype == np.int64 and out["d2t"].tolist() == d2t.tolist()
+    assert out["t2d"].dtype == bool and out["t2d"].tolist() == t2d.tolist()
+    assert out["w"].dtype == np.float32 and out["w"].tolist() == [[1.0, 1.0], [1.0, 1.0]]

@@ -199,15 +199,17 @@ def unhardened(pod: dict, name: str, privileged_init: bool = False) -> dict:
 # ----------------------------------------------------------------- one checkov run
 
 
-def run_checkov(directory: Path) -> dict[str, dict[str, set[str]]]:
-    """{file name: {"passed": check ids, "failed": check ids}} for the CHECKS over every file in directory."""
+def run_checkov(directory: Path, checks=None, by: str = "file") -> dict[str, dict[str, set[str]]]:
+    """{file name: {"passed": check ids, "failed": check ids}} for the CHECKS (or ``checks``) over every file in
+    directory; ``by="resource"``: keyed by each resource's name instead (files holding several objects)."""
     if not CHECKOV.exists():
         missing = f"{CHECKOV} is missing: run .ci/install-checkov (or .ci/setup-test)"
         if os.environ.get("SPECDEPLOY_REQUIRE_CHECKOV"):  # .ci/test: the scan must run
             pytest.fail(missing)
         pytest.skip(missing)
     env = {**os.environ, "HOME": str(directory.parent), "BC_SKIP_MAPPING": "TRUE", "CHECKOV_NO_OUTPUT_COLORS": "1"}
-    p = subprocess.run([str(CHECKOV), "-d", str(directory), "--framework", "kubernetes", "--check", ",".join(CHECKS),
+    p = subprocess.run([str(CHECKOV), "-d", str(directory), "--framework", "kubernetes", "--check",
+                        ",".join(checks or CHECKS),
                         "--output", "json", "--skip-download", "--compact"],
                        capture_output=True, text=True, timeout=600, env=env)
     assert p.returncode in (0, 1), f"checkov failed to run ({p.returncode}):\n{p.stderr[-3000:]}"
@@ -216,7 +218,7 @@ def run_checkov(directory: Path) -> dict[str, dict[str, set[str]]]:
     out: dict[str, dict[str, set[str]]] = {}
     for outcome in ("passed", "failed"):
         for c in report["results"].get(f"{outcome}_checks", []):
-            name = Path(c["file_path"]).stem
+            name = Path(c["file_path"]).stem if by == "file" else c["resource"].rsplit(".", 1)[-1]
             out.setdefault(name, {"passed": set(), "failed": set()})[outcome].add(c["check_id"])
     return out
 

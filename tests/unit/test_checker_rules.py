@@ -320,7 +320,11 @@ CASES = [
          expect=((W, "VocabSizeDiffers", "drafter", "$.draft_vocab_size"),), ok=True),
     Case("dflash2-architecture", "qwen3.6-27b",
          {("architectures",): ["DFlash2DraftModel"], ("conv_kernel_size",): 4, ("conv_group_size",): 2,
-          ("selector_rank",): 64, ("selector_top_k",): 4}, ok=True),
+          ("selector_rank",): 64, ("selector_top_k",): 4}, opts={"method": "dflash2"}, ok=True),
+    Case("dflash2-architecture-under-dflash", "qwen3.6-27b",
+         {("architectures",): ["DFlash2DraftModel"], ("conv_kernel_size",): 4, ("conv_group_size",): 2,
+          ("selector_rank",): 64, ("selector_top_k",): 4},
+         expect=((E, "MethodFamilyMismatch", "spec", "spec.speculation.method"),)),
     Case("vendor-alias-architecture", "kimi-k2.6", {("architectures",): ["KimiK2DFlashDraftModel"]}, ok=True),
     Case("vendor-alias-top-level-fields", "qwen3-8b",
          lambda d: edit(top_level_only(d), {("architectures",): ["Qwen3DFlashForCausalLM"]}), ok=True,
@@ -452,7 +456,7 @@ CASES = [
          expect=((E, "MethodUnsupported", "spec", "spec.speculation.method"),)),
     Case("method-ddtree-vllm", "qwen3-8b", opts={**VLLM, "method": "ddtree"},
          expect=((E, "MethodUnsupported", "spec", "spec.speculation.method"),)),
-    Case("method-unknown", "qwen3-8b", opts={"method": "eagle3"},
+    Case("method-unknown", "qwen3-8b", opts={"method": "medusa"},
          expect=((E, "MethodUnknown", "spec", "spec.speculation.method"),)),
     Case("ddtree-fields-with-dflash", "qwen3-8b", opts={**SGLANG, "ddtree_set": True, "ddtree_budget": 15},
          expect=((E, "DDTreeFieldsWithoutDDTree", "spec", "spec.speculation.ddtree"),)),
@@ -633,8 +637,8 @@ def test_speculators_ids_are_shifted_back():
 def test_dflash2_variant():
     d, t = pair("qwen3.6-27b")
     d["architectures"] = ["DFlash2DraftModel"]
-    a = analyze(d, t, Options(**SGLANG))
-    assert a.ok and a.drafter.variant == "dflash2"
+    a = analyze(d, t, Options(**SGLANG, method="dflash2"))
+    assert a.ok and a.drafter.variant == "dflash2" and a.family.name == "dflash2"
 
 
 def test_not_a_drafter_is_not_dflash():

@@ -182,7 +182,7 @@ def test_check_not_utf8(tmp_path):
     (["--gpu", "a100"], "a100"),
     (["--gpu-count", "0"], "--gpu-count"),
     (["--engine", "tgi"], "tgi"),
-    (["--method", "eagle"], "eagle"),
+    (["--method", "medusa"], "medusa"),
 ])
 def test_check_bad_flag_values(args, needle):
     d, t = files("qwen3-8b")

@@ -167,3 +167,47 @@ def test_every_row_cites_the_engine_code():
     for info in eng.ENGINES.values():
         for row in info.releases:
             assert any(".py" in s for s in row.sources), (info.name, row.since)
+
+
+# ----------------------------------------------------------------- speculative methods (issue 25)
+
+METHOD_FACTS = [(e, v) for e, v in FACTS if enginedata.fact(enginedata.load_facts(e, v), "methods") is not None]
+
+
+def test_methods_are_recorded_for_the_pinned_releases():
+    assert ("sglang", "0.5.23") in METHOD_FACTS and ("vllm", "0.33.0") in METHOD_FACTS
+
+
+@pytest.mark.parametrize("engine, version", METHOD_FACTS, ids=[f"{e}-{v}" for e, v in METHOD_FACTS])
+def test_every_method_name_is_the_releases_own(engine, version):
+    """Each method the row serves maps to a name the release's code accepts (vLLM SpeculativeMethod, SGLang
+    SpeculativeAlgorithm or an alias of it), and the row serves every method whose name the release has."""
+    doc = facts(engine, version)
+    row = eng.ENGINES[engine].release_for(version)
+    rec = f(doc, "methods")
+    known = set(rec["names"]) if engine == "vllm" else set(rec["algorithms"]) | set(rec["aliases"])
+    for method, name in row.method_names.items():
+        assert name in known, f"{engine} {version}: {method} -> {name!r} is not in the release's code"
+    table = eng.VLLM_METHODS if engine == "vllm" else eng.SGLANG_METHODS
+    missing = sorted(m for m, n in table.items() if n in known and m not in row.methods)
+    assert missing == [], f"{engine} {version} has these methods in its code but the row does not serve them"
+
+
+@pytest.mark.parametrize("engine, version", METHOD_FACTS, ids=[f"{e}-{v}" for e, v in METHOD_FACTS])
+def test_every_method_flag_is_in_the_release(engine, version):
+    doc = facts(engine, version)
+    row = eng.ENGINES[engine].release_for(version)
+    rec = f(doc, "methods")
+    for method in row.methods:
+        if engine == "sglang":
+            keys = eng.SGLANG_METHOD_FLAGS[method]
+            absent = [row.flags[k] for k in keys if row.flags[k] not in rec["flags"]]
+        else:
+            absent = [k for k in eng.VLLM_METHOD_KEYS[method] if k not in rec["config_fields"]]
+        assert absent == [], f"{engine} {version} {method}: {absent} not in the release's code"
+
+
+def test_mtp_aliases_are_recorded_as_rewrites():
+    rec = f(facts("vllm", "0.33.0"), "methods")
+    assert rec["aliases"]["deepseek_mtp"] == "mtp" and "mtp" in rec["names"]
+    assert f(facts("sglang", "0.5.23"), "methods")["aliases"] == {"NEXTN": "EAGLE"}

@@ -119,7 +119,7 @@ def test_dflash2_block_size_only_in_dflash_config_on_wrapper_target():
         dflash_config={"block_size": 8, "conv_group_size": 16, "conv_kernel_size": 2, "selector_rank": 256,
                        "selector_top_k": 16, "mask_token_id": 248070, "target_layer_ids": [5, 19, 33, 47, 61]},
     )
-    a = analyze(d, QWEN35_27B, Options(engine="sglang"))
+    a = analyze(d, QWEN35_27B, Options(engine="sglang", method="dflash2"))
     assert a.ok, [(f.code, f.path) for f in a.findings]
     assert "BlockSizeDefaulted" not in codes(a)
     assert a.drafter.variant == "dflash2"
@@ -139,7 +139,7 @@ def test_dflash2_block_16_with_logit_scalars():
                        "mask_token_id": 201818, "target_layer_ids": [1, 13, 25, 37, 49]},
     )
     t = {"architectures": ["X"], "hidden_size": 6656, "num_hidden_layers": 52, "vocab_size": 202048}
-    a = analyze(d, t, Options(engine="sglang"))
+    a = analyze(d, t, Options(engine="sglang", method="dflash2"))
     assert a.ok and a.derived.block_size == 16 and a.derived.drafter_window == 2048
 
 

@@ -65,3 +65,17 @@ def test_capability_flags_exist_in_the_verified_snapshots():
             options = flagdrift.load_snapshot(info.name, version)["options"]
             for logical, flag in row.flags.items():
                 assert flag in options, f"{info.name} {version}: {logical} -> {flag} not in the parser"
+
+
+def test_every_method_of_every_verified_release_is_flag_checked():
+    # issue 25: flag drift covers every method's flags (render/argv.py) on each engine's newest verified release
+    # and its CPU build; test_rendered_command_matches_snapshot parses each against the release's parser snapshot
+    names = {c["name"] for c in COMMANDS}
+    for info in eng.ENGINES.values():
+        row = info.release_for(info.newest_verified)
+        assert {"eagle3", "mtp", "ngram", "dflash"} <= row.methods
+        for m in row.methods - {"ddtree"}:
+            assert f"method-{m}/{info.name}-{info.newest_verified}" in names, (info.name, m)
+    algos = {c["argv"][c["argv"].index("--speculative-algorithm") + 1] for c in COMMANDS
+             if c["engine"] == "sglang" and "--speculative-algorithm" in c["argv"]}
+    assert {"EAGLE3", "NEXTN", "NGRAM", "DFLASH", "DSPARK", "EAGLE", "STANDALONE"} <= algos

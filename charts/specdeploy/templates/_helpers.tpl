@@ -187,6 +187,12 @@ exists, with the code that needs it (operator/specdeploy/controller/):
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# NetworkPolicies: the engine NetworkPolicy child (engineNetworkPolicy.enabled); watched (handlers.on_networkpolicy)
+# so that one left over after the value is turned off is deleted, server-side apply and delete in Controller._apply;
+# get: the ownership check on a cache miss (Executor.claim).
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # LeaderWorkerSets: the multi-node engine workload (spec.nodes > 1); watched (handlers.on_leaderworkerset),
 # server-side apply and delete in Controller._apply; get: the ownership check on a cache miss (Executor.claim).
 # Harmless when the LWS CRD is not installed.

@@ -115,11 +115,11 @@ def cmd_train_tiny_drafter(args: argparse.Namespace) -> int:
 
     from . import tinytrain
 
-    spec = tinytrain.TrainSpec(seed=args.seed, threads=args.threads)
+    spec = tinytrain.TrainSpec(seed=args.seed, threads=args.threads, method=getattr(args, "method", "dflash"))
     if args.target_steps is not None:
         spec = replace(spec, target_steps=args.target_steps)
     if args.drafter_steps is not None:
-        spec = replace(spec, drafter_steps=args.drafter_steps)
+        spec = replace(spec, **{"eagle_steps" if spec.method == "eagle3" else "drafter_steps": args.drafter_steps})
     t0 = time.perf_counter()
     log = (lambda line: None) if args.output == "json" else (lambda line: print(line, flush=True))
     m = tinytrain.write(args.directory, spec, use_cache=not args.no_cache, log=log)

@@ -5,8 +5,8 @@ examples, waits for their conditions, shows the gate refusing a broken pair, pri
 ``kubectl get specdeploy -o wide`` and each rendered engine command line, then stops
 everything. ``run_offline`` only checks and renders the examples in-process.
 
-Each example directory holds ``speculativedeployment.yaml`` with ``target.config.json`` and
-``drafter.config.json`` beside it (the files its kustomization turns into ConfigMaps).
+Each example directory holds ``speculativedeployment.yaml`` with ``target.config.json`` and (for methods
+with a drafter) ``drafter.config.json`` beside it (the files its kustomization turns into ConfigMaps).
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ def load_examples(root: str | Path = "examples") -> list[Example]:
             name=d.name,
             cr=SpeculativeDeployment.model_validate(doc),
             target=json.loads((d / "target.config.json").read_text()),
-            drafter=json.loads((d / "drafter.config.json").read_text()),
+            # methods without a drafter (mtp, ngram, suffix) have no drafter.config.json
+            drafter=json.loads((d / "drafter.config.json").read_text()) if (d / "drafter.config.json").is_file() else None,
         ))
     return out
 
@@ -62,7 +63,8 @@ def run_offline(root: str) -> int:
     failed = 0
     for ex in examples:
         spec = ex.cr.spec
-        print(f"== {ex.name}: {spec.target.model} + {spec.drafter.model} on {spec.engine.name} {spec.engine.version}, "
+        drafter = spec.drafter.model if spec.drafter is not None else f"no drafter ({spec.speculation.method})"
+        print(f"== {ex.name}: {spec.target.model} + {drafter} on {spec.engine.name} {spec.engine.version}, "
               f"{spec.gpu.count} x {spec.gpu.type}")
         try:
             r = render(ex.cr, ex.target, ex.drafter)
@@ -142,7 +144,55 @@ def flag_commands(root: str = "examples") -> list[dict]:
             ec = r.engine_config
             out.append({"name": f"{ex.name}/{build.snapshot}-{versions[-1]}/nodes-1", "engine": build.snapshot,
                         "version": versions[-1], "argv": list(ec.args), "env": ec.env})
+    return out + method_commands()
+
+
+def method_commands() -> list[dict]:
+    """Every method each engine's newest verified release (and CPU build) serves, rendered by the argv builder
+    with every knob of the method set: the flag-drift coverage of each method's flags, independent of any
+    drafter config (the check is not run: these command lines exercise the renderer and the parsers only)."""
+    from specdeploy.api.types import SpeculativeDeploymentSpec
+    from specdeploy.core import methods as M
+    from specdeploy.core.checker import Derived
+    from specdeploy.core.render import ARG_BUILDERS
+
+    out = []
+    targets = [(info, info.newest_verified, info.name, "b300", None) for info in eng.ENGINES.values()]
+    for info in eng.ENGINES.values():
+        build, versions = eng.cpu_build(info.name), eng.cpu_verified_versions(info.name)
+        if build is not None and versions:
+            targets.append((info, versions[-1], build.snapshot, "cpu", build.methods))
+    for info, version, snapshot, gpu, only in targets:
+        row = info.release_for(version)
+        for m in (m for m in M.METHODS if m in row.methods and (only is None or m in only)):
+            spec: dict[str, Any] = {"engine": {"name": info.name, "version": version},
+                                    "target": {"model": "org/target", "revision": "main"},
+                                    "speculation": {"method": m}, "gpu": {"type": gpu, "count": 1 if gpu == "cpu" else 2}}
+            if M.needs_drafter(m):
+                spec["drafter"] = {"model": "org/drafter", "revision": "main"}
+            if m in M.EAGLE_METHODS or m in M.MTP_METHODS:
+                spec["speculation"]["eagle" if m in M.EAGLE_METHODS else "mtp"] = {"steps": 3, "topk": 1, "draftTokens": 4}
+            if m in M.NGRAM_METHODS:
+                spec["speculation"]["ngram"] = ({"numSpeculativeTokens": 4} if info.name == "sglang" else
+                                                {"lookupMin": 2, "lookupMax": 4, "numSpeculativeTokens": 4})
+            sp = SpeculativeDeploymentSpec.model_validate(spec)
+            steps = 3 if (m in M.EAGLE_METHODS or m in M.MTP_METHODS) else None
+            d = Derived(block_size=4 if m != "ngram" else 5, num_speculative_tokens=3 if m != "ngram" else 4,
+                        draft_window=None, drafter_window=None, layer_types=(), has_sliding=False, mixed_layers=False,
+                        target_layer_ids=(), steps=steps, topk=1 if steps else None,
+                        ngram_min=2 if m == "ngram" and info.name == "vllm" else None,
+                        ngram_max=4 if m == "ngram" and info.name == "vllm" else None)
+            argv, _ = ARG_BUILDERS[(info.name, m)](sp, d, row, "org/target", "org/drafter" if sp.drafter else None, False)
+            out.append({"name": f"method-{m}/{snapshot}-{version}", "engine": snapshot, "version": version,
+                        "argv": argv, "env": {}})
     return out
+
+
+def mistake_pair(examples: list[Example]) -> tuple[Example, Example]:
+    """(the example whose drafter is used, the example whose target config it is wrongly given): the last and
+    the first DFlash example (the other methods' examples have other drafters or none)."""
+    dflash = [e for e in examples if e.cr.spec.speculation.method == "dflash"] or examples
+    return dflash[-1], dflash[0]
 
 
 def _broken_example(examples: list[Example]) -> tuple[str, str]:
@@ -151,7 +201,7 @@ def _broken_example(examples: list[Example]) -> tuple[str, str]:
     The drafter then does not fit its target (hidden size, layer count, vocabulary), which
     on a GPU would load and fail at the first decode, or silently draft garbage.
     """
-    ex, other = examples[-1], examples[0]
+    ex, other = mistake_pair(examples)
     name = "wrong-target"
     doc = ex.cr.model_dump(by_alias=True, exclude_none=True)
     doc["metadata"] = {"name": name}
@@ -197,7 +247,8 @@ def run(root: str, kubeconfig: str | None = None, namespace: str = "default") ->
                 r = cluster.wait_condition(name, N.READY, "True", timeout=60)
                 print(f"   Ready={r['status']} ({r['reason']}): {r['message']}")
         bad, manifest = _broken_example(examples)
-        print(f"== the gate: {bad} = {examples[-1].name}'s drafter with {examples[0].name}'s target config (a copy-paste mistake)")
+        used, wrong = mistake_pair(examples)
+        print(f"== the gate: {bad} = {used.name}'s drafter with {wrong.name}'s target config (a copy-paste mistake)")
         cluster.kubectl("apply", "-f", "-", "-n", namespace, input=manifest)
         c = cluster.wait_condition(bad, N.DRAFTER_COMPATIBLE, "False", timeout=60)
         for part in re.split(r"; (?=(?:error|warning) )", c["message"])[:4]:

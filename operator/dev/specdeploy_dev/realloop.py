@@ -140,7 +140,9 @@ class RealLoop:
     rule_window: str = "10s"
     alert_for: str = "2s"
     trained: bool = False  # also write train-tiny-drafter's models (tiny/lang-*; trained or from its cache)
-    trained_manifest: dict | None = None
+    train_methods: tuple[str, ...] = ("dflash",)  # which drafters train-tiny-drafter writes (--method each)
+    trained_manifest: dict | None = None  # the first method's manifest
+    trained_manifests: dict[str, dict] = field(default_factory=dict)  # method -> its manifest
     kubelet_args: list[str] = field(default_factory=list)  # more `specdeploy dev kubelet` arguments
     operator_env: dict[str, str] = field(default_factory=dict)  # more operator environment
     hub: Any = None
@@ -202,17 +204,22 @@ class RealLoop:
         return self
 
     def train(self) -> dict:
-        """``specdeploy-runtime train-tiny-drafter`` into the models directory (a process: torch stays out
-        of this one); its manifest (figures, prompts of the language) lands in ``self.trained_manifest``."""
-        t0 = time.perf_counter()
-        p = subprocess.run([str(BIN / "specdeploy-runtime"), "train-tiny-drafter", str(self.workdir / "models"),
-                            "-o", "json"], capture_output=True, text=True, cwd=ROOT, timeout=1800)
-        if p.returncode != 0:
-            raise HarnessError(f"train-tiny-drafter failed ({p.returncode}): {(p.stdout + p.stderr)[-3000:]}")
-        self.trained_manifest = json.loads(p.stdout)
-        self.figures["train_tiny_drafter_s"] = {"this_run": round(time.perf_counter() - t0, 1),
-                                                "cached": self.trained_manifest["cached"],
-                                                "training": self.trained_manifest["training"]}
+        """``specdeploy-runtime train-tiny-drafter --method M`` into the models directory for each of
+        ``train_methods`` (a process: torch stays out of this one); the manifests (figures, prompts of the
+        language) land in ``self.trained_manifests`` and the first in ``self.trained_manifest``."""
+        for method in self.train_methods:
+            t0 = time.perf_counter()
+            p = subprocess.run([str(BIN / "specdeploy-runtime"), "train-tiny-drafter", str(self.workdir / "models"),
+                                "--method", method, "-o", "json"], capture_output=True, text=True, cwd=ROOT,
+                               timeout=1800)
+            if p.returncode != 0:
+                raise HarnessError(f"train-tiny-drafter --method {method} failed ({p.returncode}): "
+                                   f"{(p.stdout + p.stderr)[-3000:]}")
+            m = self.trained_manifests[method] = json.loads(p.stdout)
+            key = "train_tiny_drafter_s" if method == "dflash" else f"train_tiny_drafter_{method}_s"
+            self.figures[key] = {"this_run": round(time.perf_counter() - t0, 1), "cached": m["cached"],
+                                 "training": m["training"]}
+        self.trained_manifest = self.trained_manifests[self.train_methods[0]]
         return self.trained_manifest
 
     def _ip_range_args(self) -> list[str]:

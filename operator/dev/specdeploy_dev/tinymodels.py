@@ -22,6 +22,15 @@ repository                  what
                             ``tiny/target-flat`` every draft token is accepted (tau = 1 + k).
 ``tiny/dflash-shifted``     the random drafter's weights with ``target_layer_ids`` shifted by
                             one ([1, 3]): the off-by-one the checker must catch.
+``tiny/mimo-mtp-flat``      MiMoForCausalLM (a Qwen2 body, attention biases) with one MTP layer
+                            (``num_nextn_predict_layers`` 1, ``model.mtp_layers.0.*``), random
+                            weights with the final norm and the MTP layer's ``final_layernorm``
+                            zeroed: greedy decoding picks token 0 and so does the MTP draft, so
+                            vLLM's ``mtp`` method accepts every draft token (tau = 2 at one
+                            token). ``model_type`` is ``qwen2``: MiMo's own ``mimo`` needs its
+                            remote code, and vLLM picks the model by architecture
+                            (``models/mimo.py``, ``models/mimo_mtp.py``, ``config/speculative.py``
+                            ``hf_config_override``).
 ==========================  ===============================================================
 
 Weights are safetensors written here without torch: an 8-byte little-endian header length, a
@@ -59,6 +68,7 @@ __all__ = [
 MANIFEST = "tiny-models.json"
 ORG = "tiny"
 TARGET, TARGET_FLAT = f"{ORG}/target", f"{ORG}/target-flat"
+MTP_TARGET_FLAT = f"{ORG}/mimo-mtp-flat"
 DRAFTERS = {"random": f"{ORG}/dflash-random", "accept-all": f"{ORG}/dflash-accept-all",
             "shifted": f"{ORG}/dflash-shifted"}
 EOS_TOKEN, MASK_TOKEN = "<|endoftext|>", "<|mask|>"
@@ -241,6 +251,41 @@ def target_tensors(spec: TinySpec) -> dict[str, np.ndarray]:
     return out
 
 
+def mtp_target_config(spec: TinySpec, eos_id: int) -> dict[str, Any]:
+    """A MiMo target with one MTP layer (see the module doc, ``tiny/mimo-mtp-flat``)."""
+    cfg = target_config(spec, eos_id)
+    cfg.pop("head_dim")  # Qwen2: hidden_size / num_attention_heads
+    cfg.update({"architectures": ["MiMoForCausalLM"], "model_type": "qwen2", "num_nextn_predict_layers": 1})
+    return dict(sorted(cfg.items()))
+
+
+def mtp_target_tensors(spec: TinySpec) -> dict[str, np.ndarray]:
+    """The MiMo target's weights (Hugging Face MiMo names), flat: ``model.norm`` and the MTP layer's
+    ``final_layernorm`` zero, so that the target and its MTP draft both always pick token 0."""
+    rng = np.random.default_rng([spec.seed, 3])
+    h = spec.hidden_size
+
+    def qwen2_layer(prefix: str) -> dict[str, np.ndarray]:
+        out = {k: v for k, v in _layer_tensors(rng, spec, prefix).items() if not k.endswith(("q_norm.weight", "k_norm.weight"))}
+        for proj, n in (("q_proj", spec.num_heads * spec.head_dim), ("k_proj", spec.num_kv_heads * spec.head_dim),
+                        ("v_proj", spec.num_kv_heads * spec.head_dim)):
+            out[f"{prefix}.self_attn.{proj}.bias"] = np.zeros(n, np.float32)
+        return out
+
+    out = {"model.embed_tokens.weight": rng.standard_normal((spec.vocab_size, h), dtype=np.float32)
+           * np.float32(spec.init_std)}
+    for layer in range(spec.num_layers):
+        out.update(qwen2_layer(f"model.layers.{layer}"))
+    out["model.norm.weight"] = np.zeros(h, np.float32)
+    out["lm_head.weight"] = rng.standard_normal((spec.vocab_size, h), dtype=np.float32) * np.float32(spec.init_std)
+    mtp = "model.mtp_layers.0"
+    out.update(qwen2_layer(mtp))
+    out.update({f"{mtp}.token_layernorm.weight": np.ones(h, np.float32), f"{mtp}.hidden_layernorm.weight": np.ones(h, np.float32),
+                f"{mtp}.input_proj.weight": rng.standard_normal((h, 2 * h), dtype=np.float32) * np.float32(spec.init_std),
+                f"{mtp}.final_layernorm.weight": np.zeros(h, np.float32)})
+    return out
+
+
 def drafter_tensors(spec: TinySpec) -> dict[str, np.ndarray]:
     rng = np.random.default_rng([spec.seed, 2])
     out: dict[str, np.ndarray] = {}
@@ -307,11 +352,15 @@ def build_tiny_models(spec: TinySpec = TinySpec()) -> dict[str, bytes]:
         repo = DRAFTERS[kind]
         files[f"{repo}/config.json"] = _json(cfg)
         files[f"{repo}/model.safetensors"] = encode_safetensors(weights, metadata=meta)
+    for name, data in target_files.items():
+        files[f"{MTP_TARGET_FLAT}/{name}"] = data
+    files[f"{MTP_TARGET_FLAT}/config.json"] = _json(mtp_target_config(spec, eos))
+    files[f"{MTP_TARGET_FLAT}/model.safetensors"] = encode_safetensors(mtp_target_tensors(spec), metadata=meta)
     manifest = {
         "seed": spec.seed,
         "spec": {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(spec).items()},
         "tokens": {"eos": eos, "mask": mask},
-        "models": sorted({TARGET, TARGET_FLAT, *DRAFTERS.values()}),
+        "models": sorted({TARGET, TARGET_FLAT, MTP_TARGET_FLAT, *DRAFTERS.values()}),
         # drafter kind -> the target it is meant for, and what greedy speculation should show
         "pairs": {
             "random": {"target": TARGET, "drafter": DRAFTERS["random"], "expect": "tau near 1"},
@@ -320,6 +369,9 @@ def build_tiny_models(spec: TinySpec = TinySpec()) -> dict[str, bytes]:
             "shifted": {"target": TARGET, "drafter": DRAFTERS["shifted"],
                         "expect": "target_layer_ids shifted by one: loads and runs, acceptance drops"},
         },
+        # targets that draft for themselves (method mtp): no drafter
+        "self_drafting": {"mtp-flat": {"target": MTP_TARGET_FLAT, "method": "mtp",
+                                       "expect": "tau = 2 at one MTP token (every draft token accepted)"}},
     }
     files[MANIFEST] = _json(manifest)
     return files

@@ -17,6 +17,12 @@ hub stand-in), three repositories and a manifest:
                                an engine that forgets its +1 reads); ``prompts``: texts of the language.
 =============================  =================================================================
 
+With ``method="eagle3"`` (``train-tiny-drafter --method eagle3``) the same target, language and greedy
+data train an EAGLE-3 head instead (:mod:`specdeploy_dev.tinyeagle`): ``tiny/lang-eagle3``
+(LlamaForCausalLMEagle3, ``eagle_aux_hidden_state_layer_ids`` [1, 3, 5], a 64-token draft vocabulary
+with ``d2t``), ``tiny/lang-eagle3-shifted`` ([2, 4, 6]), ``tiny/lang-eagle3-shifted-down`` ([0, 2, 4]) and
+``tiny-trained-eagle3.json``, in their own cache entry (the method is part of the digest).
+
 **The language.** ``words`` whole-word tokens of the tiny tokenizer (each round-trips: the text
 ``" w1 w2 ..."`` tokenizes back to the same ids) and a seeded second-order Markov chain: every
 pair of words (a, b) has three successors with probabilities 0.55 / 0.3 / 0.15, the likeliest
@@ -70,7 +76,14 @@ import numpy as np
 
 ORG = "tiny"
 TARGET, DRAFTER, SHIFTED = f"{ORG}/lang-target", f"{ORG}/lang-dflash", f"{ORG}/lang-dflash-shifted"
+EAGLE3, EAGLE3_SHIFTED, EAGLE3_SHIFTED_DOWN = f"{ORG}/lang-eagle3", f"{ORG}/lang-eagle3-shifted", \
+    f"{ORG}/lang-eagle3-shifted-down"
 MANIFEST = "tiny-trained.json"
+METHODS = ("dflash", "eagle3")
+
+
+def manifest_name(spec: "TrainSpec") -> str:
+    return MANIFEST if spec.method == "dflash" else f"tiny-trained-{spec.method}.json"
 
 
 @dataclass(frozen=True)
@@ -106,14 +119,27 @@ class TrainSpec:
     # between every pair of adjacent layers' centred outputs.
     decorrelate: float = 1.0
     decorrelate_from: float = 0.3
+    # which drafter: "dflash" (tiny/lang-dflash*, tiny-trained.json) or "eagle3" (tiny/lang-eagle3*,
+    # tiny-trained-eagle3.json; specdeploy_dev.tinyeagle), on the same target
+    method: str = "dflash"
+    # EAGLE-3: vLLM's aux ids (id L = the output of layer L - 1, id 0 the embeddings), three as every released
+    # EAGLE-3 head has (vLLM 0.32 sizes ``fc`` for 3 states unless eagle_config names the ids:
+    # llama_eagle3.LlamaModel.__init__), evenly spread so that ids + 1 and ids - 1 read none of them; the
+    # unrolled depth (= speculative tokens); the draft vocabulary (its own lm_head, mapped by d2t)
+    eagle_aux_ids: tuple[int, ...] = (1, 3, 5)
+    eagle_depth: int = 3
+    eagle_steps: int = 300
+    eagle_batch: int = 32
+    eagle_lr: float = 3e-3
+    draft_vocab_size: int = 64
 
     def digest(self) -> str:
         h = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode())
         from specdeploy_runtime import dflash_ref
 
-        from . import tinymodels
+        from . import tinyeagle, tinymodels
 
-        for src in (Path(__file__), Path(dflash_ref.__file__), Path(tinymodels.__file__)):
+        for src in (Path(__file__), Path(dflash_ref.__file__), Path(tinymodels.__file__), Path(tinyeagle.__file__)):
             h.update(src.read_bytes())
         import torch
 
@@ -377,6 +403,10 @@ def build(spec: TrainSpec = TrainSpec(), log: Callable[[str], None] = print) -> 
     for p in target.parameters():
         p.requires_grad_(False)
 
+    if spec.method not in METHODS:
+        raise ValueError(f"method {spec.method!r} is not one of {list(METHODS)}")
+    if spec.method == "eagle3":
+        return _build_eagle3(spec, target, t_stats, lang, word_text, base, tcfg, eos, mask, meta, target_st, t_all, log)
     t1 = time.perf_counter()
     tokens = greedy_data(spec, target, lang, spec.drafter_sequences, 41)
     feats = target_features(target, tokens, spec.target_layer_ids)
@@ -408,21 +438,14 @@ def build(spec: TrainSpec = TrainSpec(), log: Callable[[str], None] = print) -> 
     log(f"adjacent layers' centred outputs, cosine: {cosines}")
     log(f"offline replay (greedy, {spec.block_size - 1} speculative tokens): " + "; ".join(
         f"ids {r['ids']}: tau {r['tau']} {r['per_position']}" for r in ev.values()))
-    # texts of the language for the engine: prompts the target continues in-language
-    rng = np.random.default_rng([spec.seed, 61])
-    prompt_words = lang.sample(rng, 8, spec.prompt_len)
-    prompts = ["".join(word_text[int(lang.words[w])] for w in row).lstrip() for row in prompt_words]
-
-    files: dict[str, bytes] = {}
-    for name in ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"):
-        files[f"{TARGET}/{name}"] = base[f"{tm.TARGET}/{name}"]
-    files[f"{TARGET}/config.json"] = tm._json(tcfg)
-    files[f"{TARGET}/model.safetensors"] = target_st
+    prompts = language_prompts(spec, lang, word_text)
+    files = target_files(base, tcfg, target_st)
     files[f"{DRAFTER}/config.json"] = tm._json(dcfg)
     files[f"{DRAFTER}/model.safetensors"] = drafter_st
     files[f"{SHIFTED}/config.json"] = tm._json(tm.shift_layer_ids(dcfg))
     files[f"{SHIFTED}/model.safetensors"] = drafter_st
     manifest = {
+        "method": "dflash",
         "spec": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(spec).items()},
         "digest": spec.digest(),
         "torch": torch.__version__,
@@ -443,6 +466,127 @@ def build(spec: TrainSpec = TrainSpec(), log: Callable[[str], None] = print) -> 
     return files
 
 
+def language_prompts(spec: TrainSpec, lang: Language, word_text: dict[int, str]) -> list[str]:
+    """Texts of the language for the engine: prompts the target continues in-language."""
+    rng = np.random.default_rng([spec.seed, 61])
+    prompt_words = lang.sample(rng, 8, spec.prompt_len)
+    return ["".join(word_text[int(lang.words[w])] for w in row).lstrip() for row in prompt_words]
+
+
+def target_files(base: dict[str, bytes], tcfg: dict, target_st: bytes) -> dict[str, bytes]:
+    from . import tinymodels as tm
+
+    files: dict[str, bytes] = {}
+    for name in ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"):
+        files[f"{TARGET}/{name}"] = base[f"{tm.TARGET}/{name}"]
+    files[f"{TARGET}/config.json"] = tm._json(tcfg)
+    files[f"{TARGET}/model.safetensors"] = target_st
+    return files
+
+
+def eagle3_config(spec: TrainSpec, tcfg: dict, aux_ids: list[int]) -> dict[str, Any]:
+    """The EAGLE-3 drafter's config.json as SpecForge/speculators-trained Llama heads ship it (vLLM:
+    ``LlamaForCausalLMEagle3`` -> ``llama_eagle3.Eagle3LlamaForCausalLM``), ids at the top level."""
+    cfg = {k: tcfg[k] for k in ("bos_token_id", "eos_token_id", "head_dim", "hidden_act", "hidden_size",
+                                "max_position_embeddings", "num_attention_heads", "num_key_value_heads",
+                                "rms_norm_eps", "rope_theta", "vocab_size", "transformers_version")}
+    cfg.update({"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "attention_bias": False,
+                "intermediate_size": spec.intermediate_size, "num_hidden_layers": 1, "rope_scaling": None,
+                "tie_word_embeddings": False, "torch_dtype": "bfloat16", "use_cache": True,
+                "draft_vocab_size": spec.draft_vocab_size, "target_hidden_size": tcfg["hidden_size"],
+                "eagle_aux_hidden_state_layer_ids": list(aux_ids)})
+    return dict(sorted(cfg.items()))
+
+
+def _build_eagle3(spec: TrainSpec, target, t_stats: dict, lang: Language, word_text: dict[int, str],
+                  base: dict[str, bytes], tcfg: dict, eos: int, mask: int, meta: dict, target_st: bytes,
+                  t_all: float, log: Callable[[str], None]) -> dict[str, bytes]:
+    """The EAGLE-3 half of :func:`build` (specdeploy_dev.tinyeagle): the same target, greedy data and
+    captured states, a 1-layer EAGLE-3 head trained on them, the offline replay with the right ids, ids + 1
+    and ids - 1, and the repositories."""
+    import torch
+
+    from . import tinyeagle as te
+    from . import tinymodels as tm
+
+    aux = list(spec.eagle_aux_ids)
+    if aux != sorted(set(aux)) or min(aux) < 1 or max(aux) + 1 > spec.target_layers:
+        raise ValueError(f"eagle_aux_ids {aux} must be increasing and lie in [1, {spec.target_layers - 1}] so that "
+                         "ids - 1 and ids + 1 stay inside the target (vLLM sorts and deduplicates them)")
+
+    def feats_of(tokens, ids):  # vLLM's id L: the output of layer L - 1, id 0 the embeddings
+        out = []
+        with torch.no_grad():
+            for i in range(0, tokens.shape[0], 128):
+                x = tokens[i:i + 128]
+                _, outs, _ = target(x)
+                states = [target.model.embed_tokens(x)] + list(outs)
+                out.append(torch.cat([states[j] for j in ids], dim=-1))
+        return torch.cat(out)
+
+    t1 = time.perf_counter()
+    tokens = greedy_data(spec, target, lang, spec.drafter_sequences, 41)
+    feats = feats_of(tokens, aux)
+    gen_s = round(time.perf_counter() - t1, 1)
+    log(f"greedy data: {tokens.shape[0]} sequences of {tokens.shape[1]} tokens, features {tuple(feats.shape)} ({gen_s} s)")
+    draft_ids, d2t, t2d = te.draft_vocabulary([int(w) for w in lang.words], tcfg["vocab_size"], spec.draft_vocab_size)
+    shape = te.EagleShape(hidden_size=tcfg["hidden_size"], num_heads=tcfg["num_attention_heads"],
+                          num_kv_heads=tcfg["num_key_value_heads"], head_dim=tcfg["head_dim"],
+                          intermediate_size=spec.intermediate_size, num_aux=len(aux),
+                          draft_vocab_size=len(draft_ids), rms_norm_eps=tcfg["rms_norm_eps"],
+                          rope_theta=float(tcfg["rope_theta"]))
+    drafter = te.Eagle3DrafterRef(shape)
+    from specdeploy_runtime.dflash_ref import init_weights
+
+    init_weights(drafter, 0.02, torch.Generator().manual_seed(spec.seed + 3))
+    with torch.no_grad():  # the head starts as the target's rows of the draft vocabulary
+        drafter.lm_head.weight.copy_(target.lm_head.weight[torch.from_numpy(draft_ids)])
+    d_stats = te.train(drafter, target, tokens, feats, draft_ids, steps=spec.eagle_steps, batch=spec.eagle_batch,
+                       lr=spec.eagle_lr, depth=spec.eagle_depth, prompt_len=spec.prompt_len, seed=spec.seed + 33,
+                       lr_at=_cosine, log=log)
+    drafter_st = tm.encode_safetensors(te.state_arrays(drafter, d2t, t2d), metadata=meta)
+    with torch.no_grad():  # evaluate the bf16-rounded weights the engine loads
+        own = dict(drafter.named_parameters())
+        for name, arr in tm.decode_safetensors(drafter_st).items():
+            if name in own:
+                own[name].copy_(torch.from_numpy(arr.copy()))
+
+    ev_tokens = greedy_data(spec, target, lang, spec.eval_prompts, 51)
+    shifted, down = [i + 1 for i in aux], [i - 1 for i in aux]
+    ev = {}
+    for name, ids in (("right_ids", aux), ("shifted_ids", shifted), ("minus_one_ids", down)):
+        ev[name] = {"ids": ids, **te.replay(drafter, target, ev_tokens, feats_of(ev_tokens, ids), draft_ids,
+                                             spec.eagle_depth, spec.prompt_len)}
+    log(f"offline replay (greedy, {spec.eagle_depth} speculative tokens): " + "; ".join(
+        f"ids {r['ids']}: tau {r['tau']} {r['per_position']}" for r in ev.values()))
+
+    files = target_files(base, tcfg, target_st)
+    for repo, ids in ((EAGLE3, aux), (EAGLE3_SHIFTED, shifted), (EAGLE3_SHIFTED_DOWN, down)):
+        files[f"{repo}/config.json"] = tm._json(eagle3_config(spec, tcfg, ids))
+        files[f"{repo}/model.safetensors"] = drafter_st
+    manifest = {
+        "method": "eagle3",
+        "spec": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(spec).items()},
+        "digest": spec.digest(),
+        "torch": torch.__version__,
+        "tokens": {"eos": eos, "mask": mask},
+        "models": [TARGET, EAGLE3, EAGLE3_SHIFTED, EAGLE3_SHIFTED_DOWN],
+        "aux_layer_ids": aux, "shifted_layer_ids": shifted, "shifted_down_layer_ids": down,
+        "draft_vocab": {"size": len(draft_ids), "target_ids": draft_ids.tolist()},
+        "language": {"words": [word_text[int(t)] for t in lang.words], "order": 2,
+                     "successor_probabilities": lang.probs.tolist()},
+        "prompts": language_prompts(spec, lang, word_text),
+        "training": {"target": t_stats, "greedy_data_s": gen_s, "drafter": d_stats,
+                     "total_s": round(time.perf_counter() - t_all, 1)},
+        "replay": ev,
+        "pairs": {"trained": {"target": TARGET, "drafter": EAGLE3},
+                  "shifted": {"target": TARGET, "drafter": EAGLE3_SHIFTED},
+                  "shifted_down": {"target": TARGET, "drafter": EAGLE3_SHIFTED_DOWN}},
+    }
+    files[manifest_name(spec)] = tm._json(manifest)
+    return files
+
+
 def cache_root() -> Path:
     return Path(os.environ.get("SPECDEPLOY_CACHE") or Path.home() / ".cache" / "specdeploy") / "tiny-trained"
 
@@ -453,7 +597,8 @@ def write(directory: str | os.PathLike[str], spec: TrainSpec = TrainSpec(), *, u
     root = Path(directory)
     key = spec.digest()
     cached = cache_root() / key
-    hit = use_cache and (cached / MANIFEST).is_file()
+    mname = manifest_name(spec)
+    hit = use_cache and (cached / mname).is_file()
     if not hit:
         files = build(spec, log)
         if use_cache:
@@ -472,7 +617,7 @@ def write(directory: str | os.PathLike[str], spec: TrainSpec = TrainSpec(), *, u
         part = path.with_name(path.name + ".part")
         part.write_bytes(data)
         os.replace(part, path)
-    manifest = json.loads(files[MANIFEST])
+    manifest = json.loads(files[mname])
     manifest["cached"] = bool(hit)
     return manifest
 
@@ -480,5 +625,5 @@ def write(directory: str | os.PathLike[str], spec: TrainSpec = TrainSpec(), *, u
 def quick_spec(**kw: Any) -> TrainSpec:
     """A few steps of everything (tests of the pipeline, determinism)."""
     base = TrainSpec(target_steps=3, drafter_steps=3, drafter_sequences=64, target_batch=8, drafter_batch=8,
-                     eval_prompts=4, seq_len=32)
+                     eval_prompts=4, seq_len=32, eagle_steps=3, eagle_batch=8)
     return replace(base, **kw)

@@ -14,12 +14,13 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, m
 from pydantic.alias_generators import to_camel
 
 from .. import KIND
-from ..core import baseline, engines, gpus
+from ..core import baseline, engines, gpus, methods
 from ..core.checker import MAX_BLOCK_SIZE, Options, model_reference_problem
 from ..core.names import GROUP_VERSION
 from .loose import loose
 
 EngineName = Literal[engines.ENGINE_NAMES]  # type: ignore[valid-type]
+Method = Literal[methods.METHODS]  # type: ignore[valid-type]
 GpuType = Literal[gpus.PROFILE_KEYS]  # type: ignore[valid-type]
 
 # RE2-compatible (Kubernetes evaluates OpenAPI patterns with Go regexp): no look-arounds.
@@ -118,6 +119,16 @@ class TargetSource(ModelSource):
     )
 
 
+class ApiKeySource(_Model):
+    """Where the engine's API key comes from: a Secret key, handed to the engine through an environment
+    variable (never written into the pod spec or from the spec into argv)."""
+
+    secret_key_ref: SecretKeyRef = Field(
+        description="The Secret key holding the API key. The Secret must be one the administrator allows for hub "
+        "tokens (chart value hub.tokenSecrets, operator flag --allowed-token-secret).",
+    )
+
+
 class Engine(_Model):
     """The inference engine and its version; flags are derived from the version's capabilities."""
 
@@ -138,6 +149,21 @@ class Engine(_Model):
         "(vLLM `--max-model-len`, SGLang `--context-length`). Default: the target's limit. Checked against the "
         "target's and the drafter's `max_position_embeddings`; it also sizes the draft-window memory figures.",
     )
+    api_key: Optional[ApiKeySource] = Field(
+        default=None,
+        description="Require this API key (`Authorization: Bearer <key>`) on the engine's inference API, for clusters "
+        "without network policies. vLLM reads it from `VLLM_API_KEY`, SGLang from `--api-key` (filled by the kubelet "
+        "from the Secret); health and metrics stay open to probes and the operator.",
+    )
+
+    @model_validator(mode="after")
+    def _one_api_key(self) -> "Engine":
+        if self.api_key is not None:
+            for i, a in enumerate(self.extra_args):
+                if a.split("=", 1)[0].replace("_", "-") == "--api-key":
+                    raise ValueError(f"extraArgs[{i}] sets --api-key while spec.engine.apiKey is set: the key comes "
+                                     "from the Secret; remove it from extraArgs")
+        return self
 
 
 class DDTree(_Model):
@@ -145,6 +171,57 @@ class DDTree(_Model):
 
     budget: Optional[int] = Field(default=None, ge=1, le=1024, description="Maximum tree nodes; default block size - 1.")
     topk: Optional[int] = Field(default=None, ge=1, le=64, description="Candidates per depth; default: the engine's.")
+
+
+class DraftSteps(_Model):
+    """Chain/tree drafting by steps (methods `eagle3`, `eagle`, `draft_model`; `mtp`). Unset: steps 3 (MTP: the
+    target's MTP layer count), top-k 1, draft tokens steps + 1, rendered explicitly for both engines."""
+
+    model_config = ConfigDict(**_Model.model_config, json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "!has(self.draftTokens) || !has(self.steps) || !has(self.topk) || self.topk != 1 "
+                 "|| self.draftTokens == self.steps + 1",
+         "message": "with topk 1 draftTokens must be steps + 1 (SGLang forces it)", "fieldPath": ".draftTokens"},
+    ]})
+
+    steps: Optional[StrictInt] = Field(
+        default=None, ge=1, le=32,
+        description="Draft steps (tokens drafted per step along one chain): vLLM `num_speculative_tokens`, SGLang "
+        "`--speculative-num-steps`.")
+    topk: Optional[StrictInt] = Field(
+        default=None, ge=1, le=64,
+        description="Branching per step (SGLang `--speculative-eagle-topk`; vLLM drafts a chain: 1 only).")
+    draft_tokens: Optional[StrictInt] = Field(
+        default=None, ge=2, le=1024,
+        description="Tokens verified per step, bonus included (SGLang `--speculative-num-draft-tokens`); with "
+        "topk 1 it is steps + 1.")
+
+
+class NGram(_Model):
+    """Prompt-lookup (n-gram) drafting (method `ngram`): no drafter model."""
+
+    model_config = ConfigDict(**_Model.model_config, json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "!has(self.lookupMin) || !has(self.lookupMax) || self.lookupMin <= self.lookupMax",
+         "message": "lookupMin must be <= lookupMax", "fieldPath": ".lookupMin"},
+    ]})
+
+    lookup_min: Optional[StrictInt] = Field(
+        default=None, ge=1, le=64,
+        description="Shortest n-gram matched in the prompt (vLLM `prompt_lookup_min`; default: lookupMax, or 5). "
+        "SGLang has no such setting (its NGRAM drafter matches a trie): refused there.")
+    lookup_max: Optional[StrictInt] = Field(
+        default=None, ge=1, le=64,
+        description="Longest n-gram matched in the prompt (vLLM `prompt_lookup_max`; default: lookupMin, or 5). "
+        "Refused on SGLang.")
+    num_speculative_tokens: Optional[StrictInt] = Field(
+        default=None, ge=1, le=64,
+        description=f"Draft tokens per step (vLLM `num_speculative_tokens`, default {methods.DEFAULT_NGRAM_TOKENS}; "
+        "SGLang `--speculative-num-draft-tokens` = this + 1, SGLang's own default 12 when unset).")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "NGram":
+        if self.lookup_min is not None and self.lookup_max is not None and self.lookup_min > self.lookup_max:
+            raise ValueError("lookupMin must be <= lookupMax")
+        return self
 
 
 class SpeculationGuard(_Model):
@@ -181,12 +258,29 @@ class Speculation(_Model):
     model_config = ConfigDict(**_Model.model_config, json_schema_extra={"x-kubernetes-validations": [
         {"rule": "!has(self.ddtree) || self.method == 'ddtree'",
          "message": "ddtree settings apply only to method ddtree", "fieldPath": ".ddtree"},
+        {"rule": "!has(self.eagle) || self.method in ['draft_model', 'eagle', 'eagle3']",
+         "message": "eagle settings apply only to methods eagle3, eagle and draft_model", "fieldPath": ".eagle"},
+        {"rule": "!has(self.mtp) || self.method == 'mtp'",
+         "message": "mtp settings apply only to method mtp", "fieldPath": ".mtp"},
+        {"rule": "!has(self.ngram) || self.method == 'ngram'",
+         "message": "ngram settings apply only to method ngram", "fieldPath": ".ngram"},
+        {"rule": "!has(self.blockSize) || self.method in ['ddtree', 'dflash', 'dflash2', 'dspark']",
+         "message": "blockSize applies only to the block drafters (dflash, dflash2, dspark, ddtree)",
+         "fieldPath": ".blockSize"},
+        {"rule": "!has(self.draftWindow) || self.method in ['ddtree', 'dflash', 'dflash2']",
+         "message": "draftWindow applies only to DFlash drafters (dflash, dflash2, ddtree)", "fieldPath": ".draftWindow"},
         {"rule": "!has(self.blockSize) || !has(self.draftWindow) || type(self.draftWindow) == string "
                  "|| int(self.draftWindow) >= self.blockSize",
          "message": "draftWindow must be >= blockSize", "fieldPath": ".draftWindow"},
     ]})
 
-    method: Literal["dflash", "ddtree"] = Field(default="dflash", description="Speculative decoding method.")
+    method: Method = Field(
+        default=methods.DEFAULT_METHOD,
+        description="Speculative decoding method: `dflash`, `dflash2`, `dspark` (block drafters), `eagle3` (EAGLE-3 "
+        "and 3.1), `eagle`, `draft_model` (a smaller model of the same vocabulary), `mtp` (the target's own MTP "
+        "layers), `ngram` (prompt lookup), `suffix` (vLLM suffix decoding); `ddtree` is refused until an engine "
+        "release carries it. `mtp`, `ngram` and `suffix` take no drafter. Each engine release's own name for the "
+        "method and its flags come from the capability table (docs/concepts/methods.md).")
     block_size: Optional[int] = Field(
         default=None, ge=2, le=MAX_BLOCK_SIZE,
         description="Draft block size (tokens per draft step, bonus token included); default: the drafter's block_size.",
@@ -204,11 +298,38 @@ class Speculation(_Model):
         default=None, description="Draft model attention backend (SGLang); default: the GPU profile's."
     )
     ddtree: Optional[DDTree] = Field(default=None, description="DDTree settings; only with method `ddtree`.")
+    eagle: Optional[DraftSteps] = Field(
+        default=None, description="Draft steps, top-k and draft tokens; only with methods `eagle3`, `eagle`, `draft_model`.")
+    mtp: Optional[DraftSteps] = Field(
+        default=None, description="MTP steps, top-k and draft tokens; only with method `mtp` (steps default: the "
+        "target's MTP layer count).")
+    ngram: Optional[NGram] = Field(default=None, description="Prompt-lookup window and draft tokens; only with method `ngram`.")
     guard: Optional[SpeculationGuard] = Field(
         default=None, description="Turn speculation off from a load where it stops paying (measured by a "
         "SpeculativeBenchmark or given). Rendered into the engine's own switch where the release's code has one; "
         "otherwise a `GuardUnsupported` warning says why. The `SpeculationProfitable` condition compares live load "
         "with it either way.")
+
+    @model_validator(mode="after")
+    def _knobs_match_method(self) -> "Speculation":
+        problems = _speculation_problems(self)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+
+def _speculation_problems(s: "Speculation") -> list[str]:
+    out = []
+    for knob in ("eagle", "mtp", "ngram"):
+        allowed = methods.knob_methods(knob)
+        if getattr(s, knob) is not None and s.method not in allowed:
+            out.append(f"{knob} settings apply only to method(s) {methods.method_list(allowed)}")
+    if s.block_size is not None and s.method not in methods.BLOCK_METHODS:
+        out.append("blockSize applies only to the block drafters (dflash, dflash2, dspark, ddtree)")
+    if s.draft_window is not None and s.method not in methods.WINDOW_METHODS:
+        out.append("draftWindow applies only to DFlash drafters (dflash, dflash2, ddtree)")
+    return out
+
 
 
 class Gpu(_Model):
@@ -345,18 +466,25 @@ class Cache(_Model):
 
 
 class SpeculativeDeploymentSpec(_Model):
-    """Desired state: a target model served with a DFlash drafter on a GPU pool."""
+    """Desired state: a target model served with speculative decoding (a drafter model, the target's own MTP
+    layers or prompt lookup) on a GPU pool."""
 
     model_config = ConfigDict(**_Model.model_config, json_schema_extra={"x-kubernetes-validations": [
         {"rule": "self.gpu.count % self.nodes == 0",
          "message": "gpu.count (GPUs per replica) must be a multiple of nodes", "fieldPath": ".gpu.count"},
         {"rule": "self.gpu.count / self.nodes <= 8",
          "message": "at most 8 GPUs per node: raise nodes or lower gpu.count", "fieldPath": ".gpu.count"},
+        {"rule": "(has(self.speculation) && has(self.speculation.method) && self.speculation.method in "
+                 "['mtp', 'ngram', 'suffix']) ? !has(self.drafter) : has(self.drafter)",
+         "message": "spec.drafter is required for drafter methods and refused for mtp, ngram and suffix (the target "
+                    "drafts for itself or nothing does)", "fieldPath": ".drafter"},
     ]})
 
     engine: Engine = Field(description="Inference engine.")
     target: TargetSource = Field(description="The model being served.")
-    drafter: ModelSource = Field(description="The DFlash drafter.")
+    drafter: Optional[ModelSource] = Field(
+        default=None, description="The drafter model (DFlash, DFlash2, DSpark, EAGLE-3, EAGLE or draft model). "
+        "Required for those methods; refused for `mtp`, `ngram` and `suffix`.")
     speculation: Speculation = Field(default_factory=Speculation, description="Speculative decoding settings.")
     gpu: Gpu = Field(description="GPUs per replica.")
     nodes: int = Field(default=1, ge=1, le=16, description="Nodes per replica; more than 1 renders a LeaderWorkerSet.")
@@ -369,6 +497,20 @@ class SpeculativeDeploymentSpec(_Model):
         default=None, description="Hub cache of the engine pods (where hub weights are downloaded to). Default: the "
         "chart value `cache.default` (an `emptyDir` unless the administrator set one). Models served from a claim "
         "(`pvc`) and a drafter baked into the image are never downloaded.")
+
+    @model_validator(mode="after")
+    def _drafter_matches_method(self) -> "SpeculativeDeploymentSpec":
+        m = self.speculation.method
+        if methods.needs_drafter(m) and self.drafter is None:
+            raise ValueError(f"spec.drafter is required for method {m}: set the drafter model")
+        if not methods.needs_drafter(m) and self.drafter is not None:
+            raise ValueError(f"spec.drafter is refused for method {m} (the target drafts for itself or nothing does): "
+                             "remove spec.drafter")
+        return self
+
+    def model_sources(self) -> list[tuple[str, ModelSource]]:
+        """(role, source) of every model the deployment serves: the target, and the drafter when the method has one."""
+        return [("target", self.target)] + ([("drafter", self.drafter)] if self.drafter is not None else [])
 
     def options(self) -> Options:
         """The checker's view of this spec (``checker_options``)."""
@@ -388,6 +530,7 @@ def checker_options(spec: SpeculativeDeploymentSpec | Any, *, lenient: bool = Fa
             return None
         spec = loose(SpeculativeDeploymentSpec, spec)
     s = spec.speculation
+    knobs = s.eagle or s.mtp
     return Options(
         engine=spec.engine.name,
         engine_version=spec.engine.version,
@@ -404,7 +547,13 @@ def checker_options(spec: SpeculativeDeploymentSpec | Any, *, lenient: bool = Fa
         ddtree_set=s.ddtree is not None,
         trust_remote_code=spec.target.trust_remote_code,
         target_model=spec.target.model,
-        drafter_model=spec.drafter.model,
+        drafter_model=spec.drafter.model if spec.drafter is not None else None,
+        steps=knobs.steps if knobs is not None else None,
+        topk=knobs.topk if knobs is not None else None,
+        draft_tokens=knobs.draft_tokens if knobs is not None else None,
+        ngram_min=s.ngram.lookup_min if s.ngram else None,
+        ngram_max=s.ngram.lookup_max if s.ngram else None,
+        ngram_tokens=s.ngram.num_speculative_tokens if s.ngram else None,
         max_model_len=spec.engine.max_model_len,
         concurrency=spec.speculation.guard.max_concurrency if spec.speculation.guard else None,
         accept=tuple(spec.checks.accept),
@@ -452,8 +601,13 @@ class Resolved(_Model):
     drafter_config_digest: Optional[str] = Field(default=None, description="sha256 of the drafter config.json checked.")
     target_revision: Optional[str] = Field(default=None, description="Resolved commit of the target.")
     drafter_revision: Optional[str] = Field(default=None, description="Resolved commit of the drafter.")
-    block_size: Optional[int] = Field(default=None, description="Draft block size in use.")
-    num_speculative_tokens: Optional[int] = Field(default=None, description="Draft tokens per step (block size - 1).")
+    method: Optional[str] = Field(default=None, description="Speculative method rendered (spec.speculation.method).")
+    engine_method: Optional[str] = Field(
+        default=None, description="The engine release's own name for it (SGLang `--speculative-algorithm`, vLLM "
+        "`speculative_config.method`), from the capability table.")
+    block_size: Optional[int] = Field(default=None, description="Tokens verified per step, bonus included (DFlash: "
+                                      "the draft block size).")
+    num_speculative_tokens: Optional[int] = Field(default=None, description="Draft tokens per step.")
     draft_window: Optional[int] = Field(default=None, description="Compact draft cache window in use, if any.")
     native_window: Optional[int] = Field(
         default=None, description="Window the engine applies to the drafter's sliding layers itself (no compact cache).")
@@ -500,6 +654,11 @@ class Acceptance(_Model):
     window: Optional[str] = Field(default=None, description="Window the figures cover, e.g. `5m`.")
     sampled_at: Optional[str] = Field(default=None, description="When the figures were computed (RFC 3339).")
     pods_reporting: Optional[int] = Field(default=None, ge=0, description="Engine pods whose metrics were used.")
+    source: Optional[str] = Field(
+        default=None, description="Series the length was computed from: `vllmCounters` (vLLM's spec_decode "
+        "counters), `sglangVerifyCalls` (SGLang's generation tokens per `sglang:spec_verify_calls_total`, where the "
+        "release exports it) or `sglangAcceptLengthGauge` (the `sglang:spec_accept_length` gauge, older releases or "
+        "no request finished in the window).")
     revision: Optional[str] = Field(
         default=None, description="Speculation revision the figures were measured on: a digest of the drafter, "
         "target, engine and speculation settings.")
@@ -551,7 +710,7 @@ class ObjectMeta(BaseModel):
 
 
 class SpeculativeDeployment(BaseModel):
-    """A target model served with a DFlash drafter: the operator's custom resource."""
+    """A target model served with speculative decoding: the operator's custom resource."""
 
     model_config = ConfigDict(extra="ignore")
 

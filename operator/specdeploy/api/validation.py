@@ -14,6 +14,8 @@ object, the reconciler sets ``DrafterCompatible=Unknown`` and ``Progressing=Fals
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,6 +120,11 @@ def object_check_errors(opts: Options | None) -> list[SpecProblem]:
     return [SpecProblem(f.path, f.message, f.code) for f in found if f.severity is Severity.ERROR]
 
 
+# A model validator's sentence that starts with the field it refuses ("spec.drafter is required ..."): the
+# problem is reported at that field, as the CRD's CEL rule (fieldPath) does.
+_NAMED_FIELD = re.compile(r"^(spec(?:\.[A-Za-z]+)+) is ")
+
+
 def parse(obj: Any) -> tuple[T.SpeculativeDeployment | None, list[SpecProblem]]:
     """(parsed CR, []) or (None, problems): the schema's refusals in the catalog's words, with the checker's
     message and code for a field where it has a rule (one problem per field)."""
@@ -135,6 +142,10 @@ def parse(obj: Any) -> tuple[T.SpeculativeDeployment | None, list[SpecProblem]]:
     used: set[str] = set()
     for err in errors:
         path = _path(tuple(err.get("loc", ())))
+        named = _NAMED_FIELD.match(str((err.get("ctx") or {}).get("error") or "")) if err.get("type") == "value_error" \
+            else None
+        if named and path in ("spec", "(object)"):  # a cross-field validator naming the field it refuses
+            path = named.group(1)
         hit = next((checker[p] for p in checker if path == p or path.startswith((p + ".", p + "["))), None)
         if hit is not None:
             if hit.path not in used:

@@ -77,7 +77,13 @@ def cmd_check(args: argparse.Namespace) -> int:
     from ..core.engines import get_engine
     from ..core.findings import report
 
-    drafter = _load_json_config(args.drafter, "drafter")
+    from ..core import methods
+
+    if methods.needs_drafter(args.method) and not args.drafter:
+        raise UsageError(f"--method {args.method} needs --drafter (the drafter's config.json)")
+    if not methods.needs_drafter(args.method) and args.drafter:
+        raise UsageError(f"--method {args.method} takes no --drafter (the target drafts for itself or nothing does)")
+    drafter = _load_json_config(args.drafter, "drafter") if args.drafter else None
     target = _load_json_config(args.target, "target")
     version = args.engine_version
     if args.engine and not version:
@@ -89,7 +95,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     opts = Options(engine=args.engine, engine_version=version, gpu=args.gpu, gpu_count=args.gpu_count,
                    nodes=args.nodes, method=args.method, max_model_len=args.max_model_len,
                    draft_window=_window_arg(args.draft_window), accept=tuple(args.accept or ()),
-                   trust_remote_code=args.trust_remote_code, concurrency=args.concurrency)
+                   trust_remote_code=args.trust_remote_code, concurrency=args.concurrency, steps=args.steps,
+                   topk=args.topk, draft_tokens=args.draft_tokens, ngram_min=args.lookup_min,
+                   ngram_max=args.lookup_max, ngram_tokens=args.ngram_tokens)
     a = analyze(drafter, target, opts)
     if args.output == "json":
         doc = report(a.findings)
@@ -100,6 +108,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         doc["accepted"] = [f.to_dict() for f in a.accepted]
         if a.derived is not None:
             doc["derived"] = a.derived.to_dict()
+        if a.family is not None:
+            doc["family"] = a.family.to_dict()
         print(json.dumps(doc, indent=2))
     else:
         ctx = f"{args.engine} {version}" if args.engine else "no engine given"
@@ -107,10 +117,18 @@ def cmd_check(args: argparse.Namespace) -> int:
             ctx += f", {args.gpu_count} x {args.gpu}"
         n_err = sum(1 for f in a.findings if f.severity.value == "error")
         n_warn = sum(1 for f in a.findings if f.severity.value == "warning")
-        print(f"{'OK' if a.ok else 'INCOMPATIBLE'}: {args.drafter} vs {args.target} ({ctx}): "
+        who = f"{args.drafter} vs {args.target}" if args.drafter else f"{args.target} ({args.method}, no drafter)"
+        print(f"{'OK' if a.ok else 'INCOMPATIBLE'}: {who} ({ctx}): "
               f"{n_err} error(s), {n_warn} warning(s)")
+        if a.family is not None:
+            print(f"drafter family: {a.family.label} (format {a.family.format}; {'; '.join(a.family.evidence)})")
         _print_findings(a.findings, sys.stdout)
-        if a.derived is not None and a.ok:
+        if a.derived is not None and a.ok and not methods.uses_dflash_path(args.method):
+            d = a.derived
+            extra = f", {d.steps} steps, top-k {d.topk}" if d.steps is not None else ""
+            print(f"derived: method {args.method}, {d.num_speculative_tokens} draft tokens per step, "
+                  f"{d.block_size} verified per step{extra}")
+        elif a.derived is not None and a.ok:
             d = a.derived
             window = (f"compact cache {d.draft_window}" if d.draft_window is not None else
                       f"native {d.native_window}" if d.native_window is not None else "none")
@@ -180,7 +198,11 @@ def cmd_render(args: argparse.Namespace) -> int:
 
             print(json.dumps({**report(refused), "rendered": False, "exitCode": 1}, indent=2))
         return 1
-    drafter = _load_json_config(args.drafter_config, "drafter")
+    if cr.spec.drafter is not None and not args.drafter_config:
+        raise UsageError(f"method {cr.spec.speculation.method} needs --drafter-config")
+    if cr.spec.drafter is None and args.drafter_config:
+        raise UsageError(f"method {cr.spec.speculation.method} has no drafter: drop --drafter-config")
+    drafter = _load_json_config(args.drafter_config, "drafter") if args.drafter_config else None
     target = _load_json_config(args.target_config, "target")
     try:
         r = render(cr, target, drafter, pod_monitor=args.pod_monitor, policy=policy)
@@ -206,18 +228,22 @@ def add_parsers(sub) -> None:
     # The tables are standard-library only: cheap to import for choices.
     from ..core.engines import ENGINE_NAMES
     from ..core.gpus import PROFILE_KEYS
+    from ..core.methods import DEFAULT_METHOD, METHODS
 
     c = sub.add_parser("check", help="check a drafter config.json against its target's",
-                       description="Check a DFlash drafter config.json against the target's, and with --engine and --gpu "
-                       "also against the engine release and the GPU pool. Every finding names the field and the fix.",
+                       description="Check a drafter config.json against the target's (no drafter for --method mtp, "
+                       "ngram, suffix), and with --engine and --gpu also against the engine release and the GPU pool. "
+                       "Every finding names the field and the fix.",
                        epilog=epilog(["specdeploy check --drafter z-lab/Qwen3.6-27B-DFlash/ --target Qwen3.6-27B/",
                                       "specdeploy check --drafter d.json --target t.json --engine sglang "
                                       "--gpu rtx-pro-6000 --gpu-count 8 -o json",
                                       "specdeploy check --drafter d.json --target t.json --engine vllm "
-                                      "--engine-version 0.32.0 --gpu cpu"],
+                                      "--engine-version 0.32.0 --gpu cpu",
+                                      "specdeploy check --method mtp --target DeepSeek-V3/ --engine sglang"],
                                      ok="no errors (warnings may be printed)", findings="the check found errors",
                                      json_errors=True))
-    c.add_argument("--drafter", required=True, metavar="D", help="drafter config.json, or a directory holding one")
+    c.add_argument("--drafter", metavar="D", help="drafter config.json, or a directory holding one (required for "
+                   "drafter methods; refused for mtp, ngram and suffix)")
     c.add_argument("--target", required=True, metavar="T", help="target config.json, or a directory holding one")
     c.add_argument("--engine", choices=ENGINE_NAMES, help="also check engine support")
     c.add_argument("--engine-version", metavar="V", help="engine release (default: the newest verified); a release the "
@@ -230,7 +256,16 @@ def add_parsers(sub) -> None:
     c.add_argument("--gpu", choices=PROFILE_KEYS, help="GPU profile")
     c.add_argument("--gpu-count", type=positive_int, default=1, metavar="N", help="GPUs per replica (tensor parallel)")
     c.add_argument("--nodes", type=positive_int, default=1, metavar="N", help="nodes per replica")
-    c.add_argument("--method", choices=["dflash", "ddtree"], default="dflash", help="speculative method")
+    c.add_argument("--method", choices=METHODS, default=DEFAULT_METHOD,
+                   help="speculative method (spec.speculation.method)")
+    c.add_argument("--steps", type=positive_int, metavar="N", help="draft steps (spec.speculation.eagle/mtp.steps)")
+    c.add_argument("--topk", type=positive_int, metavar="N", help="top-k per step (spec.speculation.eagle/mtp.topk)")
+    c.add_argument("--draft-tokens", type=positive_int, metavar="N",
+                   help="tokens verified per step (spec.speculation.eagle/mtp.draftTokens)")
+    c.add_argument("--lookup-min", type=positive_int, metavar="N", help="spec.speculation.ngram.lookupMin")
+    c.add_argument("--lookup-max", type=positive_int, metavar="N", help="spec.speculation.ngram.lookupMax")
+    c.add_argument("--ngram-tokens", type=positive_int, metavar="N",
+                   help="spec.speculation.ngram.numSpeculativeTokens")
     c.add_argument("--max-model-len", type=positive_int, metavar="N",
                    help="context the engine serves (spec.engine.maxModelLen; default: the target's limit)")
     c.add_argument("--concurrency", type=positive_int, metavar="N",
@@ -261,7 +296,7 @@ def add_parsers(sub) -> None:
                                      "nothing rendered (findings on stderr; with -o json also on stdout)",
                                      json_errors=True))
     r.add_argument("-f", "--filename", required=True, help="SpeculativeDeployment YAML ('-' for stdin)")
-    r.add_argument("--drafter-config", required=True, metavar="D", help="drafter config.json or directory")
+    r.add_argument("--drafter-config", metavar="D", help="drafter config.json or directory (not for mtp, ngram, suffix)")
     r.add_argument("--target-config", required=True, metavar="T", help="target config.json or directory")
     r.add_argument("--output", "-o", choices=["yaml", "json"], default="yaml")
     r.add_argument("--pod-monitor", action="store_true", help="include the PodMonitor (prometheus-operator)")

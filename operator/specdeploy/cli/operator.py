@@ -45,7 +45,9 @@ def cmd_operator_run(args: argparse.Namespace) -> int:
         raise UsageError(f"--metrics-port {args.metrics_port} is not a port (1-65535, or 0 to disable)")
     given = [f for f, v in (("--webhook-port", args.webhook_port), ("--webhook-cert-dir", args.webhook_cert_dir),
                             ("--webhook-service", args.webhook_service),
-                            ("--webhook-configuration", args.webhook_configuration)) if v]
+                            ("--webhook-configuration", args.webhook_configuration),
+                            ("--webhook-client-ca", args.webhook_client_ca),
+                            ("--webhook-client-name", args.webhook_client_name)) if v]
     if given and not args.webhook:
         raise UsageError(f"{', '.join(given)}: the admission webhook server is off; add --webhook to serve it")
     port = 0
@@ -55,17 +57,37 @@ def cmd_operator_run(args: argparse.Namespace) -> int:
             raise UsageError(f"--webhook-port {port} is not a port (1-65535)")
     if args.webhook_cert_dir and not os.path.isdir(args.webhook_cert_dir):
         raise UsageError(f"--webhook-cert-dir {args.webhook_cert_dir}: not a directory")
+    if args.webhook_client_ca and not os.path.isfile(args.webhook_client_ca):
+        raise UsageError(f"--webhook-client-ca {args.webhook_client_ca}: not a file")
+    if args.webhook_client_name and not args.webhook_client_ca:
+        raise UsageError("--webhook-client-name: needs --webhook-client-ca (the CA that signed the caller's certificate)")
     for svc in args.webhook_service or []:
         if svc.count(".") != 1 or not all(svc.split(".")):
             raise UsageError(f"--webhook-service {svc!r}: expected NAME.NAMESPACE")
     webhook = WebhookSettings(
         port=port, addr=bind, cert_dir=args.webhook_cert_dir, services=args.webhook_service or [],
         secret=args.webhook_secret, configuration=args.webhook_configuration,
+        client_ca=args.webhook_client_ca, client_names=args.webhook_client_name or [],
         namespace=args.operator_namespace or os.environ.get("POD_NAMESPACE") or None)
     return run(args.namespace or [], args.all_namespaces, kubeconfig=args.kubeconfig, metrics_port=args.metrics_port,
                metrics_addr=metrics_bind, bind_addr=bind, liveness=args.liveness, resync_seconds=args.resync_seconds,
-               verbose=args.verbose, webhook=webhook, policy=policy_args(args),
-               election=_election_args(args, webhook.namespace), health_port=args.health_port)
+               verbose=args.verbose, webhook=webhook, policy=_policy_args(args),
+               election=_election_args(args, webhook.namespace), health_port=args.health_port,
+               engine_network_policy=_engine_network_policy(args))
+
+
+def _engine_network_policy(args: argparse.Namespace) -> list[str] | None:
+    from ..api.types import NAME_PATTERN
+
+    import re
+
+    listed = args.engine_ingress_namespace or []
+    if listed and not args.engine_network_policy:
+        raise UsageError("--engine-ingress-namespace: needs --engine-network-policy")
+    for ns in listed:
+        if not re.fullmatch(NAME_PATTERN, ns) or len(ns) > 63 or "." in ns:
+            raise UsageError(f"--engine-ingress-namespace {ns!r} is not a namespace name")
+    return listed if args.engine_network_policy else None
 
 
 def _election_args(args: argparse.Namespace, operator_namespace: str | None):
@@ -141,9 +163,22 @@ def add_parsers(sub) -> None:
     orun.add_argument("--webhook-configuration", metavar="NAME",
                       help="Validating- and MutatingWebhookConfiguration whose caBundle the operator keeps current "
                       "(self-signed mode)")
+    orun.add_argument("--webhook-client-ca", metavar="FILE",
+                      help="serve the webhooks only to callers with a client certificate signed by a CA in FILE (PEM): "
+                      "the API server, configured to present one (docs/concepts/security.md, \"Webhook callers\")")
+    orun.add_argument("--webhook-client-name", action="append", metavar="NAME",
+                      help="with --webhook-client-ca: and whose certificate names NAME (common name or DNS SAN; "
+                      "repeatable; default: any certificate the CA signed)")
     orun.add_argument("--operator-namespace", metavar="NS",
                       help="the operator's namespace (default: $POD_NAMESPACE); without one the self-signed "
                       "certificate is kept in memory only")
+    orun.add_argument("--engine-network-policy", action="store_true",
+                      help="give every SpeculativeDeployment a NetworkPolicy: its engine pods take connections only "
+                      "from pods of its namespace, of the operator's and of --engine-ingress-namespace "
+                      "(docs/concepts/security.md, \"Engine network\")")
+    orun.add_argument("--engine-ingress-namespace", action="append", metavar="NS",
+                      help="with --engine-network-policy: pods of this namespace may reach engine pods too (e.g. the "
+                      "monitoring namespace; repeatable)")
     orun.add_argument("--health-port", type=int, default=0, metavar="N",
                       help="port of /healthz and /readyz (ready: webhook serving and caches synced; 0: off)")
     le = orun.add_argument_group("leader election (several replicas: one reconciles, every one serves the webhooks; "

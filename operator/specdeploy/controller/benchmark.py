@@ -252,7 +252,7 @@ class BenchmarkController:
             return POLL_SECONDS
         return await self._client(key, body, cr, owner, plan, v, progress, image=vo.image, base_url=vo.url(ns),
                                   model=vo.model, engine=vo.engine_config.engine,
-                                  engine_version=vo.engine_config.engine_version)
+                                  engine_version=vo.engine_config.engine_version, api_key=dcr.spec.engine.api_key)
 
     def _ahead_of(self, key: Key, body: dict, deployment: str) -> str | None:
         """The name of an unfinished benchmark of the same deployment that goes first (Running, else the
@@ -336,7 +336,7 @@ class BenchmarkController:
         model = dcr.spec.target.model if dcr.spec.target.pvc is None else f"/models/target/{dcr.spec.target.model.lstrip('/')}"
         return await self._client(key, body, cr, owner, plan, v, progress, image=image,
                                   base_url=f"http://{ref}.{ns}.svc:{port}", model=model, engine=dcr.spec.engine.name,
-                                  engine_version=dcr.spec.engine.version)
+                                  engine_version=dcr.spec.engine.version, api_key=dcr.spec.engine.api_key)
 
     def _serving_image(self, dcr, target, drafter) -> str | None:
         """The image the serving deployment runs, from rendering its spec as the reconciler does (never read
@@ -366,7 +366,7 @@ class BenchmarkController:
             await self.kube.delete(kind, ns, name)
 
     async def _client(self, key, body, cr, owner: BenchOwner, plan: BenchPlan, v: Variant, progress: str, *, image: str,
-                      base_url: str, model: str, engine: str, engine_version: str) -> float | None:
+                      base_url: str, model: str, engine: str, engine_version: str, api_key=None) -> float | None:
         ns, name = key
         job_name = f"{name}-{v.name}-client"
         job = await self._claim("Job", ns, job_name, owner)
@@ -393,7 +393,7 @@ class BenchmarkController:
             await self._claim("ConfigMap", ns, cm["metadata"]["name"], owner)
             await self.kube.apply(cm, force=True)
             try:
-                await self.kube.create(build_client_job(owner, v.name, image,
+                await self.kube.create(build_client_job(owner, v.name, image, api_key=api_key,
                                                         service_account=None))
             except KubeError as e:
                 if e.status != 409:  # created by an earlier attempt (or just now by another): the next step claims it

@@ -20,7 +20,8 @@ from . import metrics, ownership
 
 Key = tuple[str, str]  # (namespace, name)
 ChildKey = tuple[str, str, str]  # (kind, namespace, name)
-MANAGED_KINDS = ("ConfigMap", "Deployment", "LeaderWorkerSet", "Service", "PodDisruptionBudget", "PodMonitor")
+MANAGED_KINDS = ("ConfigMap", "Deployment", "LeaderWorkerSet", "Service", "PodDisruptionBudget", "PodMonitor",
+                 "NetworkPolicy")
 WORKLOAD_KINDS = ("Deployment", "LeaderWorkerSet")
 
 

@@ -156,6 +156,25 @@ def server_context(m: Material) -> ssl.SSLContext:
     return ctx
 
 
+def require_client_certs(ctx: ssl.SSLContext, ca_file: str) -> None:
+    """Only callers with a client certificate signed by a CA in ``ca_file`` complete the handshake (the API
+    server's webhook client certificate: docs/concepts/security.md, "Webhook callers"). Raises OSError or
+    ssl.SSLError when the file holds no usable CA: the server must not start open instead."""
+    ctx.load_verify_locations(cafile=ca_file)
+    if not ctx.get_ca_certs():
+        raise ssl.SSLError(f"{ca_file} holds no CA certificate")
+    ctx.verify_mode = ssl.CERT_REQUIRED
+
+
+def client_names(peercert: dict | None) -> list[str]:
+    """The common name and DNS subject alternative names of a verified client certificate
+    (``SSLObject.getpeercert()``)."""
+    if not peercert:
+        return []
+    out = [v for rdn in peercert.get("subject") or () for k, v in rdn if k == "commonName"]
+    return out + [v for k, v in peercert.get("subjectAltName") or () if k == "DNS"]
+
+
 def load_into(ctx: ssl.SSLContext, cert_pem: bytes, key_pem: bytes) -> None:
     """Load a certificate into an existing context: new handshakes use it, open connections keep theirs."""
     with tempfile.TemporaryDirectory(prefix="specdeploy-tls-") as d:

@@ -22,7 +22,7 @@ from . import metrics
 from .kube import Kube, load_api_client
 from .monitor import DEFAULT_INTERVAL, ENGINE_POD_LABELS, ENGINE_POD_SELECTOR, INTERVAL_ENV
 from .leader import LeaderElectionSettings
-from .reconciler import Controller, Settings, pod_monitor_labels_from_env
+from .reconciler import Controller, Settings, engine_network_policy_from_env, pod_monitor_labels_from_env
 from .resolve import Resolver
 
 MANAGED = N.MANAGED_LABELS
@@ -109,6 +109,7 @@ async def on_startup(settings: kopf.OperatorSettings, **_) -> None:
         capability_ttl=float(os.environ.get("SPECDEPLOY_CAPABILITY_TTL", "60")),
         policy=TenancyPolicy.from_env(os.environ.get(POLICY_ENV)),
         pod_monitor_labels=pod_monitor_labels_from_env(),
+        engine_network_policy=engine_network_policy_from_env(),
     ))
     from .benchmark import BenchmarkController
 
@@ -172,7 +173,8 @@ async def _start_webhook(kube: Kube, resolver: Resolver) -> None:
 
     ws = WebhookSettings.from_env()
     if ws.port:
-        _webhook = WebhookRuntime(ws, kube, OperatorConfigs(kube, resolver))
+        watched = [n for n in (os.environ.get("SPECDEPLOY_WATCH_NAMESPACES") or "").split(",") if n]
+        _webhook = WebhookRuntime(ws, kube, OperatorConfigs(kube, resolver, watched=watched or None))
         _webhook.start()
         settle_gc()
 
@@ -217,6 +219,11 @@ async def on_service(event, **_) -> None:
 @kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=MANAGED)
 async def on_pdb(event, **_) -> None:
     await controller().observe_child(event.get("type"), {**event["object"], "kind": "PodDisruptionBudget"})
+
+
+@kopf.on.event("networking.k8s.io", "v1", "networkpolicies", labels=MANAGED)
+async def on_networkpolicy(event, **_) -> None:
+    await controller().observe_child(event.get("type"), {**event["object"], "kind": "NetworkPolicy"})
 
 
 @kopf.on.event("monitoring.coreos.com", "v1", "podmonitors", labels=MANAGED)

@@ -29,12 +29,20 @@ The endpoint is ``endpoint`` or, if None, ``HF_ENDPOINT`` read *at call time* (h
 import into ``constants.ENDPOINT``); it is passed explicitly to every huggingface_hub call, so import order does
 not matter. ``token=None`` means anonymous (``token=False`` for huggingface_hub): a token stored on the
 operator's machine (``HF_TOKEN``, ``hf auth login``) is never sent implicitly.
+
+One cache per credential (docs/concepts/security.md, "Hub credentials"): the on-disk cache of a fetch is
+``<cache_dir>/specdeploy-credentials/<credential_id(token)>`` (``cache_dir`` None: huggingface_hub's
+``HF_HUB_CACHE``), so step 1's no-request answer for a pinned commit comes only from what the same token (or,
+for anonymous fetches, no token) downloaded before. A tenant without access to a private model gets the hub's
+own answer (``ModelNotFound``) however often another tenant's token fetched it, also after a restart. A cache
+written by an older operator (models at the top of the cache directory) is never read.
 """
 
 from __future__ import annotations
 
 
 from ..core import safejson
+import hashlib
 import os
 import re
 import time
@@ -75,13 +83,38 @@ def resolve_endpoint(endpoint: str | None = None) -> str:
     return (endpoint or os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
 
 
+ANONYMOUS = "anonymous"
+CREDENTIALS_DIR = "specdeploy-credentials"
+
+
+def credential_id(token: str | None) -> str:
+    """Which credential a fetch uses, as a name safe to keep in memory and on disk: ``anonymous`` for no token,
+    else ``token-`` and 32 hex digits of a SHA-256 of the token (hub tokens carry far more entropy than
+    that: the name does not give the token away)."""
+    if not token:
+        return ANONYMOUS
+    return "token-" + hashlib.sha256(b"specdeploy-hub-credential\0" + token.encode()).hexdigest()[:32]
+
+
+def credential_cache_dir(cache_dir: str | None, token: str | None) -> str:
+    """The on-disk cache of the fetches made with ``token``: one directory per credential under ``cache_dir``
+    (None: huggingface_hub's ``HF_HUB_CACHE``)."""
+    if cache_dir is None:
+        from huggingface_hub import constants
+
+        cache_dir = constants.HF_HUB_CACHE
+    return os.path.join(str(cache_dir), CREDENTIALS_DIR, credential_id(token))
+
+
 def fetch_config(repo_id: str, revision: str | None = None, *, token: str | None = None,
                  endpoint: str | None = None, cache_dir: str | None = None, timeout: float = 10.0) -> HubConfig:
-    """Download ``config.json`` of model ``repo_id`` at ``revision`` (branch, tag or commit; None: default branch)."""
+    """Download ``config.json`` of model ``repo_id`` at ``revision`` (branch, tag or commit; None: default branch),
+    through the cache of ``token``'s credential under ``cache_dir`` (:func:`credential_cache_dir`)."""
     ep = resolve_endpoint(endpoint)
     where = _Where(repo_id, revision, ep, token)
     try:
-        return _fetch(repo_id, revision, token or None, ep, cache_dir, float(timeout), where)
+        return _fetch(repo_id, revision, token or None, ep, credential_cache_dir(cache_dir, token or None),
+                      float(timeout), where)
     except HubResolutionError:
         raise
     except Exception as exc:  # noqa: BLE001 - mapped, never leaked

@@ -55,6 +55,7 @@ KINDS: dict[str, Kind] = {k.kind: k for k in (
     Kind("apps/v1", "Deployment", "deployments"),
     Kind("batch/v1", "Job", "jobs"),
     Kind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets"),
+    Kind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies"),
     Kind("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "leaderworkersets"),
     Kind("monitoring.coreos.com/v1", "PodMonitor", "podmonitors"),
     Kind(N.GROUP_VERSION, N.KIND, PLURAL),

@@ -8,7 +8,8 @@ import os
 
 def run(namespaces: list[str], all_namespaces: bool, *, kubeconfig: str | None = None, metrics_port: int = 8080,
         metrics_addr: str = "127.0.0.1", bind_addr: str = "127.0.0.1", liveness: str | None = None, resync_seconds: float | None = None,
-        verbose: bool = False, webhook=None, policy=None, election=None, health_port: int = 0) -> int:
+        verbose: bool = False, webhook=None, policy=None, election=None, health_port: int = 0,
+        engine_network_policy: list[str] | None = None) -> int:
     """``webhook``: a ``webhooks.WebhookSettings`` (port 0 or None: no admission webhook server).
     ``metrics_addr``: where /metrics listens; ``bind_addr``: where the health probes listen (the
     webhook server's address is ``webhook.addr``)."""
@@ -28,6 +29,10 @@ def run(namespaces: list[str], all_namespaces: bool, *, kubeconfig: str | None =
         os.environ["SPECDEPLOY_HEALTH_ADDR"] = bind_addr
     # the namespaces the CR cache must hold before this replica is ready ("" : all)
     os.environ["SPECDEPLOY_WATCH_NAMESPACES"] = "" if all_namespaces else ",".join(namespaces or ["default"])
+    if engine_network_policy is not None:  # a NetworkPolicy per SpeculativeDeployment (reconciler.py)
+        from .reconciler import ENGINE_NETWORK_POLICY_ENV
+
+        os.environ[ENGINE_NETWORK_POLICY_ENV] = ",".join(engine_network_policy)
     if policy is not None:
         from ..core.policy import POLICY_ENV
 

@@ -367,7 +367,7 @@ class AcceptanceMonitor:
     async def _judge(self, key: Key, d: Deployment, scrapes: list[tuple[Target, str | None, str | None]]) -> None:
         engine = d.engine
         assert engine is not None
-        labels = (key[0], key[1], engine, d.spec.drafter.model)
+        labels = (key[0], key[1], engine, d.spec.drafter.model if d.spec.drafter is not None else "")
         previous = self.deployments.speculation.get(key) or d.stored()
         prev_acc, prev_cond = previous.get("acceptance"), previous.get("condition")
         revision, params = d.revision, d.params
@@ -399,8 +399,8 @@ class AcceptanceMonitor:
                                                 (t_now - prev[1]) if prev else None)
                 if a is None:
                     continue  # this pod exports no speculative-decoding series
-                if engine == "vllm" and prev is None:
-                    primed += 1  # counters since the engine started: wait for a window
+                if prev is None and a.window == "cumulative":
+                    primed += 1  # counters since the engine started (vLLM, SGLang's verify counter): wait for a window
                     continue
                 items.append(a)
                 reporting.append(t)

@@ -17,7 +17,7 @@ parse -> observe -> plan -> apply -> status. Unit-tested with tables (tests/cont
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from ..api.types import MemoryFigures, Resolved, SpeculativeDeploymentStatus
 from ..core import guard as gd
@@ -49,6 +49,7 @@ class Plan:
     guard: tuple[bool | None, str, str] | None = None  # SpeculationGuarded (status, reason, message)
     resolved: Resolved | None = None  # status.resolved (None: not resolved)
     check_failure: str | None = None  # the first error code when the check failed (a metric)
+    family: str | None = None  # the drafter's family and format as the check read them (status message)
 
     def observation(self, body: dict, workload: dict | None, conflicts: list[str] | None = None) -> st.Observation:
         """The status inputs, given the workload as it is after the plan was applied."""
@@ -58,6 +59,7 @@ class Plan:
         obs.resolution_error = self.resolution_error
         obs.conflicts = list(conflicts or [])
         obs.guard = self.guard
+        obs.family = self.family
         return obs
 
 
@@ -85,15 +87,31 @@ def guard_limit(cr, benchmarks: Mapping[tuple[str, str], dict]) -> tuple[gd.Guar
 def plan_reconcile(cr, target, drafter, *, generation: int, children: Mapping[tuple[str, str], dict],
                    benchmarks: Mapping[tuple[str, str], dict] | None = None, pod_monitor: bool = False,
                    lws: bool = True, policy: TenancyPolicy | None = None,
-                   pod_monitor_labels: Mapping[str, str] | None = None) -> Plan:
+                   pod_monitor_labels: Mapping[str, str] | None = None,
+                   network_policy: Sequence[str] | None = None) -> Plan:
     """The plan for a valid, admitted spec whose configs are resolved (``target``/``drafter``: resolve.Resolved).
 
     ``children``: the cached children the deployment may own, by (kind, name) (Caches.children_of);
     ``lws``: whether the LeaderWorkerSet API is served (asked only for multi-node specs)."""
+    plan = _plan_reconcile(cr, target, drafter, generation=generation, children=children, benchmarks=benchmarks,
+                           pod_monitor=pod_monitor, lws=lws, policy=policy, pod_monitor_labels=pod_monitor_labels)
+    plan.family = _family_label(drafter.doc if drafter is not None else None)
+    return plan
+
+
+def _family_label(doc) -> str | None:
+    from ..core.checker.gates import family_of
+
+    fam = family_of(doc)
+    return None if fam is None or fam.name == "unknown" else f"{fam.label} ({fam.format})"
+
+
+def _plan_reconcile(cr, target, drafter, *, generation, children, benchmarks, pod_monitor, lws, policy,
+                    pod_monitor_labels) -> Plan:
     limit, guard_problem = guard_limit(cr, benchmarks or {})
     try:
         rendered = render(cr, target.doc, drafter.doc, pod_monitor=pod_monitor, policy=policy or TenancyPolicy(),
-                          pod_monitor_labels=pod_monitor_labels,
+                          pod_monitor_labels=pod_monitor_labels, network_policy=network_policy,
                           guard=limit)
     except RenderError as e:
         errors = error_findings(e.findings)
@@ -166,7 +184,7 @@ def observe(gen: int, body: dict, workload: dict | None, findings, rendered: Ren
 
 def build_resolved(target, drafter, rendered: Rendered | None, cr) -> Resolved:
     """status.resolved: the configs checked, and what the render derived from them."""
-    out = Resolved(target_config_digest=target.digest, drafter_config_digest=drafter.digest, profile=cr.spec.gpu.type,
+    out = Resolved(target_config_digest=target.digest, drafter_config_digest=drafter.digest or None, profile=cr.spec.gpu.type,
                    target_revision=target.commit or None, drafter_revision=drafter.commit or None)
     if rendered is None:
         return out
@@ -176,6 +194,8 @@ def build_resolved(target, drafter, rendered: Rendered | None, cr) -> Resolved:
     ec = rendered.engine_config
     tmpl = workload_template(rendered.objects[1])
     served = rendered.analysis.derived.served_context if rendered.analysis.derived else None
+    out.method = ec.speculation.method
+    out.engine_method = ec.speculation.engine_method
     out.block_size = ec.speculation.block_size
     out.num_speculative_tokens = ec.speculation.num_speculative_tokens
     out.config_hash = rendered.config_hash
@@ -186,8 +206,9 @@ def build_resolved(target, drafter, rendered: Rendered | None, cr) -> Resolved:
     out.gpu_product = get_profile(cr.spec.gpu.type).product_label
     out.cache = rendered.cache.label()
     out.target_weights = weight_source(cr.spec.target, "target", rendered.cache)
-    out.drafter_weights = weight_source(cr.spec.drafter, "drafter", rendered.cache,
-                                        rendered.image if rendered.baked_drafter is not None else None)
+    if cr.spec.drafter is not None:
+        out.drafter_weights = weight_source(cr.spec.drafter, "drafter", rendered.cache,
+                                            rendered.image if rendered.baked_drafter is not None else None)
     if rendered.guard is not None:
         out.guard_max_concurrency = rendered.guard.limit.max_concurrency
     plan = rendered.analysis.derived.memory if rendered.analysis.derived else None

@@ -46,9 +46,26 @@ class Settings:
     capability_ttl: float = 60.0
     policy: TenancyPolicy = field(default_factory=TenancyPolicy)
     pod_monitor_labels: dict[str, str] = field(default_factory=dict)  # extra labels on every PodMonitor
+    # a NetworkPolicy per SpeculativeDeployment (None: none): the namespaces besides the CR's that reach its engines
+    engine_network_policy: tuple[str, ...] | None = None
 
 
 POD_MONITOR_LABELS_ENV = "SPECDEPLOY_POD_MONITOR_LABELS"  # chart value podMonitor.labels, as a JSON object
+# chart value engineNetworkPolicy (operator flags --engine-network-policy, --engine-ingress-namespace): unset, no
+# NetworkPolicy; else a comma-separated list (maybe empty) of the namespaces besides the CR's own and the operator's
+ENGINE_NETWORK_POLICY_ENV = "SPECDEPLOY_ENGINE_NETWORK_POLICY"
+
+
+def engine_network_policy_from_env(env: Any = None) -> tuple[str, ...] | None:
+    """The namespaces whose pods may reach engine pods besides the CR's own, the operator's among them; None: the
+    operator renders no NetworkPolicy."""
+    env = os.environ if env is None else env
+    text = env.get(ENGINE_NETWORK_POLICY_ENV)
+    if text is None:
+        return None
+    own = env.get("SPECDEPLOY_OPERATOR_NAMESPACE") or env.get("POD_NAMESPACE")
+    listed = [n for n in text.split(",") if n]
+    return tuple(sorted(set(listed + ([own] if own else []))))
 
 
 def pod_monitor_labels_from_env(env: Any = None) -> dict[str, str]:
@@ -306,7 +323,8 @@ class Controller:
         plan = pl.plan_reconcile(cr, target, drafter, generation=gen, children=self.cache.children_of(ns, name),
                                  benchmarks=self.benchmarks, pod_monitor=await self.executor.has(PODMONITOR),
                                  lws=await self.executor.has(LWS) if cr.spec.nodes > 1 else True, policy=policy,
-                                 pod_monitor_labels=self.settings.pod_monitor_labels)
+                                 pod_monitor_labels=self.settings.pod_monitor_labels,
+                                 network_policy=self.settings.engine_network_policy)
         if plan.check_failure is not None and state.last_generation_seen != gen:
             metrics.CHECK_FAILURES.labels(code=plan.check_failure).inc()
         state.last_generation_seen = gen

@@ -41,6 +41,10 @@ class Resolved:
     commit: str | None = None
 
 
+# The drafter of a drafterless method (mtp, ngram, suffix): no document to check, nothing to pin.
+NO_MODEL = Resolved(doc=None, digest="", source="none")
+
+
 class ResolutionError(Exception):
     """``conflict``: ``Kind/name (why)`` of an object the resolution would have written but does not control
     (the inspector Job's name taken): the reconciler reports it as ChildConflict."""
@@ -113,19 +117,28 @@ def build_inspector_job(cr, role: str, src, image: str) -> dict:
     }
 
 
+def _pinned(revision: str | None) -> bool:
+    return bool(revision) and len(revision) == 40 and all(c in "0123456789abcdef" for c in revision)
+
+
 class Resolver:
-    """Resolves configs for the reconciler; caches hub results by (repo, revision)."""
+    """Resolves configs for the reconciler; caches hub results by (repo, revision, credential)."""
 
     def __init__(self, kube: Kube, hub_fetch=None, hub_endpoint: str | None = None, clock=time.monotonic):
         self.kube = kube
         self.hub_fetch = hub_fetch
         self.hub_endpoint = hub_endpoint
         self.clock = clock
+        # (model, revision, hub.credential_id(token)) -> (when, Resolved)
         self._hub_cache: dict[tuple, tuple[float, Resolved]] = {}
+        # (namespace, Secret, key) of a tokenSecretRef -> the credential it held when last read (for the webhook)
+        self._secret_creds: dict[tuple[str, str, str], str] = {}
         self.configmaps: dict[tuple[str, str], dict] = {}  # (ns, name) -> body, fed by the watch
 
     async def resolve(self, cr, role: str) -> Resolved:
         src = getattr(cr.spec, role)
+        if src is None:  # no drafter: methods mtp, ngram, suffix
+            return NO_MODEL
         ns = cr.metadata.namespace or "default"
         ref = src.config_from.config_map_key_ref if src.config_from else None
         if ref is not None:
@@ -165,25 +178,50 @@ class Resolver:
             raise ResolutionError("TokenSecretNotFound", f"Secret {ns}/{ref.name} key {ref.key!r} (tokenSecretRef) is missing")
         return base64.b64decode(secret["data"][ref.key]).decode().strip()
 
+    def hub_cached(self, ns: str, src, token: str | None = None, *, known: bool = False) -> Resolved | None:
+        """The cached hub resolution of ``src`` for the credential it uses, if still fresh (a pinned commit
+        stays, a branch or tag for HUB_BRANCH_TTL).
+
+        Entries are keyed by (model, revision, credential): what one token fetched is never another
+        credential's answer. With ``known`` (the webhook, which reads no Secret) the credential is the one
+        this namespace's ``tokenSecretRef`` held when the reconciler last read it; none read yet: no entry."""
+        from .hub import credential_id
+
+        if known:
+            ref = src.token_secret_ref
+            cred = credential_id(None) if ref is None else self._secret_creds.get((ns, ref.name, ref.key))
+            if cred is None:
+                return None
+        else:
+            cred = credential_id(token)
+        hit = self._hub_cache.get((src.model, src.revision, cred))
+        if hit is None:
+            return None
+        if _pinned(src.revision) or self.clock() - hit[0] < HUB_BRANCH_TTL:
+            return hit[1]
+        return None
+
     async def _from_hub(self, ns: str, src, role: str) -> Resolved:
         if self.hub_fetch is None:
             from .hub import fetch_config  # huggingface_hub is imported only when a hub model is used
 
             self.hub_fetch = fetch_config
-        key = (src.model, src.revision)
-        hit = self._hub_cache.get(key)
-        pinned = bool(src.revision) and len(src.revision) == 40 and all(c in "0123456789abcdef" for c in src.revision)
-        if hit and (pinned or self.clock() - hit[0] < HUB_BRANCH_TTL):
-            return hit[1]
-        token = await self._token(ns, src)
-        from .hub import HubResolutionError
+        from .hub import HubResolutionError, credential_id
 
+        # the CR's own credential first: a cache entry is used only by the credential that fetched it
+        token = await self._token(ns, src)
+        cred = credential_id(token)
+        if src.token_secret_ref is not None:
+            self._secret_creds[(ns, src.token_secret_ref.name, src.token_secret_ref.key)] = cred
+        hit = self.hub_cached(ns, src, token)
+        if hit is not None:
+            return hit
         try:
             got = await asyncio.to_thread(self.hub_fetch, src.model, src.revision, token=token, endpoint=self.hub_endpoint)
         except HubResolutionError as e:
             raise ResolutionError(e.reason, e.message, retryable=e.retryable) from None
         r = Resolved(got.doc, got.digest, f"hub:{got.repo_id}@{got.commit}", got.commit)
-        self._hub_cache[key] = (self.clock(), r)
+        self._hub_cache[(src.model, src.revision, cred)] = (self.clock(), r)
         return r
 
     async def _from_pvc(self, cr, role: str, src) -> Resolved:

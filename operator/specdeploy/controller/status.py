@@ -54,6 +54,7 @@ class Observation:
     accepted: list[Finding] = field(default_factory=list)  # turned into info by spec.checks.accept
     internal_error: tuple[str, str] | None = None  # (exception type, one-line message): a bug, retried with backoff
     guard: tuple[bool | None, str, str] | None = None  # SpeculationGuarded (status, reason, message); None: no guard
+    family: str | None = None  # the drafter's family as the check read it (checker/family.py), e.g. "EAGLE-3.1 (hf)"
 
 
 def _findings_message(findings: Iterable[Finding]) -> str:
@@ -91,6 +92,8 @@ def compute_conditions(o: Observation) -> list[dict[str, Any]]:
         compat = _cond(DRAFTER_COMPATIBLE, False, errors[0].code, _findings_message(o.findings))
     else:
         msg = "drafter and target configs passed every check"
+        if o.family:
+            msg = f"{o.family} drafter: {msg}"
         if o.accepted:
             msg += " (accepted through spec.checks.accept: " + ", ".join(sorted({f.code for f in o.accepted})) + ")"
         if warnings:
@@ -297,7 +300,8 @@ def acceptance_status(acceptance: "acc.Acceptance | None", pods_reporting: int, 
         figures = Acceptance.model_construct(
             length=_round(acceptance.length), rate=_round(acceptance.rate),
             per_position=[_round(x) for x in acceptance.per_position], window=window,
-            pods_reporting=int(pods_reporting), revision=revision).model_dump(by_alias=True, exclude_none=True)
+            pods_reporting=int(pods_reporting), revision=revision,
+            source=acceptance.source or None).model_dump(by_alias=True, exclude_none=True)
         old = {k: v for k, v in (previous or {}).items() if k not in ("sampledAt", "baseline")}
         if previous is not None and old == figures and previous.get("sampledAt"):
             figures["sampledAt"] = previous["sampledAt"]

@@ -9,7 +9,8 @@ AdmissionReview) to bad JSON or resources it has not discovered yet, and it bind
 ones kopf would use (``/validate``, ``/mutate``), so the chart's configurations are the same.
 
 The configs lookup reads referenced ConfigMaps from the controller's watch cache, else with
-one GET through the API (a read: fine on dryRun), and hub configs from the resolver's cache only.
+one GET through the API (a read: fine on dryRun), and hub configs from the resolver's cache only (the entry of
+the credential the reconciler last read for that reference).
 TLS comes from ``--webhook-cert-dir`` or from ``certs.SelfSigned`` (see certs.py).
 """
 
@@ -68,6 +69,8 @@ class WebhookSettings:
     namespace: str | None = None  # the operator's namespace (where the Secret lives)
     resync_seconds: float = 300.0  # caBundle / Secret re-check
     cert_check_seconds: float = 60.0  # --webhook-cert-dir re-read
+    client_ca: str | None = None  # PEM file: only callers with a client certificate from this CA (the API server)
+    client_names: list[str] = field(default_factory=list)  # and, when given, with one of these names (CN or DNS SAN)
 
     ENV = "SPECDEPLOY_WEBHOOK_"
 
@@ -79,6 +82,8 @@ class WebhookSettings:
         out[f"{e}CERT_DIR"] = self.cert_dir or ""
         out[f"{e}CONFIGURATION"] = self.configuration or ""
         out["SPECDEPLOY_OPERATOR_NAMESPACE"] = self.namespace or ""
+        out[f"{e}CLIENT_CA"] = self.client_ca or ""
+        out[f"{e}CLIENT_NAMES"] = ",".join(self.client_names)
         return out
 
     @classmethod
@@ -95,6 +100,8 @@ class WebhookSettings:
             namespace=env.get("SPECDEPLOY_OPERATOR_NAMESPACE") or env.get("POD_NAMESPACE") or None,
             resync_seconds=float(env.get(f"{e}RESYNC_SECONDS") or 300),
             cert_check_seconds=float(env.get(f"{e}CERT_CHECK_SECONDS") or 60),
+            client_ca=env.get(f"{e}CLIENT_CA") or None,
+            client_names=[s for s in (env.get(f"{e}CLIENT_NAMES") or "").split(",") if s],
         )
 
 
@@ -104,16 +111,25 @@ class WebhookSettings:
 class OperatorConfigs:
     """``configs_lookup`` for the operator: watch cache or one API GET for ConfigMaps, hub cache only."""
 
-    def __init__(self, kube: Kube | None, resolver: Any, timeout: float = LOOKUP_TIMEOUT, parsed_cache: int = 256):
+    def __init__(self, kube: Kube | None, resolver: Any, timeout: float = LOOKUP_TIMEOUT, parsed_cache: int = 256,
+                 watched: Any = None):
         self.kube = kube
         self.resolver = resolver
+        # the operator's namespace scope (None: every namespace): nothing is read for a review outside it
+        self.watched = frozenset(watched) if watched else None
         self.timeout = timeout
         self._parsed: collections.OrderedDict[tuple, Any] = collections.OrderedDict()
         self._parsed_max = parsed_cache
 
     async def __call__(self, namespace: str, spec: SpeculativeDeploymentSpec, fresh: bool = False) -> Configs:
+        if self.watched is not None and namespace not in self.watched:
+            # says nothing of the namespace's ConfigMaps (existence, keys, values): none is read
+            raise ConfigsUnavailable("the operator does not watch this namespace; nothing was read")
         t_doc, t_src, t_cached, t_key = await self._one(namespace, spec.target, "target", fresh)
-        d_doc, d_src, d_cached, d_key = await self._one(namespace, spec.drafter, "drafter", fresh)
+        if spec.drafter is None:  # methods mtp, ngram, suffix: nothing to read
+            d_doc, d_src, d_cached, d_key = None, "none", False, ("none",)
+        else:
+            d_doc, d_src, d_cached, d_key = await self._one(namespace, spec.drafter, "drafter", fresh)
         key = (t_key, d_key) if t_key is not None and d_key is not None else None
         return Configs(t_doc, d_doc, cached=t_cached or d_cached, sources=(t_src, d_src), key=key)
 
@@ -124,7 +140,7 @@ class OperatorConfigs:
             return await self._configmap(ns, ref.name, ref.key, role, fresh)
         if src.pvc is not None:
             raise ConfigsUnavailable(f"spec.{role}.pvc: config.json is read from PVC {src.pvc.claim_name} by an inspector Job")
-        return self._hub(src, role)
+        return self._hub(ns, src, role)
 
     async def _configmap(self, ns: str, name: str, key: str, role: str, fresh: bool) -> tuple[Any, str, bool, Any]:
         cache = getattr(self.resolver, "configmaps", None) if self.resolver is not None else None
@@ -168,18 +184,13 @@ class OperatorConfigs:
                 self._parsed.popitem(last=False)
         return doc, where, cached, ident
 
-    def _hub(self, src: Any, role: str) -> tuple[Any, str, bool, Any]:
-        hub = getattr(self.resolver, "_hub_cache", None) or {}
-        hit = hub.get((src.model, src.revision))
-        if hit is not None:
-            from .resolve import HUB_BRANCH_TTL
-
-            at, resolved = hit
-            rev = src.revision or ""
-            pinned = len(rev) == 40 and all(c in "0123456789abcdef" for c in rev)
-            clock = getattr(self.resolver, "clock", None)
-            if pinned or clock is None or clock() - at < HUB_BRANCH_TTL:
-                return resolved.doc, resolved.source, True, ("hub", resolved.digest)
+    def _hub(self, ns: str, src: Any, role: str) -> tuple[Any, str, bool, Any]:
+        """The resolver's cached hub resolution for the credential this namespace's reference held when the
+        reconciler last read it (the webhook reads no Secret); none: the lenient path."""
+        cached = getattr(self.resolver, "hub_cached", None)
+        resolved = cached(ns, src, known=True) if cached is not None else None
+        if resolved is not None:
+            return resolved.doc, resolved.source, True, ("hub", resolved.digest)
         raise ConfigsUnavailable(f"spec.{role}: {src.model} has not been fetched from the hub yet")
 
 
@@ -271,8 +282,11 @@ class WebhookServer:
     """POST /validate and /mutate (AdmissionReview v1), GET /healthz; HTTPS with the given context."""
 
     def __init__(self, *, lookup: Any, ssl_context: ssl.SSLContext | None, addr: str = "", port: int = DEFAULT_PORT,
-                 max_body: int | None = None, limits: ServerLimits | None = None):
+                 max_body: int | None = None, limits: ServerLimits | None = None, client_names: Any = ()):
         self.lookup = lookup
+        # with a client CA on ssl_context (certs.require_client_certs): the names a caller's certificate must
+        # carry (CN or DNS SAN); empty: any certificate the CA signed
+        self.client_names = frozenset(client_names)
         from ..core.policy import POLICY_ENV, TenancyPolicy
 
         self.policy = TenancyPolicy.from_env(os.environ.get(POLICY_ENV))
@@ -291,12 +305,25 @@ class WebhookServer:
     async def _dispatch(self, request: web.BaseRequest) -> web.StreamResponse:
         route = {"/validate": "validate", "/mutate": "mutate"}.get(request.path)
         if route is not None:
+            if self.client_names and not self._caller_allowed(request):
+                log.warning("%s: refused a caller whose client certificate names %s (allowed: %s)", route,
+                            certs.client_names(self._peercert(request)) or "nothing",
+                            ", ".join(sorted(self.client_names)))
+                return web.Response(status=403, text="forbidden: this webhook serves the API server only")
             if request.method != "POST":
                 return web.Response(status=405, headers={"Allow": "POST"})
             return await self._handle(request, route)
         if request.path == "/healthz":
             return web.Response(text="ok")
         return web.Response(status=404, text="not found: the webhooks are POST /validate and POST /mutate")
+
+    @staticmethod
+    def _peercert(request: web.BaseRequest) -> dict | None:
+        sslobj = request.transport.get_extra_info("ssl_object") if request.transport is not None else None
+        return sslobj.getpeercert() if sslobj is not None else None
+
+    def _caller_allowed(self, request: web.BaseRequest) -> bool:
+        return any(n in self.client_names for n in certs.client_names(self._peercert(request)))
 
     async def _read_body(self, request: web.BaseRequest) -> tuple[bytes, bool, bool]:
         """(body, too_large, whole body read). Of a body over the limit only the first UID_PREFIX bytes are kept;
@@ -420,7 +447,15 @@ class WebhookRuntime:
                                         dns_names=certs.service_dns_names(s.services), configuration=s.configuration)
         while not await self._refresh_tls():
             await asyncio.sleep(min(self.BIND_RETRY, s.cert_check_seconds))
-        self.server = WebhookServer(lookup=self.lookup, ssl_context=self.ctx, addr=s.addr, port=s.port)
+        while s.client_ca:  # callers must present the API server's client certificate: never serve without it
+            try:
+                certs.require_client_certs(self.ctx, s.client_ca)
+                break
+            except (OSError, ssl.SSLError) as e:
+                log.error("webhook TLS: cannot load the client CA %s (%s); not serving until it loads", s.client_ca, e)
+                await asyncio.sleep(self.BIND_RETRY)
+        self.server = WebhookServer(lookup=self.lookup, ssl_context=self.ctx, addr=s.addr, port=s.port,
+                                    client_names=s.client_names)
         while True:
             try:
                 await self.server.start()
@@ -428,9 +463,11 @@ class WebhookRuntime:
             except OSError as e:
                 log.error("webhook server cannot listen on %s:%s (%s); retrying in %ss", s.addr or "*", s.port, e, self.BIND_RETRY)
                 await asyncio.sleep(self.BIND_RETRY)
-        log.info("admission webhooks listening on https://%s:%s/validate and /mutate (%s)", s.addr or "*", self.server.port,
+        log.info("admission webhooks listening on https://%s:%s/validate and /mutate (%s; %s)", s.addr or "*",
+                 self.server.port,
                  f"certificate from {s.cert_dir}" if s.cert_dir else f"self-signed, Secret {s.namespace}/{s.secret}"
-                 if s.namespace else "self-signed, in memory")
+                 if s.namespace else "self-signed, in memory",
+                 f"callers need a client certificate from {s.client_ca}" if s.client_ca else "any caller")
         await self._sync_bundle()
         self.ready.set()
         # Every replica re-reads the TLS material (the files, or the shared Secret) every

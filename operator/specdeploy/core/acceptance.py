@@ -60,6 +60,15 @@ SGLANG_GAUGES = (SGLANG_ACCEPT_LENGTH, SGLANG_ACCEPT_RATE)
 SGLANG_RANK_LABELS = ("tp_rank", "pp_rank", "moe_ep_rank", "pid")
 SGLANG_DP_LABEL = "dp_rank"
 SGLANG_GENERATION_TOKENS = "sglang:generation_tokens_total"
+# Counters incremented per finished request (observability/metrics_collector.py observe_one_finished_request,
+# SGLang >= 0.5.23 at least): verification passes and generated tokens. SGLang's own per-request acceptance
+# length is completion_tokens / spec_verify_ct, so Δgeneration_tokens / Δverify_calls is the same quantity,
+# summable across pods and ranks; the spec_accept_length gauge is the fallback on releases without the counter.
+SGLANG_VERIFY_CALLS = "sglang:spec_verify_calls_total"
+# Where a figure came from (status.acceptance.source, the recording rules' `source` label).
+SOURCE_VLLM = "vllmCounters"
+SOURCE_SGLANG_COUNTERS = "sglangVerifyCalls"
+SOURCE_SGLANG_GAUGE = "sglangAcceptLengthGauge"
 SGLANG_REQUESTS_RUNNING = "sglang:num_running_reqs"
 SGLANG_WAITING = "sglang:num_queue_reqs"
 SGLANG_THROUGHPUT = "sglang:gen_throughput"
@@ -294,6 +303,9 @@ class Acceptance:
     groups: int = 0  # vLLM: DP engines; SGLang: DP ranks averaged
     resets: int = 0  # counter resets seen between the two scrapes
     notes: tuple[str, ...] = field(default=())
+    source: str = ""  # SOURCE_*: which series the length was computed from
+    verify_calls: float | None = None  # SGLang counters: verification passes in the window
+    generation_tokens: float | None = None  # SGLang counters: tokens generated in the window
 
     @property
     def drafts_per_second(self) -> float | None:
@@ -379,7 +391,7 @@ def _vllm(prev_text: str | None, cur_text: str, interval_s: float | None) -> Acc
     return Acceptance(engine="vllm", length=length, rate=rate, per_position=positions, drafts=drafts,
                       draft_tokens=draft_tokens, accepted=accepted, window=window,
                       interval_s=interval_s if window == "interval" else None, series=len(cur_drafts),
-                      groups=len(engines), resets=total_resets, notes=tuple(notes))
+                      groups=len(engines), resets=total_resets, notes=tuple(notes), source=SOURCE_VLLM)
 
 
 def _sglang_gauge(samples: list[Sample], name: str) -> tuple[float | None, int, int]:
@@ -399,20 +411,55 @@ def _sglang_gauge(samples: list[Sample], name: str) -> tuple[float | None, int, 
     return sum(means) / len(means), n, len(groups)
 
 
-def _sglang(cur_text: str) -> Acceptance | None:
+def _sglang(prev_text: str | None, cur_text: str, interval_s: float | None = None) -> Acceptance | None:
     cur = parse_exposition(cur_text)
+    counters = _sglang_counters(prev_text, cur, interval_s)
+    if counters is not None and counters.length is not None:
+        return counters
     present = any(s.name in SGLANG_GAUGES for s in cur)
     if not present:
-        return None
+        return counters
     length, n_len, g_len = _sglang_gauge(cur, SGLANG_ACCEPT_LENGTH)
     rate, n_rate, g_rate = _sglang_gauge(cur, SGLANG_ACCEPT_RATE)
-    notes = []
+    notes = list(counters.notes) if counters is not None else []
     if length is None:
         notes.append("spec_accept_length is 0 or absent: no speculative step logged yet")
     if g_len > 1:
         notes.append(f"{g_len} data-parallel groups averaged with equal weight")
     return Acceptance(engine="sglang", length=length, rate=rate, window="instant", series=max(n_len, n_rate),
-                      groups=max(g_len, g_rate), notes=tuple(notes))
+                      groups=max(g_len, g_rate), notes=tuple(notes), source=SOURCE_SGLANG_GAUGE)
+
+
+def _sglang_counters(prev_text: str | None, cur: list[Sample], interval_s: float | None) -> Acceptance | None:
+    """tau = Δ sglang:generation_tokens_total / Δ sglang:spec_verify_calls_total (both counted per finished
+    request); None when the release exports no verify counter. Without a finished request in the window the
+    length is None (the caller falls back to the gauge)."""
+    verify = _series(cur, SGLANG_VERIFY_CALLS)
+    if not verify:
+        return None
+    prev = parse_exposition(prev_text) if prev_text is not None else None
+    v_inc, v_resets = _increase(_series(prev, SGLANG_VERIFY_CALLS) if prev is not None else None, verify)
+    gen = _series(cur, SGLANG_GENERATION_TOKENS)
+    g_inc, g_resets = _increase(_series(prev, SGLANG_GENERATION_TOKENS) if prev is not None else None, gen)
+    calls, tokens = sum(v_inc.values()), sum(g_inc.values())
+    window = "interval" if prev is not None and _series(prev, SGLANG_VERIFY_CALLS) else "cumulative"
+    notes = []
+    if window == "cumulative":
+        notes.append("one scrape (or the first with the counter): averages since the engine started")
+    resets = max(v_resets, g_resets)
+    if resets:
+        notes.append(f"{resets} counter reset(s) between the scrapes (engine restarted?)")
+    length = None
+    if calls > 0 and gen:
+        length = tokens / calls
+    elif calls <= 0:
+        notes.append("no request finished in the window: the verify counter did not move")
+    rate, _, _ = _sglang_gauge(cur, SGLANG_ACCEPT_RATE)
+    groups = {dict(l).get(SGLANG_DP_LABEL, "") for l in verify}
+    return Acceptance(engine="sglang", length=length, rate=rate, window=window,
+                      interval_s=interval_s if window == "interval" else None, series=len(verify),
+                      groups=len(groups), resets=resets, notes=tuple(notes), source=SOURCE_SGLANG_COUNTERS,
+                      verify_calls=calls, generation_tokens=tokens)
 
 
 def running_requests(engine: str, text: str) -> float | None:
@@ -431,8 +478,9 @@ def acceptance_from_scrapes(engine: str, prev_text: str | None, cur_text: str,
     """Acceptance from one or two scrapes of one engine's /metrics text.
 
     vLLM: with ``prev_text`` the counters' increase from it to ``cur_text``; without, the
-    averages since the engine started. SGLang: the gauges of ``cur_text`` (``prev_text`` is
-    ignored). Returns None when the engine exports no speculative-decoding metrics at all.
+    averages since the engine started. SGLang: where the release exports ``sglang:spec_verify_calls_total``,
+    the same from its counters (generated tokens per verification pass); otherwise, or when no request
+    finished in the window, the ``spec_accept_length`` gauge of ``cur_text``. ``source`` says which. Returns None when the engine exports no speculative-decoding metrics at all.
     Never raises on malformed text (unparseable lines are skipped)."""
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
@@ -443,7 +491,7 @@ def acceptance_from_scrapes(engine: str, prev_text: str | None, cur_text: str,
         interval_s = None
     if engine == "vllm":
         return _vllm(prev_text if isinstance(prev_text, str) else None, cur_text, interval_s)
-    return _sglang(cur_text)
+    return _sglang(prev_text if isinstance(prev_text, str) else None, cur_text, interval_s)
 
 
 def combine(items: Iterable[Acceptance | None]) -> Acceptance | None:
@@ -457,13 +505,26 @@ def combine(items: Iterable[Acceptance | None]) -> Acceptance | None:
         raise ValueError("cannot combine acceptance of different engines")
     if len(got) == 1:
         return got[0]
+    if engine == "sglang" and all(a.source == SOURCE_SGLANG_COUNTERS for a in got):
+        calls = sum(a.verify_calls or 0.0 for a in got)
+        tokens = sum(a.generation_tokens or 0.0 for a in got)
+        rates = [a.rate for a in got if a.rate is not None]
+        windows = {a.window for a in got}
+        return Acceptance(engine="sglang", length=tokens / calls if calls > 0 else None,
+                          rate=sum(rates) / len(rates) if rates else None,
+                          window=windows.pop() if len(windows) == 1 else "mixed",
+                          interval_s=max((a.interval_s for a in got if a.interval_s), default=None),
+                          series=sum(a.series for a in got), groups=sum(a.groups for a in got),
+                          resets=sum(a.resets for a in got), notes=(f"{len(got)} pods summed",),
+                          source=SOURCE_SGLANG_COUNTERS, verify_calls=calls, generation_tokens=tokens)
     if engine == "sglang":
         lengths = [a.length for a in got if a.length is not None]
         rates = [a.rate for a in got if a.rate is not None]
         return Acceptance(engine="sglang", length=sum(lengths) / len(lengths) if lengths else None,
                           rate=sum(rates) / len(rates) if rates else None, window="instant",
                           series=sum(a.series for a in got), groups=sum(a.groups for a in got),
-                          notes=(f"{len(got)} pods averaged with equal weight",))
+                          notes=(f"{len(got)} pods averaged with equal weight",),
+                          source=SOURCE_SGLANG_GAUGE if any(a.source == SOURCE_SGLANG_GAUGE for a in got) else "")
     drafts = sum(a.drafts or 0.0 for a in got)
     acc_parts = [a.accepted for a in got if a.accepted is not None]
     tok_parts = [a.draft_tokens for a in got if a.draft_tokens is not None]
@@ -483,7 +544,7 @@ def combine(items: Iterable[Acceptance | None]) -> Acceptance | None:
         window=windows.pop() if len(windows) == 1 else "mixed",
         interval_s=max(intervals) if intervals else None,
         series=sum(a.series for a in got), groups=sum(a.groups for a in got),
-        resets=sum(a.resets for a in got), notes=(f"{len(got)} pods summed",))
+        resets=sum(a.resets for a in got), notes=(f"{len(got)} pods summed",), source=SOURCE_VLLM)
 
 
 # ----------------------------------------------------------------- health

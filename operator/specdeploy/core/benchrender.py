@@ -181,8 +181,12 @@ def build_client_configmap(owner: BenchOwner, variant: str, plan: dict, prompts_
 
 
 def build_client_job(owner: BenchOwner, variant: str, image: str, *, env: dict[str, str] | None = None,
-                     service_account: str | None = None) -> dict:
-    """The Job that runs the client against one variant (created once; a Job's template is immutable)."""
+                     service_account: str | None = None, api_key=None) -> dict:
+    """The Job that runs the client against one variant (created once; a Job's template is immutable).
+    ``api_key``: the deployment's spec.engine.apiKey; the client sends it from ``OPENAI_API_KEY`` (the variable
+    vLLM's and SGLang's benchmark clients read too), taken from the same Secret."""
+    secret_env = [] if api_key is None else [{"name": "OPENAI_API_KEY", "valueFrom": {"secretKeyRef": {
+        "name": api_key.secret_key_ref.name, "key": api_key.secret_key_ref.key}}}]
     labels = client_labels(owner, variant)
     name = f"{owner.name}-{variant}-client"
     pod_spec: dict[str, Any] = {
@@ -195,7 +199,7 @@ def build_client_job(owner: BenchOwner, variant: str, image: str, *, env: dict[s
             "args": ["--plan", f"{CLIENT_PLAN_MOUNT}/{CLIENT_PLAN_KEY}"],
             "env": [{"name": "HOME", "value": "/tmp"}, {"name": "HF_HOME", "value": "/tmp/hf-home"},
                     {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
-                    *({"name": k, "value": v} for k, v in sorted((env or {}).items()))],
+                    *({"name": k, "value": v} for k, v in sorted((env or {}).items())), *secret_env],
             "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "2Gi"}},
             "securityContext": container_security_context(),
             "volumeMounts": [{"name": "plan", "mountPath": CLIENT_PLAN_MOUNT, "readOnly": True},

@@ -15,7 +15,8 @@ from types import MappingProxyType
 # raises, a shape cannot match) never can.
 OVERRIDABLE_ERRORS = frozenset({
     "TargetLayerIdsShifted", "EngineLayerOffsetBroken", "SlidingWindowUnsupportedByEngine",
-    "DrafterContextTooShort", "WeightsExceedGpuMemory", "KvCacheTooSmallForContext",
+    "DrafterContextTooShort", "WeightsExceedGpuMemory", "KvCacheTooSmallForContext", "Eagle3AuxLayerIdsShifted",
+    "Eagle3AuxLayersReadDifferently",
 })
 
 
@@ -27,6 +28,8 @@ class CheckDoc:
     why: str
     incident: str
     fix: str
+    # the engine code the rule was read from (file and function, in the wheel named), where it has one
+    source: str = ""
 
     @property
     def overridable(self) -> bool:
@@ -180,15 +183,139 @@ CATALOG = MappingProxyType({c.code: c for c in (
        "Render a draft window (spec.speculation.draftWindow), lower maxModelLen, or add GPUs."),
     _C("RemoteCodeNotTrusted", "warning", "spec", "The target ships custom code (auto_map); the engine may need trustRemoteCode to load it or its tokenizer.",
        "Kimi K2.x tokenizers are repository code.", "Set spec.target.trustRemoteCode: true if you trust that code."),
+    # ---- method gates: family detection and per-family rules (issue 25; core/checker/family.py, gates.py)
+    _C("MethodFamilyMismatch", "error", "spec", "The drafter's family, read from its config (architectures, "
+       "speculators_model_type, dflash_config.projector_type, eagle_config, fc_norm/norm_output, MLA fields), is not "
+       "the family spec.speculation.method serves; both are named in the message.",
+       "sglang #21272: an EAGLE-3 head run as EAGLE gives tau 1.0; a DFlash2 drafter under dflash runs without its candidate head.",
+       "Set the method that serves the drafter's family (eagle3, dflash, dflash2, dspark).",
+       source="vLLM 0.33.0 v1/worker/gpu/spec_decode/__init__.py init_speculator (selects by architecture); "
+       "SGLang 0.5.23 speculative/dflash_utils.py parse_dflash_draft_config (projector_type)"),
+    _C("Eagle3ArchitectureUnsupported", "error", "engine", "The engine loads EAGLE-3 drafters by architecture name: vLLM "
+       "prefixes Eagle3 to a name that neither starts nor ends with it and asks its speculative registry; SGLang has "
+       "only LlamaForCausalLMEagle3 and Eagle3DeepseekV2ForCausalLM and renames nothing (a plain LlamaForCausalLM loads "
+       "the target class). vLLM's speculators reader takes llama or qwen3 layer configs only.",
+       "An unregistered name fails at load ('Cannot find model module').", "Use an architecture the engine registers.",
+       source="vLLM 0.33.0 transformers_utils/configs/eagle.py EAGLEConfig.__init__, model_executor/models/registry.py "
+       "_SPECULATIVE_DECODING_MODELS, configs/speculators/algos.py update_eagle3; SGLang 0.5.23 models/llama_eagle3.py "
+       "and models/kimi_k25_eagle3.py EntryClass, model_loader/utils.py resolve_transformers_arch"),
+    _C("SpeculatorsUnsupportedByEngine", "error", "engine", "SGLang has no reader for the speculators format "
+       "(speculators_config, transformer_layer_config).", "-", "Serve speculators drafters on vLLM or convert the config.",
+       source="SGLang 0.5.23: no reference to speculators_config in the wheel"),
+    _C("SpeculatorsConfigIncomplete", "error", "drafter", "vLLM requires proposal_methods[0].speculative_tokens and "
+       "verifier.name_or_path in a speculators config.", "-", "Add the missing field.",
+       source="vLLM 0.33.0 transformers_utils/configs/speculators/base.py SpeculatorsConfig"),
+    _C("MethodFactsFromOtherRelease", "info", "engine", "The method gate's engine facts were read from one release per "
+       "engine; another release is checked against them.", "-", "-",
+       source="methods-engines.md (vLLM 0.33.0, SGLang 0.5.23 wheels)"),
+    _C("Eagle3VariantUnverified", "warning", "engine", "EAGLE-3.1 (fc_norm, norm_output) and MLA EAGLE-3 heads are read by "
+       "the recorded releases; an older release may drop the norms or fail on their weights.", "-",
+       "Use the recorded release or newer.",
+       source="vLLM 0.33.0 models/llama_eagle3.py LlamaModel.__init__, models/deepseek_eagle3.py; SGLang 0.5.23 "
+       "models/llama_eagle3.py, models/kimi_k25_eagle3.py"),
+    _C("Eagle3VariantUnsupported", "error", "engine", "vLLM builds the per-chunk fc norms only from fc_norm; the legacy "
+       "use_aux_norm is SGLang's only.", "-", "Set fc_norm: true as well.",
+       source="vLLM 0.33.0 models/llama_eagle3.py LlamaModel.__init__ (fc_norm); SGLang 0.5.23 models/llama_eagle3.py (fc_norm or use_aux_norm)"),
+    _C("Eagle3VocabTooSmall", "error", "pair", "The EAGLE-3 drafter embeds the target's tokens with its own table: it "
+       "needs at least the target's vocabulary. Neither engine checks this for eagle3.", "An index error at run time.",
+       "Use the drafter trained for this tokenizer.",
+       source="vLLM 0.33.0 config/speculative.py verify_equal_vocab_size_if_draft_model (draft_model only)"),
+    _C("DraftVocabSizeInvalid", "error", "pair", "draft_vocab_size is a subset of the target vocabulary mapped through "
+       "d2t (target id = draft id + d2t[draft id]); it cannot exceed it.", "-", "Fix draft_vocab_size.",
+       source="vLLM 0.33.0 models/llama_eagle3.py Eagle3LlamaForCausalLM.compute_logits"),
+    _C("DraftVocabMapped", "info", "pair", "A reduced draft vocabulary needs the d2t tensor in the checkpoint: vLLM loads "
+       "it into draft_id_to_target_id (zeros without it), SGLang into hot_token_id; t2d is not read.", "-", "-",
+       source="vLLM 0.33.0 models/llama_eagle3.py Eagle3LlamaForCausalLM.load_weights; SGLang 0.5.23 models/llama_eagle3.py load_weights"),
+    _C("Eagle3AuxLayerOutOfRange", "error", "pair", "The engine's capture indices (k = output of layer k-1) must lie in "
+       "0..N on vLLM and 0..N-1 on SGLang; a tap outside captures nothing and the fc input comes up short.", "-",
+       "Use the ids from the drafter's training config.",
+       source="vLLM 0.33.0 models/interfaces.py EagleModelMixin._maybe_add_hidden_state; SGLang 0.5.23 models/llama.py LlamaModel.forward"),
+    _C("Eagle3AuxCountMismatch", "error", "drafter", "The fc layer takes num_aux_hidden_states chunks (else "
+       "len(eagle_config ids), else 3); the engine taps as many layers as its id list holds.", "A shape error at the first decode.",
+       "Set num_aux_hidden_states or list as many ids as trained.",
+       source="vLLM 0.33.0 and SGLang 0.5.23 models/llama_eagle3.py (num_aux_hidden_states)"),
+    _C("Eagle3AuxLayerIdsShifted", "error", "pair", "The layers the engine taps, under its own convention, are the "
+       "canonical EAGLE-3 layout (2, N//2, N-3) shifted by exactly one: the DFlash shift rule's sibling. vLLM uses ids "
+       "as given, SGLang adds 1 (DeepSeek/Kimi/GLM-Lite only when the first id is 1).",
+       "sglang #25454, vllm #43671, verl-SpeCo #82: off-by-one ids load cleanly and acceptance collapses.",
+       "Write the ids in the engine's convention; accept the code if the drafter was trained on the shifted layers.",
+       source="vLLM 0.33.0 v1/worker/gpu_model_runner.py _get_eagle3_aux_layers_from_config; SGLang 0.5.23 models/llama.py, "
+       "models/deepseek_v2.py set_eagle3_layers_to_capture"),
+    _C("Eagle3AuxLayersReadDifferently", "error", "engine", "The engine reads other layers than the config's writer meant: "
+       "vLLM's V2 runner ignores eagle_config.eagle_aux_hidden_state_layer_ids and SGLang ignores top-level ids (both "
+       "fall back to the default), and the +1 conventions differ.", "vllm #49559: a speculators drafter at ~0% on the V2 runner.",
+       "Put the ids where and how the engine reads them; accept the code if the drafter was trained on the engine's layers.",
+       source="vLLM 0.33.0 v1/worker/gpu/spec_decode/eagle/eagle3_utils.py get_eagle3_aux_layers_from_config; SGLang 0.5.23 "
+       "model_runner_components/spec_aux_hidden_state.py _resolve_eagle_aux_hidden_state"),
+    _C("MtpUnsupportedByEngine", "error", "engine", "The engine release has no MTP draft for the target's model type or "
+       "architecture.", "vLLM: NotImplementedError(\"Unsupported speculative method: 'mtp'\").",
+       "Use a drafter method or ngram.",
+       source="vLLM 0.33.0 config/speculative.py SpeculativeConfig.hf_config_override, __post_init__; SGLang 0.5.23 "
+       "configs/model_config.py ModelConfig._config_draft_model"),
+    _C("MtpLayersMissing", "error", "pair", "The target declares no MTP layers (num_nextn_predict_layers, "
+       "mtp_num_hidden_layers, num_mtp_modules absent or 0): there is no head to draft with.", "-",
+       "Use a target that ships MTP layers.",
+       source="vLLM 0.33.0 config/speculative.py SpeculativeConfig.hf_config_override (n_predict)"),
+    _C("MtpLayersCapped", "info", "engine", "SGLang uses one MTP layer for some targets whatever the config declares.",
+       "-", "-", source="SGLang 0.5.23 configs/model_config.py ModelConfig._config_draft_model"),
+    _C("MtpStepsNotMultiple", "error", "spec", "More steps than MTP layers reuse the layers and must be a multiple of "
+       "their count.", "vLLM raises 'must be divisible by n_predict'.", "Use the layer count or a multiple.",
+       source="vLLM 0.33.0 config/speculative.py SpeculativeConfig.__post_init__"),
+    _C("MtpStepsReuseLayers", "warning", "spec", "More steps than MTP layers run the same layers again; later positions "
+       "accept less.", "vLLM warns 'multiple times of forward on same MTP layer'.", "Use the layer count.",
+       source="vLLM 0.33.0 config/speculative.py SpeculativeConfig.__post_init__"),
+    _C("MethodNeedsV2Runner", "error", "engine", "DFlash2, DSpark, LiLiCorr and XPress run on vLLM's V2 model runner "
+       "only; the CPU build has no Triton and runs V1.", "-", "Use a GPU type.",
+       source="vLLM 0.33.0 config/vllm.py _get_v1_model_runner_unsupported_features, use_v2_model_runner"),
+    _C("TargetLayerIdsNotIncreasing", "error", "drafter", "DFlash2 and DSpark taps must be strictly increasing.",
+       "SGLang raises 'target_layer_ids must be unique, strictly increasing'.", "Use the trained, sorted list.",
+       source="SGLang 0.5.23 models/beam.py, models/qwen3_5_text.py set_dflash_layers_to_capture"),
+    _C("SampleFromAnchorUnsupported", "error", "engine", "vLLM's DFlash speculator refuses "
+       "dflash_config.sample_from_anchor: true (DSpark's default).", "vLLM raises at start-up.",
+       "Remove it, or serve a DSpark drafter with method dspark.",
+       source="vLLM 0.33.0 v1/worker/gpu/spec_decode/dflash/speculator.py DFlashSpeculator.__init__"),
+    _C("DFlash2FieldsUnpaired", "error", "drafter", "conv_kernel_size/conv_group_size and selector_rank/selector_top_k "
+       "are set together.", "SGLang raises at start-up.", "Copy both from the training config.",
+       source="SGLang 0.5.23 speculative/dflash_utils.py parse_dflash_draft_config"),
+    _C("DSparkMarkovRankNested", "error", "engine", "vLLM's Qwen3 DSpark reads markov_rank at the top level only; "
+       "SpecForge nests it in dflash_config.", "AttributeError at load.", "Copy the Markov fields to the top level.",
+       source="vLLM 0.33.0 models/qwen3_dspark.py Qwen3DSparkForCausalLM.__init__; config/speculative.py __post_init__ (DSparkDraftModel -> Qwen3DSparkModel)"),
+    _C("DSparkMarkovConfigInvalid", "error", "drafter", "SGLang's DSpark needs markov_rank > 0 and markov_head_type in "
+       "vanilla, gated, rnn.", "SGLang raises at start-up.", "Set the trained Markov head fields.",
+       source="SGLang 0.5.23 speculative/dspark_components/dspark_config.py parse_dspark_draft_config, resolve_runtime_config"),
+    _C("DominoUnsupportedByEngine", "error", "engine", "vLLM has no Domino code.", "-", "Serve Domino on SGLang.",
+       source="vLLM 0.33.0: no Domino in the wheel; model_executor/models/registry.py"),
+    _C("DominoArchitectureUnsupported", "error", "engine", "SGLang runs Domino as DFlashDraftModel with "
+       "dflash_config.projector_type domino; DominoDraftModel is not an EntryClass.", "-",
+       "Set architectures to ['DFlashDraftModel'].", source="SGLang 0.5.23 models/dflash.py EntryClass"),
+    _C("DominoConfigInvalid", "error", "drafter", "Domino needs shift_label (bool), pure_draft_prefix_len 1, "
+       "gru_hidden_dim, emb_dim (nested and top level equal) and block_size > 1.", "SGLang raises at start-up.",
+       "Fix the named field.", source="SGLang 0.5.23 speculative/dflash_utils.py parse_dflash_draft_config"),
+    _C("CausalityIgnoredByEngine", "error", "engine", "vLLM reads is_causal, then dflash_config.causal, then sliding "
+       "layers; SGLang reads only text_config.is_causal (full = non-causal, sliding = causal by default).",
+       "Layers attend differently than trained; acceptance drops without an error.", "Add a top-level is_causal.",
+       source="vLLM 0.33.0 models/qwen3_dflash.py _dflash_layer_causal; SGLang 0.5.23 models/dflash.py _get_dflash_attention_type"),
+    _C("CausalHeadIgnored", "warning", "drafter", "JetSpec's dflash_config.causal_head is read by neither engine.", "-",
+       "Add is_causal matching the trained head.", source="hao-ai-lab/JetSpec jetspec/models/draft_head.py; both engines as above"),
     # ---- object-level (admission fast path)
     _C("UnknownEngine", "error", "engine", "Only engines in the capability table are supported.", "-", "Use sglang or vllm."),
     _C("EngineVersionInvalid", "error", "engine", "engine.version must be a release number.", "-", "Use e.g. 0.5.23 or 0.33.0."),
     _C("EngineVersionUnsupported", "error", "engine", "The release predates DFlash support.", "-", "Use a release in the capability table."),
     _C("EngineVersionUnverified", "warning", "engine", "The release's flags were not checked with its own parser (flag-drift snapshot).",
        "Failure class 6: flags renamed between releases; pods crash-loop.", "Prefer a verified release, or run e2e/flagdrift/run.sh for it."),
-    _C("MethodUnknown", "error", "spec", "Methods are dflash and ddtree.", "-", "Fix spec.speculation.method."),
-    _C("MethodUnsupported", "error", "engine", "The engine release lacks the method (DDTree is unreleased: sglang PR #29907).", "-",
-       "Use method dflash."),
+    _C("MethodUnknown", "error", "spec", "Methods are dflash, dflash2, dspark, eagle3, eagle, mtp, ngram, suffix, draft_model "
+       "and ddtree (docs/concepts/methods.md).", "-", "Fix spec.speculation.method."),
+    _C("MethodUnsupported", "error", "engine", "The engine release has no name for the method in its own code (vLLM "
+       "config/speculative.py SpeculativeMethod, SGLang speculative/spec_info.py SpeculativeAlgorithm): e.g. suffix on "
+       "SGLang, dspark before vLLM 0.28; DDTree is in no release (sglang PR #29907).", "-",
+       "Use a method the message lists, or another engine or release."),
+    _C("MethodSettingUnsupported", "error", "engine", "A method setting the engine has no flag for would be dropped "
+       "silently: top-k > 1 on vLLM (it drafts one chain), an n-gram lookup window on SGLang (its NGRAM drafter matches "
+       "a trie), or draft tokens other than steps + 1 where the engine forces it (SGLang with top-k 1).", "-",
+       "Remove the setting, or use the engine that has it."),
+    _C("MtpLayersUnknown", "warning", "pair", "The target config declares no MTP layer count (num_nextn_predict_layers, "
+       "mtp_num_hidden_layers), so MTP steps default to 1.", "-",
+       "Set spec.speculation.mtp.steps, and check that the target ships MTP layers."),
     _C("DDTreeFieldsWithoutDDTree", "error", "spec", "ddtree settings only apply to method ddtree.", "-", "Remove them or set method: ddtree."),
     _C("DDTreeValueInvalid", "error", "spec", "DDTree budget and topk are positive.", "-", "Fix the value."),
     _C("UnknownGpuType", "error", "gpu", "GPU types come from the profile table.", "-", "Use rtx-pro-6000, b300, b200, h200 or h100."),
@@ -209,7 +336,7 @@ CATALOG = MappingProxyType({c.code: c for c in (
     _C("AcceptNotAllowed", "error", "spec", "Only warnings and judgement errors (heuristics, estimates, speed-up losses) can be "
        "accepted; facts cannot.", "-", "Fix the cause."),
     _C("MethodNotRenderable", "error", "engine", "The renderer has no command line for this method on this engine: it refuses "
-       "rather than serve another method under its name.", "-", "Use method dflash."),
+       "rather than serve another method under its name.", "-", "Use a method the message lists."),
     _C("BakedDrafterDigestMismatch", "warning", "drafter", "The image table lists an image carrying this drafter commit, but its "
        "recorded config digest is not the hub's for that commit: the drafter is downloaded instead.", "-",
        "Fix the image table row (core/engines.py)."),

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from .checker import Options
+from .methods import METHODS
 from .names import GROUP_VERSION
 
 ENGINE_CONFIG_KEY = "engine-config.json"
@@ -33,7 +34,12 @@ class ModelRef(_Doc):
 
 
 class SpeculationPlan(_Doc):
-    method: Literal["dflash", "ddtree"] = Field(description="Speculative method.")
+    method: Literal[METHODS] = Field(description="Speculative method (spec.speculation.method).")  # type: ignore[valid-type]
+    engine_method: Optional[str] = Field(
+        default=None, description="The engine release's own name for the method (SGLang --speculative-algorithm, "
+        "vLLM speculative_config.method).")
+    steps: Optional[int] = Field(default=None, description="Draft steps (eagle3, eagle, draft_model, mtp).")
+    topk: Optional[int] = Field(default=None, description="Top-k per draft step (eagle3, eagle, draft_model, mtp).")
     block_size: int = Field(description="Draft block size.")
     num_speculative_tokens: int = Field(description="Draft tokens per step (block size - 1).")
     draft_window: Optional[int] = Field(default=None, description="Compact draft cache window rendered, if any.")
@@ -56,7 +62,7 @@ class EngineConfig(_Doc):
     health_path: str = Field(description="Health endpoint.")
     metrics_path: str = Field(description="Prometheus metrics endpoint.")
     target: ModelRef = Field(description="Target model.")
-    drafter: ModelRef = Field(description="Drafter model.")
+    drafter: Optional[ModelRef] = Field(default=None, description="Drafter model (none for mtp, ngram, suffix).")
     speculation: SpeculationPlan = Field(description="Derived speculation settings.")
     gpu_profile: str = Field(description="GPU profile key.")
     tensor_parallel_size: int = Field(description="Tensor-parallel size (GPUs per replica).")

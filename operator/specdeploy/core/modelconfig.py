@@ -211,6 +211,10 @@ class TargetConfig:
     wrapper: dict = field(default_factory=dict)
 
 
+def _is_zero(v: "Val[Any] | None") -> bool:
+    return v is not None and type(v.value) is int and v.value == 0
+
+
 def parse_target(doc: Any) -> tuple[TargetConfig | None, list[Finding]]:
     r = _Reader(Source.TARGET)
     if not isinstance(doc, dict):
@@ -261,7 +265,8 @@ def parse_target(doc: Any) -> tuple[TargetConfig | None, list[Finding]]:
         vocab_size=or_default(r.as_int(pick("vocab_size", "padded_vocab_size"), minimum=1), "vocab_size"),
         num_attention_heads=r.as_int(pick("num_attention_heads", "n_head", "num_heads"), minimum=1),
         num_key_value_heads=r.as_int(pick("num_key_value_heads", "num_kv_heads", "multi_query_group_num"), minimum=1),
-        head_dim=r.as_int(pick("head_dim"), minimum=1),
+        # MLA targets may carry head_dim 0 beside qk_head_dim/v_head_dim (GLM-5.3-Flash): 0 means "not set"
+        head_dim=None if _is_zero(pick("head_dim")) else r.as_int(pick("head_dim"), minimum=1),
         intermediate_size=r.as_int(pick("intermediate_size", "ffn_hidden_size"), minimum=1),
         layer_types=layer_types,
         tie_word_embeddings=bool(tie.value) if tie else False,

@@ -10,6 +10,7 @@ what an administrator allowed (chart values -> operator flags -> ``SPECDEPLOY_PO
 | image | `spec.engine.image` | `policy.allowedImagePrefixes` / `--allowed-image-prefix` | the project's runtime images |
 | pod ServiceAccount | `spec.pod.serviceAccountName` | `policy.allowedServiceAccounts` / `--allowed-service-account`; `policy.engineServiceAccount` / `--engine-service-account` is always allowed and the default | none other |
 | hub token Secret | `spec.{target,drafter}.tokenSecretRef` | `hub.tokenSecrets` / `--allowed-token-secret` | none |
+| engine API key Secret | `spec.engine.apiKey.secretKeyRef` | the same list as hub token Secrets | none |
 | model claim | `spec.{target,drafter}.pvc`, `spec.tuning.pvc`, `spec.cache.pvc` | `policy.allowedPVCs` / `--allowed-pvc`, or claims labelled `policy.pvcLabel` / `--pvc-label` | none |
 | node-local hub cache | `spec.cache.nodePath` (a name, never a path) | `cache.nodePaths` / `--cache-node-path NAME=PATH` | none |
 | token Secret key | `spec.{target,drafter}.tokenSecretRef.key` | `hub.tokenSecretKeys` / `--allowed-token-secret-key` | `token` |
@@ -215,7 +216,7 @@ def check_policy(spec, policy: TenancyPolicy, pvc_labels: Mapping[str, Mapping[s
                f"engine pods may not run as ServiceAccount {sa!r} (allowed: {allowed}): its token would give the "
                "deployment's pods that account's rights. Remove the field, or ask an administrator to add it to the "
                "chart value policy.allowedServiceAccounts (operator flag --allowed-service-account)")
-    for role, src in (("target", spec.target), ("drafter", spec.drafter)):
+    for role, src in spec.model_sources():
         ref = src.token_secret_ref
         if ref is not None and ref.name not in policy.token_secrets:
             allowed = ", ".join(policy.token_secrets) or "none"
@@ -274,7 +275,14 @@ def check_policy(spec, policy: TenancyPolicy, pvc_labels: Mapping[str, Mapping[s
                f"priority class {pc!r} is not allowed (allowed: {_shown(policy.priority_classes)}; system-* classes "
                "only when listed by name: they preempt cluster-critical pods). Remove it, or ask an administrator to "
                "add it to the chart value policy.allowedPriorityClasses (operator flag --allowed-priority-class)")
-    claims = [(f"spec.{r}.pvc.claimName", s.pvc.claim_name) for r, s in (("target", spec.target), ("drafter", spec.drafter))
+    key = getattr(spec.engine, "api_key", None)
+    if key is not None and key.secret_key_ref.name not in policy.token_secrets:
+        allowed = ", ".join(policy.token_secrets) or "none"
+        refuse("PolicyApiKeySecretNotAllowed", "spec.engine.apiKey.secretKeyRef.name",
+               f"Secret {key.secret_key_ref.name!r} is not one the operator may hand to engines (allowed: {allowed}; the "
+               "hub token Secrets): its key would be put into the engine's environment. Use an allowed Secret, or ask "
+               "an administrator to add it to the chart value hub.tokenSecrets (operator flag --allowed-token-secret)")
+    claims = [(f"spec.{r}.pvc.claimName", s.pvc.claim_name) for r, s in spec.model_sources()
               if s.pvc is not None]
     if spec.tuning.pvc is not None:
         claims.append(("spec.tuning.pvc.claimName", spec.tuning.pvc.claim_name))
@@ -312,7 +320,7 @@ def policy_needs_claims(spec, policy: TenancyPolicy) -> list[str]:
     """Claims whose labels the I/O edge must read to decide the label rule."""
     if policy.pvc_label is None:
         return []
-    names = [s.pvc.claim_name for s in (spec.target, spec.drafter) if s.pvc is not None]
+    names = [s.pvc.claim_name for _, s in spec.model_sources() if s.pvc is not None]
     if spec.tuning.pvc is not None:
         names.append(spec.tuning.pvc.claim_name)
     cache = getattr(spec, "cache", None)

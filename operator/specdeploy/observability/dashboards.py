@@ -144,8 +144,11 @@ def build_acceptance_dashboard() -> dict:
     padded = (f'label_replace({R.PER_POSITION}{{{SEL}}}, "position", "0$1", "position", "([0-9])")')
     panels = [
         _panel(1, "Acceptance length (tau)",
-               "1 + accepted/drafts, bonus token included (1 <= tau <= block size), per deployment. Healthy DFlash: "
-               f"~4 (chat) to ~6 (math). Below {lo:g} for 10m fires {R.A_COLLAPSED}. {NEEDS_RULES}",
+               "Tokens per speculative step, bonus token included (1 <= tau <= block size), per deployment: vLLM "
+               "1 + accepted/drafts; SGLang generated tokens per verification pass (sglang:spec_verify_calls_total, "
+               "source sglangVerifyCalls) or, on releases without that counter, its spec_accept_length gauge (source "
+               f"sglangAcceptLengthGauge): {R.LENGTH_SOURCE} says which. Healthy DFlash: ~4 (chat) to ~6 (math). "
+               f"Below {lo:g} for 10m fires {R.A_COLLAPSED}. {NEEDS_RULES}",
                [_target(f"{R.LENGTH}{{{SEL}}}", who), _target(R.T_MIN_LENGTH, "collapse threshold", "B")],
                0, 0, thresholds=[("red", None), ("orange", lo), ("green", 2.5)]),
         _panel(2, "Acceptance rate", "Accepted / draft tokens (vLLM counters; SGLang's spec_accept_rate gauge).",

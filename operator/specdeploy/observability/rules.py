@@ -61,6 +61,8 @@ RUNBOOK = "docs/how-to/troubleshoot-low-acceptance.md"
 # Record names (the vocabulary).
 LENGTH = "specdeploy:acceptance_length:rate5m"
 RATE = "specdeploy:acceptance_rate:rate5m"
+# 1 per SGLang deployment, label `source`: which series its LENGTH came from (sglangVerifyCalls | sglangAcceptLengthGauge)
+LENGTH_SOURCE = "specdeploy:acceptance_length_source:info"
 PER_POSITION = "specdeploy:acceptance_per_position:rate5m"
 CLIFF = "specdeploy:acceptance_cliff:rate5m"
 DRAFTS = "specdeploy:spec_drafts:rate5m"
@@ -178,9 +180,21 @@ def sglang_group(p: RuleParams) -> dict:
         # 0 = no speculative step logged yet: left out, as in core/acceptance.py.
         return f"avg by ({by}) (avg by ({inner}) (avg_over_time({metric}[{w}]) > 0))"
 
+    # SGLang's own per-request acceptance length (generated tokens per verification pass) from its counters,
+    # summed over pods and ranks, where the release exports sglang:spec_verify_calls_total; the
+    # spec_accept_length gauge otherwise (PromQL `or`: the left side wins per deployment).
+    # LENGTH_SOURCE says which was used (core/acceptance.py SOURCE_*), as status.acceptance.source does.
+    calls = f"sum by ({by}) (rate({acc.SGLANG_VERIFY_CALLS}[{w}]))"
+    tokens = f"sum by ({by}) (rate({acc.SGLANG_GENERATION_TOKENS}[{w}]))"
+    from_counters = f"{tokens}\n/ on ({by}) ({calls} > 0)"
+    from_gauge = f"{mean(acc.SGLANG_ACCEPT_LENGTH)}\nunless on ({by}) ({calls} > 0)"
     return {"name": G_SGLANG, "rules": [
-        {"record": LENGTH, "expr": mean(acc.SGLANG_ACCEPT_LENGTH), "labels": kind},
+        {"record": LENGTH, "expr": f"({from_counters})\nor\n({from_gauge})", "labels": kind},
         {"record": RATE, "expr": mean(acc.SGLANG_ACCEPT_RATE), "labels": kind},
+        {"record": LENGTH_SOURCE, "expr": f"({from_counters}) * 0 + 1",
+         "labels": {**kind, "source": acc.SOURCE_SGLANG_COUNTERS}},
+        {"record": LENGTH_SOURCE, "expr": f"({from_gauge}) * 0 + 1",
+         "labels": {**kind, "source": acc.SOURCE_SGLANG_GAUGE}},
     ]}
 
 

@@ -12,6 +12,10 @@ dflash-engines.md s2 plus the engine and GPU rules, and derives what the rendere
 - ``engine``: engine release rules (releases, drafter architecture, hidden act, draft backend);
 - ``fit``: tensor-parallel head split and the weights' fit in GPU memory;
 - ``accept``: accepted codes turned into info, one finding per root cause;
+- ``method``: ``check_method``, the gate of every method outside the DFlash path (family detection and the
+  per-family rules; also run after the DFlash rules for ``dflash2``);
+- ``methodplan``: what the renderer needs for those methods (steps, top-k, draft tokens, n-gram window) and
+  the knob rules that depend on the engine;
 - ``derive``: ``analyze``, which runs them all and derives the renderer's settings.
 
 Import the entry points from this package, not from the modules: the layout inside may change.
@@ -21,12 +25,13 @@ from .accept import ABSENCE_CODES, apply_accept, one_per_root_cause
 from .derive import analyze, check
 from .fit import FIT_FRACTION, HEADROOM_FRACTION
 from .layers import canonical_layer_ids
+from .method import check_method
 from .options import CPU, DEFAULT_BLOCK_SIZE, MAX_BLOCK_SIZE, WINDOW_OFF, Options, check_options, model_reference_problem
 from .results import Analysis, Derived
 from .window import draft_kv_bytes_per_token
 
 __all__ = [
     "ABSENCE_CODES", "CPU", "DEFAULT_BLOCK_SIZE", "FIT_FRACTION", "HEADROOM_FRACTION", "MAX_BLOCK_SIZE", "WINDOW_OFF",
-    "Analysis", "Derived", "Options", "analyze", "apply_accept", "canonical_layer_ids", "check", "check_options",
+    "Analysis", "Derived", "Options", "analyze", "apply_accept", "canonical_layer_ids", "check", "check_method", "check_options",
     "draft_kv_bytes_per_token", "model_reference_problem", "one_per_root_cause",
 ]

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import methods
 from ..findings import Finding, sort_findings
-from ..modelconfig import FULL, SLIDING, DrafterConfig, TargetConfig, parse_drafter, parse_target
+from ..modelconfig import FULL, SLIDING, DrafterConfig, TargetConfig, _not_object, parse_drafter, parse_target
 from .accept import apply_accept, one_per_root_cause
 from .engine import _check_backend, _check_engine_release, _check_hidden_act
 from .fit import _check_fit, _check_memory, _check_tp
+from .gates import family_mismatch, family_of
+from .method import check_method
+from .methodplan import derive_method
 from .layers import _check_drafter, _check_duplicates, _check_engine_layer_rules, _check_target, _layer_view
 from .options import Options, _check_options
-from .results import S, Analysis, Derived, _Out
+from .results import D, S, Analysis, Derived, _Out
 from .window import _block, _check_context, _plan_window
 
 
@@ -63,17 +67,37 @@ def analyze(drafter_doc: Any, target_doc: Any, options: Options | None = None) -
     info, row, prof = _check_options(o, out)
     t, tf = parse_target(target_doc)
     out.items.extend(tf)
-    d, df = parse_drafter(drafter_doc)
-    out.items.extend(df)
     if t is not None:
         _check_target(t, out)
     derived = None
-    if d is not None:
-        _check_drafter(d, t, out)
-        derived = _derive(d, t, o, info, row, prof, out)
+    d = None
+    family = family_of(drafter_doc) if methods.needs_drafter(o.method) else None
+    mismatch = family_mismatch(drafter_doc, o.method) if family is not None else None
+    if mismatch is not None:  # the one root cause: no rule of the wrong family runs
+        out.items.append(mismatch)
+    elif methods.uses_dflash_path(o.method):
+        d, df = parse_drafter(drafter_doc)
+        out.items.extend(df)
+        if d is not None:
+            _check_drafter(d, t, out)
+            derived = _derive(d, t, o, info, row, prof, out)
+        # the family's own rules after the DFlash ones (DFlash2 pairs, Domino, causality, sample_from_anchor)
+        out.items.extend(check_method(drafter_doc, target_doc, o, info, row))
+    elif methods.needs_drafter(o.method) and not isinstance(drafter_doc, dict):
+        out.items.append(_not_object(D, drafter_doc))
+    else:  # the drafter document of a drafterless method (mtp, ngram, suffix) is not read
+        out.items.extend(check_method(drafter_doc if methods.needs_drafter(o.method) else None, target_doc, o, info, row))
+        derived = derive_method(target_doc, drafter_doc, t, o, info, row, out)
+    if any(f.code in ("DominoArchitectureUnsupported", "DominoUnsupportedByEngine") for f in out.items):
+        # one root cause: the Domino rule names the fix (DFlashDraftModel on SGLang; no Domino on vLLM)
+        out.items = [f for f in out.items if f.code != "DrafterArchitectureUnsupported"]
+    if any(f.code == "MethodUnsupported" for f in out.items):  # the release row already refuses the method
+        out.items = [f for f in out.items if f.code != "MethodNeedsV2Runner"]
+    if any(f.code in ("MtpLayersMissing", "MtpUnsupportedByEngine") for f in out.items):
+        out.items = [f for f in out.items if f.code != "MtpLayersUnknown"]  # the MTP gate's error says it
     findings, accepted = apply_accept(one_per_root_cause(out.items), o.accept)
     return Analysis(findings=sort_findings(findings), derived=derived, drafter=d, target=t, accepted=accepted,
-                    options=o)
+                    options=o, family=family if family is not None and family.name != "unknown" else None)
 
 
 def check(drafter_doc: Any, target_doc: Any, options: Options | None = None) -> list[Finding]:

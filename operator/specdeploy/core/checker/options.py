@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 
 from .. import engines as eng
-from .. import gpus
+from .. import gpus, methods
 from ..findings import Finding, Severity, sort_findings
 from ..versions import parse_version
 from .results import S, _Out
@@ -64,6 +64,14 @@ class Options:
     concurrency: int | None = None
     # spec.checks.accept: overridable finding codes the user accepts (they become info)
     accept: tuple[str, ...] = ()
+    # spec.speculation.eagle / .mtp (DraftSteps): steps, top-k, draft tokens (None: specdeploy's defaults)
+    steps: int | None = None
+    topk: int | None = None
+    draft_tokens: int | None = None
+    # spec.speculation.ngram: lookup window and draft tokens per step
+    ngram_min: int | None = None
+    ngram_max: int | None = None
+    ngram_tokens: int | None = None
 
 
 def _engine_release(o: Options, out: _Out) -> tuple[eng.EngineInfo | None, eng.EngineRelease | None]:
@@ -115,6 +123,11 @@ def _check_cpu_pool(o: Options, info, prof, out: _Out) -> None:
         out.err("EngineNoCpuBuild", S, "spec.engine.version",
                 f"no CPU build of {info.display_name} {o.engine_version} is published ({build.distribution} "
                 f"{build.since} to before {build.until}); set spec.engine.version: {newest}")
+    if o.method in methods.METHODS and o.method not in build.methods and o.method not in methods.REFUSED:
+        out.err("MethodUnsupported", S, "spec.speculation.method",
+                f"the CPU build ({build.distribution}) runs vLLM's V1 model runner only, which rejects method "
+                f"{o.method!r} (config/vllm.py _validate_v1_model_runner: DSpark and DFlash2 drafts need the V2 "
+                f"runner); use one of: {methods.method_list(build.methods)}, or a GPU type")
     if o.gpu_count != 1:
         out.err("CpuPoolGpuCount", S, "spec.gpu.count",
                 f"the CPU pool runs one engine process per replica (no tensor parallelism on CPU), found gpu.count "
@@ -141,13 +154,21 @@ def _check_options(o: Options, out: _Out) -> tuple[eng.EngineInfo | None, eng.En
             if problem:
                 out.err("ModelReferenceInvalid", S, field_path, f"{ref!r}: {problem}")
 
-    if o.method not in ("dflash", "ddtree"):
-        out.err("MethodUnknown", S, "spec.speculation.method", f"method {o.method!r} is unknown; set 'dflash' or 'ddtree'")
-    elif row is not None and o.method not in row.methods:
-        why = f" ({eng.DDTREE_SOURCE})" if o.method == "ddtree" else ""
+    if o.method not in methods.METHODS:
+        out.err("MethodUnknown", S, "spec.speculation.method",
+                f"method {o.method!r} is unknown; set one of: {', '.join(methods.METHODS)}")
+    elif o.method in methods.REFUSED and (row is None or o.method not in row.methods):
         out.err("MethodUnsupported", S, "spec.speculation.method",
-                f"{info.display_name} {o.engine_version} does not support method {o.method!r}{why}; "
-                f"use one of: {', '.join(sorted(row.methods))}")
+                f"method {o.method!r} is in no engine release ({methods.REFUSED[o.method]}); "
+                f"use one of: {methods.method_list(row.methods) if row is not None else 'dflash'}")
+    elif row is not None and o.method not in row.methods:
+        out.err("MethodUnsupported", S, "spec.speculation.method",
+                f"{info.display_name} {o.engine_version} does not serve method {o.method!r} (no such name in the "
+                f"release's code: {'; '.join(row.sources[:1])}); use one of: {methods.method_list(row.methods)}, "
+                "or another engine")
+    from .methodplan import check_method_settings
+
+    check_method_settings(o, info, row, out)
     if o.ddtree_set and o.method != "ddtree":
         out.err("DDTreeFieldsWithoutDDTree", S, "spec.speculation.ddtree",
                 "ddtree settings apply only to method 'ddtree'; remove spec.speculation.ddtree or set method: ddtree")

@@ -33,6 +33,12 @@ class Derived:
     # the context the engine serves: spec.engine.maxModelLen, else the target's limit
     served_context: int | None = None
     max_model_len: int | None = None
+    # step-wise methods (eagle3, eagle, draft_model, mtp): draft steps and top-k as rendered
+    steps: int | None = None
+    topk: int | None = None
+    # ngram: prompt-lookup window as rendered (None: the engine's default)
+    ngram_min: int | None = None
+    ngram_max: int | None = None
     # the KV pool after the weights, capacity, largest context (core/memory.MemoryPlan; None: no GPU profile)
     memory: Any = None
 
@@ -51,6 +57,8 @@ class Derived:
             "nativeWindow": self.native_window,
             "servedContext": self.served_context,
             "maxModelLen": self.max_model_len,
+            **({"steps": self.steps, "topk": self.topk} if self.steps is not None else {}),
+            **({k: v for k, v in (("ngramMin", self.ngram_min), ("ngramMax", self.ngram_max)) if v is not None}),
             "memory": self.memory.to_dict() if self.memory is not None else None,
         }
 
@@ -65,6 +73,8 @@ class Analysis:
     accepted: list[Finding] = field(default_factory=list)
     # the options the check ran with (api/types.checker_options of the spec): the engine config records them
     options: Any = None  # an Options (checker/options.py imports this module)
+    # the drafter's family and format (checker/family.py Family), None without a drafter or when unknown
+    family: Any = None
 
     @property
     def ok(self) -> bool:

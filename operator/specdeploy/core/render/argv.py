@@ -1,5 +1,6 @@
 """The engine's command line per (engine, method) (pure): exec-form argv from the spec's validated
-fields and the checked configs, never a shell string. extraArgs are appended last, one argv element
+fields and the checked configs, never a shell string. The method's name is the release's own
+(``EngineRelease.method_names``: SGLang's --speculative-algorithm, vLLM's speculative_config.method). extraArgs are appended last, one argv element
 each, kubelet-escaped; the checker refuses any that sets an owned flag. The pod's preflight checks
 the rendered argv in the runtime (``specdeploy_runtime.preflight``, through ``specdeploy.flagdrift``)."""
 
@@ -10,7 +11,7 @@ import re
 from typing import Any
 
 from .. import engines as eng
-from .. import gpus
+from .. import gpus, methods
 from ..checker import Derived
 from ..findings import Finding, Severity, Source
 
@@ -47,7 +48,34 @@ def _hub_revision(src, baked: bool = False) -> str | None:
     return src.revision if (src.revision and src.pvc is None and not baked) else None
 
 
-def _sglang_args(spec, d: Derived, row: eng.EngineRelease, target: str, drafter: str, multinode: bool,
+def _sglang_method_args(spec, d: Derived, row: eng.EngineRelease, target: str, drafter: str | None,
+                        baked: bool) -> list[str]:
+    """--speculative-algorithm (the release's own name for the method) and the method's flags."""
+    f = row.flags
+    method = spec.speculation.method
+    a = [f["algorithm"], row.method_names[method]]
+    if method == "mtp":
+        # the draft path defaults to the target only for some architectures (_handle_eagle_family): always give it
+        a += [f["draft_model"], target]
+        if spec.target.revision and spec.target.pvc is None:
+            a += [f["draft_revision"], spec.target.revision]
+    elif drafter is not None:
+        a += [f["draft_model"], drafter]
+        if _hub_revision(spec.drafter, baked):
+            a += [f["draft_revision"], spec.drafter.revision]
+    if d.steps is not None:  # eagle3, eagle, draft_model (STANDALONE), mtp (NEXTN)
+        a += [f["num_steps"], str(d.steps), f["eagle_topk"], str(d.topk), f["num_draft_tokens"], str(d.block_size)]
+    elif method == "ngram":
+        if spec.speculation.ngram is not None and spec.speculation.ngram.num_speculative_tokens is not None:
+            a += [f["num_draft_tokens"], str(d.block_size)]
+    else:  # dflash, dflash2 (block size), dspark (gamma + 1)
+        a += [f["num_draft_tokens"], str(d.block_size)]
+    if d.draft_window is not None:
+        a += [f["draft_window"], str(d.draft_window)]
+    return a
+
+
+def _sglang_args(spec, d: Derived, row: eng.EngineRelease, target: str, drafter: str | None, multinode: bool,
                  baked: bool = False) -> tuple[list[str], list[str] | None]:
     f = row.flags
     a = [f["model"], target]
@@ -56,12 +84,7 @@ def _sglang_args(spec, d: Derived, row: eng.EngineRelease, target: str, drafter:
     a += [f["tensor_parallel"], str(spec.gpu.count), f["host"], "0.0.0.0", f["port"], str(eng.SGLANG.port)]
     if spec.target.trust_remote_code:
         a.append(f["trust_remote_code"])
-    a += [f["algorithm"], "DFLASH", f["draft_model"], drafter]
-    if _hub_revision(spec.drafter, baked):
-        a += [f["draft_revision"], spec.drafter.revision]
-    a += [f["num_draft_tokens"], str(d.block_size)]
-    if d.draft_window is not None:
-        a += [f["draft_window"], str(d.draft_window)]
+    a += _sglang_method_args(spec, d, row, target, drafter, baked)
     if d.max_model_len is not None:
         a += [f["max_model_len"], str(d.max_model_len)]
     if d.draft_attention_backend:
@@ -76,7 +99,28 @@ def _sglang_args(spec, d: Derived, row: eng.EngineRelease, target: str, drafter:
     return a, list(a)
 
 
-def _vllm_args(spec, d: Derived, row: eng.EngineRelease, target: str, drafter: str, multinode: bool,
+def vllm_speculative_config(spec, d: Derived, row: eng.EngineRelease, drafter: str | None, baked: bool) -> dict[str, Any]:
+    """The --speculative-config document: ``method`` is the release's own name (config/speculative.py
+    SpeculativeMethod), ``model`` the drafter (absent for mtp: vLLM uses the target; ngram/suffix need none)."""
+    method = spec.speculation.method
+    sc: dict[str, Any] = {"method": row.method_names[method]}
+    if drafter is not None:
+        sc["model"] = drafter
+        if _hub_revision(spec.drafter, baked):
+            sc["revision"] = spec.drafter.revision
+    if method != "suffix":  # suffix: K defaults to suffix_decoding_max_tree_depth
+        sc["num_speculative_tokens"] = d.num_speculative_tokens
+    if method == "ngram":
+        if d.ngram_min is not None:
+            sc["prompt_lookup_min"] = d.ngram_min
+        if d.ngram_max is not None:
+            sc["prompt_lookup_max"] = d.ngram_max
+    if spec.speculation.draft_attention_backend:
+        sc["attention_backend"] = row.draft_attention_backends[spec.speculation.draft_attention_backend]
+    return sc
+
+
+def _vllm_args(spec, d: Derived, row: eng.EngineRelease, target: str, drafter: str | None, multinode: bool,
                baked: bool = False) -> tuple[list[str], list[str] | None]:
     f = row.flags
     a = [target]  # `vllm serve MODEL`: the model is positional
@@ -89,11 +133,7 @@ def _vllm_args(spec, d: Derived, row: eng.EngineRelease, target: str, drafter: s
         a.append(f["trust_remote_code"])
     if d.max_model_len is not None:
         a += [f["max_model_len"], str(d.max_model_len)]
-    sc: dict[str, Any] = {"method": "dflash", "model": drafter, "num_speculative_tokens": d.num_speculative_tokens}
-    if _hub_revision(spec.drafter, baked):
-        sc["revision"] = spec.drafter.revision
-    if spec.speculation.draft_attention_backend:
-        sc["attention_backend"] = row.draft_attention_backends[spec.speculation.draft_attention_backend]
+    sc = vllm_speculative_config(spec, d, row, drafter, baked)
     a += [f["speculative_config"], json.dumps(sc, sort_keys=True, separators=(",", ":"))]
     if not multinode:
         return a + _user_args(spec), None
@@ -103,17 +143,21 @@ def _vllm_args(spec, d: Derived, row: eng.EngineRelease, target: str, drafter: s
     return leader, worker
 
 
-# (engine, method) -> the argv builder. The renderer refuses any method it has no entry for, so a
-# capability row that gains a method (DDTree) cannot be served as plain DFlash under its name.
-ARG_BUILDERS = {("sglang", "dflash"): _sglang_args, ("vllm", "dflash"): _vllm_args}
-DDTREE_PULLS = "sgl-project/sglang PR #29907 (open), liranringel/ddtree; no vLLM pull request yet"
+# (engine, method) -> the argv builder: every method the API accepts except those in no release (ddtree).
+# The renderer refuses any pair it has no entry for, so a method that gains a row cannot be served as another
+# method under its name; a release that lacks the method is refused by the checker (MethodUnsupported).
+ARG_BUILDERS = {(e, m): b for e, b in (("sglang", _sglang_args), ("vllm", _vllm_args))
+                for m in methods.METHODS if m not in methods.REFUSED}
+DDTREE_PULLS = methods.DDTREE_PULLS
 
 
-def method_render_problem(engine: str, method: str) -> Finding | None:
-    """A MethodNotRenderable error when the renderer has no command line for (engine, method)."""
-    if (engine, method) in ARG_BUILDERS:
+def method_render_problem(engine: str, method: str, row: eng.EngineRelease | None = None) -> Finding | None:
+    """A MethodNotRenderable error when the renderer has no command line for (engine, method), or the
+    release ``row`` has no name for the method."""
+    if (engine, method) in ARG_BUILDERS and (row is None or row.engine_method(method) is not None):
         return None
     why = f" (DDTree is not in any engine release: {DDTREE_PULLS})" if method == "ddtree" else ""
+    ok = sorted(m for (e, m) in ARG_BUILDERS if e == engine and (row is None or row.engine_method(m)))
     return Finding(Severity.ERROR, "MethodNotRenderable", Source.SPEC, "spec.speculation.method",
                    f"the renderer has no {engine} command line for method {method!r}{why}; it refuses rather than "
-                   "serve another method under that name. Use method dflash")
+                   f"serve another method under that name. Use one of: {methods.method_list(ok)}")

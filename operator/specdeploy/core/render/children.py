@@ -16,7 +16,7 @@ RUNTIME_COMMAND = "specdeploy-runtime"
 
 def names(cr_name: str) -> dict[str, str]:
     return {"workload": cr_name, "service": cr_name, "pdb": cr_name, "configmap": f"{cr_name}-engine",
-            "podmonitor": cr_name}
+            "podmonitor": cr_name, "networkpolicy": cr_name}
 
 
 def selector_labels(cr_name: str) -> dict[str, str]:
@@ -58,8 +58,32 @@ def model_in_pod(src, role: str, baked: bool = False) -> str:
     return src.model
 
 
+# The engine's API key (spec.engine.apiKey), from its Secret through the environment:
+# - vLLM reads VLLM_API_KEY when no --api-key is given (vllm/entrypoints/serve/middleware/register.py
+#   ``args.api_key or [envs.VLLM_API_KEY]``) and guards the /v1 routes only (middleware/authenticate.py);
+# - SGLang has no environment variable for it: ``--api-key $(SPECDEPLOY_ENGINE_API_KEY)`` is expanded by the
+#   kubelet from the container's environment (the pod spec holds the reference, never the key); health and
+#   metrics are open with a key (sglang/srt/utils/auth.py ``decide_request_auth``).
+# Both flag names are in the parser snapshots (data/flags/*.json, "--api-key").
+API_KEY_ENV = {"vllm": "VLLM_API_KEY", "sglang": "SPECDEPLOY_ENGINE_API_KEY"}
+API_KEY_ARGS = {"vllm": (), "sglang": ("--api-key", "$(SPECDEPLOY_ENGINE_API_KEY)")}
+
+
+def api_key_env(spec) -> list[dict]:
+    key = getattr(spec.engine, "api_key", None)
+    if key is None:
+        return []
+    ref = key.secret_key_ref
+    return [{"name": API_KEY_ENV[spec.engine.name], "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}]
+
+
+def api_key_args(spec) -> list[str]:
+    """What the engine's argv gets for spec.engine.apiKey: operator-written text only, never the key."""
+    return list(API_KEY_ARGS[spec.engine.name]) if getattr(spec.engine, "api_key", None) is not None else []
+
+
 def token_env(spec) -> list[dict]:
-    token = spec.target.token_secret_ref or spec.drafter.token_secret_ref
+    token = spec.target.token_secret_ref or (spec.drafter.token_secret_ref if spec.drafter is not None else None)
     if token is None:
         return []
     return [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": token.name, "key": token.key}}}]

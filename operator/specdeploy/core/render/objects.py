@@ -13,7 +13,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from .. import engines as eng
 from .. import gpus
@@ -26,8 +26,8 @@ from ..cache import CacheError, CachePlan, plan_cache
 from ..findings import Finding, Severity, Source, report
 from ..podsecurity import ENGINE_CACHE, container_security_context, engine_write_env, harden_pod
 from .argv import ARG_BUILDERS, method_render_problem
-from .children import (CONFIG_HASH_ANNOTATION, HF_HOME, MODEL_ROOT, RUNTIME_COMMAND, child_labels, child_meta,
-                       model_in_pod, names, selector_labels, token_env)
+from .children import (CONFIG_HASH_ANNOTATION, HF_HOME, MODEL_ROOT, RUNTIME_COMMAND, api_key_args, api_key_env,
+                       child_labels, child_meta, model_in_pod, names, selector_labels, token_env)
 from .guard import apply_guard, plan_guard
 from .tuning import TUNED_MOUNT, TUNED_SRC_MOUNT, TuningPlan, render_tuning, tuning_volumes
 
@@ -104,6 +104,9 @@ def _container(spec, ec: EngineConfig, image: str, args: list[str], serve_http: 
     if tuning is not None:
         env.append({"name": tuning.env_var, "value": TUNED_MOUNT})
     env += token_env(spec)
+    if serve_http:  # the engine's API (the leader of a multi-node group): spec.engine.apiKey
+        env += api_key_env(spec)
+        args = [*args, *api_key_args(spec)]
     per_node = spec.gpu.count // spec.nodes
     accelerated = gpus.get_profile(spec.gpu.type).accelerator
     limits: dict[str, str] = {gpus.GPU_RESOURCE: str(per_node)} if accelerated else {}
@@ -117,7 +120,7 @@ def _container(spec, ec: EngineConfig, image: str, args: list[str], serve_http: 
         {"name": "tmp", "mountPath": "/tmp"},
         {"name": "engine-config", "mountPath": ENGINE_CONFIG_MOUNT, "readOnly": True},
     ]
-    for role, src in (("target", spec.target), ("drafter", spec.drafter)):
+    for role, src in spec.model_sources():
         if src.pvc is not None:
             mounts.append({"name": f"{role}-model", "mountPath": f"{MODEL_ROOT}/{role}", "readOnly": True})
     if tuning is not None:
@@ -148,7 +151,7 @@ def _container(spec, ec: EngineConfig, image: str, args: list[str], serve_http: 
 
 def prefetches(spec, baked: bool, cache: CachePlan | None) -> bool:
     """Whether the preflight downloads weights: a persistent cache and at least one hub model to fill it with."""
-    hub = [src for role, src in (("target", spec.target), ("drafter", spec.drafter))
+    hub = [src for role, src in spec.model_sources()
            if src.pvc is None and not (baked and role == "drafter")]
     return cache is not None and cache.persistent and bool(hub)
 
@@ -158,7 +161,7 @@ def preflight_args(spec, ec: EngineConfig, baked: bool = False, cache: CachePlan
     hub repo ids otherwise (preflight downloads their config.json; with a persistent cache also their
     weights, into the cache, once)."""
     a: list[str] = []
-    for role, src in (("target", spec.target), ("drafter", spec.drafter)):
+    for role, src in spec.model_sources():
         is_baked = baked and role == "drafter"
         if src.pvc is not None or is_baked:
             a += [f"--{role}-dir", model_in_pod(src, role, is_baked)]
@@ -179,7 +182,7 @@ def _init_containers(spec, ec: EngineConfig, image: str, baked: bool, tuning: Tu
     mounts = [{"name": "engine-config", "mountPath": ENGINE_CONFIG_MOUNT, "readOnly": True},
               {"name": "preflight-scratch", "mountPath": PREFLIGHT_DOWNLOAD_DIR, "subPath": "configs"},
               {"name": "preflight-scratch", "mountPath": "/tmp", "subPath": "tmp"}]
-    for role, src in (("target", spec.target), ("drafter", spec.drafter)):
+    for role, src in spec.model_sources():
         if src.pvc is not None:
             mounts.append({"name": f"{role}-model", "mountPath": f"{MODEL_ROOT}/{role}", "readOnly": True})
     fill = prefetches(spec, baked, cache)
@@ -237,7 +240,7 @@ def _pod_template(cr, ec: EngineConfig, prof: gpus.GpuProfile, image: str, args:
         {"name": "engine-config", "configMap": {"name": cm_name}},
         {"name": "preflight-scratch", "emptyDir": {"sizeLimit": "64Mi"}},
     ]
-    for role, src in (("target", spec.target), ("drafter", spec.drafter)):
+    for role, src in spec.model_sources():
         if src.pvc is not None:
             volumes.append({"name": f"{role}-model",
                             "persistentVolumeClaim": {"claimName": src.pvc.claim_name, "readOnly": True}})
@@ -372,6 +375,26 @@ def build_podmonitor(cr, ec: EngineConfig, extra_labels: Mapping[str, str] | Non
     }
 
 
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # set on every Namespace by the API server (1.22+)
+
+
+def build_network_policy(cr, ec: EngineConfig, namespaces: Sequence[str] = ()) -> dict:
+    """Ingress to this deployment's engine pods (leader and workers) only from pods of the same namespace and of
+    ``namespaces`` (the monitoring namespace, the operator's: chart value engineNetworkPolicy, operator flag
+    --engine-network-policy): docs/concepts/security.md, "Engine network"."""
+    n = names(cr.metadata.name)
+    peers: list[dict] = [{"podSelector": {}}]
+    peers += [{"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: ns}}}
+              for ns in sorted(set(namespaces)) if ns != cr.metadata.namespace]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": child_meta(cr, n["networkpolicy"], child_labels(cr, ec.engine)),
+        "spec": {"podSelector": {"matchLabels": selector_labels(cr.metadata.name)}, "policyTypes": ["Ingress"],
+                 "ingress": [{"from": peers}]},
+    }
+
+
 def build_engine_config(cr, analysis: Analysis, target_doc: Any, drafter_doc: Any, *, baked: bool = False,
                         cache: CachePlan | None = None, guard: "gd.GuardPlan | None" = None) -> EngineConfig:
     spec = cr.spec
@@ -381,9 +404,9 @@ def build_engine_config(cr, analysis: Analysis, target_doc: Any, drafter_doc: An
     row = info.release_for(spec.engine.version)
     assert row is not None
     target = model_in_pod(spec.target, "target")
-    drafter = model_in_pod(spec.drafter, "drafter", baked)
+    drafter = model_in_pod(spec.drafter, "drafter", baked) if spec.drafter is not None else None
     multinode = spec.nodes > 1
-    problem = method_render_problem(info.name, spec.speculation.method)
+    problem = method_render_problem(info.name, spec.speculation.method, row)
     if problem is not None:
         raise RenderError([problem])
     args, worker_args = ARG_BUILDERS[(info.name, spec.speculation.method)](spec, d, row, target, drafter, multinode, baked)
@@ -411,9 +434,13 @@ def build_engine_config(cr, analysis: Analysis, target_doc: Any, drafter_doc: An
         health_path=info.health_path,
         metrics_path=info.metrics_path,
         target=ModelRef(model=target, revision=spec.target.revision, config_digest=config_digest(target_doc)),
-        drafter=ModelRef(model=drafter, revision=spec.drafter.revision, config_digest=config_digest(drafter_doc)),
+        drafter=(ModelRef(model=drafter, revision=spec.drafter.revision, config_digest=config_digest(drafter_doc))
+                 if drafter is not None else None),
         speculation=SpeculationPlan(
             method=spec.speculation.method,
+            engine_method=row.engine_method(spec.speculation.method),
+            steps=d.steps,
+            topk=d.topk,
             block_size=d.block_size,
             num_speculative_tokens=d.num_speculative_tokens,
             draft_window=d.draft_window,
@@ -440,7 +467,7 @@ def choose_image(cr, drafter_doc: Any, table: tuple[eng.BakedDrafterImage, ...] 
     default = build.image(spec.engine.version) if build is not None else info.default_image(spec.engine.version)
     if spec.engine.image:
         return spec.engine.image, None, None
-    if spec.drafter.pvc is not None:
+    if spec.drafter is None or spec.drafter.pvc is not None:
         return default, None, None
     row = eng.baked_drafter_image(info.name, spec.engine.version, spec.drafter.model, spec.drafter.revision, table)
     if row is None:
@@ -457,13 +484,17 @@ def choose_image(cr, drafter_doc: Any, table: tuple[eng.BakedDrafterImage, ...] 
 
 def render(cr, target_doc: Any, drafter_doc: Any, *, pod_monitor: bool = False,
            image_table: tuple[eng.BakedDrafterImage, ...] | None = None, policy=None,
-           guard: "gd.GuardLimit | None" = None, pod_monitor_labels: Mapping[str, str] | None = None) -> Rendered:
+           guard: "gd.GuardLimit | None" = None, pod_monitor_labels: Mapping[str, str] | None = None,
+           network_policy: Sequence[str] | None = None) -> Rendered:
     """Every child object for a SpeculativeDeployment; raises RenderError when the check fails. ``guard``: the
-    controller's resolution of ``spec.speculation.guard.fromBenchmark`` (the render reads no benchmark itself)."""
+    controller's resolution of ``spec.speculation.guard.fromBenchmark`` (the render reads no benchmark itself).
+    ``network_policy``: None, no NetworkPolicy; else the namespaces besides the CR's own that may reach the engine
+    pods (build_network_policy)."""
     analysis = analyze(drafter_doc, target_doc, cr.spec.options())
     if not analysis.ok or analysis.derived is None:
         raise RenderError(analysis.findings, analysis.accepted)
-    problem = method_render_problem(cr.spec.engine.name, cr.spec.speculation.method)
+    problem = method_render_problem(cr.spec.engine.name, cr.spec.speculation.method,
+                                    eng.get_engine(cr.spec.engine.name).release_for(cr.spec.engine.version))
     if problem is not None:
         raise RenderError(analysis.findings + [problem], analysis.accepted)
     spec = cr.spec
@@ -497,6 +528,8 @@ def render(cr, target_doc: Any, drafter_doc: Any, *, pod_monitor: bool = False,
     objects = [build_configmap(cr, ec, analysis), workload, build_service(cr, ec), build_pdb(cr, ec)]
     if pod_monitor:
         objects.append(build_podmonitor(cr, ec, pod_monitor_labels))
+    if network_policy is not None:
+        objects.append(build_network_policy(cr, ec, network_policy))
     return Rendered(analysis=analysis, engine_config=ec, config_hash=config_hash, objects=objects,
                     tuning_objects=tuning_objects, tuning=plan, image=image, baked_drafter=baked_row, cache=cache,
                     guard=guard_plan)
