@@ -146,6 +146,12 @@ def test_benchmark_completes_with_a_recommendation(loop):
     out = loop.cluster.kubectl("get", "specbench", NAME).stdout
     header, row = out.splitlines()[0].split(), out.splitlines()[1].split()
     assert header[:5] == ["NAME", "DEPLOYMENT", "PHASE", "PROGRESS", "BEST"] and row[:4] == [NAME, DEP, "Complete", "2/2"]
+    # issue 27: STATUS is the Running condition's reason; Events followed the run
+    assert header[5] == "STATUS" and row[5] == "Measured", out
+    items = loop.cluster.get_json("events", "-n", loop.namespace).get("items") or []
+    reasons = [e["reason"] for e in items if (e.get("involvedObject") or {}).get("kind") == "SpeculativeBenchmark"
+               and e["involvedObject"].get("name") == NAME]
+    assert {"VariantStarting", "ClientStarted", "VariantMeasured", "Measured"} <= set(reasons), reasons
 
 
 def test_an_operator_restart_mid_variant_continues_where_it_was(loop):
@@ -186,6 +192,41 @@ def test_an_operator_restart_mid_variant_continues_where_it_was(loop):
     assert st["phase"] == "Complete", st
     assert len(seen["job"]) == 1 and len(seen["deployment"]) == 1, seen
     assert [p["variant"] for p in st["points"]] == ["baseline", "k3"]
+
+
+def test_a_deleted_benchmark_leaves_nothing_without_an_operator(loop):
+    """Issue 27 (clean uninstall): every temporary object of a running benchmark (the variant's engine
+    Deployment, Service and ConfigMap, the client plan ConfigMap and Job, the results ConfigMap) is owned by the
+    SpeculativeBenchmark, so deleting it removes them by garbage collection alone: here with no operator
+    running, as after `helm uninstall` (the CRDs are kept, so benchmarks and their children stay until deleted)."""
+    name = "orphan"
+    loop.apply(bench(name, concurrency=[1], promptsPerPoint=8, maxOutputTokens=200))
+    sel = f"specdeploy.io/benchmark={name}"
+    kinds = ("deployments", "services", "configmaps", "jobs")
+
+    def mine() -> dict[str, list[str]]:
+        return {k: sorted(o["metadata"]["name"] for o in loop.get(k, "-l", sel)["items"]) for k in kinds}
+
+    wait_for(lambda: (loop.get("specbench", name).get("status") or {}).get("current") == "baseline: client running"
+             and mine()["jobs"], 300, "the baseline's client Job to run", interval=0.3)
+    c = loop.cluster
+    c.stop_operator()
+    try:
+        before = mine()
+        assert before["deployments"] == [f"{name}-baseline"] and before["jobs"] == [f"{name}-baseline-client"], before
+        assert f"{name}-baseline-plan" in before["configmaps"] and f"{name}-baseline-engine" in before["configmaps"]
+        for k in kinds:
+            for o in loop.get(k, "-l", sel)["items"]:
+                refs = o["metadata"].get("ownerReferences") or []
+                assert [(r["kind"], r["name"], r.get("controller")) for r in refs] == \
+                    [("SpeculativeBenchmark", name, True)], (k, o["metadata"]["name"], refs)
+        c.kubectl("delete", "specbench", name, "-n", loop.namespace, "--wait=false")
+        wait_for(lambda: not any(mine().values()), 60, "garbage collection of the benchmark's objects")
+        print(f"left after deleting the benchmark with no operator: {mine()} (before: {before})")
+    finally:
+        c.start_operator(resync_seconds=30, extra_env={"HF_ENDPOINT": str(loop.hub), "SPECDEPLOY_WEBHOOK_PORT": "0",
+                                                       "SPECDEPLOY_ACCEPTANCE_INTERVAL": f"{loop.interval:g}",
+                                                       **loop.operator_env})
 
 
 def test_too_many_speculative_tokens_fail_with_the_field(loop):

@@ -84,7 +84,7 @@ def test_examples_ready_printer_columns_and_events(examples):
     assert "READY" in header, lines
     rows = {ln.split()[0]: dict(zip(header, ln.split())) for ln in lines[1:]}
     for name in NAMES:
-        assert rows[name]["READY"] == "True", lines
+        assert rows[name]["READY"] == "1/1" and rows[name]["STATUS"] == "AllReplicasReady", lines
     # Events: CamelCase reasons, the verdict and readiness both posted
     for name in NAMES:
         evs = wait_for(lambda: {e["reason"] for e in events_for(c, name)} >= {"Compatible", "AllReplicasReady"}

@@ -6,6 +6,7 @@ Requests are AdmissionReview v1 bodies as kube-apiserver sends them (admission_h
 from __future__ import annotations
 
 import asyncio
+import base64
 import copy
 import json
 
@@ -482,6 +483,35 @@ def test_self_signed_secret_reuse_renewal_and_ca_bundle_upkeep():
         m4 = await certs.SelfSigned(kube, namespace="ops", secret="wh-tls", dns_names=certs.service_dns_names(["x.ops"]),
                                     configuration=None).ensure()
         assert m4.ca_pem == m1.ca_pem and certs.problem(m4, certs.service_dns_names(["x.ops"])) is None
+
+    asyncio.run(main())
+
+
+def test_ca_bundle_mismatch_is_what_the_served_certificate_fails_to_verify():
+    """Issue 27 (readiness): a webhook whose caBundle cannot verify the served certificate is a mismatch;
+    a bundle holding the right CA among others is not; an absent configuration has none."""
+    kube = MemoryKube()
+    vwc = f"{certs.ADMISSION_API}/validatingwebhookconfigurations/specdeploy"
+    kube.objects[vwc] = {"webhooks": [{"name": "validate.specdeploy.io", "clientConfig": {}}]}
+    tls = certs.SelfSigned(kube, namespace="ops", secret="wh-tls", dns_names=["wh"], configuration="specdeploy")
+    other_ca = certs.generate_ca()[0]
+
+    async def main():
+        m = await tls.ensure()
+        assert tls.mismatches(m.cert_pem) == []  # nothing observed yet
+        tls.observe("ValidatingWebhookConfiguration", kube.objects[vwc])
+        assert tls.differs("ValidatingWebhookConfiguration")
+        assert tls.mismatches(m.cert_pem) == ["ValidatingWebhookConfiguration/specdeploy validate.specdeploy.io"]
+        await tls.sync_ca_bundle()  # records what it saw and wrote
+        assert tls.mismatches(m.cert_pem) == [] and not tls.differs("ValidatingWebhookConfiguration")
+        for bundle, ok in ((base64.b64encode(other_ca).decode(), False), ("bm90IGEgcGVt", False), ("%%", False),
+                           (base64.b64encode(other_ca + m.ca_pem).decode(), True)):
+            hook = {"name": "validate.specdeploy.io", "clientConfig": {"caBundle": bundle}}
+            tls.observe("ValidatingWebhookConfiguration", {"webhooks": [hook]})
+            assert (tls.mismatches(m.cert_pem) == []) is ok, bundle
+            assert certs.bundle_verifies(bundle, m.cert_pem) is ok
+        tls.observe("ValidatingWebhookConfiguration", None)  # deleted: nothing calls this server through it
+        assert tls.mismatches(m.cert_pem) == []
 
     asyncio.run(main())
 

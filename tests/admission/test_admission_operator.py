@@ -20,6 +20,7 @@ import pytest
 from cryptography import x509
 
 from admission_helpers import Client, example_configs, example_cr, review_request
+from specdeploy.controller import certs
 from specdeploy.controller.admission import decode_patch
 from specdeploy_dev.harness import BIN, ROOT, Cluster, HarnessError, free_port, kubectl_available, wait_for
 from specdeploy_dev.procs import stop_process
@@ -50,6 +51,7 @@ class Env:
         self.proc: subprocess.Popen | None = None
         self.log = cluster.workdir / "operator-webhook.log"
         self.metrics_port = 0
+        self.health_port = 0
 
     # -- API access (plain HTTP to the embedded server)
     def api(self, method: str, path: str, body=None, content_type: str = "application/json"):
@@ -79,10 +81,12 @@ class Env:
     # -- the operator process
     def start(self, resync: float = 1.0) -> None:
         self.metrics_port = free_port()
+        self.health_port = free_port()
         log = open(self.log, "a")
         self.proc = subprocess.Popen(
             [str(BIN / "specdeploy"), "operator", "run", "--kubeconfig", self.cluster.kubeconfig, "--namespace", "default",
-             "--metrics-port", str(self.metrics_port), "--webhook", "--webhook-port", str(self.port),
+             "--metrics-port", str(self.metrics_port), "--health-port", str(self.health_port),
+             "--webhook", "--webhook-port", str(self.port),
              "--webhook-service", f"{SERVICE}.{OP_NS}", "--webhook-secret", SECRET,
              "--webhook-configuration", CONFIG, "--operator-namespace", OP_NS],
             stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
@@ -111,6 +115,13 @@ class Env:
 
     def client(self) -> Client:
         return Client(self.port, self.ca_pem(), server_hostname=SNI)
+
+    def readyz(self) -> tuple[int, dict]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/readyz", timeout=5) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"null")
 
     def api_writes(self) -> float:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
@@ -238,3 +249,48 @@ def test_ca_bundle_is_kept_current_and_a_restart_reuses_the_secret(env):
     assert env.client().peer_certificate() == served
     assert env.ca_bundles() == [good, good]
     assert env.resource_versions() == before
+
+
+def test_recreated_configurations_get_the_ca_at_once_and_readyz_says_not_ready_meanwhile(env):
+    """Issue 27: with the periodic re-check at its default (300 s), deleting and recreating both webhook
+    configurations with an empty or foreign caBundle is repaired within seconds (the operator watches them),
+    and /readyz is 503 naming the webhooks while the configured caBundle cannot verify the served certificate.
+    The first two caBundle patches of the validating configuration fail (an injected 500), so the mismatch
+    lasts a moment: the retries (1 s, 2 s) repair it, not the 300 s round."""
+    env.stop()
+    env.start(resync=300)
+    try:
+        wait_for(lambda: env.readyz()[0] == 200, 30, "/readyz 200")
+        good = env.ca_bundles()[0]
+        other_ca = base64.b64encode(certs.generate_ca()[0]).decode()
+        env.cluster.fault(verb="patch", resource="validatingwebhookconfigurations", status=500, count=2)
+        t0 = time.monotonic()
+        for kind, wh, bundle in (("ValidatingWebhookConfiguration", "validate", None),
+                                 ("MutatingWebhookConfiguration", "mutate", other_ca)):
+            plural = kind.lower() + "s"
+            assert env.api("DELETE", f"{ADM}/{plural}/{CONFIG}")[0] == 200
+            cfg = _configuration(kind, wh)
+            if bundle:
+                cfg["webhooks"][0]["clientConfig"]["caBundle"] = bundle
+            st, body = env.api("POST", f"{ADM}/{plural}", cfg)
+            assert st == 201, body
+        st, body = wait_for(lambda: (lambda r: r if r[0] != 200 else None)(env.readyz()), 10,
+                            "/readyz to report the mismatch", interval=0.05)
+        print(f"readyz {time.monotonic() - t0:.2f}s after the recreate: {st} {body}")
+        assert st == 503 and body["checks"]["webhookCaBundle"] is False, body
+        assert any("ValidatingWebhookConfiguration/specdeploy" in m for m in body["caBundleMismatch"]), body
+
+        # admission through the API server (which verifies the operator's certificate against caBundle)
+        def admitted() -> bool:
+            cr = _cr("after-recreate", "good-drafter")
+            st, _ = env.api("POST", "/apis/specdeploy.io/v1alpha1/namespaces/default/speculativedeployments?dryRun=All", cr)
+            return st == 201
+        wait_for(admitted, 30, "admission through the recreated configurations")
+        t_admitted = time.monotonic() - t0
+        wait_for(lambda: env.readyz()[0] == 200, 30, "/readyz 200 again")
+        print(f"admission works again {t_admitted:.2f}s after the recreate; /readyz 200 at {time.monotonic() - t0:.2f}s")
+        assert env.ca_bundles() == [good, good]
+        assert "caBundleMismatch" not in env.readyz()[1]
+    finally:
+        env.stop()
+        env.start()

@@ -62,9 +62,26 @@ def test_the_category_lists_both_kinds_and_shadows_no_name(cluster):
 
 
 def test_status_column_is_the_ready_reason(cluster):
-    status = {"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "ReplicasNotReady",
-                                         "message": "0/1 replicas ready", "lastTransitionTime": "2026-12-01T00:00:00Z"}]}}
+    # READY is ready/desired replicas (status.ready, written by the operator: issue 27), STATUS the Ready reason
+    status = {"status": {"ready": "1/2", "replicas": 2, "readyReplicas": 1,
+                         "conditions": [{"type": "Ready", "status": "False", "reason": "ReplicasNotReady",
+                                         "message": "1/2 replicas ready", "lastTransitionTime": "2026-12-01T00:00:00Z"}]}}
     cluster.kubectl("patch", "specdeploy", "qwen36-27b", "--subresource=status", "--type=merge", "-p", json.dumps(status))
     header, row = cluster.kubectl("get", "specdeploy", "qwen36-27b").stdout.splitlines()[:2]
     cols = dict(zip(header.split(), row.split()))
-    assert cols["READY"] == "False" and cols["STATUS"] == "ReplicasNotReady", (header, row)
+    assert cols["READY"] == "1/2" and cols["STATUS"] == "ReplicasNotReady", (header, row)
+    header, row = cluster.kubectl("get", "specdeploy", "qwen36-27b", "-o", "wide").stdout.splitlines()[:2]
+    at = header.index("REPLICAS")  # by position: empty columns (ACCEPTLEN) shift a split
+    assert row[at:].split()[0] == "2", (header, row)
+
+
+def test_benchmark_status_column_is_the_running_reason(cluster):
+    status = {"status": {"phase": "Failed", "progress": "0/2",
+                         "conditions": [{"type": "Failed", "status": "True", "reason": "ClientFailed", "message": "boom",
+                                         "lastTransitionTime": "2026-12-01T00:00:00Z"},
+                                        {"type": "Running", "status": "False", "reason": "ClientFailed", "message": "boom",
+                                         "lastTransitionTime": "2026-12-01T00:00:00Z"}]}}
+    cluster.kubectl("patch", "specbench", "sweep", "--subresource=status", "--type=merge", "-p", json.dumps(status))
+    header, row = cluster.kubectl("get", "specbench", "sweep").stdout.splitlines()[:2]
+    col = lambda name: row[header.index(name):].split()[0]  # noqa: E731 - by position: BEST is empty here
+    assert (col("PHASE"), col("STATUS"), col("PROGRESS")) == ("Failed", "ClientFailed", "0/2"), (header, row)

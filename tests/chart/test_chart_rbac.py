@@ -22,7 +22,7 @@ from specdeploy.controller import kube as kube_mod
 from specdeploy.controller import reconciler
 
 CONTROLLER = Path(kube_mod.__file__).parent
-KUBE_VERBS = {"get", "list", "create", "patch", "apply", "delete", "call", "has_api", "log"}
+KUBE_VERBS = {"get", "list", "create", "patch", "apply", "delete", "call", "has_api", "log", "watch"}
 HTTP_VERBS = {"GET": "get", "PATCH": "patch", "POST": "create", "PUT": "update", "DELETE": "delete"}
 TLS_SECRET = "specdeploy-webhook-tls"
 CONFIGURATION = "specdeploy"
@@ -70,6 +70,9 @@ def _calls() -> dict[str, set[tuple]]:
         "SelfSigned.ensure:patch": {(*gr("Secret"), "patch", "tls")},
         "SelfSigned.sync_ca_bundle:call:get": {("admissionregistration.k8s.io", r, "get", "cluster") for r in WEBHOOK_CONFIGS},
         "SelfSigned.sync_ca_bundle:call:patch": {("admissionregistration.k8s.io", r, "patch", "cluster") for r in WEBHOOK_CONFIGS},
+        # issue 27: each configuration watched by name (a metadata.name field selector: RBAC resourceNames apply)
+        "WebhookRuntime._watch_configuration:watch": {("admissionregistration.k8s.io", r, v, "cluster")
+                                                      for r in WEBHOOK_CONFIGS for v in ("list", "watch")},
         # readiness: one list of the CRs, compared with the watch cache (health.CacheSync)
         "CacheSync.run:list": {("specdeploy.io", "speculativedeployments", "list", "watched")},
         # leader election: the operator's Lease in its own namespace, by name (leader.LeaderElector)

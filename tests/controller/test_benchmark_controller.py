@@ -349,6 +349,66 @@ def test_an_operator_start_judges_nothing_until_the_deployment_cache_is_complete
     assert body["status"]["phase"] == "Failed"
 
 
+def _events(bc) -> list[tuple[str, str, str]]:
+    seen: list[tuple[str, str, str]] = []
+
+    async def event(body, kind, reason, message):
+        seen.append((kind, reason, message))
+
+    bc.event = event
+    return seen
+
+
+def test_running_condition_and_events_follow_the_benchmark():
+    """Issue 27: Running is True while measuring and False with the reason once it ends (the STATUS column);
+    each stage posts an Event, the end posts one (Measured), a wait posts one."""
+    api = Api()
+    bc, body = controller(api)
+    seen = _events(bc)
+    conds = lambda: {c["type"]: c for c in body["status"]["conditions"]}  # noqa: E731
+    step(bc)
+    assert (conds()["Running"]["status"], conds()["Running"]["reason"]) == ("True", "Measuring")
+    assert "baseline: starting the engine (0/2 measured)" == conds()["Running"]["message"]
+    ready(api, "baseline")
+    step(bc)
+    finish_job(api, "baseline", result("baseline", None, 100))
+    step(bc)
+    step(bc)
+    ready(api, "k3")
+    step(bc)
+    finish_job(api, "k3", result("k3", 3.5, 150))
+    step(bc)
+    step(bc)
+    assert [r for _, r, _ in seen] == ["VariantStarting", "ClientStarted", "VariantMeasured", "VariantStarting",
+                                       "ClientStarted", "VariantMeasured", "Measured"]
+    assert all(k == "Normal" for k, _, _ in seen)
+    assert ("Normal", "VariantMeasured", "variant k3 measured (2/2)") in seen
+    c = conds()
+    assert (c["Running"]["status"], c["Running"]["reason"]) == ("False", "Measured")
+    assert [x["type"] for x in body["status"]["conditions"]] == ["Complete", "Running"]
+
+    # a failure: Running False with the failure's reason, one Warning Event
+    api = Api()
+    bc, body = controller(api)
+    seen = _events(bc)
+    step(bc)
+    ready(api, "baseline")
+    step(bc)
+    finish_job(api, "baseline", failed=True, log="error: boom\n")
+    step(bc)
+    assert (conds()["Running"]["status"], conds()["Running"]["reason"]) == ("False", "ClientFailed")
+    assert [(k, r) for k, r, _ in seen][-1] == ("Warning", "ClientFailed")
+
+    # a wait: Running False with the wait's reason, posted once
+    api = Api()
+    bc, body = controller(api, with_deployment=False)
+    seen = _events(bc)
+    step(bc)
+    step(bc)
+    assert body["status"]["phase"] == "Pending" and conds()["Running"]["status"] == "False"
+    assert [r for _, r, _ in seen] == [conds()["Running"]["reason"]]
+
+
 def test_synthetic_acceptance_on_the_cpu_pool_fails_before_any_engine_starts():
     api = Api()
     bc, body = controller(api)

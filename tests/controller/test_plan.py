@@ -164,8 +164,9 @@ RESOLVED = Resolved(target_config_digest="sha256:t", drafter_config_digest="sha2
 def test_plan_status_writes_once_then_nothing():
     first = pl.plan_status("m", None, obs(), RESOLVED, None, "T1")
     assert first is not None
-    assert set(first.status) == {"conditions", "observedGeneration", "replicas", "readyReplicas", "selector",
+    assert set(first.status) == {"conditions", "observedGeneration", "replicas", "readyReplicas", "ready", "selector",
                                  "resolved", "acceptedFindings"}
+    assert first.status["ready"] == "1/1"
     assert first.status["resolved"] == {"targetConfigDigest": "sha256:t", "drafterConfigDigest": "sha256:d",
                                         "profile": "b300", "configHash": "h"}  # absent fields are omitted
     assert first.status["acceptedFindings"] == []  # checked, nothing accepted: written as empty
@@ -180,6 +181,9 @@ def test_plan_status_writes_once_then_nothing():
     (dict(accepted=[finding()]), "acceptedFindings",
      [{"code": "SomeWarning", "severity": "warning", "source": "spec", "path": "spec.x", "message": "m"}]),
     (dict(ready_replicas=0), "readyReplicas", 0),
+    # the READY printer column: ready / desired (spec.replicas), as kubectl shows a Deployment's
+    (dict(ready_replicas=1, replicas=2, desired_replicas=2), "ready", "1/2"),
+    (dict(ready_replicas=0, replicas=0, desired_replicas=0, workload_exists=False), "ready", "0/0"),
 ])
 def test_plan_status_fields(change, field, want):
     got = pl.plan_status("m", None, obs(**change), None, None, "T1")

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -307,6 +310,102 @@ def test_render_missing_config():
     p = run_cli("render", "-f", EXAMPLE_CR, "--drafter-config", "/nonexistent/d.json",
                 "--target-config", str(EXAMPLE / "target.config.json"))
     assert_usage_error(p, "/nonexistent/d.json")
+
+
+# ----------------------------------------------------------------- render -k, configFrom from the manifests
+
+
+def _explicit_render(*extra: str) -> str:
+    p = run_cli("render", "-f", EXAMPLE_CR, "--drafter-config", str(EXAMPLE / "drafter.config.json"),
+                "--target-config", str(EXAMPLE / "target.config.json"), *extra)
+    assert p.returncode == 0, p.stderr
+    return p.stdout
+
+
+def test_render_kustomization_resolves_config_from_its_configmaps():
+    """Issue 27: `render -k DIR` reads the kustomization kubectl apply -k takes and the configs from its ConfigMaps."""
+    p = run_cli("render", "-k", str(EXAMPLE))
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == _explicit_render()
+    p = run_cli("render", "-k", str(EXAMPLES / "kimi-k2.6-rtx-pro-6000-sglang"), "-o", "json")
+    assert p.returncode == 0, p.stderr
+    assert "sglang" in p.stdout
+
+
+def test_render_file_with_configmaps_resolves_config_from(tmp_path):
+    t = (EXAMPLE / "target.config.json").read_text()
+    d = (EXAMPLE / "drafter.config.json").read_text()
+    cms = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "qwen36-27b-target-config"},
+            "data": {"config.json": t}},
+           {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "qwen36-27b-drafter-config"},
+            "binaryData": {"config.json": base64.b64encode(d.encode()).decode()}}]
+    f = tmp_path / "all.yaml"
+    f.write_text(yaml.safe_dump_all([*cms, yaml.safe_load(open(EXAMPLE_CR))]))
+    p = run_cli("render", "-f", str(f))
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == _explicit_render()
+    p = run_cli("render", "-f", "-", stdin=f.read_text())
+    assert p.returncode == 0 and p.stdout == _explicit_render()
+    # a flag still wins over the ConfigMap
+    p = run_cli("render", "-f", str(f), "--drafter-config", str(EXAMPLES / "mistakes" / "qwen3.6-ids-plus-one.drafter.json"))
+    assert p.returncode == 1 and "TargetLayerIdsShifted" in p.stderr
+
+
+@pytest.mark.parametrize("edit, needles", [
+    (lambda docs: docs.pop(0), ["ConfigMap qwen36-27b-target-config", "does not hold", "--target-config"]),
+    (lambda docs: docs[0].update(data={"other.json": "{}"}), ["key config.json", "is missing"]),
+    (lambda docs: docs[0].update(data={"config.json": "{nope"}), ["key config.json", "not valid JSON"]),
+    (lambda docs: docs[0].update(data={"config.json": "[1]"}), ["not a JSON object"]),
+    (lambda docs: docs[-1]["spec"]["target"].pop("configFrom"), ["spec.target has no configFrom", "the hub",
+                                                                  "--target-config"]),
+])
+def test_render_config_from_problems_are_one_line(edit, needles, tmp_path):
+    docs = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "qwen36-27b-target-config"},
+             "data": {"config.json": (EXAMPLE / "target.config.json").read_text()}},
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "qwen36-27b-drafter-config"},
+             "data": {"config.json": (EXAMPLE / "drafter.config.json").read_text()}},
+            yaml.safe_load(open(EXAMPLE_CR))]
+    edit(docs)
+    f = tmp_path / "all.yaml"
+    f.write_text(yaml.safe_dump_all(docs))
+    assert_usage_error(run_cli("render", "-f", str(f)), *needles)
+
+
+def _kustomization_with_a_patch(tmp_path) -> Path:
+    k = tmp_path / "overlay"
+    k.mkdir()
+    (k / "kustomization.yaml").write_text(yaml.safe_dump({
+        "resources": [str(Path("..") / "base")],
+        "patches": [{"target": {"kind": "SpeculativeDeployment"},
+                     "patch": "- op: replace\n  path: /spec/replicas\n  value: 3\n"}]}))
+    base = tmp_path / "base"
+    base.mkdir()
+    for f in ("speculativedeployment.yaml", "kustomization.yaml", "target.config.json", "drafter.config.json"):
+        (base / f).write_text((EXAMPLE / f).read_text())
+    return k
+
+
+def test_render_kustomization_beyond_the_subset_needs_kubectl(tmp_path):
+    k = _kustomization_with_a_patch(tmp_path)
+    p = run_cli("render", "-k", str(k), env={"PATH": str(tmp_path)})  # no kubectl on this PATH
+    assert_usage_error(p, "patches", "install kubectl", "kubectl kustomize")
+    # nested plain kustomizations are read in-process
+    (k / "kustomization.yaml").write_text(yaml.safe_dump({"resources": ["../base"]}))
+    p = run_cli("render", "-k", str(k), env={"PATH": str(tmp_path)})
+    assert p.returncode == 0 and p.stdout == _explicit_render(), p.stderr
+    assert_usage_error(run_cli("render", "-k", str(tmp_path)), "no kustomization.yaml")
+
+
+@pytest.mark.skipif(not shutil.which("kubectl"), reason="needs kubectl (kubectl kustomize)")
+def test_render_kustomization_with_a_patch_is_built_by_kubectl(tmp_path):
+    k = _kustomization_with_a_patch(tmp_path)
+    p = run_cli("render", "-k", str(k))
+    assert p.returncode == 0, p.stderr
+    [dep] = [d for d in yaml.safe_load_all(p.stdout) if d["kind"] == "Deployment"]
+    assert dep["spec"]["replicas"] == 3  # the patch applied: kubectl kustomize built it
+    # the in-process reader and kubectl kustomize agree on the examples
+    built = subprocess.run(["kubectl", "kustomize", str(EXAMPLE)], capture_output=True, text=True, check=True).stdout
+    assert run_cli("render", "-f", "-", stdin=built).stdout == run_cli("render", "-k", str(EXAMPLE)).stdout
 
 
 # ----------------------------------------------------------------- crd, help, runtime

@@ -251,12 +251,13 @@ exists, with the code that needs it (operator/specdeploy/controller/):
   verbs: ["list", "watch"]
 {{- if include "specdeploy.selfManagedCerts" . }}
 # Webhook configurations: the operator writes its CA into caBundle of the chart's own two
-# configurations (certs.SelfSigned.sync_ca_bundle: get, JSON patch), by name only. Not needed
-# with cert-manager (its cainjector does it).
+# configurations (certs.SelfSigned.sync_ca_bundle: get, JSON patch) and watches them to set it again
+# at once when they change (list/watch with a metadata.name field selector), by name only. Not
+# needed with cert-manager (its cainjector does it).
 - apiGroups: ["admissionregistration.k8s.io"]
   resources: ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"]
   resourceNames: [{{ include "specdeploy.fullname" . | quote }}]
-  verbs: ["get", "patch"]
+  verbs: ["get", "list", "watch", "patch"]
 {{- end }}
 {{- end }}
 

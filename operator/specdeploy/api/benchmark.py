@@ -329,7 +329,8 @@ class SpeculativeBenchmarkStatus(_Model):
     phase: Optional[Literal["Pending", "Running", "Complete", "Failed"]] = Field(default=None, description="Where "
                                                                                   "the benchmark is.")
     conditions: list[Condition] = Field(
-        default_factory=list, description="Complete, Failed.",
+        default_factory=list, description="Running (True while measuring; False with the reason it waits, failed "
+        "or finished: the STATUS printer column), Complete, Failed.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]})
     observed_generation: Optional[int] = Field(default=None, description="Last generation the operator acted on.")
     progress: Optional[str] = Field(default=None, description="Variants measured / planned, e.g. `1/2`.")

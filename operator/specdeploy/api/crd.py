@@ -101,14 +101,15 @@ PRINTER_COLUMNS = [
     {"name": "Target", "type": "string", "jsonPath": ".spec.target.model"},
     {"name": "Drafter", "type": "string", "jsonPath": ".spec.drafter.model"},
     {"name": "GPU", "type": "string", "jsonPath": ".spec.gpu.type"},
-    {"name": "Ready", "type": "string", "jsonPath": f'.status.conditions[?(@.type=="{N.READY}")].status'},
+    # ready/desired replicas, as kubectl shows a Deployment's (the operator writes it from the workload)
+    {"name": "Ready", "type": "string", "jsonPath": ".status.ready"},
     # why it is (not) Ready, at a glance: the Ready condition's reason (e.g. ReplicasNotReady, Blocked)
     {"name": "Status", "type": "string", "jsonPath": f'.status.conditions[?(@.type=="{N.READY}")].reason'},
     {"name": "AcceptLen", "type": "number", "jsonPath": ".status.acceptance.length"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     {"name": "Version", "type": "string", "jsonPath": ".spec.engine.version", "priority": 1},
     {"name": "GPUs", "type": "integer", "jsonPath": ".spec.gpu.count", "priority": 1},
-    {"name": "Replicas", "type": "integer", "jsonPath": ".status.readyReplicas", "priority": 1},
+    {"name": "Replicas", "type": "integer", "jsonPath": ".status.replicas", "priority": 1},
     {"name": "Compatible", "type": "string", "jsonPath": f'.status.conditions[?(@.type=="{N.DRAFTER_COMPATIBLE}")].reason', "priority": 1},
 ]
 
@@ -164,6 +165,8 @@ BENCH_PRINTER_COLUMNS = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
     {"name": "Progress", "type": "string", "jsonPath": ".status.progress"},
     {"name": "Best", "type": "string", "jsonPath": ".status.recommendation.best"},
+    # as SpeculativeDeployment's STATUS: why it is (not) running, e.g. Measuring, AnotherBenchmarkRunning, ClientFailed
+    {"name": "Status", "type": "string", "jsonPath": f'.status.conditions[?(@.type=="{N.RUNNING}")].reason'},
     {"name": "Crossover", "type": "integer", "jsonPath": ".status.crossoverConcurrency"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     {"name": "Current", "type": "string", "jsonPath": ".status.current", "priority": 1},

@@ -691,6 +691,8 @@ class SpeculativeDeploymentStatus(_Model):
     observed_generation: Optional[int] = Field(default=None, description="Last generation the operator acted on.")
     replicas: Optional[int] = Field(default=None, description="Replicas of the engine workload.")
     ready_replicas: Optional[int] = Field(default=None, description="Ready replicas of the engine workload.")
+    ready: Optional[str] = Field(default=None, description="Ready replicas / desired replicas (spec.replicas), e.g. "
+                                 "`1/2` (printer column READY).")
     selector: Optional[str] = Field(default=None, description="Label selector of the engine pods (scale subresource).")
     resolved: Optional[Resolved] = Field(default=None, description="Resolved configs and derived settings.")
     acceptance: Optional[Acceptance] = Field(default=None, description="Measured speculative acceptance.")

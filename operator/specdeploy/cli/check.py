@@ -40,20 +40,13 @@ def _load_json_config(path: str, what: str) -> Any:
     return doc
 
 
-def _load_cr(path: str) -> Any:
-    import yaml
-
+def _load_cr(path: str, docs: list | None = None) -> Any:
+    """The one SpeculativeDeployment of a file (or of ``docs`` read from ``path``), validated."""
     from ..api.validation import problems_message, validate
+    from .manifests import load_file
 
-    try:
-        with (sys.stdin if path == "-" else open(path, encoding="utf-8")) as fh:
-            docs = [d for d in yaml.safe_load_all(fh) if d is not None]
-    except FileNotFoundError:
-        raise UsageError(f"file not found: {path}") from None
-    except yaml.YAMLError as e:
-        raise UsageError(f"{path} is not valid YAML: {str(e).splitlines()[0]}") from None
-    except OSError as e:
-        raise UsageError(f"cannot read {path}: {e.strerror}") from None
+    if docs is None:
+        docs = load_file(path)
     crs = [d for d in docs if isinstance(d, dict) and d.get("kind") == "SpeculativeDeployment"]
     if len(crs) != 1:
         raise UsageError(f"{path} must hold exactly one SpeculativeDeployment, found {len(crs)}")
@@ -186,8 +179,12 @@ def cmd_render(args: argparse.Namespace) -> int:
     from ..core.render import RenderError, render
     from .common import policy_args
 
+    from .manifests import config_from_manifests, load_file, load_kustomization
+
     policy = policy_args(args)
-    cr = _load_cr(args.filename)
+    where = f"-k {args.kustomize}" if args.kustomize else ("stdin" if args.filename == "-" else args.filename)
+    docs = load_kustomization(args.kustomize) if args.kustomize else load_file(args.filename)
+    cr = _load_cr(where, docs)
     # the tenancy policy first, as the webhook and the reconciler apply it (claims by label: undecidable here)
     refused = check_policy(cr.spec, policy, namespace=cr.metadata.namespace or "default")
     if refused:
@@ -198,12 +195,21 @@ def cmd_render(args: argparse.Namespace) -> int:
 
             print(json.dumps({**report(refused), "rendered": False, "exitCode": 1}, indent=2))
         return 1
-    if cr.spec.drafter is not None and not args.drafter_config:
-        raise UsageError(f"method {cr.spec.speculation.method} needs --drafter-config")
     if cr.spec.drafter is None and args.drafter_config:
         raise UsageError(f"method {cr.spec.speculation.method} has no drafter: drop --drafter-config")
-    drafter = _load_json_config(args.drafter_config, "drafter") if args.drafter_config else None
-    target = _load_json_config(args.target_config, "target")
+    configs = {"drafter": None}
+    for role, given in (("drafter", args.drafter_config), ("target", args.target_config)):
+        if getattr(cr.spec, role) is None:
+            continue  # mtp, ngram, suffix: no drafter
+        if given:
+            configs[role] = _load_json_config(given, role)
+            continue
+        doc = config_from_manifests(cr, docs, role, where)
+        if doc is None:
+            raise UsageError(f"spec.{role} has no configFrom ConfigMap (the operator reads its config.json from "
+                             f"{'a PVC' if getattr(cr.spec, role).pvc is not None else 'the hub'}): pass --{role}-config")
+        configs[role] = doc
+    drafter, target = configs["drafter"], configs["target"]
     try:
         r = render(cr, target, drafter, pod_monitor=args.pod_monitor, policy=policy)
     except RenderError as e:
@@ -283,21 +289,29 @@ def add_parsers(sub) -> None:
                        "or the policy flags below, as the chart passes them to the operator: the same verdicts as the "
                        "admission webhook) and its drafter/target pair, and print every object the "
                        "operator would create for it (engine ConfigMap, Deployment or LeaderWorkerSet, Service, "
-                       "PodDisruptionBudget, optionally the PodMonitor), as YAML or a JSON List. Warnings go to stderr.",
+                       "PodDisruptionBudget, optionally the PodMonitor), as YAML or a JSON List. Warnings go to stderr. "
+                       "The drafter's and target's config.json come from --drafter-config/--target-config, else from "
+                       "the ConfigMaps their configFrom names in the -f file or the -k kustomization.",
                        epilog=epilog(["specdeploy render -f examples/qwen3.6-27b-b300-vllm/speculativedeployment.yaml "
                                       "--drafter-config examples/qwen3.6-27b-b300-vllm/drafter.config.json "
                                       "--target-config examples/qwen3.6-27b-b300-vllm/target.config.json",
+                                      "specdeploy render -k examples/qwen3.6-27b-b300-vllm",
                                       "cat cr.yaml | specdeploy render -f - --drafter-config d/ --target-config t/ -o json",
-                                      "specdeploy render -f examples/kimi-k2.6-rtx-pro-6000-sglang/speculativedeployment.yaml "
-                                      "--drafter-config examples/kimi-k2.6-rtx-pro-6000-sglang/drafter.config.json "
-                                      "--target-config examples/kimi-k2.6-rtx-pro-6000-sglang/target.config.json "
+                                      "specdeploy render -k examples/kimi-k2.6-rtx-pro-6000-sglang "
                                       "--allow-trust-remote-code-model moonshotai"],
                                      ok="rendered", findings="the tenancy policy refused the spec or the check failed: "
                                      "nothing rendered (findings on stderr; with -o json also on stdout)",
                                      json_errors=True))
-    r.add_argument("-f", "--filename", required=True, help="SpeculativeDeployment YAML ('-' for stdin)")
-    r.add_argument("--drafter-config", metavar="D", help="drafter config.json or directory (not for mtp, ngram, suffix)")
-    r.add_argument("--target-config", required=True, metavar="T", help="target config.json or directory")
+    src = r.add_mutually_exclusive_group(required=True)
+    src.add_argument("-f", "--filename", help="YAML with the SpeculativeDeployment, and optionally the ConfigMaps its "
+                     "configFrom names ('-' for stdin)")
+    src.add_argument("-k", "--kustomize", metavar="DIR", help="a kustomization directory, as `kubectl apply -k DIR` "
+                     "takes it: resources and configMapGenerator are read in-process, anything else is built by "
+                     "`kubectl kustomize DIR` (kubectl on the PATH)")
+    r.add_argument("--drafter-config", metavar="D", help="drafter config.json or directory (default: the ConfigMap "
+                   "spec.drafter.configFrom names, from -f/-k; not for mtp, ngram, suffix)")
+    r.add_argument("--target-config", metavar="T", help="target config.json or directory (default: the ConfigMap "
+                   "spec.target.configFrom names, from -f/-k)")
     r.add_argument("--output", "-o", choices=["yaml", "json"], default="yaml")
     r.add_argument("--pod-monitor", action="store_true", help="include the PodMonitor (prometheus-operator)")
     from .common import add_policy_args

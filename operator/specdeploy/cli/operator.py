@@ -180,7 +180,8 @@ def add_parsers(sub) -> None:
                       help="with --engine-network-policy: pods of this namespace may reach engine pods too (e.g. the "
                       "monitoring namespace; repeatable)")
     orun.add_argument("--health-port", type=int, default=0, metavar="N",
-                      help="port of /healthz and /readyz (ready: webhook serving and caches synced; 0: off)")
+                      help="port of /healthz and /readyz (ready: webhook serving, its caBundle verifying the certificate, caches "
+                           "synced; 0: off)")
     le = orun.add_argument_group("leader election (several replicas: one reconciles, every one serves the webhooks; "
                                  "docs/concepts/high-availability.md)")
     le.add_argument("--leader-elect", action=argparse.BooleanOptionalAction, default=False,

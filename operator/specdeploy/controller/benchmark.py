@@ -23,6 +23,10 @@ decision reads ``status`` back for what the operator chose: the deadlines count 
 from rendering the SpeculativeDeployment (never its ``status.resolved.image``). ``status.phase`` still
 says whether the benchmark finished (and its TTL counts from ``status.finishedAt``): a forged phase steers
 only that benchmark, never an object or an image (docs/concepts/security.md).
+
+Conditions: ``Running`` (True while measuring; False with the reason it waits, failed or finished:
+the STATUS printer column), ``Complete``, ``Failed``. Events: each variant's engine starting, its
+client starting, it being measured, a wait, and the end (Measured, or the failure's reason).
 """
 
 from __future__ import annotations
@@ -63,7 +67,7 @@ CLIENT_DEADLINE = float(os.environ.get("SPECDEPLOY_BENCH_CLIENT_SECONDS", str(6 
 LOG_TAIL_LINES = 2000
 CRASH_RESTARTS = int(os.environ.get("SPECDEPLOY_BENCH_CRASH_RESTARTS", "3"))  # a variant container failing this often fails the benchmark
 CONFIGMAP_BUDGET = 900 * 1024  # a ConfigMap holds ~1 MiB
-CONDITIONS = (N.COMPLETE, N.FAILED)
+CONDITIONS = (N.RUNNING, N.COMPLETE, N.FAILED)
 
 
 _age = age_seconds
@@ -185,7 +189,7 @@ class BenchmarkController:
                 await self._fail(key, body, w.reason, f"{w.message} (while variant {status.get('current')})")
                 return None
             await self._status(key, body, {"phase": "Pending", "current": f"waiting: {w.message}"},
-                               condition=None)
+                               running=("False", w.reason, w.message))
             return w.delay
         except BenchFailed as f:
             await self._fail(key, body, f.reason, f.message)
@@ -235,8 +239,12 @@ class BenchmarkController:
         if dep is None:
             for obj in vo.objects:  # force: over our own fields only (_claim checked every object is ours)
                 await self.kube.apply(obj, force=True)
+            current = f"{v.name}: starting the engine"
             await self._status(key, body, {"phase": "Running", "progress": progress, "variants": [x.name for x in plan.variants],
-                                           "current": f"{v.name}: starting the engine", "startedAt": now_rfc3339()})
+                                           "current": current, "startedAt": now_rfc3339()},
+                               running=("True", "Measuring", f"{current} ({progress} measured)"),
+                               event=("Normal", "VariantStarting", f"variant {v.name} ({progress} measured): engine "
+                                      f"Deployment {vo.name} starting"))
             return POLL_SECONDS
         ready = int(((dep.get("status") or {}).get("readyReplicas")) or 0) >= 1
         stage_age = _created_age(dep)  # the variant's own Deployment: a deadline nobody can move
@@ -398,9 +406,13 @@ class BenchmarkController:
             except KubeError as e:
                 if e.status != 409:  # created by an earlier attempt (or just now by another): the next step claims it
                     raise
+            current = f"{v.name}: client running"
             await self._status(key, body, {"phase": "Running", "progress": progress,
                                            "variants": [x.name for x in plan.variants],
-                                           "current": f"{v.name}: client running", "startedAt": now_rfc3339()})
+                                           "current": current, "startedAt": now_rfc3339()},
+                               running=("True", "Measuring", f"{current} ({progress} measured)"),
+                               event=("Normal", "ClientStarted", f"variant {v.name}: client Job {job_name} measuring "
+                                      f"{len(plan.points_of(v.name))} point(s)"))
             return POLL_SECONDS
         js = job.get("status") or {}
         if js.get("succeeded"):
@@ -418,6 +430,9 @@ class BenchmarkController:
                                   f"not {v.name}")
             await self._record(owner, plan, v, result.to_doc())
             await self._delete_variant(ns, name, v.name)
+            done = int(progress.split("/")[0]) + 1
+            await self._post(body, "Normal", "VariantMeasured",
+                             f"variant {v.name} measured ({done}/{len(plan.variants)})")
             return 0.05  # the next variant
         failed = js.get("failed") or any(c.get("type") == N.FAILED and c.get("status") == "True"
                                          for c in js.get("conditions") or [])
@@ -521,13 +536,13 @@ class BenchmarkController:
             "phase": "Complete", "progress": f"{len(order)}/{len(order)}", "variants": order, "current": None,
             "points": compact, "recommendation": reco, "resultsConfigMap": f"{name}-results",
             "crossoverConcurrency": reco["guard"]["maxConcurrency"], "finishedAt": now_rfc3339()},
-            condition=(N.COMPLETE, "True", "Measured", message))
+            condition=(N.COMPLETE, "True", "Measured", message), running=("False", "Measured", message))
         return None
 
     async def _fail(self, key: Key, body: dict, reason: str, message: str) -> None:
         await self._cleanup(*key)
         await self._status(key, body, {"phase": "Failed", "current": None, "finishedAt": now_rfc3339()},
-                           condition=(N.FAILED, "True", reason, message))
+                           condition=(N.FAILED, "True", reason, message), running=("False", reason, message))
 
     async def _cleanup(self, ns: str, bench: str) -> None:
         """Delete every variant object and client Job of this benchmark (the results ConfigMap stays): those with
@@ -540,27 +555,43 @@ class BenchmarkController:
                     await self.kube.delete(kind, ns, obj["metadata"]["name"])
 
     async def _status(self, key: Key, body: dict, fields: dict[str, Any],
-                      condition: tuple[str, str, str, str] | None = None) -> None:
+                      condition: tuple[str, str, str, str] | None = None,
+                      running: tuple[str, str, str] | None = None,
+                      event: tuple[str, str, str] | None = None) -> None:
+        """Patch status when it differs. ``condition`` (Complete/Failed) posts an Event when it transitions;
+        ``running`` is the Running condition (its transition to False posts one only for a wait, as the
+        end has its own); ``event`` is posted with the write (a stage started)."""
         ns, name = key
         current = body.get("status") or {}
         gen = (body.get("metadata") or {}).get("generation") or 1
         desired = {k: (_pruned(v) if v is not None else None) for k, v in {**fields, "observedGeneration": gen}.items()}
-        conds = list(current.get("conditions") or [])
-        transitioned = None
+        new = []  # the outcome (Complete/Failed) first: kubectl describe lists it above Running
         if condition is not None:
             ctype, cstatus, reason, message = condition
-            new = {"type": ctype, "status": cstatus, "reason": reason, "message": message[:32768]}
-            conds = st.merge_conditions(conds, [new], gen, now_rfc3339())
-            transitioned = st.transitions(current.get("conditions"), [new])
-            desired["conditions"] = conds
+            new.append({"type": ctype, "status": cstatus, "reason": reason, "message": message[:32768]})
+        if running is not None:
+            new.append({"type": N.RUNNING, "status": running[0], "reason": running[1], "message": running[2][:32768]})
+        transitioned = st.transitions(current.get("conditions"), new) if new else []
+        if new:
+            desired["conditions"] = st.merge_conditions(list(current.get("conditions") or []), new, gen, now_rfc3339())
         if all(current.get(k) == v for k, v in desired.items() if k != "startedAt"):
             return  # startedAt only ever changes with the stage (current)
         await self.kube.patch("SpeculativeBenchmark", ns, name, {"status": desired}, sub="status")
         body["status"] = {k: v for k, v in {**current, **desired}.items() if v is not None}
-        if transitioned and self.event is not None:
+        changed = {c["type"] for c in transitioned}
+        if condition is not None and condition[0] in changed:
             ctype, cstatus, reason, message = condition
-            kind = "Warning" if ctype == N.FAILED else "Normal"
-            log.log(logging.WARNING if kind == "Warning" else logging.INFO, "benchmark %s/%s: %s: %s", ns, name, reason, message)
+            await self._post(body, "Warning" if ctype == N.FAILED else "Normal", reason, message)
+        elif running is not None and N.RUNNING in changed and running[0] == "False":
+            await self._post(body, "Normal", running[1], running[2])
+        if event is not None:
+            await self._post(body, *event)
+
+    async def _post(self, body: dict, kind: str, reason: str, message: str) -> None:
+        meta = body.get("metadata") or {}
+        log.log(logging.WARNING if kind == "Warning" else logging.INFO, "benchmark %s/%s: %s: %s",
+                meta.get("namespace"), meta.get("name"), reason, message)
+        if self.event is not None:
             await self.event(body, kind, reason, message)
 
 

@@ -186,6 +186,25 @@ def load_into(ctx: ssl.SSLContext, cert_pem: bytes, key_pem: bytes) -> None:
         ctx.load_cert_chain(cf, kf)
 
 
+def bundle_verifies(ca_bundle: str | None, cert_pem: bytes | None) -> bool:
+    """Whether a webhook's ``caBundle`` (base64 of PEM CA certificates) verifies the served certificate: the
+    certificate is directly issued by one of the bundle's CAs. An empty or unreadable bundle verifies nothing."""
+    if not ca_bundle or not cert_pem:
+        return False
+    try:
+        cas = x509.load_pem_x509_certificates(base64.b64decode(ca_bundle))
+        cert = x509.load_pem_x509_certificate(cert_pem)
+    except (ValueError, TypeError):
+        return False
+    for ca in cas:
+        try:
+            cert.verify_directly_issued_by(ca)
+            return True
+        except Exception:  # noqa: BLE001, S112 - InvalidSignature, or a name/key-type mismatch: try the next CA
+            continue
+    return False
+
+
 def read_dir(cert_dir: str) -> tuple[bytes, bytes]:
     with open(os.path.join(cert_dir, "tls.crt"), "rb") as fh:
         cert = fh.read()
@@ -214,6 +233,37 @@ class SelfSigned:
         self.configuration = configuration
         self.material: Material | None = None
         self._missing_logged: set[str] = set()
+        # the configurations as last seen (GET, PATCH answer or watch event; None: absent), by kind
+        self.observed: dict[str, dict | None] = {}
+        self._verified: dict[tuple[str, bytes], bool] = {}
+
+    def observe(self, kind: str, body: dict | None) -> None:
+        """Record a configuration as seen (None: it does not exist)."""
+        self.observed[kind] = body
+
+    def differs(self, kind: str) -> bool:
+        """Whether a webhook of the observed configuration lacks the CA bundle the operator would write."""
+        if self.material is None:
+            return False
+        want = self.material.ca_bundle
+        return any(((wh.get("clientConfig") or {}).get("caBundle")) != want
+                   for wh in (self.observed.get(kind) or {}).get("webhooks") or [])
+
+    def mismatches(self, served_pem: bytes | None) -> list[str]:
+        """The webhooks (``Kind/NAME webhook``) whose observed caBundle does not verify the served certificate.
+        A configuration not (yet) seen or absent has none: nothing calls this server through it."""
+        out = []
+        for kind, _ in CONFIG_KINDS:
+            for wh in (self.observed.get(kind) or {}).get("webhooks") or []:
+                bundle = (wh.get("clientConfig") or {}).get("caBundle") or ""
+                key = (bundle, served_pem or b"")
+                if key not in self._verified:
+                    if len(self._verified) > 16:
+                        self._verified.clear()
+                    self._verified[key] = bundle_verifies(bundle, served_pem)
+                if not self._verified[key]:
+                    out.append(f"{kind}/{self.configuration} {wh.get('name')}")
+        return out
 
     async def ensure(self) -> Material:
         """The material to serve: the Secret's when usable, else new (stored when there is a namespace)."""
@@ -285,12 +335,14 @@ class SelfSigned:
                 body = await self.kube.call("GET", path)
             except KubeError as e:
                 if e.status == 404:
+                    self.observe(kind, None)
                     if kind not in self._missing_logged:
                         log.warning("webhook TLS: %s %s does not exist (yet); caBundle not set", kind, self.configuration)
                         self._missing_logged.add(kind)
                     continue
                 raise
             self._missing_logged.discard(kind)
+            self.observe(kind, body)
             ops: list[dict[str, Any]] = []
             for i, wh in enumerate((body or {}).get("webhooks") or []):
                 cc = wh.get("clientConfig") or {}
@@ -312,6 +364,8 @@ class SelfSigned:
                     continue
                 raise
             patched += 1
+            self.observe(kind, {**body, "webhooks": [{**wh, "clientConfig": {**(wh.get("clientConfig") or {}), "caBundle": want}}
+                                                     for wh in body.get("webhooks") or []]})
             log.info("webhook TLS: set caBundle of %s %s", kind, self.configuration)
         return patched
 

@@ -156,11 +156,16 @@ async def _start_health(identity: str) -> None:
 
     def checks() -> dict[str, bool]:
         return {"cachesSynced": _sync is not None and _sync.synced.is_set(),
-                "webhookServing": _webhook is None or _webhook.ready.is_set()}
+                "webhookServing": _webhook is None or _webhook.ready.is_set(),
+                "webhookCaBundle": _webhook is None or not _webhook.ca_mismatches()}
 
     def details() -> dict:
-        return {"identity": identity, "leader": _elector.leader if _elector else identity,
-                "leading": _elector.leading if _elector else True}
+        out = {"identity": identity, "leader": _elector.leader if _elector else identity,
+               "leading": _elector.leading if _elector else True}
+        mismatched = _webhook.ca_mismatches() if _webhook is not None else []
+        if mismatched:  # the API server cannot verify this replica's certificate through these webhooks
+            out["caBundleMismatch"] = mismatched
+        return out
 
     _health = HealthServer(int(port), checks, details, addr=os.environ.get("SPECDEPLOY_HEALTH_ADDR") or "127.0.0.1")
     await _health.start()

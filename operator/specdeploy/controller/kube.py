@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import threading
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, AsyncIterator, Callable
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.rest import ApiException
+from kubernetes.watch.watch import iter_resp_lines
 
 from .. import PLURAL
 from ..api.benchmark import BENCH_PLURAL
@@ -212,6 +215,62 @@ class Kube:
         except KubeError as e:
             if e.status != 404:
                 raise
+
+    async def watch(self, path: str, query: list | None = None, timeout_seconds: int = 300) -> AsyncIterator[dict]:
+        """One watch request on a collection path: yields its events (``{"type", "object"}``) until the server
+        ends it (``timeoutSeconds``) or the caller stops iterating. A daemon thread reads the stream (the client
+        is synchronous); closing the generator shuts the connection, which ends the thread's blocked read."""
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue = asyncio.Queue()
+        held: dict[str, Any] = {}
+        query = [*(query or []), ("watch", "true"), ("timeoutSeconds", str(int(timeout_seconds))),
+                 ("allowWatchBookmarks", "true")]
+
+        def put(item: tuple) -> None:
+            try:
+                loop.call_soon_threadsafe(events.put_nowait, item)
+            except RuntimeError:  # the loop is closed: nobody is listening any more
+                pass
+
+        def read() -> None:
+            try:
+                m, url, hdrs, _, _ = self.api.param_serialize("GET", path, query_params=query,
+                                                               header_params={"Accept": "application/json"},
+                                                               auth_settings=["BearerToken"])
+                resp = self.api.call_api(m, url, header_params=hdrs, _request_timeout=(10, timeout_seconds + 30))
+                held["resp"] = resp.response
+                if resp.status >= 400:
+                    raw = resp.response.data or b""
+                    try:
+                        doc = json.loads(raw or b"{}")
+                    except ValueError:
+                        doc = {"message": raw[:200].decode("utf-8", "replace")}
+                    raise KubeError(resp.status, doc.get("reason") or "", doc.get("message") or "")
+                for line in iter_resp_lines(resp.response):
+                    if line:
+                        put(("event", json.loads(line)))
+                put(("end", None))
+            except ApiException as e:
+                put(("error", KubeError(e.status or 0, e.reason or "", str(e.body or "")[:200])))
+            except BaseException as e:  # noqa: BLE001 - handed to the reader
+                put(("error", e))
+
+        threading.Thread(target=read, name="specdeploy-watch", daemon=True).start()
+        try:
+            while True:
+                what, item = await events.get()
+                if what == "end":
+                    return
+                if what == "error":
+                    raise item
+                yield item
+        finally:
+            resp = held.get("resp")
+            if resp is not None:
+                try:
+                    resp.shutdown()  # urllib3: unblocks the reading thread; the connection is not reused
+                except Exception as e:  # noqa: BLE001 - closing a dead connection
+                    logging.getLogger("specdeploy.kube").debug("closing a watch: %s", e)
 
     async def has_api(self, api_version: str, plural: str) -> bool:
         """Whether the API server serves this resource (e.g. a CRD is installed)."""

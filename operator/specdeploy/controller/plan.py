@@ -242,6 +242,7 @@ def desired_status(name: str, current: dict, obs: st.Observation, resolved: Reso
     accepted = st.accepted_findings(obs)
     typed = SpeculativeDeploymentStatus(
         observed_generation=obs.generation, replicas=obs.replicas, ready_replicas=obs.ready_replicas,
+        ready=f"{obs.ready_replicas}/{obs.desired_replicas}",
         selector=",".join(f"{k}={v}" for k, v in selector_labels(name).items()), resolved=resolved,
         **({"accepted_findings": accepted} if accepted is not None else {}))  # unset: not checked this time
     desired: dict[str, Any] = {

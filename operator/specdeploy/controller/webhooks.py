@@ -67,7 +67,7 @@ class WebhookSettings:
     secret: str = DEFAULT_SECRET
     configuration: str | None = None  # name of both webhook configurations (caBundle is patched)
     namespace: str | None = None  # the operator's namespace (where the Secret lives)
-    resync_seconds: float = 300.0  # caBundle / Secret re-check
+    resync_seconds: float = 300.0  # caBundle re-check besides the watch of the configurations
     cert_check_seconds: float = 60.0  # --webhook-cert-dir re-read
     client_ca: str | None = None  # PEM file: only callers with a client certificate from this CA (the API server)
     client_names: list[str] = field(default_factory=list)  # and, when given, with one of these names (CN or DNS SAN)
@@ -414,6 +414,9 @@ class WebhookRuntime:
     """Runs in the operator: gets TLS ready, serves, keeps the certificate and caBundle current."""
 
     BIND_RETRY = 10.0
+    RETRY_MIN = 1.0  # caBundle patch / configuration watch retries: 1 s doubling to 30 s
+    RETRY_MAX = 30.0
+    WATCH_SECONDS = 300.0  # one watch request's timeoutSeconds
 
     def __init__(self, settings: WebhookSettings, kube: Kube | None, lookup: Any):
         self.settings = settings
@@ -426,11 +429,15 @@ class WebhookRuntime:
         self.server: WebhookServer | None = None
         self.ready = asyncio.Event()
         self._task: asyncio.Task | None = None
+        self._wake = asyncio.Event()  # a watched configuration's caBundle differs: set it now
+        self._watches: list[asyncio.Task] = []
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="specdeploy-webhook")
 
     async def stop(self) -> None:
+        for t in self._watches:
+            t.cancel()
         if self._task is not None:
             self._task.cancel()
             try:
@@ -468,20 +475,93 @@ class WebhookRuntime:
                  f"certificate from {s.cert_dir}" if s.cert_dir else f"self-signed, Secret {s.namespace}/{s.secret}"
                  if s.namespace else "self-signed, in memory",
                  f"callers need a client certificate from {s.client_ca}" if s.client_ca else "any caller")
-        await self._sync_bundle()
+        synced = await self._sync_bundle() and not self._bundle_differs()
         self.ready.set()
+        if self.tls is not None and self.tls.configuration and self.kube is not None:
+            self._watches = [asyncio.create_task(self._watch_configuration(kind, plural), name=f"specdeploy-watch-{plural}")
+                             for kind, plural in certs.CONFIG_KINDS]
         # Every replica re-reads the TLS material (the files, or the shared Secret) every
-        # cert_check_seconds and serves a rotated certificate without a restart; caBundle is
-        # checked every resync_seconds, and at once when the material changed (a new CA).
+        # cert_check_seconds and serves a rotated certificate without a restart. caBundle is set at
+        # once when a watched configuration changes (recreated, edited) or the material changed (a new
+        # CA), retried with a backoff while it still differs, and re-checked every resync_seconds.
         loop = asyncio.get_running_loop()
-        next_bundle = loop.time() + s.resync_seconds
+        next_tls = loop.time() + s.cert_check_seconds
+        next_bundle = loop.time() + (s.resync_seconds if synced else self.RETRY_MIN)
+        backoff = self.RETRY_MIN if synced else self.RETRY_MIN * 2
         while True:
-            await asyncio.sleep(min(s.cert_check_seconds, s.resync_seconds))
-            before = self.loaded
-            await self._refresh_tls()
-            if self.loaded != before or loop.time() >= next_bundle:
-                await self._sync_bundle()
-                next_bundle = loop.time() + s.resync_seconds
+            try:
+                await asyncio.wait_for(self._wake.wait(), max(0.0, min(next_tls, next_bundle) - loop.time()))
+            except asyncio.TimeoutError:
+                pass
+            woken = self._wake.is_set()
+            self._wake.clear()
+            changed = False
+            if loop.time() >= next_tls:
+                before = self.loaded
+                await self._refresh_tls()
+                changed = self.loaded != before
+                next_tls = loop.time() + s.cert_check_seconds
+            if woken or changed or loop.time() >= next_bundle:
+                ok = await self._sync_bundle()
+                if ok and not self._bundle_differs():
+                    backoff = self.RETRY_MIN
+                    next_bundle = loop.time() + s.resync_seconds
+                else:  # the patch failed or the configuration changed under it: again soon
+                    next_bundle = loop.time() + backoff
+                    backoff = min(backoff * 2, self.RETRY_MAX)
+
+    def _bundle_differs(self) -> bool:
+        return self.tls is not None and any(self.tls.differs(kind) for kind, _ in certs.CONFIG_KINDS)
+
+    def ca_mismatches(self) -> list[str]:
+        """The webhooks whose configured caBundle does not verify the served certificate (readiness: none may).
+        Checked only where the operator keeps caBundle (self-signed with a configuration name)."""
+        if self.tls is None or not self.tls.configuration or self.loaded is None:
+            return []
+        return self.tls.mismatches(self.loaded)
+
+    async def _watch_configuration(self, kind: str, plural: str) -> None:
+        """Watch one configuration by name; a change whose caBundle differs wakes the upkeep loop at once."""
+        assert self.tls is not None and self.kube is not None
+        path = f"{certs.ADMISSION_API}/{plural}"
+        query = [("fieldSelector", f"metadata.name={self.tls.configuration}")]
+        delay = self.RETRY_MIN
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                started = loop.time()
+                async for ev in self.kube.watch(path, query, timeout_seconds=int(self.WATCH_SECONDS)):
+                    typ, obj = ev.get("type"), ev.get("object") or {}
+                    if typ == "ERROR":  # e.g. 410 Expired: start a new watch
+                        break
+                    if typ not in ("ADDED", "MODIFIED", "DELETED"):
+                        continue
+                    self.tls.observe(kind, None if typ == "DELETED" else obj)
+                    if typ != "DELETED" and self.tls.differs(kind):
+                        log.info("webhook TLS: %s %s changed (%s) and its caBundle differs; setting it",
+                                 kind, self.tls.configuration, typ)
+                        self._wake.set()
+                if loop.time() - started > self.RETRY_MIN:  # ended by its timeoutSeconds: watch again at once
+                    delay = self.RETRY_MIN
+                else:  # ended at once: not in a tight loop
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, self.RETRY_MAX)
+            except asyncio.CancelledError:
+                raise
+            except KubeError as e:
+                if e.status == 403:
+                    log.warning("webhook TLS: cannot watch %s %s (%s): caBundle is re-checked every %ss only "
+                                "(the chart grants list/watch by name)", kind, self.tls.configuration, e,
+                                self.settings.resync_seconds)
+                    await asyncio.sleep(self.settings.resync_seconds)
+                else:
+                    log.info("webhook TLS: watching %s %s failed (%s); again in %ss", kind, self.tls.configuration, e, delay)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, self.RETRY_MAX)
+            except Exception as e:  # noqa: BLE001 - broken connections: watch again
+                log.info("webhook TLS: watching %s %s failed (%s); again in %ss", kind, self.tls.configuration, e, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.RETRY_MAX)
 
     async def _refresh_tls(self) -> bool:
         """Load new TLS material into the serving context when it changed; False when none is usable yet."""
@@ -510,10 +590,12 @@ class WebhookRuntime:
             log.error("webhook TLS: cannot load the certificate (%s)", e)
             return self.loaded is not None
 
-    async def _sync_bundle(self) -> None:
+    async def _sync_bundle(self) -> bool:
         if self.tls is None:
-            return
+            return True
         try:
             await self.tls.sync_ca_bundle()
-        except Exception as e:  # noqa: BLE001 - retried on the next round
+            return True
+        except Exception as e:  # noqa: BLE001 - retried with a backoff
             log.error("webhook TLS: cannot update caBundle of %s: %s", self.settings.configuration, e)
+            return False

@@ -67,6 +67,7 @@ SPECULATION_HEALTHY = "SpeculationHealthy"  # the acceptance monitor's
 SPECULATION_GUARDED = "SpeculationGuarded"  # spec.speculation.guard as rendered (core/guard.py)
 SPECULATION_PROFITABLE = "SpeculationProfitable"  # live load against the guard (controller/monitor.py)
 # SpeculativeBenchmark (and Job conditions, the same words)
+RUNNING = "Running"  # a benchmark's: True while it measures; False with the reason it waits, failed or finished
 COMPLETE = "Complete"
 FAILED = "Failed"
 
