@@ -53,7 +53,9 @@ RESYNC = 2.0  # seconds: drift repair and idle resyncs are observable quickly
 # runs: off unless the caller's environment sets a port.
 OPERATOR_ENV = {"SPECDEPLOY_WEBHOOK_PORT": os.environ.get("SPECDEPLOY_WEBHOOK_PORT", "0")}
 # the tenancy policy the suite's fixtures need: the hub token Secret and the model claim they name
-OPERATOR_ARGS = ["--allowed-token-secret", "hub-token", "--allowed-pvc", "models"]
+# the Kimi example needs its repository code (trustRemoteCode): allowed as its comment tells an administrator
+OPERATOR_ARGS = ["--allowed-token-secret", "hub-token", "--allowed-pvc", "models", "--allow-trust-remote-code-model",
+                 "moonshotai"]
 TIMEOUT = 60.0  # default deadline of a wait
 
 embedded_only = pytest.mark.skipif(

@@ -23,6 +23,7 @@ import yaml
 from testkit import DELETE  # noqa: F401  (with_spec's marker; test modules import it from here)
 from specdeploy.controller import certs
 from specdeploy.controller.webhooks import OperatorConfigs, WebhookServer
+from specdeploy.core.policy import TenancyPolicy
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -162,6 +163,9 @@ class Client:
             self.conn = None
 
 
+TEST_POLICY = TenancyPolicy(trust_remote_code_namespaces=("default",))
+
+
 class ServerThread:
     """A WebhookServer on 127.0.0.1 (HTTPS, self-signed for localhost) in a daemon thread."""
 
@@ -173,6 +177,8 @@ class ServerThread:
         self.loop = asyncio.new_event_loop()
         self.server = WebhookServer(lookup=self.lookup, ssl_context=certs.server_context(self.material),
                                     addr="127.0.0.1", port=0, limits=limits)
+        # the default policy, with remote code allowed in the test namespace (the Kimi example needs it)
+        self.server.policy = TEST_POLICY
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
 
     def start(self) -> "ServerThread":

@@ -13,8 +13,8 @@ import json
 import jsonpatch
 import pytest
 
-from admission_helpers import (DELETE, DRAFTER_CM, KIMI, QWEN, FakeResolver, ServerThread, configmap, example_configs,
-                               example_cr, qwen_server, review_request, with_spec)
+from admission_helpers import (DELETE, DRAFTER_CM, KIMI, QWEN, TEST_POLICY, FakeResolver, ServerThread, configmap,
+                               example_configs, example_cr, qwen_server, review_request, with_spec)
 from specdeploy.api.types import SpeculativeDeployment
 from specdeploy.controller import admission, certs
 from specdeploy.controller.admission import CONFIGS_UNKNOWN_NOTE, Configs, ConfigsUnavailable, decode_patch
@@ -327,23 +327,23 @@ def test_review_pure_function_with_sync_lookups():
         seen.append((ns, spec.target.model))
         return t, d
 
-    r = admission.review(body, configs_lookup=lookup)["response"]
+    r = admission.review(body, configs_lookup=lookup, policy=TEST_POLICY)["response"]
     assert r["allowed"] is True and seen == [("default", "moonshotai/Kimi-K2.6")]
 
     def unavailable(ns, spec):
         raise ConfigsUnavailable("ConfigMap x is being created")
 
-    r = admission.review(body, configs_lookup=unavailable)["response"]
+    r = admission.review(body, configs_lookup=unavailable, policy=TEST_POLICY)["response"]
     assert r["allowed"] and any("ConfigMap x is being created" in w for w in r["warnings"])
 
     def broken(ns, spec):
         raise RuntimeError("boom")
 
-    r = admission.review(body, configs_lookup=broken)["response"]
+    r = admission.review(body, configs_lookup=broken, policy=TEST_POLICY)["response"]
     assert r["allowed"] and any("could not be read (RuntimeError)" in w for w in r["warnings"])
 
     for odd in (lambda ns, spec: 42, lambda ns, spec: (t,)):  # a lookup bug is "not known", never a 500
-        r = admission.review(body, configs_lookup=odd)["response"]
+        r = admission.review(body, configs_lookup=odd, policy=TEST_POLICY)["response"]
         assert r["allowed"] and any(CONFIGS_UNKNOWN_NOTE in w for w in r["warnings"])
 
 

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from specdeploy.controller.kube import Kube, load_api_client
 from specdeploy.controller.reconciler import Controller, Settings
+from specdeploy.core.policy import TenancyPolicy
 from specdeploy.controller.resolve import Resolver
 from specdeploy_dev.harness import Cluster
 
@@ -39,7 +40,9 @@ def env(tmp_path_factory):
     try:
         c.apply_crds()
         kube = Kube(load_api_client(c.kubeconfig))
-        ctl = Controller(kube, Resolver(kube), Settings(workers=0, backoff_min=0.01, backoff_max=0.02))
+        # the Kimi example's remote code allowed, as an administrator would for it (policy.allowTrustRemoteCode)
+        policy = TenancyPolicy(trust_remote_code_models=("moonshotai",))
+        ctl = Controller(kube, Resolver(kube), Settings(workers=0, backoff_min=0.01, backoff_max=0.02, policy=policy))
         yield c, kube, ctl
     finally:
         c.stop()

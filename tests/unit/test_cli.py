@@ -450,7 +450,8 @@ def test_subcommand_help(sub):
 
 def _rendered_engine_config(tmp_path, cr_path: str = EXAMPLE_CR, d=None, t=None) -> str:
     p = run_cli("render", "-f", cr_path, "--drafter-config", d or str(EXAMPLE / "drafter.config.json"),
-                "--target-config", t or str(EXAMPLE / "target.config.json"), "-o", "json")
+                "--target-config", t or str(EXAMPLE / "target.config.json"), "-o", "json",
+                "--allow-trust-remote-code-model", "moonshotai")  # the Kimi example's, as its comment says
     assert p.returncode == 0, p.stderr
     [cm] = [i for i in json.loads(p.stdout)["items"] if i["kind"] == "ConfigMap"]
     f = tmp_path / "engine-config.json"

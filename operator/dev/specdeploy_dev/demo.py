@@ -229,7 +229,8 @@ def run(root: str, kubeconfig: str | None = None, namespace: str = "default") ->
         print("== installing the CRD (kubectl apply -f crds/)")
         cluster.apply_crds()
         print("== starting the operator (specdeploy operator run)")
-        cluster.start_operator(resync_seconds=30)
+        # the Kimi example's repository code allowed, as its comment tells an administrator (tenancy policy)
+        cluster.start_operator(resync_seconds=30, extra_args=["--allow-trust-remote-code-model", "moonshotai"])
         for ex in examples:
             print(f"== kubectl apply -k {root}/{ex.name}")
             out = cluster.kubectl("apply", "-k", str(Path(root) / ex.name), "-n", namespace).stdout

@@ -30,6 +30,7 @@ NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 IMAGE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$"
 VERSION_PATTERN = r"^v?[0-9]+\.[0-9]+(\.[0-9]+)?([.+-]?[A-Za-z0-9.]+)?$"
 QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?([EPTGMK]i?|[mk])?$"
+QUANTITY_MAX = 24  # characters: bounded before any arithmetic (a 400-digit memory would overflow a float)
 
 
 class _Model(BaseModel):
@@ -78,8 +79,12 @@ class ModelSource(_Model):
         ]},
     )
     revision: Optional[str] = Field(
-        default=None, description="Hub revision (branch, tag or commit) to pin; the resolved commit is recorded in status.",
-        pattern=REVISION_PATTERN,
+        default=None, description="Hub revision (branch, tag or commit) to pin; the resolved commit is recorded in status. "
+        "No '.' or '..' segments.",
+        pattern=REVISION_PATTERN, max_length=128,
+        json_schema_extra={"x-kubernetes-validations": [
+            {"rule": "!self.matches('(^|/)[.][.]?(/|$)')", "message": "revision may not contain '.' or '..' path segments"}
+        ]},
     )
     config_from: Optional[ConfigSource] = Field(
         default=None, description="Where to read config.json from; default: the model source itself."
@@ -95,6 +100,14 @@ class ModelSource(_Model):
         problem = model_reference_problem(v)
         if problem:
             raise ValueError(problem)
+        return v
+
+    @field_validator("revision")
+    @classmethod
+    def _safe_revision(cls, v: str | None) -> str | None:
+        if v is not None and any(seg in (".", "..") for seg in v.split("/")):
+            raise ValueError("revision may not contain '.' or '..' path segments (a hub URL built from it would "
+                             "leave the repository); name a branch, tag or commit")
         return v
 
 
@@ -341,16 +354,17 @@ class Toleration(_Model):
 class Pod(_Model):
     """Pod-level settings of the engine workload."""
 
-    shm_size: str = Field(default="16Gi", pattern=QUANTITY_PATTERN, description="Size of the /dev/shm memory volume.")
+    shm_size: str = Field(default="16Gi", pattern=QUANTITY_PATTERN, max_length=QUANTITY_MAX,
+                          description="Size of the /dev/shm memory volume.")
     node_selector: dict[str, str] = Field(
         default_factory=dict, description="Extra node labels to select on (the GPU product label is always set)."
     )
     tolerations: list[Toleration] = Field(default_factory=list, max_length=32, description="Extra tolerations.")
     priority_class_name: Optional[str] = Field(default=None, pattern=NAME_PATTERN, description="Pod priority class.")
     service_account_name: Optional[str] = Field(default=None, pattern=NAME_PATTERN, description="Engine pods' service account.")
-    cpu: Optional[str] = Field(default=None, pattern=QUANTITY_PATTERN, description="CPU request and limit of the engine "
+    cpu: Optional[str] = Field(default=None, pattern=QUANTITY_PATTERN, max_length=QUANTITY_MAX, description="CPU request and limit of the engine "
                                "container (CPU pool default: 2).")
-    memory: Optional[str] = Field(default=None, pattern=QUANTITY_PATTERN, description="Memory request and limit of the "
+    memory: Optional[str] = Field(default=None, pattern=QUANTITY_PATTERN, max_length=QUANTITY_MAX, description="Memory request and limit of the "
                                   "engine container (CPU pool default: 4Gi; half of it is the KV cache there).")
 
 

@@ -175,13 +175,26 @@ def cmd_render(args: argparse.Namespace) -> int:
 
     import yaml
 
+    from ..core.policy import check_policy
     from ..core.render import RenderError, render
+    from .common import policy_args
 
     from .manifests import config_from_manifests, load_file, load_kustomization
 
+    policy = policy_args(args)
     where = f"-k {args.kustomize}" if args.kustomize else ("stdin" if args.filename == "-" else args.filename)
     docs = load_kustomization(args.kustomize) if args.kustomize else load_file(args.filename)
     cr = _load_cr(where, docs)
+    # the tenancy policy first, as the webhook and the reconciler apply it (claims by label: undecidable here)
+    refused = check_policy(cr.spec, policy, namespace=cr.metadata.namespace or "default")
+    if refused:
+        print(f"{PROG} render: {cr.metadata.name}: refused by the tenancy policy; nothing rendered", file=sys.stderr)
+        _print_findings(refused, sys.stderr)
+        if args.output == "json":
+            from ..core.findings import report
+
+            print(json.dumps({**report(refused), "rendered": False, "exitCode": 1}, indent=2))
+        return 1
     if cr.spec.drafter is None and args.drafter_config:
         raise UsageError(f"method {cr.spec.speculation.method} has no drafter: drop --drafter-config")
     configs = {"drafter": None}
@@ -198,7 +211,7 @@ def cmd_render(args: argparse.Namespace) -> int:
         configs[role] = doc
     drafter, target = configs["drafter"], configs["target"]
     try:
-        r = render(cr, target, drafter, pod_monitor=args.pod_monitor)
+        r = render(cr, target, drafter, pod_monitor=args.pod_monitor, policy=policy)
     except RenderError as e:
         print(f"{PROG} render: {cr.metadata.name}: the drafter/target check failed; nothing rendered", file=sys.stderr)
         _print_findings(e.findings, sys.stderr)
@@ -272,7 +285,9 @@ def add_parsers(sub) -> None:
     c.set_defaults(func=cmd_check)
 
     r = sub.add_parser("render", help="print the objects the operator would create for a SpeculativeDeployment",
-                       description="Check a SpeculativeDeployment's drafter/target pair and print every object the "
+                       description="Check a SpeculativeDeployment against the tenancy policy (the operator's defaults, "
+                       "or the policy flags below, as the chart passes them to the operator: the same verdicts as the "
+                       "admission webhook) and its drafter/target pair, and print every object the "
                        "operator would create for it (engine ConfigMap, Deployment or LeaderWorkerSet, Service, "
                        "PodDisruptionBudget, optionally the PodMonitor), as YAML or a JSON List. Warnings go to stderr. "
                        "The drafter's and target's config.json come from --drafter-config/--target-config, else from "
@@ -281,9 +296,12 @@ def add_parsers(sub) -> None:
                                       "--drafter-config examples/qwen3.6-27b-b300-vllm/drafter.config.json "
                                       "--target-config examples/qwen3.6-27b-b300-vllm/target.config.json",
                                       "specdeploy render -k examples/qwen3.6-27b-b300-vllm",
-                                      "cat cr.yaml | specdeploy render -f - --drafter-config d/ --target-config t/ -o json"],
-                                     ok="rendered", findings="the check failed: nothing rendered (findings on stderr; "
-                                     "with -o json also on stdout)", json_errors=True))
+                                      "cat cr.yaml | specdeploy render -f - --drafter-config d/ --target-config t/ -o json",
+                                      "specdeploy render -k examples/kimi-k2.6-rtx-pro-6000-sglang "
+                                      "--allow-trust-remote-code-model moonshotai"],
+                                     ok="rendered", findings="the tenancy policy refused the spec or the check failed: "
+                                     "nothing rendered (findings on stderr; with -o json also on stdout)",
+                                     json_errors=True))
     src = r.add_mutually_exclusive_group(required=True)
     src.add_argument("-f", "--filename", help="YAML with the SpeculativeDeployment, and optionally the ConfigMaps its "
                      "configFrom names ('-' for stdin)")
@@ -296,4 +314,8 @@ def add_parsers(sub) -> None:
                    "spec.target.configFrom names, from -f/-k)")
     r.add_argument("--output", "-o", choices=["yaml", "json"], default="yaml")
     r.add_argument("--pod-monitor", action="store_true", help="include the PodMonitor (prometheus-operator)")
+    from .common import add_policy_args
+
+    add_policy_args(r.add_argument_group("tenancy policy (default: the operator's; pass the flags the chart passes "
+                                         "to `specdeploy operator run` to render as that installation would)"))
     r.set_defaults(func=cmd_render)

@@ -167,3 +167,111 @@ positive_int = number_type(lambda v: v >= 1, "{v} must be >= 1", "is not an inte
 seed = number_type(lambda v: 0 <= v < 2**63, "{v} must be in [0, 2^63)", "is not an integer", int, "seed")
 seconds = number_type(lambda v: math.isfinite(v) and v > 0, "{text} must be a positive number of seconds",
                       "is not a number of seconds", name="seconds")
+
+
+# ----------------------------------------------------------------- the tenancy policy flags (operator run, render)
+
+
+def policy_args(args: argparse.Namespace):
+    from ..api.types import NAME_PATTERN
+    from ..core.policy import TenancyPolicy
+
+    import re
+
+    names = {"--engine-service-account": [args.engine_service_account] if args.engine_service_account else [],
+             "--allowed-service-account": args.allowed_service_account or [],
+             "--allowed-token-secret": args.allowed_token_secret or [], "--allowed-pvc": args.allowed_pvc or []}
+    for flag, values in names.items():
+        for v in values:
+            if not re.fullmatch(NAME_PATTERN, v):
+                raise UsageError(f"{flag} {v!r} is not a Kubernetes object name")
+    label = None
+    if args.pvc_label:
+        key, eq, value = args.pvc_label.partition("=")
+        if not eq or not key:
+            raise UsageError(f"--pvc-label {args.pvc_label!r}: expected KEY=VALUE")
+        label = (key, value)
+    node_paths = []
+    for item in getattr(args, "cache_node_path", None) or []:
+        name, eq, path = item.partition("=")
+        if not eq or not re.fullmatch(NAME_PATTERN, name) or len(name) > 63:
+            raise UsageError(f"--cache-node-path {item!r}: expected NAME=PATH with NAME a lowercase name")
+        if not path.startswith("/") or any(seg in (".", "..") for seg in path.split("/")) or path.rstrip("/") == "":
+            raise UsageError(f"--cache-node-path {item!r}: PATH must be an absolute directory without '.' or '..' "
+                             "segments, and not /")
+        node_paths.append((name, path))
+    default = None
+    if getattr(args, "default_cache", None) and args.default_cache != "emptyDir":
+        kind, slash, ref = args.default_cache.partition("/")
+        if kind not in ("pvc", "nodePath") or not slash or not re.fullmatch(NAME_PATTERN, ref):
+            raise UsageError(f"--default-cache {args.default_cache!r}: expected emptyDir, pvc/CLAIM or nodePath/NAME")
+        if kind == "nodePath" and ref not in dict(node_paths):
+            raise UsageError(f"--default-cache {args.default_cache!r}: no --cache-node-path named {ref!r}")
+        default = (kind, ref)
+    kwargs: dict = {}
+    if args.allowed_image_prefix:
+        kwargs["image_prefixes"] = tuple(args.allowed_image_prefix)
+    for flag, attr, field in (("--allowed-token-secret-key", "allowed_token_secret_key", "token_secret_keys"),
+                              ("--allow-trust-remote-code-namespace", "allow_trust_remote_code_namespace",
+                               "trust_remote_code_namespaces"),
+                              ("--allow-trust-remote-code-model", "allow_trust_remote_code_model",
+                               "trust_remote_code_models"),
+                              ("--allowed-code-arg", "allowed_code_arg", "code_args"),
+                              ("--allowed-toleration-key", "allowed_toleration_key", "toleration_keys"),
+                              ("--allowed-node-selector-key", "allowed_node_selector_key", "node_selector_keys"),
+                              ("--allowed-priority-class", "allowed_priority_class", "priority_classes")):
+        values = getattr(args, attr, None)
+        if values is None:
+            continue  # the policy's default
+        for v in values:
+            if any(ch.isspace() or ch in "\x00=," for ch in v) or len(v) > 316:
+                raise UsageError(f"{flag} {v!r}: expected a name without spaces, '=' or ','")
+            if attr == "allowed_code_arg" and not v.startswith("--"):
+                raise UsageError(f"{flag} {v!r}: expected an engine flag such as --chat-template")
+        kwargs[field] = tuple(v for v in values if v)  # '' alone: none allowed
+    return TenancyPolicy(engine_service_account=args.engine_service_account,
+                         service_accounts=tuple(args.allowed_service_account or ()),
+                         token_secrets=tuple(args.allowed_token_secret or ()), pvcs=tuple(args.allowed_pvc or ()),
+                         pvc_label=label, cache_node_paths=tuple(node_paths), default_cache=default, **kwargs)
+
+
+def add_policy_args(pol) -> None:
+    """The tenancy policy flags (core/policy.py): the operator's, and ``specdeploy render``'s."""
+    pol.add_argument("--allowed-image-prefix", action="append", metavar="PREFIX",
+                     help="image repository engine pods may run (repeatable; default: the project's runtime images, "
+                     "ghcr.io/specdeploy/runtime)")
+    pol.add_argument("--engine-service-account", metavar="NAME",
+                     help="ServiceAccount engine pods run as when spec.pod.serviceAccountName is unset (always allowed)")
+    pol.add_argument("--allowed-service-account", action="append", metavar="NAME",
+                     help="another ServiceAccount spec.pod.serviceAccountName may name (repeatable; default: none)")
+    pol.add_argument("--allowed-token-secret", action="append", metavar="NAME",
+                     help="Secret a tokenSecretRef may name (repeatable; default: none; chart value hub.tokenSecrets)")
+    pol.add_argument("--allowed-pvc", action="append", metavar="NAME", help="claim a spec may mount (repeatable)")
+    pol.add_argument("--pvc-label", metavar="KEY=VALUE", help="claims carrying this label may be mounted too")
+    pol.add_argument("--cache-node-path", action="append", metavar="NAME=PATH",
+                     help="a node-local directory engine pods may use as their hub cache, named NAME "
+                     "(spec.cache.nodePath: NAME); repeatable; chart value cache.nodePaths")
+    pol.add_argument("--default-cache", metavar="emptyDir|pvc/CLAIM|nodePath/NAME",
+                     help="hub cache of engine pods whose spec has no cache (default emptyDir); chart value "
+                     "cache.default")
+    pol.add_argument("--allowed-token-secret-key", action="append", metavar="KEY",
+                     help="key of an allowed token Secret a tokenSecretRef may name (repeatable; default: token; chart "
+                     "value hub.tokenSecretKeys)")
+    pol.add_argument("--allow-trust-remote-code-namespace", action="append", metavar="NS",
+                     help="namespace whose SpeculativeDeployments may set spec.target.trustRemoteCode ('*': every "
+                     "namespace; repeatable; default: none; chart value policy.allowTrustRemoteCode.namespaces)")
+    pol.add_argument("--allow-trust-remote-code-model", action="append", metavar="PREFIX",
+                     help="model prefix (e.g. moonshotai/) whose targets may set spec.target.trustRemoteCode (repeatable; "
+                     "default: none; chart value policy.allowTrustRemoteCode.modelPrefixes)")
+    pol.add_argument("--allowed-code-arg", action="append", metavar="FLAG",
+                     help="engine flag that loads code or opens pod files (data/codeflags.json, e.g. --chat-template) "
+                     "spec.engine.extraArgs may use (repeatable; default: none; chart value policy.allowedCodeArgs)")
+    pol.add_argument("--allowed-toleration-key", action="append", metavar="KEY|PREFIX*|*",
+                     help="taint key spec.pod.tolerations may name (repeatable; default: *, the control-plane taints "
+                     "only when listed by name; '' alone: none; chart value policy.allowedTolerationKeys)")
+    pol.add_argument("--allowed-node-selector-key", action="append", metavar="KEY|PREFIX*|*",
+                     help="label key spec.pod.nodeSelector may name (repeatable; default: *, the control-plane roles "
+                     "only when listed by name; '' alone: none; chart value policy.allowedNodeSelectorKeys)")
+    pol.add_argument("--allowed-priority-class", action="append", metavar="NAME|PREFIX*|*",
+                     help="priority class spec.pod.priorityClassName may name (repeatable; default: *, system-* only "
+                     "when listed by name; '' alone: none; chart value policy.allowedPriorityClasses)")

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-from .common import Parser, UsageError, epilog, need_action
+from .common import Parser, UsageError, add_policy_args, epilog, need_action, policy_args
+
+_policy_args = policy_args  # the tenancy policy from the flags (cli/common.py; render parses the same flags)
 
 
 def default_bind_address(env=None) -> str:
@@ -107,51 +109,6 @@ def _election_args(args: argparse.Namespace, operator_namespace: str | None):
     return LeaderElectionSettings(enabled=True, namespace=ns, name=args.leader_election_id, timing=timing)
 
 
-def _policy_args(args: argparse.Namespace):
-    from ..api.types import NAME_PATTERN
-    from ..core.policy import TenancyPolicy
-
-    import re
-
-    names = {"--engine-service-account": [args.engine_service_account] if args.engine_service_account else [],
-             "--allowed-service-account": args.allowed_service_account or [],
-             "--allowed-token-secret": args.allowed_token_secret or [], "--allowed-pvc": args.allowed_pvc or []}
-    for flag, values in names.items():
-        for v in values:
-            if not re.fullmatch(NAME_PATTERN, v):
-                raise UsageError(f"{flag} {v!r} is not a Kubernetes object name")
-    label = None
-    if args.pvc_label:
-        key, eq, value = args.pvc_label.partition("=")
-        if not eq or not key:
-            raise UsageError(f"--pvc-label {args.pvc_label!r}: expected KEY=VALUE")
-        label = (key, value)
-    node_paths = []
-    for item in getattr(args, "cache_node_path", None) or []:
-        name, eq, path = item.partition("=")
-        if not eq or not re.fullmatch(NAME_PATTERN, name) or len(name) > 63:
-            raise UsageError(f"--cache-node-path {item!r}: expected NAME=PATH with NAME a lowercase name")
-        if not path.startswith("/") or any(seg in (".", "..") for seg in path.split("/")) or path.rstrip("/") == "":
-            raise UsageError(f"--cache-node-path {item!r}: PATH must be an absolute directory without '.' or '..' "
-                             "segments, and not /")
-        node_paths.append((name, path))
-    default = None
-    if getattr(args, "default_cache", None) and args.default_cache != "emptyDir":
-        kind, slash, ref = args.default_cache.partition("/")
-        if kind not in ("pvc", "nodePath") or not slash or not re.fullmatch(NAME_PATTERN, ref):
-            raise UsageError(f"--default-cache {args.default_cache!r}: expected emptyDir, pvc/CLAIM or nodePath/NAME")
-        if kind == "nodePath" and ref not in dict(node_paths):
-            raise UsageError(f"--default-cache {args.default_cache!r}: no --cache-node-path named {ref!r}")
-        default = (kind, ref)
-    kwargs = {}
-    if args.allowed_image_prefix:
-        kwargs["image_prefixes"] = tuple(args.allowed_image_prefix)
-    return TenancyPolicy(engine_service_account=args.engine_service_account,
-                         service_accounts=tuple(args.allowed_service_account or ()),
-                         token_secrets=tuple(args.allowed_token_secret or ()), pvcs=tuple(args.allowed_pvc or ()),
-                         pvc_label=label, cache_node_paths=tuple(node_paths), default_cache=default, **kwargs)
-
-
 def _env_int(name: str, default: int) -> int:
     import os
 
@@ -240,23 +197,6 @@ def add_parsers(sub) -> None:
                     "< --lease-duration)")
     le.add_argument("--retry-period", type=float, default=2.0, metavar="S",
                     help="time between tries to acquire or renew (default 2)")
-    pol = orun.add_argument_group("tenancy policy (what a SpeculativeDeployment may make the operator do)")
-    pol.add_argument("--allowed-image-prefix", action="append", metavar="PREFIX",
-                     help="image repository engine pods may run (repeatable; default: the project's runtime images, "
-                     "ghcr.io/specdeploy/runtime)")
-    pol.add_argument("--engine-service-account", metavar="NAME",
-                     help="ServiceAccount engine pods run as when spec.pod.serviceAccountName is unset (always allowed)")
-    pol.add_argument("--allowed-service-account", action="append", metavar="NAME",
-                     help="another ServiceAccount spec.pod.serviceAccountName may name (repeatable; default: none)")
-    pol.add_argument("--allowed-token-secret", action="append", metavar="NAME",
-                     help="Secret a tokenSecretRef may name (repeatable; default: none; chart value hub.tokenSecrets)")
-    pol.add_argument("--allowed-pvc", action="append", metavar="NAME", help="claim a spec may mount (repeatable)")
-    pol.add_argument("--pvc-label", metavar="KEY=VALUE", help="claims carrying this label may be mounted too")
-    pol.add_argument("--cache-node-path", action="append", metavar="NAME=PATH",
-                     help="a node-local directory engine pods may use as their hub cache, named NAME "
-                     "(spec.cache.nodePath: NAME); repeatable; chart value cache.nodePaths")
-    pol.add_argument("--default-cache", metavar="emptyDir|pvc/CLAIM|nodePath/NAME",
-                     help="hub cache of engine pods whose spec has no cache (default emptyDir); chart value "
-                     "cache.default")
+    add_policy_args(orun.add_argument_group("tenancy policy (what a SpeculativeDeployment may make the operator do)"))
     orun.add_argument("--verbose", "-v", action="store_true")
     orun.set_defaults(func=cmd_operator_run)

@@ -326,7 +326,8 @@ def _validate_flow(req: Request, policy: TenancyPolicy | None = None) -> _Flow:
             return _response(req.uid, True, warnings=[_clip(_clean(f"{p}: {m} (spec unchanged by this update)"), WARNING_MAX)
                                                       for p, m, _ in problems][:20])
         return _rejection(req, problems)
-    refused = check_policy(cr.spec, policy if policy is not None else TenancyPolicy())
+    refused = check_policy(cr.spec, policy if policy is not None else TenancyPolicy(),
+                           namespace=req.namespace or cr.metadata.namespace)
     opts = cr.spec.options()
     findings = _check_options(opts)
     if ratchet:  # a metadata-only update: the reconciler refuses what the policy or the check do not allow

@@ -303,7 +303,7 @@ class Controller:
         # tenancy policy: before anything is read or written on the CR's behalf (a hub token Secret included)
         policy = self.settings.policy
         claims = await self.executor.policy_labels(ns, policy_needs_claims(cr.spec, policy))
-        refusals = check_policy(cr.spec, policy, claims)
+        refusals = check_policy(cr.spec, policy, claims, namespace=ns)
         if refusals:
             msg = "; ".join(f"{f.path}: {f.message}" for f in refusals)
             return await self._finish(key, body, pl.blocked(gen, "PolicyRefused", msg))

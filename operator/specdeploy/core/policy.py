@@ -13,6 +13,17 @@ what an administrator allowed (chart values -> operator flags -> ``SPECDEPLOY_PO
 | engine API key Secret | `spec.engine.apiKey.secretKeyRef` | the same list as hub token Secrets | none |
 | model claim | `spec.{target,drafter}.pvc`, `spec.tuning.pvc`, `spec.cache.pvc` | `policy.allowedPVCs` / `--allowed-pvc`, or claims labelled `policy.pvcLabel` / `--pvc-label` | none |
 | node-local hub cache | `spec.cache.nodePath` (a name, never a path) | `cache.nodePaths` / `--cache-node-path NAME=PATH` | none |
+| token Secret key | `spec.{target,drafter}.tokenSecretRef.key` | `hub.tokenSecretKeys` / `--allowed-token-secret-key` | `token` |
+| remote code | `spec.target.trustRemoteCode: true` | `policy.allowTrustRemoteCode.namespaces` / `--allow-trust-remote-code-namespace`, `.modelPrefixes` / `--allow-trust-remote-code-model` | nowhere |
+| engine flags that load code or open pod files | `spec.engine.extraArgs` | `policy.allowedCodeArgs` / `--allowed-code-arg` (flag names; the flags are listed per engine in data/codeflags.json) | none |
+| tolerations | `spec.pod.tolerations[*].key` | `policy.allowedTolerationKeys` / `--allowed-toleration-key` | any key but the control-plane taints; never a toleration without a key |
+| node selector | `spec.pod.nodeSelector` keys | `policy.allowedNodeSelectorKeys` / `--allowed-node-selector-key` | any key but the control-plane node roles |
+| priority class | `spec.pod.priorityClassName` | `policy.allowedPriorityClasses` / `--allowed-priority-class` | any but `system-*` |
+
+Allow-list patterns of the last three: a name, `PREFIX*`, or `*`. The control-plane keys
+(``CONTROL_PLANE_KEYS``) and ``system-*`` priority classes pass only when listed by their exact name,
+never through a pattern: a default that admits them would let a tenant schedule engine pods onto the
+control plane or preempt cluster-critical pods.
 
 The cache a spec without `spec.cache` gets (`cache.default` / `--default-cache`) is the
 administrator's choice and is not checked against the lists above. A host path is only ever one an
@@ -34,6 +45,9 @@ from .engines import RUNTIME_IMAGE_REPO
 from .findings import Finding, Severity, Source
 
 POLICY_ENV = "SPECDEPLOY_POLICY"
+CONTROL_PLANE_KEYS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
+SYSTEM_PRIORITY_PREFIX = "system-"
+DEFAULT_TOKEN_SECRET_KEYS = ("token",)
 
 
 @dataclass(frozen=True)
@@ -46,6 +60,13 @@ class TenancyPolicy:
     pvc_label: tuple[str, str] | None = None
     cache_node_paths: tuple[tuple[str, str], ...] = ()  # (name, absolute node path)
     default_cache: tuple[str, str] | None = None  # ("pvc", claim) | ("nodePath", name); None: emptyDir
+    token_secret_keys: tuple[str, ...] = DEFAULT_TOKEN_SECRET_KEYS
+    trust_remote_code_namespaces: tuple[str, ...] = ()  # "*": every namespace
+    trust_remote_code_models: tuple[str, ...] = ()  # model prefixes (a path boundary: "org/" or "org")
+    code_args: tuple[str, ...] = ()  # engine flags that load code or open files, allowed by name
+    toleration_keys: tuple[str, ...] = ("*",)
+    node_selector_keys: tuple[str, ...] = ("*",)
+    priority_classes: tuple[str, ...] = ("*",)
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def to_env(self) -> str:
@@ -58,7 +79,11 @@ class TenancyPolicy:
         if not text:
             return cls()
         d = json.loads(text)
-        return cls(image_prefixes=tuple(d.get("image_prefixes") or ()), engine_service_account=d.get("engine_service_account"),
+        lists = {k: tuple(d[k]) for k in ("token_secret_keys", "trust_remote_code_namespaces", "trust_remote_code_models",
+                                          "code_args", "toleration_keys", "node_selector_keys", "priority_classes")
+                 if k in d}
+        return cls(**lists, image_prefixes=tuple(d.get("image_prefixes") or ()),
+                   engine_service_account=d.get("engine_service_account"),
                    service_accounts=tuple(d.get("service_accounts") or ()), token_secrets=tuple(d.get("token_secrets") or ()),
                    pvcs=tuple(d.get("pvcs") or ()),
                    pvc_label=tuple(d["pvc_label"]) if d.get("pvc_label") else None,  # type: ignore[arg-type]
@@ -90,9 +115,89 @@ def image_allowed(ref: str, prefixes: tuple[str, ...]) -> bool:
     return False
 
 
-def check_policy(spec, policy: TenancyPolicy, pvc_labels: Mapping[str, Mapping[str, str] | None] | None = None) -> list[Finding]:
+def name_allowed(name: str, patterns: tuple[str, ...], exact_only: bool = False) -> bool:
+    """``name`` matches one of ``patterns`` (a name, ``PREFIX*`` or ``*``); ``exact_only``: a listed name only."""
+    for p in patterns:
+        if name == p:
+            return True
+        if not exact_only and p.endswith("*") and name.startswith(p[:-1]):
+            return True
+    return False
+
+
+def model_prefix_allowed(model: str, prefixes: tuple[str, ...]) -> bool:
+    """``model`` is one of ``prefixes`` or lies under one (a path boundary: ``Qwen`` covers ``Qwen/x``, not
+    ``QwenEvil/x``)."""
+    for p in prefixes:
+        base = p.rstrip("/")
+        if base and (model == base or model.startswith(base + "/")):
+            return True
+    return False
+
+
+def trust_remote_code_allowed(policy: TenancyPolicy, namespace: str | None, model: str) -> bool:
+    ns_ok = namespace is not None and ("*" in policy.trust_remote_code_namespaces
+                                       or namespace in policy.trust_remote_code_namespaces)
+    return ns_ok or model_prefix_allowed(model, policy.trust_remote_code_models)
+
+
+def code_arg_uses(spec) -> list[tuple[int, str, str]]:
+    """(index in extraArgs, the engine's flag, code|file|unreviewed) for each extraArgs flag that loads code or
+    opens files of the pod (core/codeflags.py), resolved with the release's parser where one is recorded
+    (abbreviations and other spellings of the same destination included), else by name."""
+    from . import codeflags, engines as eng
+    from .extraargs import _compiled, _is_flag
+
+    args = [str(a) for a in spec.engine.extra_args]
+    if not args:
+        return []
+    engine = spec.engine.name
+    risky = codeflags.risky_flags(engine)
+    if not risky:
+        return []
+    cpu = getattr(getattr(spec, "gpu", None), "type", None) == "cpu"
+    build = eng.cpu_build(engine) if cpu else None
+    try:
+        r = _compiled(engine, spec.engine.version.lstrip("vV"), build.snapshot if build else engine)
+    except (LookupError, KeyError):
+        r = None
+    by_dest: dict[str, tuple[str, str]] = {}
+    if r is not None:
+        for flag, kind in risky.items():
+            entry = r.options.get(flag)
+            if entry and entry.get("dest"):
+                by_dest[entry["dest"]] = (flag, kind)
+    out = []
+    for i, tok in enumerate(args):
+        if not _is_flag(tok):
+            continue
+        name = tok.partition("=")[0]
+        if r is not None:
+            opt, _sub, _why = r.resolve(name)
+            if opt is None and not name.startswith("--") and len(name) > 2:
+                opt = name[:2] if name[:2] in r.options else None
+            entry = r.options.get(opt) if opt else None
+            hit = by_dest.get(entry.get("dest") or "") if entry else None
+            if hit is not None and not opt.startswith("--no-"):  # type: ignore[union-attr]
+                out.append((i, *hit))
+            continue
+        # no parser recorded for this release: by name, every abbreviation counted
+        base = name.partition(".")[0]
+        base = "--" + base[2:].replace("_", "-") if base.startswith("--") else base
+        if base.startswith("--no-") or len(base) <= 2:
+            continue
+        for flag, kind in sorted(risky.items()):
+            if flag == base or (base.startswith("--") and flag.startswith(base)):
+                out.append((i, flag, kind))
+                break
+    return out
+
+
+def check_policy(spec, policy: TenancyPolicy, pvc_labels: Mapping[str, Mapping[str, str] | None] | None = None,
+                 namespace: str | None = None) -> list[Finding]:
     """Policy refusals for a spec. ``pvc_labels``: claim name -> its labels (None: the claim does not exist);
-    without it a label rule cannot be decided here and is left to the reconciler."""
+    without it a label rule cannot be decided here and is left to the reconciler. ``namespace``: the CR's
+    (the trustRemoteCode namespace rule; None: only the model prefix rule applies)."""
     out: list[Finding] = []
 
     def refuse(code: str, path: str, msg: str) -> None:
@@ -119,6 +224,57 @@ def check_policy(spec, policy: TenancyPolicy, pvc_labels: Mapping[str, Mapping[s
                    f"Secret {ref.name!r} is not a hub token Secret (allowed: {allowed}): its key {ref.key!r} would be "
                    "handed to the engine as HF_TOKEN. Use an allowed Secret, or ask an administrator to add it to the "
                    "chart value hub.tokenSecrets (operator flag --allowed-token-secret)")
+        elif ref is not None and ref.key not in policy.token_secret_keys:
+            allowed = ", ".join(policy.token_secret_keys) or "none"
+            refuse("PolicyTokenSecretKeyNotAllowed", f"spec.{role}.tokenSecretRef.key",
+                   f"key {ref.key!r} of Secret {ref.name!r} is not a hub token key (allowed: {allowed}): any other key "
+                   "of an allowed Secret would be handed to the engine as HF_TOKEN too. Use an allowed key, or ask an "
+                   "administrator to add it to the chart value hub.tokenSecretKeys (operator flag "
+                   "--allowed-token-secret-key)")
+    if spec.target.trust_remote_code and not trust_remote_code_allowed(policy, namespace, spec.target.model):
+        rules = [f"namespaces {', '.join(policy.trust_remote_code_namespaces)}"] if policy.trust_remote_code_namespaces else []
+        if policy.trust_remote_code_models:
+            rules.append(f"models under {', '.join(policy.trust_remote_code_models)}")
+        refuse("PolicyTrustRemoteCodeNotAllowed", "spec.target.trustRemoteCode",
+               f"trustRemoteCode runs the model repository's own Python code in the engine pod (allowed: "
+               f"{'; '.join(rules) or 'nowhere'}). Set it to false, or ask an administrator to allow this namespace "
+               "or model in the chart value policy.allowTrustRemoteCode (namespaces, modelPrefixes; operator flags "
+               "--allow-trust-remote-code-namespace, --allow-trust-remote-code-model)")
+    for i, flag, kind in code_arg_uses(spec):
+        if flag in policy.code_args:
+            continue
+        what = {"code": "makes the engine import or run code named by its value",
+                "file": "makes the engine open a path of the pod's filesystem"}.get(
+            kind, "is not yet classified (data/codeflags.json) and counts as loading code")
+        refuse("PolicyCodeArgNotAllowed", f"spec.engine.extraArgs[{i}]",
+               f"{flag} {what} (allowed such flags: {', '.join(policy.code_args) or 'none'}). Remove it, or ask an "
+               "administrator to add it to the chart value policy.allowedCodeArgs (operator flag --allowed-code-arg)")
+    pod = spec.pod
+    for i, t in enumerate(pod.tolerations):
+        path = f"spec.pod.tolerations[{i}]"
+        if not t.key:
+            refuse("PolicyTolerationNotAllowed", f"{path}.key",
+                   "a toleration without a key tolerates every taint (control-plane and NoExecute taints included); "
+                   "name the taint's key")
+        elif not name_allowed(t.key, policy.toleration_keys, exact_only=t.key in CONTROL_PLANE_KEYS):
+            refuse("PolicyTolerationNotAllowed", f"{path}.key",
+                   f"toleration key {t.key!r} is not allowed (allowed: {_shown(policy.toleration_keys)}; the "
+                   f"control-plane taints {', '.join(CONTROL_PLANE_KEYS)} only when listed by name). Remove it, or "
+                   "ask an administrator to add it to the chart value policy.allowedTolerationKeys (operator flag "
+                   "--allowed-toleration-key)")
+    for key in pod.node_selector:
+        if not name_allowed(key, policy.node_selector_keys, exact_only=key in CONTROL_PLANE_KEYS):
+            refuse("PolicyNodeSelectorNotAllowed", f"spec.pod.nodeSelector[{key}]",
+                   f"node selector key {key!r} is not allowed (allowed: {_shown(policy.node_selector_keys)}; the "
+                   f"control-plane roles {', '.join(CONTROL_PLANE_KEYS)} only when listed by name). Remove it, or ask "
+                   "an administrator to add it to the chart value policy.allowedNodeSelectorKeys (operator flag "
+                   "--allowed-node-selector-key)")
+    pc = pod.priority_class_name
+    if pc and not name_allowed(pc, policy.priority_classes, exact_only=pc.startswith(SYSTEM_PRIORITY_PREFIX)):
+        refuse("PolicyPriorityClassNotAllowed", "spec.pod.priorityClassName",
+               f"priority class {pc!r} is not allowed (allowed: {_shown(policy.priority_classes)}; system-* classes "
+               "only when listed by name: they preempt cluster-critical pods). Remove it, or ask an administrator to "
+               "add it to the chart value policy.allowedPriorityClasses (operator flag --allowed-priority-class)")
     key = getattr(spec.engine, "api_key", None)
     if key is not None and key.secret_key_ref.name not in policy.token_secrets:
         allowed = ", ".join(policy.token_secrets) or "none"
@@ -154,6 +310,10 @@ def check_policy(spec, policy: TenancyPolicy, pvc_labels: Mapping[str, Mapping[s
                f"{how.capitalize()}ask an administrator to add it to the chart value policy.allowedPVCs (operator flag "
                "--allowed-pvc) or to set policy.pvcLabel (--pvc-label)")
     return out
+
+
+def _shown(patterns: tuple[str, ...]) -> str:
+    return ", ".join(patterns) or "none"
 
 
 def policy_needs_claims(spec, policy: TenancyPolicy) -> list[str]:

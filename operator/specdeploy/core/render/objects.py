@@ -58,8 +58,11 @@ def cpu_kv_cache_gib(memory: str | None) -> int:
     m = _QUANTITY.match(memory or "")
     if not m:
         return 1
-    size = float(m.group(1)) * _UNIT.get(m.group(2) or "", 1)
-    return max(1, int(size * CPU_KV_FRACTION // 2**30))
+    try:
+        size = float(m.group(1)) * _UNIT.get(m.group(2) or "", 1)
+        return max(1, int(size * CPU_KV_FRACTION // 2**30))
+    except (OverflowError, ValueError):  # past a float (the API bounds the field's length; a caller that skipped it)
+        return 1
 
 
 class RenderError(Exception):
