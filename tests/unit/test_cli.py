@@ -327,7 +327,10 @@ def test_render_kustomization_resolves_config_from_its_configmaps():
     p = run_cli("render", "-k", str(EXAMPLE))
     assert p.returncode == 0, p.stderr
     assert p.stdout == _explicit_render()
-    p = run_cli("render", "-k", str(EXAMPLES / "kimi-k2.6-rtx-pro-6000-sglang"), "-o", "json")
+    # Kimi ships its tokenizer as repository code: render applies the default policy (issue 24), so it is allowed
+    # here as an administrator would allow it
+    p = run_cli("render", "-k", str(EXAMPLES / "kimi-k2.6-rtx-pro-6000-sglang"), "-o", "json",
+                "--allow-trust-remote-code-model", "moonshotai")
     assert p.returncode == 0, p.stderr
     assert "sglang" in p.stdout
 
