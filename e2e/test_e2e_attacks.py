@@ -36,6 +36,16 @@ ATTACKS = [
      "Progressing", "InvalidSpec", "spec.engine.extraArgs[0]"),
     ("json-override", {"engine": {"name": "sglang", "version": "0.5.23", "extraArgs": ["--json-model-override-args", "{}"]}},
      "Progressing", "InvalidSpec", "spec.engine.extraArgs[0]"),
+    # issue 24: code in the engine pod, and scheduling onto nodes and priorities tenants must not have
+    ("trust-code", {"target": {"trustRemoteCode": True}}, "Progressing", "PolicyRefused", "spec.target.trustRemoteCode"),
+    ("logits-proc", {"engine": {"extraArgs": ["--logits-processors", "evil.Proc"]}}, "Progressing", "PolicyRefused",
+     "spec.engine.extraArgs[0]"),
+    ("tolerate-all", {"pod": {"tolerations": [{"operator": "Exists"}]}}, "Progressing", "PolicyRefused",
+     "spec.pod.tolerations[0]"),
+    ("system-prio", {"pod": {"priorityClassName": "system-node-critical"}}, "Progressing", "PolicyRefused",
+     "spec.pod.priorityClassName"),
+    ("control-plane", {"pod": {"nodeSelector": {"node-role.kubernetes.io/control-plane": ""}}}, "Progressing",
+     "PolicyRefused", "spec.pod.nodeSelector"),
 ]
 
 

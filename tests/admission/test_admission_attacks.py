@@ -54,6 +54,19 @@ ATTACKS = [
      "spec.engine.extraArgs[0]", "ExtraArgUnknown"),
     ("eagle aux ids disagree", {"drafter.configFrom": {"configMapKeyRef": {"name": "dup-drafter"}}},
      "$.eagle_aux_hidden_state_layer_ids", "EngineReadsOtherCopy"),
+    # issue 24: what turns an engine pod into arbitrary code, or schedules it where tenants must not run
+    # (trustRemoteCode: this server's policy allows it in namespace default for the Kimi example; its refusal is
+    # tested through the operator, e2e/test_e2e_attacks.py, and in tests/unit/test_policy_code.py)
+    ("a logits processor class", {"engine.extraArgs": ["--logits-processors", "evil.Proc"]},
+     "spec.engine.extraArgs[0]", "PolicyCodeArgNotAllowed"),
+    ("a tool parser plugin file", {"engine.extraArgs": ["--tool-parser-plugin", "/tmp/x.py"]},
+     "spec.engine.extraArgs[0]", "PolicyCodeArgNotAllowed"),
+    ("tolerate every taint", {"pod.tolerations": [{"operator": "Exists"}]}, "spec.pod.tolerations[0]",
+     "PolicyTolerationNotAllowed"),
+    ("a system priority class", {"pod.priorityClassName": "system-node-critical"}, "spec.pod.priorityClassName",
+     "PolicyPriorityClassNotAllowed"),
+    ("the control-plane nodes", {"pod.nodeSelector": {"node-role.kubernetes.io/control-plane": ""}},
+     "spec.pod.nodeSelector", "PolicyNodeSelectorNotAllowed"),
 ]
 
 
