@@ -56,7 +56,10 @@ def test_benchmark_of_the_trained_pair_on_real_vllm(loop):
         "apiVersion": "specdeploy.io/v1alpha1", "kind": "SpeculativeBenchmark", "metadata": {"name": NAME},
         "spec": {"deploymentRef": {"name": DEP},
                  "matrix": {"speculativeTokens": [3], "contexts": [32], "concurrency": list(CONCURRENCY),
-                            "promptsPerPoint": 4, "maxOutputTokens": 32},
+                            "promptsPerPoint": 4, "maxOutputTokens": 32,
+                            # another method in the same matrix: prompt lookup, no drafter (issue 28)
+                            "methods": [{"method": "ngram", "ngram": {"lookupMin": 2, "lookupMax": 4,
+                                                                      "numSpeculativeTokens": 3}}]},
                  "prompts": {"configMapRef": {"name": "lang-prompts"}}}}))
     t0 = time.monotonic()
 
@@ -80,7 +83,12 @@ def test_benchmark_of_the_trained_pair_on_real_vllm(loop):
         Path(os.environ["SPECDEPLOY_E2E_FIGURES"]).write_text(json.dumps(figures, indent=2) + "\n")
 
     pts = {(p["variant"], p["concurrency"]): p for p in st["points"]}
-    assert set(pts) == {(v, n) for v in ("baseline", "k3") for n in CONCURRENCY}
+    assert set(pts) == {(v, n) for v in ("baseline", "k3", "ngram") for n in CONCURRENCY}
+    for n in CONCURRENCY:  # n-gram is lossless too: the same greedy outputs, its own tau from the counters
+        assert pts[("ngram", n)]["equalToBaseline"] is True and pts[("ngram", n)]["outputTokensPerSecond"] > 0
+        assert pts[("ngram", n)].get("tau", 1.0) >= 1.0
+    bands = st["recommendation"]["bands"]
+    assert all(b["method"] == {"baseline": "off", "k3": "dflash", "ngram": "ngram"}[b["best"]] for b in bands), bands
     for n in CONCURRENCY:
         assert pts[("baseline", n)]["tpotP50Ms"] > 0 and pts[("k3", n)]["tpotP50Ms"] >= 0  # k3: see tune-speculation.md
         assert pts[("k3", n)]["tau"] >= TAU_FLOOR, pts[("k3", n)]
@@ -94,6 +102,8 @@ def test_benchmark_of_the_trained_pair_on_real_vllm(loop):
         costs = p["costs"]
         assert costs["kvCapacityTokens"] > 0 and 0 <= costs["kvUsagePeak"] <= 1, costs
         assert costs["prefixCacheSource"] == "counters" and costs["prefixCacheQueries"] > 0, costs
+        if p["variant"] == "ngram":
+            continue
         if p["variant"] == "k3":
             per = p["acceptance"]["perPosition"]
             assert len(per) == 3 and all(a >= b for a, b in zip(per, per[1:])), per
@@ -102,7 +112,7 @@ def test_benchmark_of_the_trained_pair_on_real_vllm(loop):
             assert not (p.get("acceptance") or {}).get("drafts")
     reco = st["recommendation"]
     assert len(reco["bands"]) == 2 and reco["excluded"] == [] and reco["summary"]
-    assert [c["variant"] for c in reco["costs"]] == ["k3"] and "KV capacity" in reco["costs"][0]["vsBaseline"]
+    assert [c["variant"] for c in reco["costs"]] == ["k3", "ngram"] and "KV capacity" in reco["costs"][0]["vsBaseline"]
     assert all(p["kvCapacityTokens"] > 0 for p in st["points"])
     assert all(b["baselineTokensPerSecond"] > 0 and b["speedup"] > 0 for b in reco["bands"])
     wait_for(lambda: not loop.get("deployments", "-l", f"specdeploy.io/benchmark={NAME}")["items"], 120,

@@ -198,7 +198,8 @@ def format_recommendation(reco: dict | None) -> str:
         if b.get("best") == BASELINE:
             lines.append(where + f"baseline (speculation off) {_f(b.get('outputTokensPerSecond'))} tok/s")
             continue
-        lines.append(where + f"{b.get('best')} {_f(b.get('outputTokensPerSecond'))} tok/s vs baseline "
+        method = f" ({b['method']})" if b.get("method") else ""
+        lines.append(where + f"{b.get('best')}{method} {_f(b.get('outputTokensPerSecond'))} tok/s vs baseline "
                      f"{_f(b.get('baselineTokensPerSecond'))}" + (f" ({sp:.2f}x)" if isinstance(sp, (int, float)) else ""))
     for c in reco.get("crossover") or []:
         lines.append(f"  crossover at context {c.get('context')}: "

@@ -531,3 +531,36 @@ def test_cleanup_deletes_only_labelled_objects_it_controls():
         "ownerReferences": [{"uid": "bench-uid", "controller": True}]}}
     asyncio.run(bc._cleanup(NS, "tiny-sweep"))
     assert ("Deployment", NS, "web") in api.objs and ("Service", NS, "mine") not in api.objs
+
+
+def test_another_method_is_a_variant_without_the_deployments_drafter_and_bands_name_the_method():
+    api = Api()
+    bc, body = controller(api)
+    body["spec"]["matrix"]["methods"] = [{"method": "ngram", "ngram": {"lookupMin": 2, "lookupMax": 3}}]
+    for variant, tau, tps in (("baseline", None, 100), ("k3", 3.5, 150), ("ngram", 2.0, 180)):
+        step(bc)
+        ready(api, variant)
+        step(bc)
+        if variant == "ngram":  # the ngram engine: the deployment's target, no drafter, ngram speculative config
+            cfg = json.loads(api.objs[("ConfigMap", NS, "tiny-sweep-ngram-engine")]["data"]["engine-config.json"])
+            sc = json.loads(cfg["args"][cfg["args"].index("--speculative-config") + 1])
+            assert sc["method"] == "ngram" and "model" not in sc and sc["prompt_lookup_max"] == 3
+            assert not (cfg.get("drafter") or {}).get("model")
+        finish_job(api, variant, result(variant, tau, tps))
+        step(bc)
+    step(bc)
+    st = body["status"]
+    assert st["phase"] == "Complete" and st["progress"] == "3/3"
+    reco = st["recommendation"]
+    assert reco["best"] == "ngram" and {b["method"] for b in reco["bands"]} == {"ngram"}
+    assert "best method per band: context 32: ngram at 1, ngram at 2" in reco["summary"]
+
+
+def test_guarded_needs_the_deployments_guard():
+    api = Api()
+    bc, body = controller(api)
+    body["spec"]["matrix"]["guarded"] = True
+    step(bc)
+    cond = body["status"]["conditions"][0]
+    assert body["status"]["phase"] == "Failed" and cond["reason"] == "InvalidMatrix"
+    assert "spec.matrix.guarded" in cond["message"] and "guard.maxConcurrency" in cond["message"]

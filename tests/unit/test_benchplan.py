@@ -149,3 +149,45 @@ def test_the_drafters_block_bounds_the_sweep_and_the_deployments_own_tokens_are_
     plan = plan_benchmark(matrix(speculativeTokens=[3, 15]), engine="vllm", engine_version="0.32.0", block_size=16,
                           deployment_tokens=3)
     assert [v.name for v in plan.variants] == ["baseline", "k3", "k15"]
+
+
+def test_methods_and_guarded_variants():
+    m = matrix(methods=[{"method": "ngram"}, {"method": "eagle3", "drafter": {"model": "a/eagle"}},
+                        {"method": "eagle3", "drafter": {"model": "b/eagle"}, "eagle": {"steps": 4}}], guarded=True)
+    p = plan_benchmark(m, engine="vllm", engine_version="0.33.0", block_size=16, deployment_method="dflash")
+    assert [v.name for v in p.variants] == ["baseline", "k15", "guarded", "ngram", "eagle3", "eagle3-2"]
+    assert [v.method for v in p.variants] == [None, "dflash", "dflash", "ngram", "eagle3", "eagle3"]
+    assert p.variant("guarded").guarded and not p.variant("k15").guarded
+    assert p.variant("ngram").method_speculation == {"method": "ngram"} and p.variant("ngram").drafter is None
+    assert p.variant("eagle3-2").method_speculation == {"method": "eagle3", "eagle": {"steps": 4}}
+    assert p.variant("eagle3-2").drafter == {"model": "b/eagle"} and p.variant("eagle3").to_doc()["drafter"] == "a/eagle"
+
+
+def test_a_method_the_release_lacks_is_refused():
+    with pytest.raises(PlanError) as e:
+        plan_benchmark(matrix(methods=[{"method": "suffix"}]), engine="sglang", engine_version="0.5.23", block_size=16)
+    assert "spec.matrix.methods[0].method" in str(e.value) and "MethodUnsupported" in str(e.value)
+
+
+@pytest.mark.parametrize("bad,words", [
+    ({"method": "eagle3"}, "needs a drafter"),
+    ({"method": "ngram", "drafter": {"model": "a/b"}}, "takes no drafter"),
+    ({"method": "ngram", "eagle": {"steps": 2}}, "eagle settings apply only"),
+    ({"method": "ddtree", "drafter": {"model": "a/b"}}, "no engine release"),
+])
+def test_bad_method_entries_name_the_fix(bad, words):
+    cr, problems = B.validate(bench({"methods": [bad]}))
+    assert cr is None and words in str(problems), problems
+
+
+def test_methods_count_in_the_point_limit_in_cel():
+    from specdeploy_dev.apiserver import cel
+
+    rule = B.Matrix.model_json_schema()["x-kubernetes-validations"][0]["rule"]
+    m = {"contexts": list(range(1, 9)), "concurrency": [1, 2, 3, 4], "methods": [{"method": "ngram"}]}
+    assert cel.evaluate(rule, m) is False  # 32 x (1 + 1 + 1) = 96
+    assert cel.evaluate(rule, {**m, "contexts": [1, 2, 3, 4, 5]}) is True  # 20 x 3 = 60
+    assert cel.evaluate(rule, {**m, "contexts": [1, 2, 3, 4, 5, 6], "guarded": True}) is False  # 24 x 4 = 96
+    drafter_rule = B.BenchMethod.model_json_schema()["x-kubernetes-validations"][0]["rule"]
+    assert cel.evaluate(drafter_rule, {"method": "ngram"}) is True
+    assert cel.evaluate(drafter_rule, {"method": "eagle3"}) is False

@@ -18,7 +18,8 @@ from pydantic.alias_generators import to_camel
 
 from ..core.checker import MAX_BLOCK_SIZE
 from ..core.names import BENCH_KIND, GROUP_VERSION
-from .types import NAME_PATTERN, Condition, ObjectMeta
+from ..core import methods as M
+from .types import NAME_PATTERN, Condition, DraftSteps, Method, ModelSource, NGram, ObjectMeta
 
 BENCH_PLURAL = "speculativebenchmarks"
 BENCH_SINGULAR = "speculativebenchmark"
@@ -48,6 +49,41 @@ class DeploymentRef(_Model):
     name: str = Field(description="Name of the SpeculativeDeployment.", pattern=NAME_PATTERN, max_length=253)
 
 
+class BenchMethod(_Model):
+    """Another speculative method measured beside the deployment's own (its target, engine and GPUs; this method's
+    speculation): one variant, named after the method (`ngram`, `eagle3`; `eagle3-2` for a second one)."""
+
+    model_config = ConfigDict(**_Model.model_config, json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "(self.method in " + str(sorted(M.DRAFTERLESS)) + ") == !has(self.drafter)",
+         "message": "drafter methods need drafter; mtp, ngram and suffix take none", "fieldPath": ".drafter"},
+        {"rule": "self.method != 'ddtree'", "message": "ddtree is in no engine release", "fieldPath": ".method"},
+    ]})
+
+    method: Method = Field(description="The method, as `spec.speculation.method` takes it.")
+    drafter: Optional[ModelSource] = Field(
+        default=None, description="The drafter for a drafter method (as `spec.drafter`); none for mtp, ngram, suffix.")
+    eagle: Optional[DraftSteps] = Field(default=None, description="As `spec.speculation.eagle`.")
+    mtp: Optional[DraftSteps] = Field(default=None, description="As `spec.speculation.mtp`.")
+    ngram: Optional[NGram] = Field(default=None, description="As `spec.speculation.ngram`.")
+
+    @model_validator(mode="after")
+    def _drafter_for_the_method(self) -> "BenchMethod":
+        if self.method in M.REFUSED:
+            raise ValueError(f"method {self.method} is in no engine release ({M.REFUSED[self.method]})")
+        if M.needs_drafter(self.method) and self.drafter is None:
+            raise ValueError(f"method {self.method} needs a drafter: set drafter (a model as in spec.drafter)")
+        if not M.needs_drafter(self.method) and self.drafter is not None:
+            raise ValueError(f"method {self.method} takes no drafter: remove drafter")
+        for knob in ("eagle", "mtp", "ngram"):
+            if getattr(self, knob) is not None and self.method not in M.knob_methods(knob):
+                raise ValueError(f"{knob} settings apply only to method(s) {M.method_list(M.knob_methods(knob))}")
+        return self
+
+    def speculation(self) -> dict[str, Any]:
+        """``spec.speculation`` of the variant (camelCase, as the SpeculativeDeployment takes it)."""
+        return self.model_dump(by_alias=True, exclude_none=True, exclude={"drafter"})
+
+
 class Matrix(_Model):
     """What to sweep: every speculation variant is measured at every (context, concurrency) point."""
 
@@ -58,7 +94,9 @@ class Matrix(_Model):
                  "(!has(self.draftWindow) || size(self.draftWindow) == 0 ? 1 : size(self.draftWindow)) * "
                  "(!has(self.draftAttentionBackend) || size(self.draftAttentionBackend) == 0 ? 1 : "
                  "size(self.draftAttentionBackend)) + "
-                 f"(has(self.syntheticAcceptance) ? size(self.syntheticAcceptance) : 0)) <= {MAX_POINTS}",
+                 "(has(self.syntheticAcceptance) ? size(self.syntheticAcceptance) : 0) + "
+                 "(has(self.methods) ? size(self.methods) : 0) + "
+                 f"(has(self.guarded) && self.guarded ? 1 : 0)) <= {MAX_POINTS}",
          "message": f"the matrix has more than {MAX_POINTS} points (variants x contexts x concurrency levels): "
                     "measure fewer values per axis or split it into several benchmarks"},
     ]})
@@ -89,6 +127,17 @@ class Matrix(_Model):
         "where the crossover would move if acceptance rose or fell. Their outputs are not the target's: they are "
         "never recommended nor compared for greedy equality. Each at most draft tokens + 1.",
     )
+    methods: list[BenchMethod] = Field(
+        default_factory=list, max_length=4,
+        description="Other speculative methods to measure beside the deployment's own (n-gram, EAGLE-3, MTP, ...), "
+        "each as one variant on the same target, engine and GPUs; the recommendation names the best method per "
+        "band. Empty: the deployment's method only.",
+    )
+    guarded: bool = Field(
+        default=False, description="Also measure the deployment as configured with its guard "
+        "(`spec.speculation.guard.maxConcurrency`: speculation off from that many running requests), variant "
+        "`guarded`, so the guard's effect is measured, not assumed. The other variants run without the guard.",
+    )
     baseline: bool = Field(
         default=True, description="Also measure with speculation off (no speculative flags at all): the baseline "
         "the speedup, the crossover and the greedy-output equality are computed against.",
@@ -116,7 +165,7 @@ class Matrix(_Model):
             raise ValueError("syntheticAcceptance lists a value twice: list each value once")
         n = len(self.contexts) * len(self.concurrency) * (int(self.baseline) + (
             max(1, len(self.speculative_tokens)) * max(1, len(self.draft_window)) * max(1, len(self.draft_attention_backend)))
-            + len(self.synthetic_acceptance))
+            + len(self.synthetic_acceptance) + len(self.methods) + int(self.guarded))
         if n > MAX_POINTS:
             raise ValueError(f"the matrix has {n} points (variants x contexts x concurrency levels), more than "
                              f"{MAX_POINTS}: measure fewer values per axis or split it into several benchmarks")
@@ -247,6 +296,7 @@ class Band(_Model):
     context: int = Field(description="Prompt length in tokens.")
     concurrency: int = Field(description="Concurrent requests.")
     best: str = Field(description="Fastest variant at this point whose outputs equal the baseline's.")
+    method: Optional[str] = Field(default=None, description="Its method (`off` for the baseline).")
     output_tokens_per_second: Optional[float] = Field(default=None, description="Its output tokens per second.")
     baseline_tokens_per_second: Optional[float] = Field(default=None, description="The baseline's.")
     speedup: Optional[float] = Field(default=None, description="Best over baseline.")

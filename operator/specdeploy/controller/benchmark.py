@@ -227,8 +227,20 @@ class BenchmarkController:
         v = todo[0]
         if v.name == "serving":
             return await self._measure_serving(key, body, cr, dcr, owner, plan, v, progress, target, drafter)
+        drafter_doc = drafter.doc
+        if v.method_speculation is not None:  # another method: its own drafter (resolved like spec.drafter), or none
+            drafter_doc = None
+            if v.drafter:
+                from ..api.types import ModelSource
+
+                vdcr = dcr.model_copy(deep=True)
+                vdcr.spec.drafter = ModelSource.model_validate(v.drafter)
+                try:
+                    drafter_doc = (await self.resolver.resolve(vdcr, "drafter")).doc
+                except ResolutionError as e:
+                    raise Waiting(e.reason, f"variant {v.name}: {e.message}", e.delay or 15.0) from None
         try:
-            vo = render_variant(dcr, target.doc, drafter.doc, owner, v, policy=self.policy)
+            vo = render_variant(dcr, target.doc, drafter_doc, owner, v, policy=self.policy)
         except RenderError as e:
             raise BenchFailed("VariantNotRenderable", f"variant {v.name}: " + "; ".join(
                 f.one_line() for f in error_findings(e.findings)))
@@ -318,9 +330,15 @@ class BenchmarkController:
             plan = plan_benchmark(cr.spec.matrix, engine=dcr.spec.engine.name, engine_version=dcr.spec.engine.version,
                                   block_size=(trained or d).block_size, served_context=d.served_context,
                                   deployment_tokens=d.num_speculative_tokens,
-                                  cpu_pool=not gpus.get_profile(dcr.spec.gpu.type).accelerator)
+                                  cpu_pool=not gpus.get_profile(dcr.spec.gpu.type).accelerator,
+                                  deployment_method=dcr.spec.speculation.method)
         except PlanError as e:
             raise BenchFailed("InvalidMatrix", str(e)) from None
+        guard = dcr.spec.speculation.guard
+        if cr.spec.matrix.guarded and (guard is None or guard.max_concurrency is None):
+            raise BenchFailed("InvalidMatrix", "spec.matrix.guarded: SpeculativeDeployment "
+                              f"{dcr.metadata.name} has no spec.speculation.guard.maxConcurrency to measure; set one, "
+                              "or remove guarded")
         if cr.spec.use_serving_deployment:
             serving = [Point(p.id.replace(p.variant, "serving", 1), "serving", p.context, p.concurrency, p.num_prompts,
                              p.max_output_tokens, p.new_engine) for p in plan.points_of(plan.variants[-1].name)]
@@ -502,7 +520,7 @@ class BenchmarkController:
         eq = equal_to_baseline(points)
         for p in points:
             p["equalToBaseline"] = eq.get(p["id"])
-        reco = recommend(points, order)
+        reco = recommend(points, order, {v.name: v.method for v in plan.variants if v.method})
         full = {"benchmark": name, "deployment": cr.spec.deployment_ref.name,
                 "variantSettings": [done[v].get("settings") or {"name": v} for v in order],
                 "clients": {v: {"client": done[v].get("client"), "clientVersion": done[v].get("clientVersion")} for v in order},

@@ -19,6 +19,7 @@ from typing import Any, Optional, Union
 from . import engines as eng
 
 BASELINE = "baseline"
+GUARDED = "guarded"
 MAX_POINTS = 64
 CLIENT_PLAN_KEY = "plan.json"
 PROMPTS_KEY = "prompts.jsonl"
@@ -51,12 +52,17 @@ class Variant:
     draft_window: Optional[Union[int, str]] = None  # None: the deployment's own; "off": none
     draft_attention_backend: Optional[str] = None  # None: the deployment's own
     synthetic_acceptance: Optional[float] = None  # an assumed tau forced by the engine (calibration only)
+    method: Optional[str] = None  # the method measured (None: speculation off)
+    method_speculation: Optional[dict] = None  # a method variant's spec.speculation (camelCase); None: the deployment's
+    drafter: Optional[dict] = None  # a method variant's spec.drafter (camelCase); None: none or the deployment's
+    guarded: bool = False  # the deployment's guard kept (every other variant measures speculation without it)
 
     def to_doc(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"name": self.name, "speculation": self.speculation}
         for key, value in (("speculativeTokens", self.speculative_tokens), ("draftWindow", self.draft_window),
                            ("draftAttentionBackend", self.draft_attention_backend),
-                           ("syntheticAcceptance", self.synthetic_acceptance)):
+                           ("syntheticAcceptance", self.synthetic_acceptance), ("method", self.method),
+                           ("drafter", (self.drafter or {}).get("model")), ("guarded", self.guarded or None)):
             if value is not None:
                 doc[key] = value
         return doc
@@ -129,7 +135,7 @@ def point_id(variant: str, context: int, concurrency: int) -> str:
 
 def plan_benchmark(matrix: Any, *, engine: str, engine_version: str, block_size: int,
                    served_context: Optional[int] = None, deployment_tokens: Optional[int] = None,
-                   cpu_pool: bool = False) -> BenchPlan:
+                   cpu_pool: bool = False, deployment_method: str = "dflash") -> BenchPlan:
     """The ordered variants (baseline first) and points of a benchmark's matrix.
 
     ``matrix`` is the parsed ``spec.matrix`` (api/benchmark.Matrix); ``block_size`` the drafter's
@@ -187,6 +193,13 @@ def plan_benchmark(matrix: Any, *, engine: str, engine_version: str, block_size:
     if len({synthetic_name(t) for t in synthetic}) != len(synthetic):
         problems.append(PlanProblem(f"{P}.syntheticAcceptance", "two values round to the same two decimals: list "
                                     "each value once", "SyntheticAcceptanceDuplicate"))
+    bench_methods = list(getattr(matrix, "methods", []) or [])
+    for i, bm in enumerate(bench_methods):
+        if row is not None and row.engine_method(bm.method) is None:
+            serves = ", ".join(sorted(row.method_names)) or "none"
+            problems.append(PlanProblem(
+                f"{P}.methods[{i}].method", f"{engine} {engine_version} has no method {bm.method} (it serves: {serves}); "
+                "remove it or benchmark a release that has it", "MethodUnsupported"))
     if served_context is not None:
         for i, c in enumerate(matrix.contexts):
             if c + matrix.max_output_tokens > served_context:
@@ -198,9 +211,20 @@ def plan_benchmark(matrix: Any, *, engine: str, engine_version: str, block_size:
     for k in tokens:
         for w in windows:
             for b in backends:
-                variants.append(Variant(variant_name(k, w, b), True, k if matrix.speculative_tokens else None, w, b))
+                variants.append(Variant(variant_name(k, w, b), True, k if matrix.speculative_tokens else None, w, b,
+                                        method=deployment_method))
+    if getattr(matrix, "guarded", False):
+        variants.append(Variant(GUARDED, True, method=deployment_method, guarded=True))
+    seen: dict[str, int] = {}
+    for bm in bench_methods:
+        base = bm.method.replace("_", "-")
+        seen[base] = seen.get(base, 0) + 1
+        name = base if seen[base] == 1 else f"{base}-{seen[base]}"
+        variants.append(Variant(name, True, method=bm.method, method_speculation=bm.speculation(),
+                                drafter=bm.drafter.model_dump(by_alias=True, exclude_none=True) if bm.drafter else None))
     for tau in synthetic:
-        variants.append(Variant(synthetic_name(tau), True, own if matrix.speculative_tokens else None, None, None, tau))
+        variants.append(Variant(synthetic_name(tau), True, own if matrix.speculative_tokens else None, None, None, tau,
+                                method=deployment_method))
     n = len(variants) * len(matrix.contexts) * len(matrix.concurrency)
     if n > MAX_POINTS:
         problems.append(PlanProblem(P, f"the matrix has {n} points (variants x contexts x concurrency levels), more "

@@ -68,7 +68,7 @@ def equal_to_baseline(points: Iterable[dict]) -> dict[str, Optional[bool]]:
     return out
 
 
-def recommend(points: Iterable[dict], variants: list[str]) -> dict[str, Any]:
+def recommend(points: Iterable[dict], variants: list[str], methods: Optional[dict[str, str]] = None) -> dict[str, Any]:
     """The recommendation (Contract 4) from every point result (each with ``variant``) and the plan's variant order.
     Synthetic variants (an assumed acceptance forced by the engine: ``syn2p5``) are never recommended; they give
     ``calibration``: where the crossover would be at each assumed tau."""
@@ -77,6 +77,16 @@ def recommend(points: Iterable[dict], variants: list[str]) -> dict[str, Any]:
     pts = [p for p in every if synthetic_tau(str(p.get("variant"))) is None]
     variants = [v for v in variants if v not in synthetic]
     reco = _recommend(pts, variants)
+    if methods:  # the method of each band's best variant ("off" for the baseline), and per context
+        for b in reco["bands"]:
+            b["method"] = "off" if b["best"] == BASELINE else methods.get(b["best"])
+        named = sorted({b["method"] for b in reco["bands"] if b.get("method")})
+        if len(named) > 1 or (named and named != ["off"] and len(set(methods.values())) > 1):
+            per = []
+            for c in sorted({b["context"] for b in reco["bands"]}):
+                row = [b for b in reco["bands"] if b["context"] == c]
+                per.append(f"context {c}: " + ", ".join(f"{b['method']} at {b['concurrency']}" for b in row))
+            reco["summary"] = reco["summary"][:-1] + "; best method per band: " + "; ".join(per) + "."
     reco["calibration"] = [_calibration(v, pts, every) for v in synthetic]
     if reco["calibration"]:
         def where(c: dict) -> str:

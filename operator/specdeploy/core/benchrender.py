@@ -88,8 +88,16 @@ def _override(cr, name: str, variant: Variant):
     cr.metadata.uid = None  # ownerReferences are the benchmark's, added below
     cr.spec.replicas = 1
     cr.spec.tuning.enabled = False  # a variant runs with default kernels (tuned ones are keyed to the deployment)
+    if variant.method_speculation is not None:  # another method: its speculation and drafter, the deployment's target
+        doc = cr.spec.model_dump(by_alias=True, exclude_none=True)
+        doc["speculation"] = dict(variant.method_speculation)
+        doc.pop("drafter", None)
+        if variant.drafter:
+            doc["drafter"] = dict(variant.drafter)
+        cr.spec = type(cr.spec).model_validate(doc)  # the spec's own validators (drafter per method, knobs)
     s = cr.spec.speculation
-    s.guard = None  # variants measure speculation itself: the deployment's guard would switch it off from its limit
+    if not variant.guarded:
+        s.guard = None  # variants measure speculation itself: the deployment's guard would switch it off from its limit
     if variant.speculative_tokens is not None:
         s.block_size = variant.speculative_tokens + 1
     if variant.draft_window is not None:
