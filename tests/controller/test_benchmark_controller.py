@@ -564,3 +564,38 @@ def test_guarded_needs_the_deployments_guard():
     cond = body["status"]["conditions"][0]
     assert body["status"]["phase"] == "Failed" and cond["reason"] == "InvalidMatrix"
     assert "spec.matrix.guarded" in cond["message"] and "guard.maxConcurrency" in cond["message"]
+
+
+def test_a_drafter_method_variant_resolves_and_gates_its_own_drafter():
+    eagle = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": 128,
+             "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "intermediate_size": 384,
+             "num_hidden_layers": 1, "vocab_size": 512, "draft_vocab_size": 512, "max_position_embeddings": 4096,
+             "rms_norm_eps": 1e-6, "hidden_act": "silu", "torch_dtype": "bfloat16",
+             "eagle_aux_hidden_state_layer_ids": [1, 2, 3]}
+    TINY["tiny/eagle3-test/config.json"] = json.dumps(eagle)
+    TINY["tiny/eagle3-wrong/config.json"] = json.dumps({**eagle, "hidden_size": 256})
+    try:
+        for model, ok in (("tiny/eagle3-test", True), ("tiny/eagle3-wrong", False)):
+            api = Api()
+            bc, body = controller(api)
+            body["spec"]["matrix"]["baseline"] = False
+            body["spec"]["matrix"]["speculativeTokens"] = [3]
+            body["spec"]["matrix"]["methods"] = [{"method": "eagle3", "drafter": {"model": model}}]
+            step(bc)  # k3 first
+            ready(api, "k3")
+            step(bc)
+            finish_job(api, "k3", result("k3", 3.5, 150))
+            step(bc)
+            step(bc)  # the eagle3 variant: its drafter resolved and checked against the deployment's target
+            if ok:
+                cfg = json.loads(api.objs[("ConfigMap", NS, "tiny-sweep-eagle3-engine")]["data"]["engine-config.json"])
+                sc = json.loads(cfg["args"][cfg["args"].index("--speculative-config") + 1])
+                assert sc["method"] == "eagle3" and sc["model"] == model, sc
+            else:
+                cond = body["status"]["conditions"][0]
+                assert body["status"]["phase"] == "Failed" and cond["reason"] == "VariantNotRenderable", cond
+                assert "variant eagle3" in cond["message"] and "hidden" in cond["message"].lower(), cond["message"]
+                assert ("Deployment", NS, "tiny-sweep-eagle3") not in api.objs
+    finally:
+        TINY.pop("tiny/eagle3-test/config.json", None)
+        TINY.pop("tiny/eagle3-wrong/config.json", None)
