@@ -72,6 +72,18 @@ REAL_CLUSTER_ONLY = {
         "needs kube-prometheus-stack's Prometheus (tests/observability/test_monitoring_as_installed.py runs the "
         "chart's rules in a real Prometheus)",
 }
+REAL_CLUSTER_ONLY.update({
+    # docs/concepts/security.md: the webhook's client CA from a kubeadm cluster's front-proxy
+    "kubectl -n kube-system get configmap extension-apiserver-authentication "
+    "-o jsonpath='{.data.requestheader-client-ca-file}' > front-proxy-ca.crt":
+        "the ConfigMap kube-apiserver publishes (the embedded API server has no front proxy)",
+    "kubectl -n specdeploy-system create configmap apiserver-webhook-client-ca --from-file=ca.crt=front-proxy-ca.crt":
+        "the CA file the command before it writes from a real cluster",
+    "helm upgrade --install specdeploy charts/specdeploy -n specdeploy-system "
+    "--set webhook.clientAuth.caConfigMap=apiserver-webhook-client-ca --set 'webhook.clientAuth.names={front-proxy-client}'":
+        "the operator then needs the CA ConfigMap of the two commands before it (tests/chart/test_chart_network.py "
+        "renders these values; tests/admission/test_admission_callers.py runs the client-certificate check)",
+})
 # The production guide's commands that are neither kubectl nor helm: none runs here, each for a reason.
 PRODUCTION = ROOT / "docs" / "how-to" / "production.md"
 PRODUCTION_OTHER = {
@@ -83,7 +95,8 @@ PRODUCTION_OTHER = {
 # Prose mentions (a verb without its arguments); each has a whole command elsewhere in the docs.
 MENTIONS = {"kubectl apply -k", "kubectl describe pod", "helm install", "helm template", "helm upgrade", "helm package",
             "helm uninstall", "helm lint", "helm lint --strict", "helm template | kubectl apply", "kubectl apply", "kubectl get",
-            "kubectl explain", "kubectl edit", "kubectl logs", "kubectl port-forward", "kubectl exec"}
+            "kubectl explain", "kubectl edit", "kubectl logs", "kubectl port-forward", "kubectl exec",
+            "kubectl kustomize DIR", "kubectl describe pvc CLAIM"}
 WATCHES = {"kubectl get specdeploy -w"}  # run until the first rows, then stopped (as a user does)
 # What a document's prerequisites are on a real cluster, played here before its commands run:
 # production.md starts from a GPU cluster with kube-prometheus-stack (its CRDs and the

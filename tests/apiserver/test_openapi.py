@@ -139,7 +139,7 @@ def test_kubectl_apply_validates_and_explain_prints_field_docs(kubectl, tmp_path
     assert "KIND:       SpeculativeDeployment" in out and "Desired state" in out
     assert "speculation\t<Object>" in out and "Speculative decoding settings." in out
     deep = kubectl("explain", "specdeploy.spec.speculation").stdout
-    assert "blockSize\t<integer>" in deep and "enum: dflash, ddtree" in deep
+    assert "blockSize\t<integer>" in deep and "enum: dflash, dflash2, dspark, eagle3" in deep
     # Client-side validation from the v2 document (a List is not covered by server-side validation).
     bad = {"apiVersion": "v1", "kind": "List", "items": [{"apiVersion": "specdeploy.io/v1alpha1",
                                                           "kind": "SpeculativeDeployment",
