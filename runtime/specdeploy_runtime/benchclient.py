@@ -315,22 +315,17 @@ def load_prompt_set(plan: BenchPlan) -> list:
     p = plan.prompts
     if p.kind == "requests" and p.name:
         return benchprompts.bundled_requests(p.name)
-    if p.kind == "requests":
-        try:
-            with open(p.path or "", encoding="utf-8") as fh:
-                text = fh.read(benchprompts.MAX_FILE_BYTES + 1)
-        except OSError as e:
-            raise BenchError(f"requests file {p.path}: {e.strerror}") from None
-        return benchprompts.parse_requests_jsonl(text, source=p.path or "requests")
     if p.kind == "bundled":
         return benchprompts.bundled(p.name or "")
-    if p.kind == "file":
+    if p.kind in ("file", "requests"):
+        what = "requests" if p.kind == "requests" else "prompts"
         try:
             with open(p.path or "", encoding="utf-8") as fh:
                 text = fh.read(benchprompts.MAX_FILE_BYTES + 1)
         except OSError as e:
-            raise BenchError(f"prompts file {p.path}: {e.strerror}") from None
-        return benchprompts.parse_jsonl(text, source=p.path or "prompts")
+            raise BenchError(f"{what} file {p.path}: {e.strerror}") from None
+        parse = benchprompts.parse_requests_jsonl if p.kind == "requests" else benchprompts.parse_jsonl
+        return parse(text, source=p.path or what)
     return []
 
 
