@@ -121,7 +121,7 @@ def test_benchmark_completes_with_a_recommendation(loop):
     k3 = next(p for p in full["points"] if p["id"] == "k3/c16/n1")
     assert k3["acceptance"]["perPosition"] == [0.75, 0.56, 0.42] and len(k3["outputDigests"]) == 4
     assert full["variantSettings"] == [{"name": "baseline", "speculation": False},
-                                {"name": "k3", "speculation": True, "speculativeTokens": 3}]
+                                {"name": "k3", "speculation": True, "method": "dflash", "speculativeTokens": 3}]
 
     # nothing of the variants is left running; the serving Deployment was never touched
     wait_for(lambda: not loop.get("deployments", "-l", f"specdeploy.io/benchmark={NAME}")["items"], 60,
