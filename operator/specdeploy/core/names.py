@@ -29,6 +29,8 @@ TUNING_KEY_LABEL = f"{API_GROUP}/tuning-key"  # the short key of a kernel-tuning
 BENCH_LABEL = f"{API_GROUP}/benchmark"  # the SpeculativeBenchmark a benchmark child belongs to
 VARIANT_LABEL = f"{API_GROUP}/variant"  # the benchmark variant of a benchmark child
 DEV_KUBELET_LABEL = f"{API_GROUP}/dev-kubelet"  # the dev kubelet's Node (dev rig only)
+TRACK_LABEL = f"{API_GROUP}/track"  # canary Deployment, its selector and pods: TRACK_CANARY (stable objects have none)
+TRACK_CANARY = "canary"
 
 # app.kubernetes.io/name values
 NAME_OPERATOR = "specdeploy"
@@ -50,6 +52,8 @@ CONFIG_HASH_ANNOTATION = f"{API_GROUP}/config-hash"  # pod template: digest of t
 TUNING_KEY_ANNOTATION = f"{API_GROUP}/tuning-key"  # tuned-kernels ConfigMap: the full key of its inputs
 APPLIED_ANNOTATION = f"{API_GROUP}/applied"  # every applied child: digest of the intent (controller/ownership)
 RESET_ANNOTATION = f"{API_GROUP}/reset-acceptance-baseline"  # on the CR: a new value learns a new baseline
+REVISION_ANNOTATION = f"{API_GROUP}/revision"  # pod template under spec.rollout Canary: the rollout revision
+ROLLOUT_ANNOTATION = f"{API_GROUP}/rollout"  # on the CR: a user's request, promote|abort|retry[@token]
 INSPECT_INPUTS_ANNOTATION = f"{API_GROUP}/inspect-inputs"  # config-inspector Job: digest of its inputs
 PORT_MAP_ANNOTATION = f"dev.{API_GROUP}/port-map"  # dev kubelet: container port -> loopback port
 TUNED_KERNELS_KIND = f"{API_GROUP}/tuned-kernels"  # the kind of the tuned-kernels envelope document
@@ -66,6 +70,7 @@ DEGRADED = "Degraded"
 SPECULATION_HEALTHY = "SpeculationHealthy"  # the acceptance monitor's
 SPECULATION_GUARDED = "SpeculationGuarded"  # spec.speculation.guard as rendered (core/guard.py)
 SPECULATION_PROFITABLE = "SpeculationProfitable"  # live load against the guard (controller/monitor.py)
+ROLLOUT = "Rollout"  # spec.rollout Canary: the canary's analysis and decision (core/rollout.py)
 # SpeculativeBenchmark (and Job conditions, the same words)
 RUNNING = "Running"  # a benchmark's: True while it measures; False with the reason it waits, failed or finished
 COMPLETE = "Complete"
@@ -85,6 +90,9 @@ OP_MANAGED = "specdeploy_managed_deployments"
 OP_LEADER = "specdeploy_leader"
 OP_LEADER_TRANSITIONS = "specdeploy_leader_transitions_total"
 OP_FENCED_WRITES = "specdeploy_fenced_writes_total"
+OP_ROLLOUT_DECISIONS = "specdeploy_rollout_decisions_total"  # namespace, deployment, decision, reason
+OP_ROLLOUT_PHASE = "specdeploy_rollout_phase"  # 1 for the current phase: namespace, deployment, phase
+OP_ROLLOUT_ANALYSIS = "specdeploy_rollout_analysis"  # namespace, deployment, track, figure
 
 
 def selector(labels: dict[str, str]) -> str:
