@@ -519,6 +519,9 @@ def build_parser() -> argparse.ArgumentParser:
     tt.add_argument("directory", metavar="DIR", help="models directory (what the hub stand-in serves)")
     tt.add_argument("--method", choices=["dflash", "eagle3"], default="dflash", help="the drafter to train (default dflash)")
     tt.add_argument("--seed", type=int, default=0)
+    tt.add_argument("--drafter-seed", type=int, default=None,
+                    help="another drafter of the same target (the target still comes from --seed): its own initial "
+                         "weights, data and batches; repositories and manifest named -seedN (tiny/lang-dflash-seedN)")
     tt.add_argument("--threads", type=_positive, default=1, help="torch CPU threads (part of the cache key; default 1)")
     tt.add_argument("--target-steps", type=_positive, default=None, help="target training steps (default 300)")
     tt.add_argument("--drafter-steps", type=_positive, default=None, help="drafter training steps (default 300)")

@@ -124,6 +124,26 @@ def test_training_writes_the_repos_vllm_loads_deterministically_and_caches(quick
     assert tt.quick_spec(seed=1).digest() != tt.quick_spec().digest()
 
 
+def test_a_drafter_seed_trains_another_drafter_of_the_same_target(quick, monkeypatch):
+    root, (m1, _, _), _, cache = quick
+    monkeypatch.setenv("SPECDEPLOY_CACHE", str(cache))
+    spec = tt.quick_spec(drafter_seed=1)
+    assert spec.digest() != tt.quick_spec().digest()  # its own cache entry
+    m = tt.write(root / "a", spec, log=lambda line: None)  # next to the seed-0 drafter, as the rollout e2e serves them
+    a = _files(root / "a")
+    assert m["models"] == [tt.TARGET, f"{tt.DRAFTER}-seed1", f"{tt.SHIFTED}-seed1"]
+    assert {"tiny-trained.json", "tiny-trained-seed1.json", "tiny/lang-dflash/model.safetensors",
+            "tiny/lang-dflash-seed1/model.safetensors", "tiny/lang-dflash-shifted-seed1/config.json"} <= set(a)
+    # the same target (bytes; the manifests say so), another drafter with the same layout and config
+    assert m["target_sha256"] == m1["target_sha256"] and m["spec"]["seed"] == m1["spec"]["seed"] == 0
+    w0 = decode_safetensors(a["tiny/lang-dflash/model.safetensors"])
+    w1 = decode_safetensors(a["tiny/lang-dflash-seed1/model.safetensors"])
+    assert set(w0) == set(w1) and all(w0[k].shape == w1[k].shape for k in w0)
+    assert any(not np.array_equal(w0[k], w1[k]) for k in w0)
+    assert a["tiny/lang-dflash/config.json"] == a["tiny/lang-dflash-seed1/config.json"]
+    assert json.loads(a["tiny/lang-dflash-shifted-seed1/config.json"])["dflash_config"]["target_layer_ids"] == [2, 4]
+
+
 def test_the_gate_accepts_the_trained_ids_and_refuses_the_shifted_ones(quick):
     root = quick[0] / "a"
     t = json.loads((root / "tiny/lang-target/config.json").read_text())

@@ -115,7 +115,8 @@ def cmd_train_tiny_drafter(args: argparse.Namespace) -> int:
 
     from . import tinytrain
 
-    spec = tinytrain.TrainSpec(seed=args.seed, threads=args.threads, method=getattr(args, "method", "dflash"))
+    spec = tinytrain.TrainSpec(seed=args.seed, threads=args.threads, method=getattr(args, "method", "dflash"),
+                               drafter_seed=getattr(args, "drafter_seed", None))
     if args.target_steps is not None:
         spec = replace(spec, target_steps=args.target_steps)
     if args.drafter_steps is not None:

@@ -116,6 +116,23 @@ class Load:
         return round(self.tokens / self.seconds, 1) if self.seconds else 0.0
 
 
+def truncated_copy(models: Path, source: str, repo: str, keep: float = 0.5) -> Path:
+    """``models/<repo>``: ``models/<source>``'s files with every ``*.safetensors`` cut to ``keep`` of its size (the
+    header intact, the tensor data short), as an interrupted upload leaves a repository. Its config.json is the
+    source's, so the operator's gate and the preflight (which read configs, not tensors) pass it; the engine fails
+    when it loads the weights. Returns the new repository's directory."""
+    src, dst = models / source, models / repo
+    dst.mkdir(parents=True, exist_ok=True)
+    for f in sorted(src.iterdir()):
+        if f.is_file():
+            data = f.read_bytes()
+            if f.suffix == ".safetensors":
+                header = 8 + int.from_bytes(data[:8], "little")
+                data = data[:header + int((len(data) - header) * keep)]
+            (dst / f.name).write_bytes(data)
+    return dst
+
+
 EXAMPLE = ROOT / "examples" / "dev" / "tiny-cpu.yaml"  # the documented SpeculativeDeployment of the loop
 
 
@@ -142,7 +159,12 @@ class RealLoop:
     trained: bool = False  # also write train-tiny-drafter's models (tiny/lang-*; trained or from its cache)
     train_methods: tuple[str, ...] = ("dflash",)  # which drafters train-tiny-drafter writes (--method each)
     trained_manifest: dict | None = None  # the first method's manifest
-    trained_manifests: dict[str, dict] = field(default_factory=dict)  # method -> its manifest
+    trained_manifests: dict[str, dict] = field(default_factory=dict)  # method (or "METHOD-seedN") -> its manifest
+    # more drafters of the same trained target (train-tiny-drafter --drafter-seed N, each method): tiny/lang-dflash-seedN
+    drafter_seeds: tuple[int, ...] = ()
+    # more repositories: called with the models directory once the tiny and trained models are written, before the
+    # hub stand-in reads it (e.g. truncated_copy: a drafter whose weights file is cut short)
+    more_models: Callable[[Path], None] | None = None
     kubelet_args: list[str] = field(default_factory=list)  # more `specdeploy dev kubelet` arguments
     operator_env: dict[str, str] = field(default_factory=dict)  # more operator environment
     hub: Any = None
@@ -186,6 +208,8 @@ class RealLoop:
             self.figures["tiny_models_build_s"] = round(time.perf_counter() - t0, 2)
             if self.trained:
                 self.train()
+            if self.more_models is not None:
+                self.more_models(self.workdir / "models")
             self.hub = self._stack.enter_context(start_in_thread(repos_from_directory(self.workdir / "models")))
             c = self.cluster = Cluster(workdir=self.workdir / "cluster", namespace=self.namespace).start()
             self._stack.callback(c.stop)
@@ -207,16 +231,19 @@ class RealLoop:
         """``specdeploy-runtime train-tiny-drafter --method M`` into the models directory for each of
         ``train_methods`` (a process: torch stays out of this one); the manifests (figures, prompts of the
         language) land in ``self.trained_manifests`` and the first in ``self.trained_manifest``."""
-        for method in self.train_methods:
+        for method, seed in [(m, None) for m in self.train_methods] + \
+                [(m, s) for m in self.train_methods for s in self.drafter_seeds]:
             t0 = time.perf_counter()
+            more = ["--drafter-seed", str(seed)] if seed is not None else []
             p = subprocess.run([str(BIN / "specdeploy-runtime"), "train-tiny-drafter", str(self.workdir / "models"),
-                                "--method", method, "-o", "json"], capture_output=True, text=True, cwd=ROOT,
+                                "--method", method, *more, "-o", "json"], capture_output=True, text=True, cwd=ROOT,
                                timeout=1800)
             if p.returncode != 0:
-                raise HarnessError(f"train-tiny-drafter --method {method} failed ({p.returncode}): "
+                raise HarnessError(f"train-tiny-drafter --method {method} {' '.join(more)} failed ({p.returncode}): "
                                    f"{(p.stdout + p.stderr)[-3000:]}")
-            m = self.trained_manifests[method] = json.loads(p.stdout)
-            key = "train_tiny_drafter_s" if method == "dflash" else f"train_tiny_drafter_{method}_s"
+            label = method if seed is None else f"{method}-seed{seed}"
+            m = self.trained_manifests[label] = json.loads(p.stdout)
+            key = "train_tiny_drafter_s" if label == "dflash" else f"train_tiny_drafter_{label.replace('-', '_')}_s"
             self.figures[key] = {"this_run": round(time.perf_counter() - t0, 1), "cached": m["cached"],
                                  "training": m["training"]}
         self.trained_manifest = self.trained_manifests[self.train_methods[0]]
@@ -417,5 +444,5 @@ def _wait(check: Callable[[], Any], timeout: float, what: str) -> Any:
     raise HarnessError(f"timed out after {timeout:.0f}s waiting for {what}" + (f" (last error: {last})" if last else ""))
 
 
-__all__ = ["RealLoop", "Load", "cpu_cr", "complete", "http", "PROMPTS", "VLLM_CPU", "ENGINE_VERSION", "RUNTIME_IMAGE",
+__all__ = ["RealLoop", "Load", "cpu_cr", "truncated_copy", "complete", "http", "PROMPTS", "VLLM_CPU", "ENGINE_VERSION", "RUNTIME_IMAGE",
            "free_port"]

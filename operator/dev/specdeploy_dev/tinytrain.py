@@ -23,6 +23,12 @@ data train an EAGLE-3 head instead (:mod:`specdeploy_dev.tinyeagle`): ``tiny/lan
 with ``d2t``), ``tiny/lang-eagle3-shifted`` ([2, 4, 6]), ``tiny/lang-eagle3-shifted-down`` ([0, 2, 4]) and
 ``tiny-trained-eagle3.json``, in their own cache entry (the method is part of the digest).
 
+With ``drafter_seed=N`` (``train-tiny-drafter --drafter-seed N``) a second drafter of the same target: the
+language and the target come from ``seed`` (the same bytes), the drafter's initial weights, training
+sequences and batches from N; its repositories and manifest carry the seed (``tiny/lang-dflash-seedN``,
+``tiny/lang-dflash-shifted-seedN``, ``tiny-trained-seedN.json``; ``tiny/lang-eagle3-seedN`` ...), so both
+drafters sit side by side in one models directory (the canary rollout e2e promotes one over the other).
+
 **The language.** ``words`` whole-word tokens of the tiny tokenizer (each round-trips: the text
 ``" w1 w2 ..."`` tokenizes back to the same ids) and a seeded second-order Markov chain: every
 pair of words (a, b) has three successors with probabilities 0.55 / 0.3 / 0.15, the likeliest
@@ -83,7 +89,13 @@ METHODS = ("dflash", "eagle3")
 
 
 def manifest_name(spec: "TrainSpec") -> str:
-    return MANIFEST if spec.method == "dflash" else f"tiny-trained-{spec.method}.json"
+    name = MANIFEST if spec.method == "dflash" else f"tiny-trained-{spec.method}.json"
+    return name if spec.drafter_seed is None else name.replace(".json", f"-seed{spec.drafter_seed}.json")
+
+
+def drafter_repo(spec: "TrainSpec", repo: str) -> str:
+    """A drafter repository's name: ``tiny/lang-dflash``, or ``tiny/lang-dflash-seed1`` for ``drafter_seed=1``."""
+    return repo if spec.drafter_seed is None else f"{repo}-seed{spec.drafter_seed}"
 
 
 @dataclass(frozen=True)
@@ -132,6 +144,15 @@ class TrainSpec:
     eagle_batch: int = 32
     eagle_lr: float = 3e-3
     draft_vocab_size: int = 64
+    # Another drafter of the same target: ``seed`` makes the language and the target, ``drafter_seed`` (None: ``seed``)
+    # the drafter's initial weights, training data and batches. Its repositories carry the seed
+    # (``tiny/lang-dflash-seed1``, ``tiny/lang-dflash-shifted-seed1``, ``tiny-trained-seed1.json``); the target
+    # repository is the same bytes as ``seed``'s (``target_sha256`` in the manifest)
+    drafter_seed: int | None = None
+
+    @property
+    def dseed(self) -> int:
+        return self.seed if self.drafter_seed is None else self.drafter_seed
 
     def digest(self) -> str:
         h = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode())
@@ -264,11 +285,11 @@ def train_target(spec: TrainSpec, target, lang: Language, log: Callable[[str], N
             "seconds": round(time.perf_counter() - t0, 1)}
 
 
-def greedy_data(spec: TrainSpec, target, lang: Language, n: int, rng_key: int):
-    """(tokens [n, T] = sampled prompt + the target's greedy continuation, layer outputs)."""
+def greedy_data(spec: TrainSpec, target, lang: Language, n: int, rng_key: int, seed: int | None = None):
+    """Tokens [n, T]: a sampled prompt + the target's greedy continuation (``seed``: the sampling's, default spec.seed)."""
     import torch
 
-    rng = np.random.default_rng([spec.seed, rng_key])
+    rng = np.random.default_rng([spec.seed if seed is None else seed, rng_key])
     words = torch.from_numpy(lang.words)
     prompts = words[torch.from_numpy(lang.sample(rng, n, spec.prompt_len))]
     seqs = []
@@ -293,7 +314,7 @@ def train_drafter(spec: TrainSpec, drafter, target, tokens, feats, mask_id: int,
     import torch.nn.functional as F
 
     b, k, big_t = spec.block_size, spec.anchors, tokens.shape[1]
-    gen = torch.Generator().manual_seed(spec.seed + 31)
+    gen = torch.Generator().manual_seed(spec.dseed + 31)
     emb = target.model.embed_tokens.weight.detach()
     head = target.lm_head.weight.detach()
     opt = torch.optim.Adam(drafter.parameters(), lr=spec.drafter_lr)
@@ -408,15 +429,15 @@ def build(spec: TrainSpec = TrainSpec(), log: Callable[[str], None] = print) -> 
     if spec.method == "eagle3":
         return _build_eagle3(spec, target, t_stats, lang, word_text, base, tcfg, eos, mask, meta, target_st, t_all, log)
     t1 = time.perf_counter()
-    tokens = greedy_data(spec, target, lang, spec.drafter_sequences, 41)
+    tokens = greedy_data(spec, target, lang, spec.drafter_sequences, 41, spec.dseed)
     feats = target_features(target, tokens, spec.target_layer_ids)
     gen_s = round(time.perf_counter() - t1, 1)
     log(f"greedy data: {tokens.shape[0]} sequences of {tokens.shape[1]} tokens, features {tuple(feats.shape)} ({gen_s} s)")
 
     drafter = DFlashDrafterRef(Shape.from_config(dcfg), len(spec.target_layer_ids))
-    init_weights(drafter, tiny.init_std, torch.Generator().manual_seed(spec.seed + 2))
+    init_weights(drafter, tiny.init_std, torch.Generator().manual_seed(spec.dseed + 2))
     d_stats = train_drafter(spec, drafter, target, tokens, feats, mask, log)
-    drafter_st = tm.encode_safetensors(state_arrays(drafter), metadata=meta)
+    drafter_st = tm.encode_safetensors(state_arrays(drafter), metadata=drafter_meta(spec, meta))
     with torch.no_grad():
         for name, arr in tm.decode_safetensors(drafter_st).items():
             dict(drafter.named_parameters())[name].copy_(torch.from_numpy(arr.copy()))
@@ -440,17 +461,19 @@ def build(spec: TrainSpec = TrainSpec(), log: Callable[[str], None] = print) -> 
         f"ids {r['ids']}: tau {r['tau']} {r['per_position']}" for r in ev.values()))
     prompts = language_prompts(spec, lang, word_text)
     files = target_files(base, tcfg, target_st)
-    files[f"{DRAFTER}/config.json"] = tm._json(dcfg)
-    files[f"{DRAFTER}/model.safetensors"] = drafter_st
-    files[f"{SHIFTED}/config.json"] = tm._json(tm.shift_layer_ids(dcfg))
-    files[f"{SHIFTED}/model.safetensors"] = drafter_st
+    drafter, shifted = drafter_repo(spec, DRAFTER), drafter_repo(spec, SHIFTED)
+    files[f"{drafter}/config.json"] = tm._json(dcfg)
+    files[f"{drafter}/model.safetensors"] = drafter_st
+    files[f"{shifted}/config.json"] = tm._json(tm.shift_layer_ids(dcfg))
+    files[f"{shifted}/model.safetensors"] = drafter_st
     manifest = {
         "method": "dflash",
         "spec": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(spec).items()},
         "digest": spec.digest(),
         "torch": torch.__version__,
         "tokens": {"eos": eos, "mask": mask},
-        "models": [TARGET, DRAFTER, SHIFTED],
+        "models": [TARGET, drafter, shifted],
+        "target_sha256": hashlib.sha256(target_st).hexdigest(),
         "target_layer_ids": list(spec.target_layer_ids), "shifted_layer_ids": shifted_ids,
         "language": {"words": [word_text[int(t)] for t in lang.words], "order": 2,
                      "successor_probabilities": lang.probs.tolist()},
@@ -459,11 +482,16 @@ def build(spec: TrainSpec = TrainSpec(), log: Callable[[str], None] = print) -> 
                      "total_s": round(time.perf_counter() - t_all, 1)},
         "replay": ev,
         "adjacent_layer_cosine": cosines,
-        "pairs": {"trained": {"target": TARGET, "drafter": DRAFTER},
-                  "shifted": {"target": TARGET, "drafter": SHIFTED}},
+        "pairs": {"trained": {"target": TARGET, "drafter": drafter},
+                  "shifted": {"target": TARGET, "drafter": shifted}},
     }
-    files[MANIFEST] = tm._json(manifest)
+    files[manifest_name(spec)] = tm._json(manifest)
     return files
+
+
+def drafter_meta(spec: TrainSpec, meta: dict[str, str]) -> dict[str, str]:
+    """The drafter's safetensors metadata: the target's, plus its own seed when it has one."""
+    return meta if spec.drafter_seed is None else {**meta, "specdeploy.drafter_seed": str(spec.drafter_seed)}
 
 
 def language_prompts(spec: TrainSpec, lang: Language, word_text: dict[int, str]) -> list[str]:
@@ -525,7 +553,7 @@ def _build_eagle3(spec: TrainSpec, target, t_stats: dict, lang: Language, word_t
         return torch.cat(out)
 
     t1 = time.perf_counter()
-    tokens = greedy_data(spec, target, lang, spec.drafter_sequences, 41)
+    tokens = greedy_data(spec, target, lang, spec.drafter_sequences, 41, spec.dseed)
     feats = feats_of(tokens, aux)
     gen_s = round(time.perf_counter() - t1, 1)
     log(f"greedy data: {tokens.shape[0]} sequences of {tokens.shape[1]} tokens, features {tuple(feats.shape)} ({gen_s} s)")
@@ -538,13 +566,13 @@ def _build_eagle3(spec: TrainSpec, target, t_stats: dict, lang: Language, word_t
     drafter = te.Eagle3DrafterRef(shape)
     from specdeploy_runtime.dflash_ref import init_weights
 
-    init_weights(drafter, 0.02, torch.Generator().manual_seed(spec.seed + 3))
+    init_weights(drafter, 0.02, torch.Generator().manual_seed(spec.dseed + 3))
     with torch.no_grad():  # the head starts as the target's rows of the draft vocabulary
         drafter.lm_head.weight.copy_(target.lm_head.weight[torch.from_numpy(draft_ids)])
     d_stats = te.train(drafter, target, tokens, feats, draft_ids, steps=spec.eagle_steps, batch=spec.eagle_batch,
-                       lr=spec.eagle_lr, depth=spec.eagle_depth, prompt_len=spec.prompt_len, seed=spec.seed + 33,
+                       lr=spec.eagle_lr, depth=spec.eagle_depth, prompt_len=spec.prompt_len, seed=spec.dseed + 33,
                        lr_at=_cosine, log=log)
-    drafter_st = tm.encode_safetensors(te.state_arrays(drafter, d2t, t2d), metadata=meta)
+    drafter_st = tm.encode_safetensors(te.state_arrays(drafter, d2t, t2d), metadata=drafter_meta(spec, meta))
     with torch.no_grad():  # evaluate the bf16-rounded weights the engine loads
         own = dict(drafter.named_parameters())
         for name, arr in tm.decode_safetensors(drafter_st).items():
@@ -561,7 +589,8 @@ def _build_eagle3(spec: TrainSpec, target, t_stats: dict, lang: Language, word_t
         f"ids {r['ids']}: tau {r['tau']} {r['per_position']}" for r in ev.values()))
 
     files = target_files(base, tcfg, target_st)
-    for repo, ids in ((EAGLE3, aux), (EAGLE3_SHIFTED, shifted), (EAGLE3_SHIFTED_DOWN, down)):
+    eagle3, eagle3_shifted, eagle3_down = (drafter_repo(spec, r) for r in (EAGLE3, EAGLE3_SHIFTED, EAGLE3_SHIFTED_DOWN))
+    for repo, ids in ((eagle3, aux), (eagle3_shifted, shifted), (eagle3_down, down)):
         files[f"{repo}/config.json"] = tm._json(eagle3_config(spec, tcfg, ids))
         files[f"{repo}/model.safetensors"] = drafter_st
     manifest = {
@@ -570,7 +599,8 @@ def _build_eagle3(spec: TrainSpec, target, t_stats: dict, lang: Language, word_t
         "digest": spec.digest(),
         "torch": torch.__version__,
         "tokens": {"eos": eos, "mask": mask},
-        "models": [TARGET, EAGLE3, EAGLE3_SHIFTED, EAGLE3_SHIFTED_DOWN],
+        "models": [TARGET, eagle3, eagle3_shifted, eagle3_down],
+        "target_sha256": hashlib.sha256(target_st).hexdigest(),
         "aux_layer_ids": aux, "shifted_layer_ids": shifted, "shifted_down_layer_ids": down,
         "draft_vocab": {"size": len(draft_ids), "target_ids": draft_ids.tolist()},
         "language": {"words": [word_text[int(t)] for t in lang.words], "order": 2,
@@ -579,9 +609,9 @@ def _build_eagle3(spec: TrainSpec, target, t_stats: dict, lang: Language, word_t
         "training": {"target": t_stats, "greedy_data_s": gen_s, "drafter": d_stats,
                      "total_s": round(time.perf_counter() - t_all, 1)},
         "replay": ev,
-        "pairs": {"trained": {"target": TARGET, "drafter": EAGLE3},
-                  "shifted": {"target": TARGET, "drafter": EAGLE3_SHIFTED},
-                  "shifted_down": {"target": TARGET, "drafter": EAGLE3_SHIFTED_DOWN}},
+        "pairs": {"trained": {"target": TARGET, "drafter": eagle3},
+                  "shifted": {"target": TARGET, "drafter": eagle3_shifted},
+                  "shifted_down": {"target": TARGET, "drafter": eagle3_down}},
     }
     files[manifest_name(spec)] = tm._json(manifest)
     return files
