@@ -4,7 +4,8 @@
                    [--exit-after S --code N] [--message TEXT] [--unhealthy]
 
 Prints what it reads and sees, writes the termination message (to $SPECDEPLOY_TERMINATION_LOG,
-the pod's terminationMessagePath), serves GET /healthz on H:P (500 with --unhealthy), exits
+the pod's terminationMessagePath), serves GET /healthz on H:P (500 with --unhealthy; header X-Pod: the pod's
+name), exits
 with N after S seconds (or serves until SIGTERM)."""
 
 import argparse
@@ -47,6 +48,7 @@ if a.port:
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
             self.send_response(500 if a.unhealthy else 200)
+            self.send_header("X-Pod", os.environ.get("HOSTNAME", ""))  # which pod answered (through a Service)
             self.end_headers()
             self.wfile.write(b"ok\n")
 

@@ -42,11 +42,12 @@ def cluster(tmp_path_factory):
     c = Cluster(workdir=work).start()
     log = open(work / "kubelet.log", "w")
     p = start_kubelet(c, work / "root", log, "--namespace", "default", "--ip-range", "2-199",
-                      "--env", "NODE_LEVEL=from-the-node")
+                      "--env", "NODE_LEVEL=from-the-node", "--service-proxy")
     try:
         wait_for(lambda: c.kubectl("get", "node", "specdeploy-dev", check=False).returncode == 0, 30, "the Node")
         c.kubelet = p  # type: ignore[attr-defined]
         c.kubelet_log = work / "kubelet.log"  # type: ignore[attr-defined]
+        c.kubelet_root = work / "root"  # type: ignore[attr-defined]
         yield c
     finally:
         try:
@@ -266,6 +267,42 @@ def test_deleting_a_deployment_stops_its_processes(cluster):
         return False
     wait_for(gone, 30, f"process {pid} to stop")
     assert pods(c, "gone") == []
+
+
+def test_service_proxy_spreads_over_ready_pods_and_a_deleted_pod_leaves_before_its_prestop_hook(cluster, tmp_path):
+    """Through the Service proxy (as a client outside the pods reaches it): each ready pod answers a share of the
+    requests (kube-proxy's random pick, not always the first pod). A deleted pod stops getting requests at once, its
+    preStop hook (exec) runs while its container still serves, then SIGTERM stops it."""
+    c = cluster
+    hook = tmp_path / "prestop-ran"
+    apply(c, deployment("spread", [container(
+        "app", "--host", "0.0.0.0", "--port", "8080", readinessProbe={"httpGet": {"path": "/healthz", "port": 8080}},
+        ports=[{"name": "http", "containerPort": 8080}],
+        lifecycle={"preStop": {"exec": {"command": ["python3", APP, "--write", str(hook), "ran", "--exit-after", "2"]}}})],
+        replicas=2),
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "spread"},
+         "spec": {"selector": {"app": "spread"}, "ports": [{"port": 80, "targetPort": "http"}]}})
+    pods_ = ready_pods(c, "spread", 2)
+    proxy = (c.kubelet_root / "service-proxy").read_text().strip()  # type: ignore[attr-defined]
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": proxy}))
+
+    def who() -> str:
+        with opener.open("http://spread.default.svc/healthz", timeout=10) as r:
+            return r.headers["X-Pod"]
+
+    seen = [who() for _ in range(40)]
+    names = {p["metadata"]["name"] for p in pods_}
+    assert set(seen) == names and min(seen.count(n) for n in names) >= 5, seen  # 1 in 2^39 to fail by chance
+
+    gone = pods_[0]
+    pid = int(status_of(gone, "app")["containerID"].removeprefix("local://"))
+    c.kubectl("delete", "pod", gone["metadata"]["name"], "--wait=false")
+    after = [who() for _ in range(20)]
+    assert gone["metadata"]["name"] not in after, after
+    wait_for(hook.exists, 15, "the preStop hook")
+    assert alive(pid), "SIGTERM came before the preStop hook ended"
+    wait_for(lambda: not alive(pid), 30, f"process {pid} to stop after its preStop hook")
+    c.kubectl("delete", "deployment,service", "spread")
 
 
 def alive(pid: int) -> bool:

@@ -15,8 +15,9 @@ Kubernetes API (the embedded stand-in, or a real one):
    with a loopback address per pod (``127.0.0.2`` ...), startup/readiness/liveness probes
    (``httpGet`` and ``tcpSocket``), restarts per ``restartPolicy`` with exponential back-off,
    and the pod status written back (phase, conditions, container statuses, restart counts,
-   termination messages). A deleted pod's processes get SIGTERM, then SIGKILL after
-   ``terminationGracePeriodSeconds`` (capped by ``--max-grace``), by process group.
+   termination messages). A deleted pod leaves the Service proxy's endpoints at once, its containers'
+   ``lifecycle.preStop`` hooks run (``sleep``, ``exec``, ``httpGet``), then its processes get SIGTERM and
+   SIGKILL after the rest of ``terminationGracePeriodSeconds`` (capped by ``--max-grace``), by process group.
 3. **Logs.** Each container run's output goes to ``<root>/pods/<uid>/logs/<container>/<n>.log``
    (the current and the previous run are kept, each capped at 16 MiB), served on
    ``127.0.0.1:<--log-port>/containerLogs/<ns>/<pod>/<container>`` (``previous``, ``tailLines``,
@@ -37,6 +38,7 @@ import contextlib
 import datetime as dt
 import logging
 import os
+import random
 import shutil
 import signal
 import ssl
@@ -165,6 +167,7 @@ class Kubelet:
         self.api = Api(settings.kubeconfig)
         self.host_ip = "127.0.0.1"
         self.workers: dict[str, PodWorker] = {}  # pod uid -> worker
+        self._terminating: dict[str, asyncio.Task] = {}  # pod uid -> its stop (preStop, SIGTERM, grace) under way
         self.refused: set[str] = set()  # pod uids marked Failed by validate_pod
         self.by_name: dict[tuple[str, str], PodWorker] = {}
         self.wake = asyncio.Event()
@@ -314,8 +317,9 @@ class Kubelet:
         mine = {p["metadata"]["uid"]: p for p in pods
                 if (p.get("spec") or {}).get("nodeName") == s.node_name and not p["metadata"].get("deletionTimestamp")}
         for uid, w in list(self.workers.items()):
-            if uid not in mine:
-                await self.stop_worker(w)
+            if uid not in mine and uid not in self._terminating:
+                # in the background: a preStop hook and the grace period must not hold up the other pods
+                self._terminating[uid] = asyncio.create_task(self.stop_worker(w, deleted=True))
         for uid, pod in mine.items():
             if uid in self.refused:
                 continue
@@ -332,7 +336,10 @@ class Kubelet:
                                pod["metadata"].get("namespace"), pod["metadata"]["name"], len(self.workers))
 
     async def resolve_service(self, ns: str, name: str, port: int) -> tuple[str, int] | None:
-        """A ready pod of this node behind Service ns/name port: (loopback address, the port it bound)."""
+        """A ready pod of this node behind Service ns/name port: (loopback address, the port it bound), picked at
+        random among the ready ones as kube-proxy does (so each ready pod gets its share of the connections: a
+        canary's traffic share is its share of the endpoints). A terminating pod (``deletionTimestamp``) is no
+        endpoint, as in an EndpointSlice, even while its processes still run (preStop, grace period)."""
         from specdeploy.controller.kube import KubeError
 
         try:
@@ -346,16 +353,17 @@ class Kubelet:
             return None
         target = sp.get("targetPort", port)
         pods = await self.api.items(api_path("v1", "pods", ns), ",".join(f"{k}={v}" for k, v in sorted(selector.items())))
+        endpoints: list[tuple[str, int]] = []
         for pod in pods:
             conds = (pod.get("status") or {}).get("conditions") or []
             w = self.workers.get((pod.get("metadata") or {}).get("uid"))
-            if w is None or not any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds):
+            if w is None or w.stopping or (pod.get("metadata") or {}).get("deletionTimestamp") \
+                    or not any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds):
                 continue
-            for c in w.mains:
-                for cp in c.spec.get("ports") or []:
-                    if target in (cp.get("name"), cp.get("containerPort")):
-                        return w.ip, c.port_map.get(cp["containerPort"], cp["containerPort"])
-        return None
+            endpoints += [(w.ip, c.port_map.get(cp["containerPort"], cp["containerPort"]))
+                          for c in w.mains for cp in c.spec.get("ports") or []
+                          if target in (cp.get("name"), cp.get("containerPort"))][:1]
+        return random.choice(endpoints) if endpoints else None
 
     async def apply_job_plan(self, job: dict, plan: kj.JobPlan) -> None:
         ns, name = job["metadata"].get("namespace"), job["metadata"]["name"]
@@ -406,8 +414,11 @@ class Kubelet:
         except Exception:  # noqa: BLE001 - one pod's failure must not stop the node
             logger.exception("pod %s/%s", w.ns, w.name)
 
-    async def stop_worker(self, w: PodWorker) -> None:
-        await w.stop()
+    async def stop_worker(self, w: PodWorker, deleted: bool = False) -> None:
+        try:
+            await w.stop(deleted)
+        finally:
+            self._terminating.pop(w.uid, None)
         self.workers.pop(w.uid, None)
         if self.by_name.get((w.ns, w.name)) is w:
             del self.by_name[(w.ns, w.name)]
@@ -425,6 +436,8 @@ class Kubelet:
         if self.settings.service_proxy:
             self.proxy = ServiceProxy(self.resolve_service)
             self.settings.node_env.update(proxy_env(await self.proxy.start()))
+            # where a client outside the pods (a test's load client) finds it: <root>/service-proxy
+            (self.settings.root / "service-proxy").write_text(proxy_env(self.proxy.port)["HTTP_PROXY"] + "\n")
         await self.register_node()
         watches = [asyncio.create_task(self.api.watch(api_path(gv, plural, ns), self.wake))
                    for ns in self._scopes()
@@ -449,6 +462,7 @@ class Kubelet:
         finally:
             for t in watches:
                 t.cancel()
+            await asyncio.gather(*self._terminating.values(), return_exceptions=True)
             await asyncio.gather(*(self.stop_worker(w) for w in list(self.workers.values())),
                                  return_exceptions=True)
             if self._runner is not None:

@@ -5,8 +5,8 @@ cannot resolve ``http://<service>.<namespace>.svc:<port>``. With ``--service-pro
 serves a forward HTTP proxy on loopback and gives every container ``HTTP_PROXY``/``http_proxy``
 pointing at it (``NO_PROXY`` keeps loopback direct). The proxy answers requests whose host is
 ``<service>.<namespace>.svc[.cluster.local]`` by forwarding them (as ``Connection: close``) to a
-ready pod behind the Service (its loopback address and the port it really bound), as kube-proxy
-would; any other host gets 502. Plain HTTP only (no CONNECT). Dev/test infrastructure only.
+ready pod behind the Service (its loopback address and the port it really bound; the kubelet's
+``resolve_service`` picks one at random per connection, as kube-proxy would); any other host gets 502. Plain HTTP only (no CONNECT). Dev/test infrastructure only.
 """
 
 from __future__ import annotations

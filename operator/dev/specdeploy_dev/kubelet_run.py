@@ -324,6 +324,46 @@ class ContainerRunner:
             for t in tasks:
                 t.cancel()
 
+    async def pre_stop(self, budget: float) -> None:
+        """The container's ``lifecycle.preStop`` hook, run before SIGTERM when its pod is deleted (as the kubelet runs
+        it), within ``budget`` seconds (the grace period): ``sleep`` (``seconds``), ``exec`` (the command as a process
+        of the container: the same executables, env and paths; ``podman exec`` in container mode) or ``httpGet``.
+        A hook that fails or overruns is logged, as the kubelet records an event; the container is stopped anyway."""
+        hook = (self.spec.get("lifecycle") or {}).get("preStop") or {}
+        proc = self.proc
+        if not hook or proc is None or proc.returncode is not None or budget <= 0:
+            return
+        try:
+            if "sleep" in hook:
+                await asyncio.sleep(min(float((hook["sleep"] or {}).get("seconds") or 0), budget))
+            elif "httpGet" in hook:
+                if not await self._probe({"httpGet": hook["httpGet"], "timeoutSeconds": budget}):
+                    logger.warning("pod %s/%s container %s: preStop httpGet failed", self.w.ns, self.w.name, self.name)
+            elif "exec" in hook:
+                command = [str(a) for a in (hook["exec"] or {}).get("command") or []]
+                if self.w.k.podman:
+                    hook_proc = await asyncio.create_subprocess_exec(
+                        self.w.k.settings.podman, "exec", kpm.container_name(self.w.uid, self.name), *command,
+                        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+                        stderr=asyncio.subprocess.DEVNULL)
+                else:
+                    ps = self.w.process_spec(self, {**self.spec, "command": command, "args": []})
+                    hook_proc = await asyncio.create_subprocess_exec(
+                        *ps.argv, env=ps.env, cwd=ps.cwd, stdin=asyncio.subprocess.DEVNULL,
+                        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, start_new_session=True)
+                try:
+                    code = await asyncio.wait_for(hook_proc.wait(), budget)
+                except asyncio.TimeoutError:
+                    with contextlib.suppress(ProcessLookupError):
+                        hook_proc.kill()
+                    raise
+                if code:
+                    logger.warning("pod %s/%s container %s: preStop exec exited %s", self.w.ns, self.w.name,
+                                   self.name, code)
+        except (asyncio.TimeoutError, OSError, kp.PodConfigError) as e:
+            logger.warning("pod %s/%s container %s: preStop hook: %s", self.w.ns, self.w.name, self.name,
+                           e or "did not finish within the grace period")
+
     async def kill(self, reason: str | None, grace: float) -> None:
         """SIGTERM the container's process group, SIGKILL after ``grace`` seconds (at once for 0)."""
         proc = self.proc
@@ -441,11 +481,13 @@ class PodWorker:
                                    {"metadata": {"annotations": {PORT_MAP_ANNOTATION: annotation}}})
             self._annotated = annotation
 
-    def process_spec(self, c: ContainerRunner) -> kp.ProcessSpec:
-        env = kp.resolve_env(self.pod, c.spec, self.configmaps, self.secrets, self.ip, self.k.host_ip)
-        mounts = kp.container_mounts(c.spec, self.volumes)
+    def process_spec(self, c: ContainerRunner, spec: dict | None = None) -> kp.ProcessSpec:
+        """The local process of container ``c`` (``spec``: another command in it, e.g. a preStop exec hook)."""
+        spec = spec or c.spec
+        env = kp.resolve_env(self.pod, spec, self.configmaps, self.secrets, self.ip, self.k.host_ip)
+        mounts = kp.container_mounts(spec, self.volumes)
         node_env = {**self.k.settings.node_env, "HOSTNAME": self.name}
-        return kp.build_process(c.spec, env, mounts, kp.ExecTable(self.k.settings.exec_table), self.ip, c.port_map,
+        return kp.build_process(spec, env, mounts, kp.ExecTable(self.k.settings.exec_table), self.ip, c.port_map,
                                 str(c.dir), node_env)
 
     async def container_spec(self, c: ContainerRunner) -> kp.ProcessSpec:
@@ -519,10 +561,19 @@ class PodWorker:
                     logger.warning("pod %s/%s: status not written: %s", self.ns, self.name, e)
         self.k.wake.set()
 
-    async def stop(self) -> None:
+    async def stop(self, deleted: bool = False) -> None:
+        """Stop the pod's containers: SIGTERM, SIGKILL after the grace period. ``deleted`` (the pod was deleted, not
+        the kubelet stopped): first the containers' preStop hooks, within the grace period, as the kubelet runs them;
+        the pod is no Service endpoint from the start (``stopping``: kubelet.resolve_service)."""
         self.stopping = True
         self._wake.set()
-        await asyncio.gather(*(c.kill(None, self.grace) for c in self.inits + self.mains))
+        grace = self.grace
+        if deleted:
+            t0 = time.monotonic()
+            await asyncio.gather(*(c.pre_stop(self.grace) for c in self.mains))
+            # a hook that used the whole grace period leaves 2 s for SIGTERM, as the kubelet's one-off extension
+            grace = max(self.grace - (time.monotonic() - t0), 2.0 if self.grace > 0 else 0.0)
+        await asyncio.gather(*(c.kill(None, grace) for c in self.inits + self.mains))
         if self.task is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(self.task, 10)

@@ -177,7 +177,8 @@ def add_dev_parser(sub) -> None:
                     "mounts, resource limits, host network (a loopback address per pod)")
     kl.add_argument("--service-proxy", action="store_true",
                     help="serve http://<service>.<namespace>.svc:<port> to the pods through a loopback forward proxy "
-                    "(HTTP_PROXY in every container; loopback stays direct), as cluster DNS and kube-proxy would")
+                    "(HTTP_PROXY in every container; loopback stays direct), as cluster DNS and kube-proxy would: a "
+                    "random ready pod per connection; its address is written to ROOT/service-proxy")
     kl.add_argument("--verbose", "-v", action="store_true")
     kl.set_defaults(func=_rig("cmd_kubelet"))
     b = dsub.add_parser("bench", help="print benchmark figures",
