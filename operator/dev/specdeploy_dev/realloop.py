@@ -133,6 +133,72 @@ def truncated_copy(models: Path, source: str, repo: str, keep: float = 0.5) -> P
     return dst
 
 
+class ServiceLoad:
+    """Greedy completions through a Service, as a client in the cluster sends them: ``clients`` threads, each sending
+    its next request when the last one ends, through the dev kubelet's Service proxy (kube-proxy's part: a random ready
+    pod per connection). Every request is kept (start, end, ok, error) so that a scenario can count the failed ones
+    and say when they happened; nothing is retried."""
+
+    def __init__(self, proxy: str, url: str, model: str, *, clients: int = 2, max_tokens: int = 64,
+                 prompts: tuple[str, ...] | list[str] = PROMPTS, timeout: float = 300):
+        self.url, self.model, self.max_tokens, self.timeout = url, model, max_tokens, timeout
+        self.prompts = tuple(prompts)
+        self.opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": proxy}))
+        self.results: list[dict] = []  # {"start", "end" (time.time()), "ok", "tokens", "error"}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, args=(i,), name=f"service-load-{i}", daemon=True)
+                         for i in range(clients)]
+
+    def _one(self, prompt: str) -> int:
+        req = urllib.request.Request(f"{self.url}/v1/completions", data=json.dumps(
+            {"model": self.model, "prompt": prompt, "max_tokens": self.max_tokens, "temperature": 0,
+             "ignore_eos": True}).encode(), headers={"Content-Type": "application/json"})
+        with self.opener.open(req, timeout=self.timeout) as r:
+            doc = json.loads(r.read())
+        tokens = int(doc["usage"]["completion_tokens"])
+        if tokens != self.max_tokens:
+            raise ValueError(f"{tokens} completion tokens, not {self.max_tokens}")
+        return tokens
+
+    def _run(self, i: int) -> None:
+        n = i
+        while not self._stop.is_set():
+            t0 = time.time()
+            try:
+                tokens, error = self._one(self.prompts[n % len(self.prompts)]), None
+            except Exception as e:  # noqa: BLE001 - recorded; the scenario decides
+                tokens, error = 0, f"{type(e).__name__}: {e}"[:300]
+            with self._lock:
+                self.results.append({"start": t0, "end": time.time(), "ok": error is None, "tokens": tokens,
+                                     "error": error})
+            if error is not None:
+                time.sleep(0.5)
+            n += len(self._threads)
+
+    def __enter__(self) -> "ServiceLoad":
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=self.timeout + 10)
+
+    @property
+    def requests(self) -> int:
+        return len(self.results)
+
+    @property
+    def failed(self) -> list[dict]:
+        with self._lock:
+            return [r for r in self.results if not r["ok"]]
+
+
 EXAMPLE = ROOT / "examples" / "dev" / "tiny-cpu.yaml"  # the documented SpeculativeDeployment of the loop
 
 
@@ -214,9 +280,7 @@ class RealLoop:
             c = self.cluster = Cluster(workdir=self.workdir / "cluster", namespace=self.namespace).start()
             self._stack.callback(c.stop)
             c.apply_crds()
-            c.start_operator(resync_seconds=30, extra_env={
-                "HF_ENDPOINT": str(self.hub), "SPECDEPLOY_ACCEPTANCE_INTERVAL": f"{self.interval:g}",
-                "SPECDEPLOY_WEBHOOK_PORT": "0", **self.operator_env})
+            self.start_operator()
             self._start_kubelet()
             wait_for(lambda: c.kubectl("get", "node", "specdeploy-dev", check=False).returncode == 0, 30,
                      "the dev kubelet's Node")
@@ -226,6 +290,24 @@ class RealLoop:
             self.stop()
             raise
         return self
+
+    def start_operator(self) -> None:
+        """(Re)start the operator (``specdeploy operator run``) with the loop's environment."""
+        self.cluster.start_operator(resync_seconds=30, extra_env={
+            "HF_ENDPOINT": str(self.hub), "SPECDEPLOY_ACCEPTANCE_INTERVAL": f"{self.interval:g}",
+            "SPECDEPLOY_WEBHOOK_PORT": "0", **self.operator_env})
+
+    def kill_operator(self) -> None:
+        """``kill -9`` the operator: no shutdown of any kind (what a node loss or an OOM kill does)."""
+        self.cluster.stop_operator(kill=True)
+
+    def service_proxy(self) -> str:
+        """The dev kubelet's Service proxy (``--service-proxy`` in ``kubelet_args``): ``http://127.0.0.1:PORT``."""
+        path = self.workdir / "kubelet" / "service-proxy"
+        return wait_for(lambda: path.exists() and path.read_text().strip(), 30, f"{path} (the kubelet's Service proxy)")
+
+    def service_url(self, service: str, port: int = 8000) -> str:
+        return f"http://{service}.{self.namespace}.svc:{port}"
 
     def train(self) -> dict:
         """``specdeploy-runtime train-tiny-drafter --method M`` into the models directory for each of
@@ -444,5 +526,5 @@ def _wait(check: Callable[[], Any], timeout: float, what: str) -> Any:
     raise HarnessError(f"timed out after {timeout:.0f}s waiting for {what}" + (f" (last error: {last})" if last else ""))
 
 
-__all__ = ["RealLoop", "Load", "cpu_cr", "truncated_copy", "complete", "http", "PROMPTS", "VLLM_CPU", "ENGINE_VERSION", "RUNTIME_IMAGE",
+__all__ = ["RealLoop", "Load", "ServiceLoad", "cpu_cr", "truncated_copy", "complete", "http", "PROMPTS", "VLLM_CPU", "ENGINE_VERSION", "RUNTIME_IMAGE",
            "free_port"]

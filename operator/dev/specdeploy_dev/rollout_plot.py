@@ -1,0 +1,113 @@
+"""The canary timeline plot of docs/how-to/roll-out-safely.md: tau of the stable and the canary pods over time,
+the decision marked, one panel per scenario.
+
+e2e/test_e2e_rollout_vllm_cpu.py records a timeline per scenario (every ~2 s: each engine pod's own
+``vllm:spec_decode_*`` counters by track, the operator's ``status.rollout``) and writes them as JSON to
+``$SPECDEPLOY_E2E_ROLLOUT_TIMELINE`` (default: the loop's work directory, ``rollout-timeline.json``). Rendered with::
+
+    .venv/bin/python -m specdeploy_dev.rollout_plot TIMELINE.json docs/images/rollout-tau.png
+
+The lines are tau = 1 + accepted / drafts from the engines' counters, summed over a track's pods, counted from
+each pod's first scrape in the scenario (deltas, as the operator's analysis counts them); the markers are the
+taus the operator recorded in ``status.rollout.analysis``. matplotlib (the ``report`` extra), Agg backend.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+COLORS = {"stable": "C0", "canary": "C3"}
+MIN_DRAFTS = 5  # a track's line starts once it has this many draft steps (tau of 1 or 2 drafts is noise)
+
+
+def series(scenario: dict[str, Any], track: str) -> tuple[list[float], list[float]]:
+    """(seconds since apply, tau) of one track's engine counters."""
+    xs, ys = [], []
+    for s in scenario.get("samples") or []:
+        t = (s.get("tracks") or {}).get(track) or {}
+        drafts, accepted = t.get("drafts") or 0, t.get("accepted") or 0
+        if drafts >= MIN_DRAFTS:
+            xs.append(float(s["t"]))
+            ys.append(1 + accepted / drafts)
+    return xs, ys
+
+
+def operator_points(scenario: dict[str, Any], track: str) -> tuple[list[float], list[float]]:
+    """(seconds since apply, tau) each time the operator's status.rollout.analysis row of ``track`` changed."""
+    xs, ys, last = [], [], None
+    for s in scenario.get("samples") or []:
+        row = next((r for r in s.get("analysis") or [] if r.get("track") == track), None)
+        tau = (row or {}).get("tau")
+        if isinstance(tau, (int, float)) and tau != last:
+            xs.append(float(s["t"]))
+            ys.append(float(tau))
+            last = tau
+    return xs, ys
+
+
+def canary_ready_at(scenario: dict[str, Any]) -> float | None:
+    return next((float(s["t"]) for s in scenario.get("samples") or []
+                 if ((s.get("tracks") or {}).get("canary") or {}).get("ready")), None)
+
+
+def render(timeline: list[dict[str, Any]], out: str) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(timeline), figsize=(5.2 * len(timeline), 3.9), squeeze=False,
+                             constrained_layout=True)
+    for ax, sc in zip(axes[0], timeline):
+        top = 2.0
+        for track in ("stable", "canary"):
+            xs, ys = series(sc, track)
+            if xs:
+                ax.plot(xs, ys, color=COLORS[track], label=f"{track} (engine counters)")
+                top = max(top, max(ys))
+            px, py = operator_points(sc, track)
+            if px:
+                ax.plot(px, py, "o", color=COLORS[track], markersize=4, label=f"{track} (operator's analysis)")
+                top = max(top, max(py))
+        ready = canary_ready_at(sc)
+        if ready is not None:
+            ax.axvspan(0, ready, color="0.9", label="canary starting")
+        d = sc.get("decision") or {}
+        if d.get("t") is not None:
+            ax.axvline(float(d["t"]), color="black", linestyle="--",
+                       label=f"{d.get('result')}: {d.get('reason')} at {float(d['t']):.0f} s")
+        ax.set_ylim(1, top * 1.15)
+        ax.set_xlim(left=0)
+        ax.set_xlabel("seconds since the change was applied")
+        ax.set_ylabel("acceptance length (tau)")
+        ax.set_title(sc.get("title") or sc.get("scenario") or "")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right")
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m specdeploy_dev.rollout_plot", description=__doc__.split("\n\n")[0])
+    p.add_argument("timeline", help="the JSON e2e/test_e2e_rollout_vllm_cpu.py wrote")
+    p.add_argument("out", help="the PNG to write")
+    p.add_argument("--scenarios", default="", help="comma-separated scenario keys to plot (default: all)")
+    a = p.parse_args(argv)
+    with open(a.timeline, encoding="utf-8") as f:
+        timeline = json.load(f)
+    want = [x for x in a.scenarios.split(",") if x]
+    if want:
+        timeline = [sc for sc in timeline if sc.get("scenario") in want]
+    if not timeline:
+        print(f"{a.timeline}: no scenario to plot", file=sys.stderr)
+        return 1
+    print(render(timeline, a.out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
