@@ -314,7 +314,7 @@ def test_a_shifted_drafter_is_rolled_back_acceptance_below_stable_with_no_failed
         assert c_row["tau"] < ANALYSIS["minAcceptanceRatio"] * s_row["tau"], (c_row, s_row)
         assert c_row["drafts"] >= ANALYSIS["minDrafts"] and s_row["drafts"] >= ANALYSIS["minDrafts"]
         assert ro["refusedRevision"] == refused and ro["stableRevision"] == st["revision0"]
-        assert loop.events(NAME, "AcceptanceBelowStable"), "a Warning Event"
+        assert [e for e in loop.events(NAME, "AcceptanceBelowStable") if e.get("type") == "Warning"], "a Warning Event"
         # the canary goes; the stable pod is the same pod, never restarted
         wait_for(lambda: not [p for p in engine_pods(loop) if track(p) == "canary"]
                  and not loop.get("deployments", "-l", f"{TRACK_LABEL}={TRACK_CANARY}")["items"], 120,
@@ -354,6 +354,7 @@ def test_c_canary_whose_engine_cannot_start_is_rolled_back_canary_crashing(loop)
         assert took < DEADLINE_S / 2, took  # well before the deadline: the crash decides, not the clock
         cond = loop.condition(NAME, ROLLOUT)
         assert cond["status"] == "False" and cond["reason"] == "CanaryCrashing", cond
+        assert [e for e in loop.events(NAME, "CanaryCrashing") if e.get("type") == "Warning"], "a Warning Event"
         wait_for(lambda: not [p for p in engine_pods(loop) if track(p) == "canary"], 120, "the canary pod gone")
         (stable,) = stable_pods(loop)
         assert stable["metadata"]["uid"] == st["stable_uid"] and restarts(stable) == 0

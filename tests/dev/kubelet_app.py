@@ -1,7 +1,7 @@
 """A container program for the dev kubelet tests (run as a local process by the kubelet).
 
     kubelet_app.py [--host H --port P] [--read FILE]... [--env NAME]... [--write FILE TEXT]
-                   [--exit-after S --code N] [--message TEXT] [--unhealthy]
+                   [--exit-after S --code N] [--message TEXT] [--unhealthy] [--child FILE]
 
 Prints what it reads and sees, writes the termination message (to $SPECDEPLOY_TERMINATION_LOG,
 the pod's terminationMessagePath), serves GET /healthz on H:P (500 with --unhealthy; header X-Pod: the pod's
@@ -25,6 +25,7 @@ p.add_argument("--exit-after", type=float)
 p.add_argument("--code", type=int, default=0)
 p.add_argument("--message")
 p.add_argument("--unhealthy", action="store_true")
+p.add_argument("--child", help="start a child process that writes 'SIGTERM' to this file when it gets SIGTERM")
 a = p.parse_args()
 
 for path, text in a.write:
@@ -42,6 +43,14 @@ if a.message:
     with open(os.environ.get("SPECDEPLOY_TERMINATION_LOG", "/dev/termination-log"), "w") as f:
         f.write(a.message)
 
+if a.child:  # a worker of the main process (as an engine's): the main process stops it, not the kubelet
+    import subprocess
+
+    child = subprocess.Popen([sys.executable, "-c", "import signal, sys, time\n"
+                              f"def term(*_):\n    open({a.child!r}, 'w').write('SIGTERM')\n    sys.exit(0)\n"
+                              "signal.signal(signal.SIGTERM, term)\n"
+                              "while True:\n    time.sleep(1)\n"])
+    print(f"child {child.pid}", flush=True)
 done = threading.Event()
 signal.signal(signal.SIGTERM, lambda *_: done.set())
 if a.port:

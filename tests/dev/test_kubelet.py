@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -303,6 +304,23 @@ def test_service_proxy_spreads_over_ready_pods_and_a_deleted_pod_leaves_before_i
     assert alive(pid), "SIGTERM came before the preStop hook ended"
     wait_for(lambda: not alive(pid), 30, f"process {pid} to stop after its preStop hook")
     c.kubectl("delete", "deployment,service", "spread")
+
+
+def test_sigterm_goes_to_the_main_process_only_as_to_a_containers_pid_1(cluster, tmp_path):
+    """Deleting a pod signals the container's main process, not its whole process group (a container runtime signals
+    PID 1): the main process's own worker gets no SIGTERM from the kubelet (it would die under an engine that
+    drains), and is gone with the group once the main process has exited."""
+    c = cluster
+    marker = tmp_path / "child-got-sigterm"
+    apply(c, deployment("pid1", [container("app", "--child", str(marker), "--host", "0.0.0.0", "--port", "8080",
+                                           readinessProbe={"tcpSocket": {"port": 8080}})]))
+    (pod,) = ready_pods(c, "pid1", 1)
+    child = wait_for(lambda: (m := re.search(r"child (\d+)", logs(c, pod["metadata"]["name"]))) and int(m.group(1)), 30,
+                     "the app's child process")
+    assert alive(child)
+    c.kubectl("delete", "deployment", "pid1")
+    wait_for(lambda: not alive(child), 30, f"the child process {child} to go with its pod")
+    assert not marker.exists(), "the kubelet sent SIGTERM to the whole process group"
 
 
 def alive(pid: int) -> bool:

@@ -16,8 +16,9 @@ Kubernetes API (the embedded stand-in, or a real one):
    (``httpGet`` and ``tcpSocket``), restarts per ``restartPolicy`` with exponential back-off,
    and the pod status written back (phase, conditions, container statuses, restart counts,
    termination messages). A deleted pod leaves the Service proxy's endpoints at once, its containers'
-   ``lifecycle.preStop`` hooks run (``sleep``, ``exec``, ``httpGet``), then its processes get SIGTERM and
-   SIGKILL after the rest of ``terminationGracePeriodSeconds`` (capped by ``--max-grace``), by process group.
+   ``lifecycle.preStop`` hooks run (``sleep``, ``exec``, ``httpGet``), then each container's main process gets
+   SIGTERM (a container's PID 1) and its process group SIGKILL once it has exited or after the rest of
+   ``terminationGracePeriodSeconds`` (capped by ``--max-grace``).
 3. **Logs.** Each container run's output goes to ``<root>/pods/<uid>/logs/<container>/<n>.log``
    (the current and the previous run are kept, each capped at 16 MiB), served on
    ``127.0.0.1:<--log-port>/containerLogs/<ns>/<pod>/<container>`` (``previous``, ``tailLines``,

@@ -365,7 +365,10 @@ class ContainerRunner:
                            e or "did not finish within the grace period")
 
     async def kill(self, reason: str | None, grace: float) -> None:
-        """SIGTERM the container's process group, SIGKILL after ``grace`` seconds (at once for 0)."""
+        """SIGTERM the container's main process, SIGKILL its process group after ``grace`` seconds (at once for 0)
+        or once the main process has exited. Only the main process gets SIGTERM, as a container runtime signals the
+        container's PID 1: an engine that drains on SIGTERM (vLLM ``--shutdown-timeout``) stops its own workers;
+        signalled as a group, they would die under it and fail the requests it is finishing."""
         proc = self.proc
         if proc is None or proc.returncode is not None:
             return
@@ -375,7 +378,7 @@ class ContainerRunner:
             return
         if grace > 0:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGTERM)
+                os.kill(proc.pid, signal.SIGTERM)
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(asyncio.shield(proc.wait()), grace)
         with contextlib.suppress(ProcessLookupError, PermissionError):
