@@ -112,16 +112,17 @@ def template_digest(template: Mapping[str, Any]) -> str:
 def revision(config_hash: str, target_commit: str | None, drafter_commit: str | None) -> str:
     """The rollout revision: sha256 of ``config_hash|target_commit|drafter_commit``, first 16 hex digits.
 
-    ``config_hash`` is the engine pod template's config hash (everything of the engine's command, image and
-    resources; scale is not part of it); the resolved commits make a drafter retrained under the same
-    repository name a new revision even when the spec's text did not change."""
+    ``config_hash`` stands for the engine pod template: give ``template_digest(template)`` (the engine's
+    command, image, resources, pod settings; scale is not part of a template, so it never starts a rollout).
+    The resolved commits make a drafter retrained under the same repository name a new revision even when
+    the spec's text did not change."""
     text = f"{config_hash}|{target_commit or ''}|{drafter_commit or ''}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 # ----------------------------------------------------------------- parameters
 
-DEFAULT_WINDOW = "10m"
+DEFAULT_WINDOW = "10m"  # spec.rollout.analysis.window and spec.rollout.deadline as the API writes them
 DEFAULT_DEADLINE = "30m"
 
 
