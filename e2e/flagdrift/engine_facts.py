@@ -12,6 +12,9 @@ installed or imported) and records, per fact, the value its code computes and wh
   per-layer window;
 - the drafter architectures the release registers, the draft-window flag names, and the
   attention backends that serve non-causal (DFlash) attention;
+- which target architectures can hand EAGLE-3 aux hidden states to a drafter (vLLM: ``SupportsEagle3``
+  along the class bases of every registered generative architecture; SGLang: ``set_eagle3_layers_to_capture``
+  on every EntryClass) (``eagle3_capture``);
 - its speculative methods: vLLM's ``speculative_config.method`` names and config keys, SGLang's
   ``--speculative-algorithm`` names, aliases and ``--speculative-*`` flags (``methods``).
 
