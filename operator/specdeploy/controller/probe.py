@@ -167,7 +167,7 @@ async def _call(request: Request, method: str, url: str, body: dict | None, head
                 timeout: float, who: str) -> Any:
     """One request -> its JSON document; ProbeError with a message on any failure."""
     try:
-        status, raw = await asyncio.wait_for(request(method, url, body, headers, timeout), timeout + 1)
+        status, raw = await asyncio.wait_for(request(method, url, body, headers, timeout), timeout)
     except asyncio.CancelledError:
         raise
     except asyncio.TimeoutError:
