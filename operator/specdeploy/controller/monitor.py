@@ -83,6 +83,9 @@ INTERVAL_ENV = "SPECDEPLOY_ACCEPTANCE_INTERVAL"
 SCRAPE_FAILED_TICKS = 3  # ticks in a row without any answer before SpeculationHealthy is Unknown ScrapeFailed
 PROBE_ATTEMPTS = 3  # probe runs per canary revision while a run has errors (unreachable pod, timeout)
 MESSAGE_TAIL = 300  # characters of a failed container's termination message in Health.failed_to_start
+# Waiting reasons of a container that cannot start without a change of the pod (an image that does not exist or
+# cannot be pulled, a missing Secret or ConfigMap key): a canary in one of them fails to start.
+CANNOT_START = ("ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError")
 
 Fetch = Callable[[str, float], Awaitable[str]]  # (url, timeout seconds) -> body; raises on failure
 Notify = Callable[[Key], Awaitable[None]]  # a key's part of the status changed: reconcile it
@@ -172,15 +175,20 @@ def _slim(pod: dict) -> dict:
 
 
 def _failure(pod_name: str, cs: dict, init: bool) -> str | None:
-    """A container that terminated non-zero and has not run since: "pod: container NAME exited CODE (REASON): tail"."""
+    """A container that terminated non-zero and has not run since ("pod: container NAME exited CODE (REASON):
+    tail"), or one waiting for a reason that needs a change of the pod (CANNOT_START)."""
     state, last = cs.get("state") or {}, cs.get("lastState") or {}
+    what = "init container" if init else "container"
+    waiting = state.get("waiting") if isinstance(state.get("waiting"), dict) else {}
+    if waiting.get("reason") in CANNOT_START:
+        tail = " ".join(str(waiting.get("message") or "").split())[-MESSAGE_TAIL:]
+        return f"{pod_name}: {what} {cs.get('name') or '?'} {waiting['reason']}" + (f": {tail}" if tail else "")
     term = state.get("terminated") if isinstance(state.get("terminated"), dict) else None
     if term is None and not cs.get("ready") and "running" not in state:
         term = last.get("terminated") if isinstance(last.get("terminated"), dict) else None  # restarting after it
     if term is None or not isinstance(term.get("exitCode"), int) or term["exitCode"] == 0:
         return None
     tail = " ".join(str(term.get("message") or "").split())[-MESSAGE_TAIL:]
-    what = "init container" if init else "container"
     reason = f" ({term['reason']})" if term.get("reason") else ""
     return f"{pod_name}: {what} {cs.get('name') or '?'} exited {term['exitCode']}{reason}" + (f": {tail}" if tail else "")
 
@@ -606,6 +614,9 @@ class AcceptanceMonitor:
             log.info("canary of %s/%s: analysing revision %s", key[0], key[1], revision or "(unannotated)")
         engine = d.engine
         assert engine is not None
+        live = {p["metadata"].get("uid") for p in self.pods.values()}
+        for uid in c.acc.pods() - live:  # deleted while the watch was away: what it measured stays counted
+            c.acc.forget_pod(uid)
         now = self.clock()
         for track, scrapes in (("stable", stable), (TRACK_CANARY, canary_scrapes)):
             for t, text, _ in scrapes:
@@ -658,8 +669,9 @@ class AcceptanceMonitor:
     async def _run_probe(self, key: Key, c: _Canary, body: dict, stable: dict, canary: dict, max_tokens: int) -> None:
         try:
             api_key, problem = await self._api_key(key, body)
-            if problem is not None:
-                result = ro.Probe(prompts=len(pr.prompts()), identical=0, errors=1, message=problem)
+            if problem is not None:  # nothing sent: every prompt is an error (none a difference)
+                n = len(pr.prompts())
+                result = ro.Probe(prompts=n, identical=0, errors=n, message=problem)
             else:
                 result = await pr.probe(stable, canary, port_of=http_port, max_tokens=max_tokens, api_key=api_key,
                                         request=self.probe_request, timeout=self.probe_timeout)
@@ -667,7 +679,7 @@ class AcceptanceMonitor:
             raise
         except Exception as e:  # noqa: BLE001 - the probe never ends the monitor
             log.exception("canary probe of %s/%s failed", key[0], key[1])
-            result = ro.Probe(prompts=0, identical=0, errors=1, message=f"the probe failed: {type(e).__name__}")
+            result = ro.Probe(prompts=1, identical=0, errors=1, message=f"the probe failed: {type(e).__name__}")
         finally:
             c.probe_task = None
         if self._canaries.get(key) is not c:
