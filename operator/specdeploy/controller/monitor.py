@@ -34,6 +34,16 @@ A loop of its own in the operator (started with the Controller; every
    writer per key, so neither side can drop the other's conditions. The monitor knows the caches
    and the callback, never the Controller (which holds the monitor).
 
+7. **Canary rollouts** (``spec.rollout`` Canary): pods labelled ``TRACK_LABEL=canary`` are the canary track of
+   their deployment; every engine pod is kept (``pods``, ready or not). While a deployment has a canary (its
+   canary Deployment in the controller's cache, or canary pods), every scrape of both tracks feeds a
+   per-deployment ``core.rollout.Accumulator`` (canary pods of another revision are not scraped); status.acceptance,
+   the baseline and the guard read the stable pods only. The canary's ``Health`` comes from the pod cache, the
+   ``Probe`` from controller/probe.py (once per revision when both tracks have a ready pod; again while a run had
+   errors, ``PROBE_ATTEMPTS`` runs at most). Hand-over: ``speculation[key]["rollout"] = {"revision", "stable",
+   "canary", "probe", "health", "since"}`` (Totals, Totals, Probe | None, Health, the monotonic start), notified
+   when it changed; dropped when the canary goes. In memory only: a new process starts from new scrapes.
+
 Each tick reads every SpeculativeDeployment once through the API models (``read_deployment``:
 the spec, status.resolved, status.acceptance and the conditions it owns).
 
