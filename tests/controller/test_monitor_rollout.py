@@ -534,3 +534,23 @@ def test_an_idle_canary_is_no_news():
         assert r.rollout["canary"].drafts == 0 and r.rollout["canary"].pods == 1
 
     run(scenario())
+
+
+def test_a_probe_cancelled_by_a_stop_runs_again_after_a_start():
+    async def scenario(s, c):
+        r = Rig()
+        await _two_tracks(r, s, c)
+        await r.tick()
+        await r.m.close()  # the replica lost the lead: run() ends, probes in flight are cancelled
+        await asyncio.sleep(0)
+        assert r.m._canaries[KEY].probe is None
+        await r.tick()  # leading again
+        await r.m.settle()
+        assert r.rollout["probe"].identical == 4
+
+    s, c = standin(), standin()
+    try:
+        run(scenario(s, c))
+    finally:
+        s.stop()
+        c.stop()

@@ -440,7 +440,14 @@ class AcceptanceMonitor:
         for key in [k for k in self._series if k not in bodies]:
             self._unexport(key)
         views = {key: read_deployment(body) for key, body in list(bodies.items())}  # each body parsed once per tick
-        canaries = {key: self._canary_of(key) for key in bodies}  # key -> (revision, its canary pods) or None
+        canary_pods: dict[Key, list[dict]] = {}
+        for p in self.pods.values():
+            meta = p["metadata"]
+            if pod_track(p) == TRACK_CANARY and not meta.get("deletionTimestamp"):
+                key = (meta.get("namespace") or "default", (meta.get("labels") or {}).get(INSTANCE))
+                canary_pods.setdefault(key, []).append(p)
+        # key -> (revision, its canary pods) or None
+        canaries = {key: self._canary_of(key, canary_pods.get(key, [])) for key in bodies}
         by_key: dict[Key, list[Target]] = {}  # stable pods: the deployment's acceptance, baseline and guard
         canary_targets: dict[Key, list[Target]] = {}  # ready canary pods of the revision under analysis
         for t in self.targets.values():
@@ -586,19 +593,16 @@ class AcceptanceMonitor:
 
     # ------------------------------------------------------------- canary rollouts
 
-    def _canary_of(self, key: Key) -> tuple[str, list[dict]] | None:
+    def _canary_of(self, key: Key, pods: list[dict]) -> tuple[str, list[dict]] | None:
         """(revision under analysis, its canary pods) while the deployment has a canary: a canary Deployment in the
-        controller's cache (``names()["canary"]``) or canary-labelled pods; None otherwise. The revision is the
+        controller's cache (``names()["canary"]``) or canary-labelled pods (``pods``, not being deleted); None
+        otherwise. The revision is the
         Deployment's pod template's (REVISION_ANNOTATION), else the newest canary pod's ("" when none says)."""
         ns, name = key
         children = getattr(self.deployments, "children", None) or {}
         dep = children.get(("Deployment", ns, canary_name(name)))
         if dep is not None and (dep.get("metadata") or {}).get("deletionTimestamp"):
             dep = None
-        pods = [p for p in self.pods.values()
-                if (p["metadata"].get("namespace") or "default") == ns
-                and (p["metadata"].get("labels") or {}).get(INSTANCE) == name
-                and pod_track(p) == TRACK_CANARY and not p["metadata"].get("deletionTimestamp")]
         if dep is None and not pods:
             return None
         rev = (((((dep or {}).get("spec") or {}).get("template") or {}).get("metadata") or {}).get("annotations")
@@ -666,6 +670,8 @@ class AcceptanceMonitor:
         """Start the probe of this canary revision when both tracks have a ready pod: once, again while a run had
         errors (at most PROBE_ATTEMPTS runs), never when spec.rollout.analysis.probe.enabled is false."""
         enabled, max_tokens = pr.settings(body)
+        if c.probe_task is not None and c.probe_task.done():
+            c.probe_task = None  # cancelled before it ran (the monitor stopped and started again)
         if not enabled or c.probe_task is not None or c.probe_runs >= PROBE_ATTEMPTS \
                 or (c.probe is not None and c.probe.errors == 0):
             return
