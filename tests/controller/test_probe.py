@@ -230,3 +230,37 @@ def test_api_key_ref():
     assert pr.api_key_ref({"spec": {"engine": {"apiKey": {"secretKeyRef": {"name": "k"}}}}}) == ("k", "token")
     assert pr.api_key_ref({"spec": {"engine": {"name": "vllm"}}}) is None
     assert pr.api_key_ref({"spec": {"engine": {"apiKey": "k"}}}) is None
+
+
+def test_the_vllm_stand_in_requires_vllm_api_key(tmp_path):
+    """``--as-vllm`` (the dev kubelet's vllm) reads VLLM_API_KEY as vLLM does: the probe needs the key."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    env = {**os.environ, "VLLM_API_KEY": "sk-dev-1"}
+    proc = subprocess.Popen([sys.executable, "-m", "specdeploy_dev.engine_standin", "--as-vllm", "serve", MODEL,
+                             "--port", str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and proc.poll() is None, "the stand-in did not start"
+                time.sleep(0.2)
+        p = pod("s", port)
+        no = run(pr.probe(p, p, port_of=http_port, max_tokens=2, prompt_set=["a"]))
+        yes = run(pr.probe(p, p, port_of=http_port, max_tokens=2, prompt_set=["a"], api_key="sk-dev-1"))
+        assert (no.errors, "HTTP 401" in no.message) == (1, True)
+        assert (yes.identical, yes.errors) == (1, 0)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

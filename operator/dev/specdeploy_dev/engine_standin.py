@@ -39,6 +39,7 @@ gauges are constants: 4 running, 2 waiting (per DP engine / rank).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import threading
 import time
@@ -399,8 +400,8 @@ def completion_text(prompt: str, max_tokens: int) -> str:
 def vllm_main(argv: list[str] | None = None) -> int:
     """``vllm serve MODEL [flags]`` played by the stand-in (the dev kubelet's ``--exec vllm=...``): binds
     ``--host``/``--port``, serves MODEL's name, drafts ``num_speculative_tokens`` of ``--speculative-config``
-    (healthy acceptance), or exports no speculative series without one (speculation off). Other flags are
-    accepted and ignored."""
+    (healthy acceptance), or exports no speculative series without one (speculation off); with ``VLLM_API_KEY``
+    set, the /v1 routes need it, as vLLM's do. Other flags are accepted and ignored."""
     import json as _json
 
     p = argparse.ArgumentParser(prog="vllm (engine stand-in)")
@@ -413,7 +414,9 @@ def vllm_main(argv: list[str] | None = None) -> int:
     sc = _json.loads(a.speculative_config) if a.speculative_config else None
     k = int(sc.get("num_speculative_tokens") or 1) if sc else 1
     s = EngineStandin("vllm", "healthy" if sc else "none", model_name=a.model, num_spec_tokens=k, auto_advance=0,
-                      host=a.host, port=a.port).start()
+                      host=a.host, port=a.port)
+    s.api_key = os.environ.get("VLLM_API_KEY") or None  # vLLM's own variable (spec.engine.apiKey): /v1 needs it
+    s.start()
     print(f"engine stand-in as vllm serve {a.model} ({'speculative, k=' + str(k) if sc else 'no speculation'}) "
           f"on {s.url}; Application startup complete", flush=True)
     return serve_forever(s)
