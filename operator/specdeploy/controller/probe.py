@@ -23,14 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 from importlib import resources
 from typing import Any, Awaitable, Callable, Mapping
 
 from ..core import names as N
 from ..core.rollout import Probe
-
-log = logging.getLogger("specdeploy.probe")
 
 PROMPTS_FILE = "rollout-probe.json"
 DEFAULT_MAX_TOKENS = 32
