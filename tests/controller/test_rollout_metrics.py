@@ -101,3 +101,26 @@ def test_none_removes_only_that_deployments_series():
         M.export_rollout(NS, "never-exported", None)
     finally:
         M.export_rollout(NS, other, None)
+
+
+def test_a_typed_status_reads_as_its_camel_case_dict():
+    from pydantic import BaseModel, ConfigDict, Field
+
+    class Row(BaseModel):  # the shape of api/types.py's models: snake_case fields, camelCase aliases
+        model_config = ConfigDict(populate_by_name=True)
+        track: str
+        tau: float | None = None
+        tokens_per_second_per_request: float | None = Field(None, alias="tokensPerSecondPerRequest")
+
+    class Status(BaseModel):
+        model_config = ConfigDict(populate_by_name=True)
+        phase: str
+        analysis: list[Row] = []
+
+    try:
+        M.export_rollout(NS, NAME, Status(phase="Analyzing", analysis=[
+            Row(track="canary", tau=1.45, tokens_per_second_per_request=6.5)]))
+        assert _samples(N.OP_ROLLOUT_ANALYSIS) == {("canary", "tau"): 1.45, ("canary", "tokens_per_second_per_request"): 6.5}
+        assert _samples(N.OP_ROLLOUT_PHASE)[("Analyzing",)] == 1
+    finally:
+        M.export_rollout(NS, NAME, None)

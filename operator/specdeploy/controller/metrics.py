@@ -103,7 +103,10 @@ def export_rollout(namespace: str, name: str, rollout_status: dict | None) -> No
     Phase: 1 for status.rollout.phase, 0 for every other phase. Analysis: one series per track and
     figure of the status.rollout.analysis rows that have a number (a figure the row lacks, or a track
     that is gone, loses its series). The decision counters of the known reasons are created at 0.
-    ``None`` removes every rollout series of the deployment (no rollout configured, or the CR is gone)."""
+    ``None`` removes every rollout series of the deployment (no rollout configured, or the CR is gone).
+    A pydantic model (api/types.py's RolloutStatus) is read as its camelCase dict."""
+    if rollout_status is not None and hasattr(rollout_status, "model_dump"):  # the typed RolloutStatus
+        rollout_status = rollout_status.model_dump(by_alias=True, exclude_none=True)
     key = (namespace, name)
     held = _rollout_series.setdefault(key, {"phase": set(), "analysis": set(), "decisions": set()})
     if rollout_status is None:
