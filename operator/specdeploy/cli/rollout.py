@@ -30,11 +30,13 @@ from typing import Any
 
 from .common import UsageError, epilog, need_action
 
-ACTIONS = ("promote", "abort", "retry")
-CANARY = "Canary"
+from ..core import rollout as ro
+
+ACTIONS = ro.REQUESTS  # promote, abort, retry
+CANARY = ro.CANARY
 # The phases in which a canary is under way (promote and abort act on it), and the one retry acts in.
-RUNNING_PHASES = ("Progressing", "Analyzing")
-ROLLED_BACK = "RolledBack"
+RUNNING_PHASES = (ro.PHASE_PROGRESSING, ro.PHASE_ANALYZING)
+ROLLED_BACK = ro.PHASE_ROLLED_BACK
 REQUEST_TIMEOUT_S = 30
 # The analysis table: (header, status.rollout.analysis row key, format)
 COLUMNS: tuple[tuple[str, str, str], ...] = (
@@ -153,7 +155,7 @@ def patch_annotation(cluster: Cluster, obj: dict, value: str) -> dict:
 
 def strategy_of(obj: dict) -> str:
     rollout = (obj.get("spec") or {}).get("rollout")
-    return ((rollout or {}).get("strategy") if isinstance(rollout, dict) else None) or "RollingUpdate"
+    return ((rollout or {}).get("strategy") if isinstance(rollout, dict) else None) or ro.ROLLING_UPDATE
 
 
 def rollout_status(obj: dict) -> dict:

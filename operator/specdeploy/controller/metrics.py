@@ -6,6 +6,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from ..core import acceptance as acc
 from ..core import names as N
+from ..core import rollout as ro
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -66,19 +67,15 @@ def count_write(verb: str, kind: str) -> None:
 # calls export_rollout with status.rollout on every status write (None: no rollout, or the CR is gone)
 # and count_rollout_decision once per decision it records.
 ROLLOUT_LABELS = ("namespace", "deployment")
-ROLLOUT_PHASES = ("Stable", "Progressing", "Analyzing", "Promoting", "RolledBack")
-ROLLOUT_TRACKS = ("stable", "canary")
+ROLLOUT_PHASES = ro.PHASES
+ROLLOUT_TRACKS = (ro.TRACK_STABLE, ro.TRACK_CANARY)
 # figure label -> the status.rollout.analysis row key it comes from
 ROLLOUT_FIGURES = {"tau": "tau", "tokens_per_second_per_request": "tokensPerSecondPerRequest",
                    "error_rate": "errorRate", "drafts": "drafts"}
-# decision label -> the reasons the Rollout condition knows for it (ROLLOUT.md): their series exist at 0
-# from the first export, so `increase()` (the SpecdeployRolloutFailed alert, the dashboard's annotations)
-# sees the first decision of each kind too (a counter series born at 1 shows no increase).
-ROLLOUT_REASONS = {
-    "promote": ("Promoted",),
-    "rollback": ("AcceptanceBelowStable", "ThroughputBelowStable", "OutputsDiffer", "CanaryCrashing",
-                 "DeadlineExceeded", "ErrorRateAboveLimit", "Aborted"),
-}
+# decision label -> the reasons core/rollout.py records with it: their series exist at 0 from the first
+# export, so `increase()` (the SpecdeployRolloutFailed alert, the dashboard's annotations) sees the first
+# decision of each kind too (a counter series born at 1 shows no increase).
+ROLLOUT_REASONS = {ro.PROMOTE.lower(): (ro.PROMOTED,), ro.ROLLBACK.lower(): ro.ROLLBACK_REASONS}
 ROLLOUT_DECISIONS = Counter(N.OP_ROLLOUT_DECISIONS,
                             "Canary rollout decisions (promote | rollback) by reason (the Rollout condition's).",
                             ROLLOUT_LABELS + ("decision", "reason"), registry=REGISTRY)

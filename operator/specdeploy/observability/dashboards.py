@@ -37,6 +37,7 @@ from typing import Any, Callable
 
 from ..core import acceptance as acc
 from ..core import baseline as bl
+from ..core import rollout as ro
 from ..core.acceptance import (SGLANG_ITL, SGLANG_THROUGHPUT, SGLANG_TTFT, SGLANG_WAITING, VLLM_ITL, VLLM_TTFT,
                                VLLM_WAITING)
 from ..core.names import (OP_API_WRITES, OP_CHECK_FAILURES, OP_ERRORS, OP_LEADER,  # noqa: F401 (D.OP_* in tests)
@@ -209,7 +210,7 @@ def build_acceptance_dashboard() -> dict:
 
 
 # Rollout phases (status.rollout.phase) as the numbers of the phase timeline, in order.
-ROLLOUT_PHASES = ("Stable", "Progressing", "Analyzing", "Promoting", "RolledBack")
+ROLLOUT_PHASES = ro.PHASES
 ROLLOUT_PHASE_COLORS = ("green", "blue", "yellow", "purple", "red")
 
 

@@ -65,6 +65,7 @@ from typing import Any
 import yaml
 
 from ..core import acceptance as acc
+from ..core import rollout as ro
 from ..core.names import OP_LEADER, OP_ROLLOUT_ANALYSIS, OP_ROLLOUT_DECISIONS, OP_ROLLOUT_PHASE
 
 RULES_FILE = "charts/specdeploy/files/prometheus-rules.yaml"
@@ -117,7 +118,7 @@ A_ROLLOUT_STUCK = "SpecdeployRolloutStuck"
 ALERTS = (A_COLLAPSED, A_REGRESSED, A_CLIFF, A_MISSING, A_OPERATOR_DOWN, A_NO_LEADER, A_PAST_CROSSOVER,
           A_ROLLOUT_FAILED, A_ROLLOUT_STUCK)
 # Phases in which a rollout waits for a decision (status.rollout.phase): SpecdeployRolloutStuck's.
-ROLLOUT_PENDING_PHASES = ("Progressing", "Analyzing", "Promoting")
+ROLLOUT_PENDING_PHASES = (ro.PHASE_PROGRESSING, ro.PHASE_ANALYZING, ro.PHASE_PROMOTING)
 LEADER_METRIC = OP_LEADER  # controller/metrics.py LEADER
 
 
