@@ -364,6 +364,8 @@ def _cluster_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_parser(sub) -> None:
+    from ..core.names import ROLLOUT_ANNOTATION
+
     r = sub.add_parser("rollout", help="a SpeculativeDeployment's canary rollout: status, promote, abort, retry",
                        description="A SpeculativeDeployment's canary rollout (spec.rollout.strategy: Canary), as "
                                    "kubectl argo rollouts does it: print its analysis, or ask the operator to promote "
@@ -398,7 +400,7 @@ def add_parser(sub) -> None:
         short, long = helps[action]
         a = rsub.add_parser(
             action, help=short,
-            description=f"{long} Sets the annotation specdeploy.io/rollout to {action}@<unix-ms> with a merge patch "
+            description=f"{long} Sets the annotation {ROLLOUT_ANNOTATION} to {action}@<unix-ms> with a merge patch "
                         "(the operator acts on each value once and records it in status.rollout.requestHandled).",
             epilog=epilog([f"specdeploy rollout {action} qwen3 -n llm"],
                           "the request was written", json_errors=True))

@@ -66,7 +66,7 @@ import yaml
 
 from ..core import acceptance as acc
 from ..core import rollout as ro
-from ..core.names import OP_LEADER, OP_ROLLOUT_ANALYSIS, OP_ROLLOUT_DECISIONS, OP_ROLLOUT_PHASE
+from ..core.names import OP_LEADER, OP_ROLLOUT_ANALYSIS, OP_ROLLOUT_DECISIONS, OP_ROLLOUT_PHASE, ROLLOUT_ANNOTATION
 
 RULES_FILE = "charts/specdeploy/files/prometheus-rules.yaml"
 RUNBOOK = "docs/how-to/troubleshoot-low-acceptance.md"
@@ -433,7 +433,7 @@ def alert_group(p: RuleParams) -> dict:
              "description": ("The canary revision of {{ $labels.namespace }}/{{ $labels.deployment }} was rolled "
                              "back (reason {{ $labels.reason }}) in the last " + p.rollout_failed_window + ": the "
                              "stable revision keeps serving, the refused revision is not retried until the spec "
-                             "changes or the specdeploy.io/rollout annotation says retry. The Rollout condition's "
+                             "changes or the " + ROLLOUT_ANNOTATION + " annotation says retry. The Rollout condition's "
                              "message has the numbers; `specdeploy rollout status {{ $labels.deployment }} -n "
                              "{{ $labels.namespace }}` prints the analysis table."),
              "runbook_url": _runbook(p, "when-a-canary-is-rolled-back", ROLLOUT_RUNBOOK)}},
