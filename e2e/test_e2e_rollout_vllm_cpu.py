@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -45,7 +46,7 @@ import pytest
 
 from specdeploy.core import acceptance as acc
 from specdeploy.core.names import ROLLOUT, TRACK_CANARY, TRACK_LABEL
-from specdeploy_dev.harness import wait_for
+from specdeploy_dev.harness import BIN, wait_for
 from specdeploy_dev.realloop import RealLoop, ServiceLoad, cpu_cr, http, truncated_copy
 
 NAME = "roll"
@@ -257,6 +258,13 @@ def close(loop: RealLoop, key: str, sc: dict) -> dict:
     return doc
 
 
+def rollout_status_text(loop: RealLoop) -> str:
+    p = subprocess.run([str(BIN / "specdeploy"), "rollout", "status", NAME, "-n", loop.namespace, "--kubeconfig",
+                        loop.cluster.kubeconfig], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return p.stdout.rstrip()
+
+
 def analysis_row(decision_or_status: dict, which: str) -> dict:
     return next(r for r in decision_or_status.get("analysis") or [] if r.get("track") == which)
 
@@ -331,6 +339,12 @@ def test_a_shifted_drafter_is_rolled_back_acceptance_below_stable_with_no_failed
         (stable,) = stable_pods(loop)
         assert stable["metadata"]["uid"] == st["stable_uid"] and restarts(stable) == 0, stable["metadata"]
         assert ro["phase"] == "RolledBack", ro
+        # what a person reads: `specdeploy rollout status` (the CLI against the cluster) and `kubectl get -o wide`
+        shown = rollout_status_text(loop)
+        assert "AcceptanceBelowStable" in shown and got.group(0) in shown and "canary" in shown, shown
+        wide = loop.wide()
+        assert "ROLLOUT" in wide.splitlines()[0] and "RolledBack" in wide, wide
+        print(f"\n$ specdeploy rollout status {NAME}\n{shown}\n$ kubectl get specdeploy -o wide\n{wide}")
     finally:
         doc = close(loop, "a", sc)
     load = sc["load"]
@@ -339,6 +353,7 @@ def test_a_shifted_drafter_is_rolled_back_acceptance_below_stable_with_no_failed
     assert c_row["requests"] > 0 and load.requests >= 10, (c_row, load.requests)
     assert not load.failed, f"{len(load.failed)} of {load.requests} requests failed: {load.failed[:3]}"
     FIGURES["a"] = {"stable_tau": s_row["tau"], "canary_tau": c_row["tau"], "message": cond["message"],
+                    "rollout_status": shown, "analysis": at_decision.get("analysis"), "probe": at_decision.get("probe"),
                     "canary_pods": sorted(sc["timeline"].canary_uids), "samples": len(doc["samples"])}
 
 
