@@ -68,6 +68,10 @@ REAL_CLUSTER_ONLY = {
     # docs/how-to/tune-speculation.md: a benchmark runs engines (the real-engine e2e runs one)
     "kubectl apply -f qwen-sweep.yaml": "the manifest is the how-to's YAML block, and running it needs serving engines",
     "kubectl get specbench qwen-sweep -w": "needs a SpeculativeBenchmark the operator runs on serving engines",
+    # docs/how-to/roll-out-safely.md: a canary's engine pods (e2e/test_e2e_rollout_vllm_cpu.py runs the rollouts)
+    "kubectl logs -f deploy/NAME-canary -c engine": "needs the canary's engine pod running (a kubelet)",
+    "kubectl rollout status deployment/NAME": "waits for the engine pods to be ready (a GPU node; the real-engine e2e "
+                                              "e2e/test_e2e_rollout_vllm_cpu.py waits for the promoted stable pods)",
     "kubectl -n monitoring port-forward svc/kube-prometheus-stack-prometheus 9090:9090 &":
         "needs kube-prometheus-stack's Prometheus (tests/observability/test_monitoring_as_installed.py runs the "
         "chart's rules in a real Prometheus)",
@@ -109,7 +113,7 @@ PREREQUISITES = {"docs/how-to/production.md": [
     {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "monitoring"}},
 ]}
 # Documents whose commands assume the README's install (chart + the Qwen example).
-NEEDS_INSTALL = {"docs/concepts/acceptance.md", "docs/concepts/benchmarks.md", "docs/concepts/status-conditions.md",
+NEEDS_INSTALL = {"docs/concepts/acceptance.md", "docs/how-to/roll-out-safely.md", "docs/concepts/benchmarks.md", "docs/concepts/status-conditions.md",
                  "docs/how-to/troubleshooting.md", "docs/how-to/troubleshoot-low-acceptance.md", "docs/how-to/upgrade.md",
                  "docs/how-to/tune-speculation.md"}
 # Documents whose sections are alternative paths, not one sequence: the order they are run in.
