@@ -40,6 +40,10 @@ class ServiceProxy:
         self.resolve = resolve
         self.server: asyncio.base_events.Server | None = None
         self.port = 0
+        # the connections' handler tasks: asyncio.start_server (Python 3.11) keeps no reference to them, and a task
+        # that only the futures it awaits refer to is garbage-collected mid-request ("Task was destroyed but it is
+        # pending!"), leaving its client hanging
+        self._tasks: set[asyncio.Task] = set()
 
     async def start(self) -> int:
         self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
@@ -49,9 +53,16 @@ class ServiceProxy:
     async def stop(self) -> None:
         if self.server is not None:
             self.server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        if self.server is not None:
             await self.server.wait_closed()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError):
