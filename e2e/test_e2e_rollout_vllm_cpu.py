@@ -11,8 +11,8 @@ second drafter of the same target trained with another seed ``tiny/lang-dflash-s
 are intact, so the gate and the preflight pass it; vLLM fails when it loads the weights). One deployment,
 one scenario after the other on its live state; the stable pod of (a) serves through (c).
 
-A load client (``ServiceLoad``: two clients, each sending its next greedy completion when the last one ends) runs
-through the Service during every scenario and keeps every request; a timeline recorder reads, every ~2 s, each
+A load client (``ServiceLoad``: greedy completions, the next 0.3 s after the last one ended) runs through the
+Service during every scenario and keeps every request; a timeline recorder reads, every ~2 s, each
 engine pod's own counters by track and ``status.rollout``.
 
 (a) the shifted drafter (accepted through ``spec.checks.accept``) is canaried and rolled back with
@@ -82,6 +82,10 @@ ROLLOUT_SPEC = {"strategy": "Canary", "canary": {"replicas": 1}, "analysis": ANA
 # shifted drafter's tau so that the monitor's own verdict on the stable pods is never at stake
 MONITORING = {"baselineSettleSeconds": 4, "baselineMinDrafts": 30, "minAcceptanceLength": 1.15}
 DECISION_TIMEOUT = BOOT_TIMEOUT + 300
+# The load client: one client, a pause of 0.3 s between requests: about 2 requests a second, which reaches minDrafts on
+# both tracks within seconds and leaves the second of the 2 cores to the canary's boot (two clients back to back kept
+# the stable engine busy enough to stretch a canary boot past 5 minutes at load 10).
+LOAD = {"clients": 1, "pause": 0.3}
 TAU_MESSAGE = re.compile(r"canary tau ([0-9.]+) vs stable ([0-9.]+)")
 
 
@@ -220,7 +224,7 @@ def scenario(loop: RealLoop, key: str, title: str, cr: dict, *, load: bool = Tru
     st = state(loop)
     proxy = loop.service_proxy()
     sc: dict[str, Any] = {"before": rollout(loop).get("decision"), "rollout_before": rollout(loop)}
-    sc["load"] = ServiceLoad(proxy, loop.service_url(NAME), LANG_TARGET, prompts=m["prompts"]).__enter__() \
+    sc["load"] = ServiceLoad(proxy, loop.service_url(NAME), LANG_TARGET, prompts=m["prompts"], **LOAD).__enter__() \
         if load else None
     sc["timeline"] = Timeline(loop, key, title).__enter__()
     sc["t0"] = time.monotonic()

@@ -135,13 +135,14 @@ def truncated_copy(models: Path, source: str, repo: str, keep: float = 0.5) -> P
 
 class ServiceLoad:
     """Greedy completions through a Service, as a client in the cluster sends them: ``clients`` threads, each sending
-    its next request when the last one ends, through the dev kubelet's Service proxy (kube-proxy's part: a random ready
+    its next request when the last one ends (after ``pause`` seconds), through the dev kubelet's Service proxy (kube-proxy's part: a random ready
     pod per connection). Every request is kept (start, end, ok, error) so that a scenario can count the failed ones
     and say when they happened; nothing is retried."""
 
     def __init__(self, proxy: str, url: str, model: str, *, clients: int = 2, max_tokens: int = 64,
-                 prompts: tuple[str, ...] | list[str] = PROMPTS, timeout: float = 300):
+                 prompts: tuple[str, ...] | list[str] = PROMPTS, timeout: float = 300, pause: float = 0.0):
         self.url, self.model, self.max_tokens, self.timeout = url, model, max_tokens, timeout
+        self.pause = pause  # seconds between a client's requests (a think time: CPU left for other pods' boots)
         self.prompts = tuple(prompts)
         self.opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": proxy}))
         self.results: list[dict] = []  # {"start", "end" (time.time()), "ok", "tokens", "error"}
@@ -172,8 +173,8 @@ class ServiceLoad:
             with self._lock:
                 self.results.append({"start": t0, "end": time.time(), "ok": error is None, "tokens": tokens,
                                      "error": error})
-            if error is not None:
-                time.sleep(0.5)
+            if error is not None or self.pause:
+                self._stop.wait(max(self.pause, 0.5 if error is not None else 0.0))
             n += len(self._threads)
 
     def __enter__(self) -> "ServiceLoad":
