@@ -292,7 +292,7 @@ def test_stable_serves_the_trained_drafter(loop):
                   "status.rollout: Stable with its stable revision")
     assert not loop.get("deployments", "-l", f"{TRACK_LABEL}={TRACK_CANARY}")["items"]
     # traffic through the Service until the stable revision's acceptance baseline settles
-    with ServiceLoad(loop.service_proxy(), loop.service_url(NAME), LANG_TARGET, prompts=m["prompts"]) as load:
+    with ServiceLoad(loop.service_proxy(), loop.service_url(NAME), LANG_TARGET, prompts=m["prompts"], **LOAD) as load:
         base = wait_for(lambda: ((loop.status(NAME).get("acceptance") or {}).get("baseline") or {}).get("length")
                         and loop.status(NAME)["acceptance"]["baseline"], 240, "the stable revision's baseline")
     assert not load.failed, load.failed[:3]
