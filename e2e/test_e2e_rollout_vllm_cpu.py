@@ -59,6 +59,11 @@ TRAINED, SHIFTED, SECOND, BROKEN = ("tiny/lang-dflash", "tiny/lang-dflash-shifte
 # The startup probe allows 360 periods: capped at 1 s (the loop's default) a canary that boots beside a serving engine on
 # 2 cores shared with other suites was killed at 6 minutes (load average 10); at 2 s it has 12.
 PROBE_PERIOD_CAP = 2.0
+# Two engines at once (stable and canary) on one machine: vLLM's CPU build binds its OpenMP threads to cores it picks
+# itself ("auto": here core 0 for both, core 1 reserved), so the canary booted on the core the serving stable engine
+# kept busy (its engine core sat at start-up for minutes). A node's CPU manager would give each Guaranteed pod its own
+# cores; the dev kubelet has none, so the engines are left to the kernel's scheduler (node environment
+# VLLM_CPU_OMP_THREADS_BIND=nobind; the rendered pod does not set it).
 
 
 def _models(workdir: Path) -> dict:
@@ -67,7 +72,8 @@ def _models(workdir: Path) -> dict:
 
 pytestmark = [pytest.mark.vllm_cpu, pytest.mark.serial,
               pytest.mark.real_loop(_models, trained=True, drafter_seeds=(1,), prometheus=False,
-                                    kubelet_args=["--service-proxy"], probe_period_cap=PROBE_PERIOD_CAP)]
+                                    kubelet_args=["--service-proxy", "--env", "VLLM_CPU_OMP_THREADS_BIND=nobind"],
+                                    probe_period_cap=PROBE_PERIOD_CAP)]
 
 FIGURES: dict[str, Any] = {}
 TIMELINES: list[dict] = []
