@@ -84,7 +84,11 @@ BOOT_TIMEOUT = 780  # a 6-layer pair boots in ~60 s alone, minutes while the oth
 # ready. minThroughputRatio 0.5 instead of 0.9: both engines share 2 cores with each other and with other suites, so
 # tokens/s per running request swings by a third between two pods of the same revision (the check stays on, and a
 # real throughput regression of a slower drafter or engine shows below half); acceptance is what these scenarios judge.
-ANALYSIS = {"window": "30s", "minDrafts": 60, "minAcceptanceRatio": 0.9, "minThroughputRatio": 0.5,
+# minDrafts 300 and minAcceptanceRatio 0.8: the operator's probe sends its own prompts (not the tiny pair's language, on
+# which the drafter was trained: tau ~1.4 on other text) to both tracks, and at this traffic they are a large part of the
+# canary's drafts and a small part of the stable's; with 60 drafts the seed-1 drafter measured 3.12 against 3.68 (0.85)
+# while its load traffic alone drafted at 3.66 (rig run: 3.66 vs 3.71 for seed 0). The shifted ids stay far below (0.39).
+ANALYSIS = {"window": "30s", "minDrafts": 300, "minAcceptanceRatio": 0.8, "minThroughputRatio": 0.5,
             "maxErrorRate": 0.01, "probe": {"enabled": True, "maxTokens": 32}}
 DEADLINE_S = 1200  # past the longest boot the startup probe allows (12 minutes) and the analysis
 ROLLOUT_SPEC = {"strategy": "Canary", "canary": {"replicas": 1}, "analysis": ANALYSIS, "deadline": "20m",
@@ -473,7 +477,7 @@ def test_d_operator_killed_during_analysis_the_same_canary_continues_to_a_decisi
     # enough drafts that the analysis lasts past the kill (the window counts from the canary's creation: a boot of a
     # minute or more has already used it); the analysis settings are no part of the revision
     sc = scenario(loop, "d", "operator killed mid-analysis: same canary", rollout_cr(TRAINED, analysis={
-        "minDrafts": 400}))
+        "minDrafts": 600}))
     try:
         canary = canary_ready(loop, sc)
         ro = wait_for(lambda: (r := rollout(loop)).get("phase") == "Analyzing" and r, 120, "phase Analyzing")
