@@ -344,7 +344,7 @@ def test_a_shifted_drafter_is_rolled_back_acceptance_below_stable_with_no_failed
     st = state(loop)
     if "stable_uid" not in st:
         pytest.fail("needs the stable deployment of the previous test")
-    sc = scenario(loop, "a", "shifted drafter: rolled back",
+    sc = scenario(loop, "a", "(a) drafter with shifted layer ids",
                   rollout_cr(SHIFTED, accept=["TargetLayerIdsShifted"]))
     try:
         canary = canary_ready(loop, sc)
@@ -402,7 +402,7 @@ def test_c_canary_whose_engine_cannot_start_is_rolled_back_canary_crashing(loop)
     st = state(loop)
     if "stable_uid" not in st:
         pytest.fail("needs the stable deployment")
-    sc = scenario(loop, "c", "weights cut short: the engine cannot start", rollout_cr(BROKEN))
+    sc = scenario(loop, "c", "(c) weights cut short", rollout_cr(BROKEN))
     try:
         # the gate passes it (its config.json is the trained drafter's) and renders the canary
         loop.wait_condition(NAME, "DrafterCompatible", "True")
@@ -434,7 +434,7 @@ def test_b_second_good_drafter_is_promoted_and_the_baseline_follows(loop):
     if "stable_uid" not in st:
         pytest.fail("needs the stable deployment")
     before = loop.status(NAME).get("acceptance") or {}
-    sc = scenario(loop, "b", "drafter of another seed: promoted", rollout_cr(SECOND))
+    sc = scenario(loop, "b", "(b) drafter trained with another seed", rollout_cr(SECOND))
     try:
         canary = canary_ready(loop, sc)
         assert drafter_of(loop, CANARY) == SECOND and drafter_of(loop, NAME) == TRAINED
@@ -476,7 +476,7 @@ def test_d_operator_killed_during_analysis_the_same_canary_continues_to_a_decisi
         pytest.fail("needs the promoted deployment of (b)")
     # enough drafts that the analysis lasts past the kill (the window counts from the canary's creation: a boot of a
     # minute or more has already used it); the analysis settings are no part of the revision
-    sc = scenario(loop, "d", "operator killed mid-analysis: same canary", rollout_cr(TRAINED, analysis={
+    sc = scenario(loop, "d", "(d) operator killed mid-analysis", rollout_cr(TRAINED, analysis={
         "minDrafts": 600}))
     try:
         canary = canary_ready(loop, sc)

@@ -13,7 +13,8 @@ def timeline() -> list[dict]:
     for i in range(10):
         canary = {"drafts": 10.0 * i, "accepted": 5.0 * i, "pods": 1, "ready": i >= 3}
         stable = {"drafts": 20.0 * i, "accepted": 54.0 * i, "pods": 1, "ready": True}
-        analysis = [{"track": "stable", "tau": 3.7}, {"track": "canary", "tau": 1.5 if i < 6 else 1.45}] if i >= 4 else None
+        analysis = [{"track": "stable", "tau": 3.7, "drafts": 100},
+                    {"track": "canary", "tau": 1.5 if i < 6 else 1.45, "drafts": 3 if i == 4 else 10 * i}] if i >= 4 else None
         samples.append({"t": 2.0 * i, "phase": "Analyzing", "tracks": {"stable": stable, "canary": canary},
                         "analysis": analysis})
     return [{"scenario": "a", "title": "shifted drafter: rolled back", "samples": samples,
@@ -26,7 +27,7 @@ def test_series_start_at_min_drafts_and_give_tau_from_the_counters():
     xs, ys = rp.series(timeline()[0], "stable")
     assert xs[0] == 2.0 and ys[0] == 1 + 54 / 20
     px, py = rp.operator_points(timeline()[0], "canary")
-    assert (px, py) == ([8.0, 12.0], [1.5, 1.45])  # only when the recorded tau changed
+    assert (px, py) == ([10.0, 12.0], [1.5, 1.45])  # from MIN_DRAFTS drafts on, only when the recorded tau changed
     assert rp.canary_ready_at(timeline()[0]) == 6.0
 
 

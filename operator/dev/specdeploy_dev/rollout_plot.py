@@ -20,6 +20,7 @@ import sys
 from typing import Any
 
 COLORS = {"stable": "C0", "canary": "C3"}
+LEAD = 30.0  # seconds of the canary's start-up shown before it was ready
 MIN_DRAFTS = 5  # a track's line starts once it has this many draft steps (tau of 1 or 2 drafts is noise)
 
 
@@ -41,7 +42,7 @@ def operator_points(scenario: dict[str, Any], track: str) -> tuple[list[float], 
     for s in scenario.get("samples") or []:
         row = next((r for r in s.get("analysis") or [] if r.get("track") == track), None)
         tau = (row or {}).get("tau")
-        if isinstance(tau, (int, float)) and tau != last:
+        if isinstance(tau, (int, float)) and tau != last and ((row or {}).get("drafts") or 0) >= MIN_DRAFTS:
             xs.append(float(s["t"]))
             ys.append(float(tau))
             last = tau
@@ -73,19 +74,22 @@ def render(timeline: list[dict[str, Any]], out: str) -> str:
                 ax.plot(px, py, "o", color=COLORS[track], markersize=4, label=f"{track} (operator's analysis)")
                 top = max(top, max(py))
         ready = canary_ready_at(sc)
+        left = 0.0
         if ready is not None:
-            ax.axvspan(0, ready, color="0.9", label="canary starting")
+            # the canary's boot is most of the time and nothing is judged during it: shown from LEAD s before it ended
+            left = max(0.0, ready - LEAD)
+            ax.axvspan(left, ready, color="0.9", label=f"canary starting (ready at {ready:.0f} s)")
         d = sc.get("decision") or {}
         if d.get("t") is not None:
             ax.axvline(float(d["t"]), color="black", linestyle="--",
                        label=f"{d.get('result')}: {d.get('reason')} at {float(d['t']):.0f} s")
         ax.set_ylim(1, top * 1.15)
-        ax.set_xlim(left=0)
+        ax.set_xlim(left=left)
         ax.set_xlabel("seconds since the change was applied")
         ax.set_ylabel("acceptance length (tau)")
-        ax.set_title(sc.get("title") or sc.get("scenario") or "")
+        ax.set_title((sc.get("title") or sc.get("scenario") or "") + (f": {d['result']}" if d.get("result") else ""))
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=7, loc="center left")
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out
