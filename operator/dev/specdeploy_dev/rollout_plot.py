@@ -21,6 +21,7 @@ from typing import Any
 
 COLORS = {"stable": "C0", "canary": "C3"}
 LEAD = 30.0  # seconds of the canary's start-up shown before it was ready
+TAIL = 30.0  # seconds shown after the decision
 MIN_DRAFTS = 5  # a track's line starts once it has this many draft steps (tau of 1 or 2 drafts is noise)
 
 
@@ -84,7 +85,8 @@ def render(timeline: list[dict[str, Any]], out: str) -> str:
             ax.axvline(float(d["t"]), color="black", linestyle="--",
                        label=f"{d.get('result')}: {d.get('reason')} at {float(d['t']):.0f} s")
         ax.set_ylim(1, top * 1.15)
-        ax.set_xlim(left=left)
+        # up to TAIL s after the decision (a promotion's stable roll after it is the Deployment's, not the analysis)
+        ax.set_xlim(left=left, right=float(d["t"]) + TAIL if d.get("t") is not None else None)
         ax.set_xlabel("seconds since the change was applied")
         ax.set_ylabel("acceptance length (tau)")
         ax.set_title((sc.get("title") or sc.get("scenario") or "") + (f": {d['result']}" if d.get("result") else ""))
