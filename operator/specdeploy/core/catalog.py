@@ -237,7 +237,7 @@ CATALOG = MappingProxyType({c.code: c for c in (
        "model_runner_components/attention_backend_setup.py configure_aux_hidden_state_capture, "
        "spec_aux_hidden_state.py _resolve_dflash_aux_hidden_state, models/*.py set_dflash_layers_to_capture and "
        "set_dspark_layers_to_capture (recorded by e2e/flagdrift/engine_facts.py vllm_eagle3_capture, "
-       "sglang_target_capture, sglang_dspark_capture; rule core/checker/capture.py check_target_capture)"),
+       "sglang_target_capture, sglang_dspark_capture; rule core/checker/capture.py target_capture)"),
     _C("SpeculatorsUnsupportedByEngine", "error", "engine", "SGLang has no reader for the speculators format "
        "(speculators_config, transformer_layer_config).", "-", "Serve speculators drafters on vLLM or convert the config.",
        source="SGLang 0.5.23: no reference to speculators_config in the wheel"),

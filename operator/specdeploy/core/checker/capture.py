@@ -19,8 +19,10 @@ error for an older one, a warning for a newer one, which may have gained the hoo
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from ..modelconfig import TargetConfig
-from .results import T, _Out
+from .results import T
 
 RECORDED = {"vllm": "0.33.0", "sglang": "0.5.23"}
 ENGINE_NAME = {"vllm": "vLLM", "sglang": "SGLang"}
@@ -127,21 +129,27 @@ def _how(engine: str, kind: str, method: str) -> str:
             f"configure_aux_hidden_state_capture): {algo} needs {SGLANG_HOOK[kind]} on the target model")
 
 
-def check_target_capture(code: str, kind: str, drafter: str, t: TargetConfig | None, o, out: _Out, *,
-                         engines: tuple[str, ...] = ("vllm", "sglang"), method: str | None = None) -> dict:
-    """The rule behind ``code``: ``t`` must hand its hidden states to ``drafter`` ("an EAGLE-3 drafter") on
-    ``o.engine``. An error on ``$.architectures[0]`` naming the engine release and the fixes (the other engine of
-    ``engines`` where its class captures, mtp where the target has MTP layers the engine runs, ngram); a warning
-    for a release newer than the recorded one. Returns ``{"targetCapture": ...}`` where it captures."""
+class CaptureProblem(NamedTuple):
+    message: str
+    newer: bool  # the facts are from an older release than the one checked: a warning, not an error
+
+
+def target_capture(kind: str, drafter: str, t: TargetConfig | None, o, *,
+                   engines: tuple[str, ...] = ("vllm", "sglang"), method: str | None = None
+                   ) -> tuple[dict, CaptureProblem | None]:
+    """The shared rule: ``t`` must hand its hidden states to ``drafter`` ("an EAGLE-3 drafter") on ``o.engine``.
+    Returns (``{"targetCapture": ...}`` where it captures, else the problem: the message names the engine release
+    and the fixes: the other engine of ``engines`` where its class captures, mtp where the target has MTP layers
+    the engine runs, ngram). The caller reports it under its own code, on ``$.architectures[0]`` (``report``)."""
     engine = o.engine
     if engine not in RECORDED or t is None or not t.architectures or not needs_capture(engine, kind, o.engine_version):
-        return {}
+        return {}, None
     arch = t.architectures[0]
     ok, where, rv = target_captures(engine, arch, o.engine_version, kind)
     if ok is None:
-        return {}
+        return {}, None
     if ok:
-        return {"targetCapture": where}
+        return {"targetCapture": where}, None
     name = ENGINE_NAME[engine]
     version = o.engine_version or RECORDED[engine]
     how = _how(engine, kind, method or kind)
@@ -170,8 +178,7 @@ def check_target_capture(code: str, kind: str, drafter: str, t: TargetConfig | N
            + (f" (read from {name} {rv}; a newer release may have added it)" if newer else
               f" (read from {name} {rv})" if rv != version else "")
            + ". Fix: " + "; ".join(fixes))
-    if newer:
-        out.warn(code, T, "$.architectures[0]", msg)
-    else:
-        out.err(code, T, "$.architectures[0]", msg)
-    return {}
+    return {}, CaptureProblem(msg, newer)
+
+
+CAPTURE_PATH = (T, "$.architectures[0]")  # where both capture findings point

@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..modelconfig import TargetConfig
-from .capture import ENGINE_NAME, RECORDED, _older, capture_facts, check_target_capture, target_captures  # noqa: F401
+from .capture import CAPTURE_PATH, ENGINE_NAME, RECORDED, _older, capture_facts, target_capture, target_captures  # noqa: F401
 from .family import Family
 from .results import D, S, _Out
 
@@ -140,10 +140,15 @@ def uses_aux_hidden_states(doc: dict) -> bool:
 def _check_target_capture(doc: dict, t: TargetConfig | None, o, out: _Out) -> dict:
     """The target must hand aux hidden states to the drafter: vLLM's model runners raise unless the target class
     is SupportsEagle3, SGLang's unless it has set_eagle3_layers_to_capture (recorded per release: facts key
-    ``eagle3_capture``; the rule is ``capture.check_target_capture``, shared with the DFlash family)."""
+    ``eagle3_capture``; the rule is ``capture.target_capture``, shared with the DFlash family)."""
     if not uses_aux_hidden_states(doc):
         return {}
-    return check_target_capture("Eagle3TargetCaptureUnsupported", "eagle3", "an EAGLE-3 drafter", t, o, out)
+    derived, problem = target_capture("eagle3", "an EAGLE-3 drafter", t, o)
+    if problem is not None and problem.newer:
+        out.warn("Eagle3TargetCaptureUnsupported", *CAPTURE_PATH, problem.message)
+    elif problem is not None:
+        out.err("Eagle3TargetCaptureUnsupported", *CAPTURE_PATH, problem.message)
+    return derived
 
 
 def check_eagle3(doc: dict, fam: Family, t: TargetConfig | None, o, out: _Out) -> dict:
