@@ -110,15 +110,24 @@ REFRESH_SECONDS = 1.0
 
 def _at_most_every(hook: Callable[[Any], None], seconds: float, clock: Callable[[], float] = time.monotonic
                    ) -> Callable[[Any], None]:
+    """``hook`` run at most once per ``seconds``. The loaders' hooks install themselves again on the
+    configuration each time they run (a new closure): that one is kept as the next to run, and this one
+    stays installed."""
     lock = threading.Lock()
     last = [float("-inf")]
+    current = [hook]
 
     def throttled(configuration: Any) -> None:
         with lock:
             now = clock()
             if now - last[0] < seconds:
                 return
-            hook(configuration)
+            current[0](configuration)
+            installed = getattr(configuration, "refresh_api_key_hook", None)
+            if installed is not throttled:
+                if installed is not None:
+                    current[0] = installed
+                configuration.refresh_api_key_hook = throttled
             last[0] = now
 
     return throttled
