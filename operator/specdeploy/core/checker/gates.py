@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..findings import Finding
+from ..memo import by_identity
 from ..modelconfig import parse_drafter, parse_target
 from .dflashfamily import check_dflash_capture, check_dflash_family
 from .eagle3 import check_eagle3
@@ -15,6 +16,7 @@ from .mtp import check_mtp, steps_of
 from .results import S, _Out
 
 
+@by_identity(64)  # the same document object: the same family (core/memo.py)
 def family_of(drafter_doc: Any) -> Family | None:
     return detect_family(drafter_doc) if isinstance(drafter_doc, dict) else None
 
