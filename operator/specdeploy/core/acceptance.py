@@ -51,6 +51,15 @@ VLLM_REQUESTS_RUNNING = "vllm:num_requests_running"
 VLLM_WAITING = "vllm:num_requests_waiting"
 VLLM_TTFT = "vllm:time_to_first_token_seconds"
 VLLM_ITL = "vllm:inter_token_latency_seconds"
+# Finished requests by label finished_reason = stop|length|abort|error|repetition (vllm/v1/metrics/loggers.py,
+# PrometheusStatLogger.record: counter_request_success[finished_request.finish_reason]; the reasons are
+# vllm/v1/engine/__init__.py FinishReason: "error" is a request-level internal error, always answered with a 500;
+# "abort" is the client going away). Requests refused at admission by a queue limit never finish: they are
+# counted by vllm:admission_rejections_total (AsyncLLM._record_admission_rejection; labels model_name, reason).
+VLLM_REQUEST_SUCCESS = "vllm:request_success_total"
+VLLM_FINISHED_REASON_LABEL = "finished_reason"
+VLLM_FINISHED_ERROR = "error"
+VLLM_ADMISSION_REJECTIONS = "vllm:admission_rejections_total"
 
 # SGLang (python/sglang/srt/metrics/collector.py): gauges, labels model_name, engine_type,
 # tp_rank, pp_rank, moe_ep_rank (newer builds), dp_rank (with data parallelism).
@@ -65,6 +74,13 @@ SGLANG_GENERATION_TOKENS = "sglang:generation_tokens_total"
 # length is completion_tokens / spec_verify_ct, so Δgeneration_tokens / Δverify_calls is the same quantity,
 # summable across pods and ranks; the spec_accept_length gauge is the fallback on releases without the counter.
 SGLANG_VERIFY_CALLS = "sglang:spec_verify_calls_total"
+# Requests (SGLang 0.5.23 observability/metrics_collector.py): num_requests_total counts every request that
+# finished (observe_one_finished_request, called by TokenizerManager for each finished state, aborted ones too;
+# label is_streaming); num_aborted_requests_total counts TokenizerManager.abort_request calls
+# (observe_one_aborted_request): a client that went away and a request the server failed alike, SGLang does not
+# tell them apart in its counters.
+SGLANG_REQUESTS = "sglang:num_requests_total"
+SGLANG_ABORTED_REQUESTS = "sglang:num_aborted_requests_total"
 # Where a figure came from (status.acceptance.source, the recording rules' `source` label).
 SOURCE_VLLM = "vllmCounters"
 SOURCE_SGLANG_COUNTERS = "sglangVerifyCalls"
