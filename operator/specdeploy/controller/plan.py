@@ -425,20 +425,23 @@ def plan_rollout(cr, rendered: Rendered, children: Mapping[tuple[str, str], dict
         desired_cm = next((o for o in rendered.objects if o["kind"] == "ConfigMap"), None)
         same_target = _engine_identity(live_cm) is not None and _engine_identity(live_cm) == _engine_identity(desired_cm) \
             and _image(stable) == _image(rendered.objects[1])
+        revs = {"stable_revision": stable_rev or None, "canary_revision": desired}
         if analysis is not None:
             verdict = ro.judge(params, analysis.get("stable") or ro.Totals(), analysis.get("canary") or ro.Totals(),
                                analysis.get("health") or ro.Health(pods=0, ready=0, restarts=0, crash_looping=False),
-                               analysis.get("probe") if params.probe else None, elapsed, compare_outputs=same_target)
+                               analysis.get("probe") if params.probe else None, elapsed, compare_outputs=same_target,
+                               **revs)
         elif elapsed >= params.deadline_s:  # no analysis at all (the monitor is off or saw nothing): the deadline
             verdict = ro.judge(params, ro.Totals(), ro.Totals(), ro.Health(pods=0, ready=0, restarts=0,
                                                                              crash_looping=False),
-                               None, elapsed, compare_outputs=False)
+                               None, elapsed, compare_outputs=False, **revs)
     request, handled = _request(cr.metadata.annotations), prev.get("requestHandled")
     o = ro.Observed(strategy=spec.rollout.strategy, desired_revision=desired, stable_revision=stable_rev,
                     canary_revision=canary_rev, canary_created=created,
                     stable_rolled=stable_rolled(stable, desired, spec.replicas),
                     refused_revision=prev.get("refusedRevision"), request=request, request_handled=handled,
-                    verdict=verdict, now=now, replicas=spec.replicas)
+                    verdict=verdict, now=now, replicas=spec.replicas, last_phase=prev.get("phase"),
+                    last_decision=prev.get("decision") if isinstance(prev.get("decision"), Mapping) else None)
     s = ro.step(o)
     out = RolloutPlan(step=s, observed=o, condition=s.condition)
     out.stable_live = s.stable_template == "live" and stable is not None
@@ -451,7 +454,6 @@ def plan_rollout(cr, rendered: Rendered, children: Mapping[tuple[str, str], dict
             out.requeue = ANALYZING_REQUEUE_S
     decision = s.decision
     if decision is not None:
-        decision = {**decision, "at": decision.get("at") or _epoch_rfc3339(now)}
         out.decision = decision
         if decision.get("result") == "Promote" and analysis is not None:
             tau = (analysis.get("canary") or ro.Totals()).tau()
@@ -468,7 +470,7 @@ def plan_rollout(cr, rendered: Rendered, children: Mapping[tuple[str, str], dict
                           "analysis": verdict.table if verdict is not None and verdict.table else prev.get("analysis"),
                           "probe": _probe_status(analysis.get("probe") if analysis is not None else None)
                           or (prev.get("probe") if s.canary else None),
-                          "requestHandled": request if request is not None else handled}
+                          "requestHandled": s.request_handled}
     out.status = RolloutStatus.model_validate({k: v for k, v in rs.items() if v is not None}).model_dump(
         by_alias=True, exclude_none=True)
     return out
