@@ -34,6 +34,7 @@ The contract shared by those pieces: ROLLOUT.md of issue 26 (docs/how-to/roll-ou
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import re
 from dataclasses import dataclass, field, fields
@@ -42,6 +43,7 @@ from typing import Any, Mapping
 
 from . import acceptance as acc
 from .acceptance import Sample
+from .names import REVISION_ANNOTATION, TRACK_CANARY, TRACK_LABEL
 
 # ----------------------------------------------------------------- durations
 
@@ -91,19 +93,36 @@ def format_duration(seconds: float) -> str:
 # ----------------------------------------------------------------- revision
 
 
+def template_digest(template: Mapping[str, Any]) -> str:
+    """16 hex digits of an engine pod template (canonical JSON) without what the rollout itself writes on it
+    (REVISION_ANNOTATION, TRACK_LABEL): the ``config_hash`` to give ``revision`` so that every change of the
+    template starts a rollout. The render's own config hash (CONFIG_HASH_ANNOTATION) covers the engine's
+    command only: the image, the pod's cpu/memory/shm, tolerations and node selector are not in it
+    (tests/unit/test_rollout.py, the trigger table)."""
+    doc = json.loads(json.dumps(template, default=str))
+    meta = doc.get("metadata") if isinstance(doc, dict) else None
+    if isinstance(meta, dict):
+        for key, drop in (("annotations", REVISION_ANNOTATION), ("labels", TRACK_LABEL)):
+            if isinstance(meta.get(key), dict):
+                meta[key].pop(drop, None)
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def revision(config_hash: str, target_commit: str | None, drafter_commit: str | None) -> str:
     """The rollout revision: sha256 of ``config_hash|target_commit|drafter_commit``, first 16 hex digits.
 
-    ``config_hash`` is the engine pod template's config hash (everything of the engine's command, image and
-    resources; scale is not part of it); the resolved commits make a drafter retrained under the same
-    repository name a new revision even when the spec's text did not change."""
+    ``config_hash`` stands for the engine pod template: give ``template_digest(template)`` (the engine's
+    command, image, resources, pod settings; scale is not part of a template, so it never starts a rollout).
+    The resolved commits make a drafter retrained under the same repository name a new revision even when
+    the spec's text did not change."""
     text = f"{config_hash}|{target_commit or ''}|{drafter_commit or ''}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 # ----------------------------------------------------------------- parameters
 
-DEFAULT_WINDOW = "10m"
+DEFAULT_WINDOW = "10m"  # spec.rollout.analysis.window and spec.rollout.deadline as the API writes them
 DEFAULT_DEADLINE = "30m"
 
 
@@ -351,7 +370,6 @@ ABORTED = "Aborted"
 ROLLBACK_REASONS = (ACCEPTANCE_BELOW_STABLE, THROUGHPUT_BELOW_STABLE, OUTPUTS_DIFFER, CANARY_CRASHING,
                     DEADLINE_EXCEEDED, ERROR_RATE_ABOVE_LIMIT, ABORTED)
 TRACK_STABLE = "stable"
-TRACK_CANARY = "canary"  # == core.names.TRACK_CANARY, the label value
 _EPS = 1e-9  # a ratio exactly at its limit passes, whatever the float rounding
 
 
