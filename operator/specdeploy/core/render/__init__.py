@@ -18,7 +18,7 @@ from .children import CONFIG_HASH_ANNOTATION, HF_HOME, RUNTIME_COMMAND, child_la
 from .guard import apply_guard, guard_limit, plan_guard
 from .objects import (RenderError, Rendered, build_canary, build_configmap, build_deployment, build_engine_config,
                       build_leaderworkerset, build_pdb, build_podmonitor, build_service, choose_image, pin_commits,
-                      render, template_digest)
+                      render)
 from .objects import CPU_POD_DEFAULTS, cpu_kv_cache_gib, pod_resources
 from .strip import strip_speculation_args
 from .tuning import TUNING_KEY_ANNOTATION, TuningPlan, build_tuned_configmap, build_tuning_job, render_tuning, tuning_plan
@@ -29,5 +29,5 @@ __all__ = [
     "build_engine_config", "build_leaderworkerset", "build_pdb", "build_podmonitor", "build_service",
     "build_tuned_configmap", "build_tuning_job", "child_labels", "choose_image", "cpu_kv_cache_gib",
     "escape_kubelet_vars", "expand_kubelet_vars", "guard_limit", "method_render_problem", "names", "plan_guard",
-    "pin_commits", "pod_resources", "render", "render_tuning", "selector_labels", "strip_speculation_args", "template_digest", "tuning_plan",
+    "pin_commits", "pod_resources", "render", "render_tuning", "selector_labels", "strip_speculation_args", "tuning_plan",
 ]

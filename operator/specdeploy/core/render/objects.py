@@ -508,15 +508,6 @@ def pin_commits(cr, target_commit: str | None, drafter_commit: str | None):
     return cr.model_copy(update={"spec": spec.model_copy(update=update)})
 
 
-def template_digest(template: dict) -> str:
-    """A digest of an engine pod template without its revision annotation (core/rollout.revision's first input):
-    the image, command, engine config hash, resources and volumes; never the replicas."""
-    meta = dict(template.get("metadata") or {})
-    meta["annotations"] = {k: v for k, v in (meta.get("annotations") or {}).items() if k != N.REVISION_ANNOTATION}
-    text = json.dumps({**template, "metadata": meta}, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
 def build_canary(cr, rendered: Rendered, replicas: int | None = None) -> list[dict]:
     """The canary children of a Canary rollout from the same render as the stable ones: ConfigMap
     ``NAME-canary-engine`` (the engine config of the new revision) and Deployment ``NAME-canary``
@@ -598,7 +589,7 @@ def render(cr, target_doc: Any, drafter_doc: Any, *, pod_monitor: bool = False,
     revision = None
     if canary:
         tmpl = workload["spec"]["template"]
-        revision = rollout.revision(template_digest(tmpl), *commits)
+        revision = rollout.revision(rollout.template_digest(tmpl), *commits)
         tmpl["metadata"]["annotations"][N.REVISION_ANNOTATION] = revision
     objects = [build_configmap(cr, ec, analysis), workload, build_service(cr, ec), build_pdb(cr, ec)]
     if pod_monitor:
