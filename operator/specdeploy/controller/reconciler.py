@@ -92,11 +92,13 @@ class _State:
 
 
 class Controller:
-    def __init__(self, kube: Kube, resolver: Resolver, settings: Settings | None = None, clock=time.monotonic):
+    def __init__(self, kube: Kube, resolver: Resolver, settings: Settings | None = None, clock=time.monotonic,
+                 wall=time.time):
         self.kube = kube
         self.resolver = resolver
         self.settings = settings or Settings()
         self.clock = clock
+        self.wall = wall  # seconds since the epoch: a canary's age (its Deployment's creationTimestamp) and decisions
         self.queue = WorkQueue(clock)
         self.backoff = Backoff(self.settings.backoff_min, self.settings.backoff_max)
         # the watch-fed caches, shared with the acceptance monitor (which reads them and never this object)
@@ -326,7 +328,7 @@ class Controller:
                                  lws=await self.executor.has(LWS) if cr.spec.nodes > 1 else True, policy=policy,
                                  pod_monitor_labels=self.settings.pod_monitor_labels,
                                  network_policy=self.settings.engine_network_policy, status=body.get("status"),
-                                 rollout=(self.speculation.get(key) or {}).get("rollout"), now=time.time())
+                                 rollout=(self.speculation.get(key) or {}).get("rollout"), now=self.wall())
         if plan.check_failure is not None and state.last_generation_seen != gen:
             metrics.CHECK_FAILURES.labels(code=plan.check_failure).inc()
         state.last_generation_seen = gen
