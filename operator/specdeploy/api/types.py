@@ -15,6 +15,7 @@ from pydantic.alias_generators import to_camel
 
 from .. import KIND
 from ..core import baseline, engines, gpus, methods
+from ..core.rollout import DEFAULT_DEADLINE, DEFAULT_WINDOW
 from ..core.checker import MAX_BLOCK_SIZE, Options, model_reference_problem
 from ..core.names import GROUP_VERSION, ROLLOUT_ANNOTATION
 from .loose import loose
@@ -511,7 +512,7 @@ class RolloutAnalysis(_Model):
     ]})
 
     window: str = Field(
-        default="10m", pattern=DURATION_PATTERN, max_length=32,
+        default=DEFAULT_WINDOW, pattern=DURATION_PATTERN, max_length=32,
         description="Shortest analysis: no verdict but a crash before this much time (Go duration: `30s`, `10m`, "
         "`1h30m`; at least 10s).")
     min_drafts: StrictInt = Field(
@@ -541,8 +542,9 @@ class Rollout(_Model):
     settings, extraArgs, resources) reaches the pods; scale changes never start a rollout."""
 
     model_config = ConfigDict(**_Model.model_config, json_schema_extra={"x-kubernetes-validations": [
-        {"rule": "!has(self.deadline) || !has(self.analysis) || !has(self.analysis.window) "
-                 "|| duration(self.deadline) > duration(self.analysis.window)",
+        {"rule": f"(has(self.deadline) ? duration(self.deadline) : duration('{DEFAULT_DEADLINE}')) > "
+                 "(has(self.analysis) && has(self.analysis.window) ? duration(self.analysis.window) : "
+                 f"duration('{DEFAULT_WINDOW}'))",
          "message": "deadline must be longer than analysis.window: raise deadline or shorten analysis.window",
          "fieldPath": ".deadline"},
     ]})
@@ -556,7 +558,7 @@ class Rollout(_Model):
     canary: CanarySettings = Field(default_factory=CanarySettings, description="The canary's size.")
     analysis: RolloutAnalysis = Field(default_factory=RolloutAnalysis, description="What the canary must show.")
     deadline: str = Field(
-        default="30m", pattern=DURATION_PATTERN, max_length=32,
+        default=DEFAULT_DEADLINE, pattern=DURATION_PATTERN, max_length=32,
         description="Longest a canary may take (from its Deployment's creation) before it is rolled back "
         "(`DeadlineExceeded`); longer than `analysis.window`.")
     on_failure: Literal["Rollback"] = Field(

@@ -102,8 +102,15 @@ def schema_message(err: dict) -> tuple[str, str]:
     return err.get("msg", "invalid"), "FieldValueInvalid"
 
 
+def _union_tag(p: str) -> bool:
+    """A pydantic location part that names a union member or a validator, not a field (a field may start with
+    the same letters: `strategy`, `interval`)."""
+    return p in ("int", "str", "float", "bool") or p.startswith(("function-", "literal[", "int-", "str-", "int[",
+                                                                  "str["))
+
+
 def _path(loc: tuple) -> str:
-    parts = [p for p in loc if not (isinstance(p, str) and p.startswith(("function-", "literal[", "int", "str")))]
+    parts = [p for p in loc if not (isinstance(p, str) and _union_tag(p))]
     path = ""
     for p in parts:
         path += f"[{p}]" if isinstance(p, int) else (f".{p}" if path else str(p))
