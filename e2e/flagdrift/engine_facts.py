@@ -12,6 +12,9 @@ installed or imported) and records, per fact, the value its code computes and wh
   per-layer window;
 - the drafter architectures the release registers, the draft-window flag names, and the
   attention backends that serve non-causal (DFlash) attention;
+- which target architectures can hand EAGLE-3 aux hidden states to a drafter (vLLM: ``SupportsEagle3``
+  along the class bases of every registered generative architecture; SGLang: ``set_eagle3_layers_to_capture``
+  on every EntryClass) (``eagle3_capture``);
 - its speculative methods: vLLM's ``speculative_config.method`` names and config keys, SGLang's
   ``--speculative-algorithm`` names, aliases and ``--speculative-*`` flags (``methods``).
 
@@ -390,6 +393,7 @@ def sglang_facts(src: Source) -> dict:
 
     # per-target-class capture: offset and rejected lists
     facts["target_capture"] = sglang_target_capture(src)
+    facts["eagle3_capture"] = sglang_eagle3_capture(src)
 
     # drafter layer types and windows as the DFlash reader resolves them
     facts["sliding_window"] = sglang_sliding_window(src, utils)
@@ -773,6 +777,35 @@ def sglang_target_capture(src: Source) -> dict:
             f"{CAPTURE_N}-layer stub model"}
 
 
+def sglang_eagle3_capture(src: Source) -> dict:
+    """Which target classes can hand EAGLE-3 aux hidden states to a drafter: SGLang raises at start-up unless
+    the target model has ``set_eagle3_layers_to_capture`` (``configure_aux_hidden_state_capture``). Every
+    EntryClass under srt/models, with the class that defines the method along its bases."""
+    idx = _class_index(src)
+    supported: dict[str, str] = {}
+    unsupported: list[str] = []
+    for rel in src.files("srt/models"):
+        for arch in _entry_classes(src, rel):
+            hit = _resolve_class(src, idx, rel, arch)
+            found = _find_method(_mro(src, idx, hit[0], hit[1]), "set_eagle3_layers_to_capture") if hit else None
+            if found is None:
+                unsupported.append(arch)
+            else:
+                supported[arch] = f"{found[0]}:{found[1].name}.set_eagle3_layers_to_capture"
+    checks = []
+    for rel in src.grep(r"hasattr\(\s*model,\s*\"set_eagle3_layers_to_capture\"\s*\)", "srt/model_executor"):
+        tree = src.tree(rel)
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, ast.FunctionDef) and any(
+                    isinstance(c, ast.Raise) for c in ast.walk(node)) and "set_eagle3_layers_to_capture" in ast.unparse(node):
+                checks.append(_evidence(src, rel, node, node.name))
+    return {"value": {"supported": dict(sorted(supported.items())), "unsupported": sorted(set(unsupported) - set(supported)),
+                      "unlisted": "the Transformers fallback (models/transformers.py), which has no set_eagle3_layers_to_capture"},
+            "evidence": "; ".join(checks or ["no set_eagle3_layers_to_capture check found"]) + ": raises ValueError "
+            "unless the target model has set_eagle3_layers_to_capture; "
+            "EntryClass of sglang/srt/models/*.py, method looked up along the class bases"}
+
+
 # --------------------------------------------------------------------------- vLLM
 
 
@@ -791,6 +824,7 @@ def vllm_facts(src: Source) -> dict:
     facts["draft_context"] = vllm_draft_context(src)
     facts["speculation_guard"] = vllm_speculation_guard(src)
     facts["methods"] = vllm_methods(src)
+    facts["eagle3_capture"] = vllm_eagle3_capture(src)
     return facts
 
 
@@ -917,6 +951,64 @@ def vllm_archs(src: Source) -> dict:
     return {"value": {"registered": served, "renames_to_dflash": renames},
             "evidence": f"{reg} _SPECULATIVE_DECODING_MODELS; vllm/transformers_utils/configs/eagle.py "
             "(an architecture X is looked up as DFlashX unless it starts or ends with DFlash)"}
+
+
+# registry tables of generative models (embedding, reward and classification models serve no drafts)
+VLLM_TARGET_TABLES = ("_TEXT_GENERATION_MODELS", "_MULTIMODAL_MODELS", "_TRANSFORMERS_SUPPORTED_MODELS",
+                      "_TRANSFORMERS_BACKEND_MODELS")
+
+
+def _bases_closure(src: Source, rel: str, cls: ast.ClassDef, depth: int = 10) -> list[str]:
+    """The names of a class and of every base reachable through the module's imports."""
+    out = [cls.name]
+    if depth == 0:
+        return out
+    for b in cls.bases:
+        if not isinstance(b, ast.Name):
+            continue
+        hit = src.resolve_name(rel, b.id)
+        if hit and isinstance(hit[1], ast.ClassDef):
+            out += _bases_closure(src, hit[0], hit[1], depth - 1)
+        else:
+            out.append(b.id)
+    return out
+
+
+def vllm_eagle3_capture(src: Source) -> dict:
+    """Which target architectures can hand EAGLE-3 (and DFlash/DSpark) aux hidden states to a drafter: both
+    model runners raise RuntimeError at load unless ``supports_eagle3(model)`` (the class has SupportsEagle3 in
+    its bases). Every architecture of the registry's generative tables, with the class it loads."""
+    reg = "vllm/model_executor/models/registry.py"
+    defs = src.top_defs(reg)
+    supported: dict[str, str] = {}
+    unsupported: dict[str, str] = {}
+    for table in VLLM_TARGET_TABLES:
+        node = defs.get(table)
+        if node is None or not isinstance(getattr(node, "value", None), ast.Dict):
+            continue
+        for k, v in zip(node.value.keys, node.value.values):  # type: ignore[union-attr]
+            if not (isinstance(k, ast.Constant) and isinstance(v, ast.Tuple) and len(v.elts) >= 2
+                    and all(isinstance(e, ast.Constant) for e in v.elts[:2])):
+                continue
+            mod, cname = v.elts[0].value, v.elts[1].value  # type: ignore[union-attr]
+            rel = src.module_rel(mod if mod.startswith("vllm.") else f"vllm.model_executor.models.{mod}")
+            hit = src.resolve_name(rel, cname) if rel else None
+            if hit is None or not isinstance(hit[1], ast.ClassDef):
+                continue
+            where = f"{hit[0]}:{cname}"
+            (supported if "SupportsEagle3" in _bases_closure(src, hit[0], hit[1]) else unsupported)[k.value] = where
+    checks = []
+    for rel, fn_name in (("vllm/v1/worker/gpu_model_runner.py", "_setup_eagle3_aux_hidden_state_outputs"),
+                         ("vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py", "set_eagle3_aux_hidden_state_layers")):
+        tree = src.tree(rel)
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, ast.FunctionDef) and node.name == fn_name and "supports_eagle3" in ast.unparse(node):
+                checks.append(_evidence(src, rel, node, fn_name))
+    return {"value": {"supported": dict(sorted(supported.items())), "unsupported": dict(sorted(unsupported.items())),
+                      "unlisted": "the Transformers modeling backend (models/transformers/base.py Base), which is SupportsEagle3"},
+            "evidence": "; ".join(checks or ["no supports_eagle3 check found"]) + ": RuntimeError unless "
+            "supports_eagle3(model) (vllm/model_executor/models/interfaces.py SupportsEagle3); architectures from "
+            f"{reg} {', '.join(VLLM_TARGET_TABLES)}"}
 
 
 def vllm_noncausal(src: Source) -> dict:

@@ -192,6 +192,11 @@ def variable_query(var: dict) -> str:
     return q["query"] if isinstance(q, dict) else q
 
 
+def annotation_exprs(dashboard: dict) -> list[dict]:
+    """The dashboard's Prometheus annotation queries (each with its ``expr``)."""
+    return [a for a in dashboard.get("annotations", {}).get("list", []) if a.get("expr")]
+
+
 def panel_exprs(dashboard: dict) -> list[tuple[dict, dict]]:
     """(panel, target) for every Prometheus target of every panel (rows' panels included)."""
     from specdeploy.observability.dashboards import panels_of
@@ -222,25 +227,37 @@ m.LEADER.set(1)
 m.LEADER_TRANSITIONS.inc()
 for s in (0.004, 0.02, 0.02, 0.15):
     m.RECONCILE_SECONDS.observe(s)
+# the rollout series: [namespace, deployment] of a canary under analysis (status.rollout as the reconciler has it)
+rollouts = json.loads(sys.argv[2] if len(sys.argv) > 2 else "[]")
+for ns, dep in rollouts:
+    m.export_rollout(ns, dep, {"phase": "Analyzing", "analysis": [
+        {"track": "stable", "pods": 2, "drafts": 1843, "tau": 3.72, "tokensPerSecondPerRequest": 11.2, "errorRate": 0.0},
+        {"track": "canary", "pods": 1, "drafts": 210, "tau": 1.45, "tokensPerSecondPerRequest": 6.5, "errorRate": 0.0}]})
 server, _thread = start_http_server(0, addr="127.0.0.1", registry=m.REGISTRY)
 print(server.server_port, flush=True)
 while True:  # an operator at work: every series keeps moving, so every rate() has data
     m.RECONCILES.labels(result="success").inc()
     m.RECONCILE_SECONDS.observe(0.02)
     m.API_WRITES.labels(verb="patch", kind="Deployment").inc()
+    for ns, dep in rollouts:  # decisions keep coming, so the annotations' increase() has some
+        m.count_rollout_decision(ns, dep, "Rollback", "AcceptanceBelowStable")
+        m.count_rollout_decision(ns, dep, "Promote", "Promoted")
     time.sleep(0.25)
 """
 
 
-def start_operator_exporter(timeout_s: float = 30, acceptance: list[tuple] = ()) -> tuple[subprocess.Popen, int]:
+def start_operator_exporter(timeout_s: float = 30, acceptance: list[tuple] = (),
+                            rollouts: list[tuple[str, str]] = ()) -> tuple[subprocess.Popen, int]:
     """The operator's real metrics registry (controller/metrics.py), populated and served
     on a free loopback port by a child process (its global counters stay out of this one).
     ``acceptance``: (namespace, deployment, engine, drafter, tau, baseline, fraction) rows of
-    the acceptance monitor's gauges."""
+    the acceptance monitor's gauges; ``rollouts``: (namespace, deployment) of canaries under analysis
+    (controller/metrics.export_rollout, and decisions counted all along)."""
     import json
     import select
 
-    proc = subprocess.Popen([sys.executable, "-c", OPERATOR_EXPORTER, json.dumps([list(r) for r in acceptance])],
+    proc = subprocess.Popen([sys.executable, "-c", OPERATOR_EXPORTER, json.dumps([list(r) for r in acceptance]),
+                             json.dumps([list(r) for r in rollouts])],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, cwd=ROOT, env=env(), start_new_session=True)
     ready, _, _ = select.select([proc.stdout], [], [], timeout_s)

@@ -18,7 +18,7 @@ from grafana_foundation_sdk.cog.plugins import register_default_plugins
 from grafana_foundation_sdk.models import dashboard as gdash
 from grafana_foundation_sdk.models import prometheus as gprom
 
-from obs_helpers import (GRAFANA_BUILTINS, ROOT, label_values_query, panel_exprs, substitute, variable_query,
+from obs_helpers import (GRAFANA_BUILTINS, ROOT, annotation_exprs, label_values_query, panel_exprs, substitute, variable_query,
                          variables_used)
 from specdeploy_dev import dcgm_standin
 from specdeploy_dev.engine_standin import EngineStandin
@@ -30,9 +30,12 @@ register_default_plugins()
 NAMES = list(D.DASHBOARDS)
 # Example values for the offline checks (the live test uses the values Prometheus has).
 EXAMPLE = {"namespace": "demo", "deployment": "demo/qwen3-vllm", "datasource": "prometheus"}
-# Keys Grafana reads that the SDK's schema does not model: none so far. Anything else a
-# decode drops is a typo or a key Grafana ignores.
-SDK_UNMODELLED: set[str] = set()
+# Keys Grafana reads that the SDK's schema does not model. Anything else a decode drops is a typo
+# or a key Grafana ignores. A Prometheus annotation query keeps its options on the annotation itself
+# (Grafana's Prometheus AnnotationQueryEditor edits them there; grafonnet's annotation helper writes
+# them there): the SDK's AnnotationQuery models only `expr` of them.
+SDK_UNMODELLED: set[str] = {f"annotations.list[].{k}" for k in ("step", "titleFormat", "textFormat", "tagKeys",
+                                                                 "useValueForTime")}
 
 
 @pytest.fixture(params=NAMES)
@@ -163,8 +166,13 @@ def test_template_variables(dash):
     # Every per-deployment panel filters by both.
     for p, t in panel_exprs(dash):
         names = _metric_names(promql_parser.parse(substitute(t["expr"], EXAMPLE)))
-        if any(n.startswith(("specdeploy:spec", "specdeploy:acceptance", "vllm:", "sglang:")) for n in names):
+        if any(n.startswith(("specdeploy:spec", "specdeploy:acceptance", "specdeploy:rollout", "vllm:", "sglang:"))
+               for n in names):
             assert '$namespace' in t["expr"] and '$deployment' in t["expr"], p["title"]
+    for a in annotation_exprs(dash):
+        assert '$namespace' in a["expr"] and '$deployment' in a["expr"], a["name"]
+        assert variables_used(a["expr"]) <= set(variables) | GRAFANA_BUILTINS, a["name"]
+        assert variables_used(a["titleFormat"] + a["textFormat"]) == set(), a["name"]  # {{label}}, not $var
 
 
 # ----------------------------------------------------------------- queries
@@ -226,6 +234,18 @@ def test_every_panel_query_parses_with_promql_parser(dash):
         assert names, f"{p['title']}: reads no series"
         unknown = names - exported
         assert not unknown, f"{p['title']}: {unknown} is exported by nothing we know"
+    for a in annotation_exprs(dash):
+        expr = substitute(a["expr"], EXAMPLE, rate_interval="5m")
+        try:
+            ast = promql_parser.parse(expr)
+        except ValueError as e:
+            pytest.fail(f"{dash['uid']} / annotation {a['name']}: {e}\n{expr}")
+        names = _metric_names(ast)
+        assert names and not names - exported, (a["name"], names - exported)
+        assert a["datasource"] == {"type": "prometheus", "uid": "${datasource}"} and a["enable"], a["name"]
+        for key in re.findall(r"\{\{(\w+)\}\}", a["titleFormat"] + a["textFormat"] + "{{" + "}}{{".join(
+                a["tagKeys"].split(",")) + "}}"):
+            assert key in ("job", "namespace", "deployment", "decision", "reason"), (a["name"], key)
 
 
 def test_operator_series_names_are_the_controllers():
@@ -260,8 +280,34 @@ def test_panels_cover_the_issue():
                    "specdeploy_reconcile_errors_total", "specdeploy_queue_depth", "up{"):
         assert series in exprs, series
     assert "Acceptance length (tau)" in titles["specdeploy-acceptance"]
+    # issue 26: stable vs canary tau and tokens/s, the phase, promote/rollback annotations
+    acceptance = D.build_dashboard("speculative-decoding")
+    rollout = {p["title"]: p for p in D.panels_of(acceptance) if p["title"].startswith("Rollout")}
+    assert set(rollout) == {"Rollout: tau, stable vs canary",
+                            "Rollout: output tokens/s per running request, stable vs canary", "Rollout phase"}
+    for title, figure in (("Rollout: tau, stable vs canary", "tau"),
+                          ("Rollout: output tokens/s per running request, stable vs canary",
+                           "tokens_per_second_per_request")):
+        (t,) = rollout[title]["targets"]
+        assert R.ROLLOUT_ANALYSIS in t["expr"] and f'figure="{figure}"' in t["expr"] and "{{track}}" in t["legendFormat"]
+    phase = rollout["Rollout phase"]
+    assert phase["type"] == "state-timeline" and R.ROLLOUT_PHASE in phase["targets"][0]["expr"]
+    texts = {int(k): v["text"] for k, v in phase["fieldConfig"]["defaults"]["mappings"][0]["options"].items()}
+    assert texts == dict(enumerate(D.ROLLOUT_PHASES))
+    annotations = {a["expr"].split('decision="')[1].split('"')[0]: a for a in annotation_exprs(acceptance)}
+    assert set(annotations) == {"promote", "rollback"}
+    assert all(R.ROLLOUT_DECISIONS in a["expr"] for a in annotations.values())
+    assert annotations["rollback"]["iconColor"] == "red" and "{{reason}}" in annotations["rollback"]["titleFormat"]
     assert {"Time to first token", "Inter-token latency", "GPU utilisation", "GPU memory used"} <= \
         titles["specdeploy-engines"]
+
+
+def test_rollout_phases_are_the_operators():
+    """The phase timeline's numbers map back to the phases the operator exports (and the stuck alert's are among them)."""
+    from specdeploy.controller import metrics as M
+
+    assert D.ROLLOUT_PHASES == M.ROLLOUT_PHASES
+    assert set(R.ROLLOUT_PENDING_PHASES) < set(M.ROLLOUT_PHASES)
 
 
 @pytest.mark.parametrize("engine,names", [

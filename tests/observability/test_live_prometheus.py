@@ -7,11 +7,12 @@ Scraped (1s) by the real `prometheus` binary (dev/prometheus.py) with our rule f
   mapping on (honor_labels, as the GPU operator's ServiceMonitor), plus a spare GPU;
 - the operator's real metrics registry (controller/metrics.py), populated and served by a
   child process: cheaper and steadier than a real `specdeploy operator run` against the
-  embedded API server, and exactly the series a running operator exports.
+  embedded API server, and exactly the series a running operator exports (a canary under
+  analysis on one deployment included, with decisions counted all along for the annotations).
 
 The template variables are resolved the way Grafana does (their label_values() queries,
 All = every value as a regex alternation); then every panel query must return a
-non-empty result, and the collapse alert must be pending (or firing) for the collapsed
+non-empty result (every annotation query too), and the collapse alert must be pending (or firing) for the collapsed
 engine only. Every wait has a deadline; nothing is timed.
 """
 
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from obs_helpers import (ROOT, grafana_regex, label_values_query, panel_exprs, prometheus_exe, start_operator_exporter,
+from obs_helpers import (ROOT, annotation_exprs, grafana_regex, label_values_query, panel_exprs, prometheus_exe, start_operator_exporter,
                          stop_process, substitute, variable_query)
 from specdeploy_dev.dcgm_standin import DcgmStandin, gpus_for_pods
 from specdeploy_dev.engine_standin import EngineStandin
@@ -77,6 +78,10 @@ def _empty_queries(prom: Prometheus, dashes: list[dict]) -> list[str]:
             expr = substitute(t["expr"], values, rate_interval=RATE_INTERVAL)
             if not prom.query(expr):
                 empty.append(f"{dash['uid']} / {p['title']} / {t['refId']}: {expr}")
+        for a in annotation_exprs(dash):
+            expr = substitute(a["expr"], values, rate_interval=RATE_INTERVAL)
+            if not prom.query(expr):
+                empty.append(f"{dash['uid']} / annotation {a['name']}: {expr}")
     return empty
 
 
@@ -91,7 +96,8 @@ def test_every_dashboard_query_returns_data_from_live_prometheus(tmp_path):
         # the acceptance monitor's view: the collapsed deployment had settled at 3.96 before
         op_proc, op_port = start_operator_exporter(acceptance=[
             (NS, job.split("/", 1)[1], engine, "z-lab/Qwen3-8B-DFlash-b16", 1.05 if mode == "collapsed" else 3.96,
-             3.96, 0.25) for job, (engine, mode, _pod, _opts) in ENGINES.items()])
+             3.96, 0.25) for job, (engine, mode, _pod, _opts) in ENGINES.items()],
+            rollouts=[(NS, "qwen3-vllm")])  # a canary under analysis: the rollout row and its annotations
         stack.callback(stop_process, op_proc)
 
         jobs = [scrape_job(job, f"127.0.0.1:{engines[job].port}", labels={"namespace": NS, "pod": pod})

@@ -9,6 +9,7 @@ import yaml
 
 from obs_helpers import ROOT, expected_alert, run_promtool, write_yaml
 from specdeploy.core import acceptance as acc
+from specdeploy.core.names import OP_ROLLOUT_ANALYSIS, OP_ROLLOUT_DECISIONS, OP_ROLLOUT_PHASE
 from specdeploy.observability import rules as R
 
 NS, JOB, MODEL = "llm", "llm/qwen3-8b", "Qwen/Qwen3-8B"
@@ -185,7 +186,7 @@ def build_cases() -> list[dict]:
         _case("two replicas up, none leads: no-leader fires", operator_up(1) + leader_gauges(0, 0),
               [_alerts(R.A_NO_LEADER, [expected_alert(GROUPS, R.A_NO_LEADER, {"namespace": "specdeploy-system"})]),
                _alerts(R.A_OPERATOR_DOWN, None)]),
-    ] + guard_cases()
+    ] + guard_cases() + rollout_cases()
 
 
 def running(values: str, pod: str = "qwen3-8b-0", engine: str = "vllm", dp: str = "0") -> list[dict]:
@@ -220,6 +221,79 @@ def guard_cases() -> list[dict]:
         _case("a burst shorter than 15m: no alert", guard_gauge(4) + running(f"1x10 9x8 1x{MINUTES - 18}"),
               [_alerts(R.A_PAST_CROSSOVER, None)]),
         _case("no guard: no alert however busy", running(f"60x{MINUTES}"), [_alerts(R.A_PAST_CROSSOVER, None)]),
+    ]
+
+
+ROLLOUT_KEY = {"namespace": NS, "deployment": "qwen3-8b"}
+
+
+def rollout_decisions(decision: str, reason: str, values: str) -> list[dict]:
+    """The operator's decisions counter for one (decision, reason) as its /metrics has it."""
+    lab = {**ROLLOUT_KEY, "decision": decision, "reason": reason, **OP_SCRAPE}
+    return [{"series": f"{OP_ROLLOUT_DECISIONS}{_lab(lab)}", "values": values}]
+
+
+def rollout_phase(current: str, minutes: int = MINUTES, then: str | None = None, after: int = 0) -> list[dict]:
+    """The phase gauges: 1 for `current` (until minute `after`, then for `then`), 0 for the others."""
+    out = []
+    for phase in ("Stable", "Progressing", "Analyzing", "Promoting", "RolledBack"):
+        if then is None:
+            values = f"{int(phase == current)}x{minutes}"
+        else:
+            values = f"{int(phase == current)}x{after - 1} {int(phase == then)}x{minutes - after}"
+        out.append({"series": f"{OP_ROLLOUT_PHASE}{_lab({**ROLLOUT_KEY, 'phase': phase, **OP_SCRAPE})}",
+                    "values": values})
+    return out
+
+
+def rollout_analysis(track: str, figure: str, value: float) -> list[dict]:
+    lab = {**ROLLOUT_KEY, "track": track, "figure": figure, **OP_SCRAPE}
+    return [{"series": f"{OP_ROLLOUT_ANALYSIS}{_lab(lab)}", "values": f"{value}x{MINUTES}"}]
+
+
+def rollout_cases() -> list[dict]:
+    failed = {**ROLLOUT_KEY, **OP_JOB, "reason": "AcceptanceBelowStable"}
+    rec = {**ROLLOUT_KEY, **OP_JOB}
+    return [
+        # the counters exist at 0 (export_rollout), the rollback at minute 6
+        _case("canary rolled back: RolloutFailed fires with the reason, for 15m, then resolves",
+              rollout_decisions("rollback", "AcceptanceBelowStable", f"0x5 1x{MINUTES - 5}")
+              + rollout_decisions("rollback", "CanaryCrashing", f"0x{MINUTES}")
+              + rollout_decisions("promote", "Promoted", f"0x{MINUTES}") + rollout_phase("RolledBack"),
+              [{"eval_time": "5m", "alertname": R.A_ROLLOUT_FAILED, "exp_alerts": []},
+               {"eval_time": "7m", "alertname": R.A_ROLLOUT_FAILED,
+                "exp_alerts": [expected_alert(GROUPS, R.A_ROLLOUT_FAILED, failed)]},
+               {"eval_time": "20m", "alertname": R.A_ROLLOUT_FAILED,
+                "exp_alerts": [expected_alert(GROUPS, R.A_ROLLOUT_FAILED, failed)]},
+               {"eval_time": "25m", "alertname": R.A_ROLLOUT_FAILED, "exp_alerts": []},
+               _alerts(R.A_ROLLOUT_STUCK, None)],
+              [{"expr": R.ROLLOUT_DECISIONS + '{decision="rollback"} > bool 0', "eval_time": "7m",
+                "exp_samples": [{"labels": _lab({**rec, "decision": "rollback", "reason": r}), "value": v}
+                                for r, v in (("AcceptanceBelowStable", 1), ("CanaryCrashing", 0))]},
+               # bool: increase()'s extrapolated amount depends on the window's edges
+               {"expr": R.ROLLOUT_DECISIONS + " > 0", "eval_time": "20m", "exp_samples": []}]),
+        _case("the first rollback of a reason the operator did not pre-create (series born at 1): fires",
+              rollout_decisions("rollback", "SomethingNew", f"_x5 1x{MINUTES - 5}"),
+              [{"eval_time": "10m", "alertname": R.A_ROLLOUT_FAILED, "exp_alerts": [
+                  expected_alert(GROUPS, R.A_ROLLOUT_FAILED, {**failed, "reason": "SomethingNew"})]},
+               {"eval_time": "25m", "alertname": R.A_ROLLOUT_FAILED, "exp_alerts": []}]),
+        _case("canary promoted: no alert", rollout_decisions("promote", "Promoted", f"0x5 1x{MINUTES - 5}")
+              + rollout_decisions("rollback", "AcceptanceBelowStable", f"0x{MINUTES}") + rollout_phase("Stable")
+              + rollout_analysis("stable", "tau", 3.72) + rollout_analysis("canary", "tau", 3.8),
+              [_alerts(R.A_ROLLOUT_FAILED, None), {"eval_time": "7m", "alertname": R.A_ROLLOUT_FAILED,
+                                                   "exp_alerts": []}, _alerts(R.A_ROLLOUT_STUCK, None)],
+              [{"expr": R.ROLLOUT_ANALYSIS, "eval_time": "10m", "exp_samples": [
+                  {"labels": R.ROLLOUT_ANALYSIS + _lab({**rec, "track": "canary", "figure": "tau"}), "value": 3.8},
+                  {"labels": R.ROLLOUT_ANALYSIS + _lab({**rec, "track": "stable", "figure": "tau"}), "value": 3.72}]},
+               {"expr": R.ROLLOUT_PHASE + " == 1", "eval_time": "10m", "exp_samples": [
+                   {"labels": R.ROLLOUT_PHASE + _lab({**rec, "phase": "Stable"}), "value": 1}]}]),
+        _case("analyzing for an hour: RolloutStuck fires", rollout_phase("Analyzing", minutes=90),
+              [{"eval_time": "59m", "alertname": R.A_ROLLOUT_STUCK, "exp_alerts": []},
+               {"eval_time": "61m", "alertname": R.A_ROLLOUT_STUCK, "exp_alerts": [
+                   expected_alert(GROUPS, R.A_ROLLOUT_STUCK, {**rec, "phase": "Analyzing"})]}]),
+        _case("analyzing for 40m, then rolled back: never stuck", rollout_phase("Analyzing", 90, "RolledBack", 41),
+              [{"eval_time": "61m", "alertname": R.A_ROLLOUT_STUCK, "exp_alerts": []},
+               {"eval_time": "85m", "alertname": R.A_ROLLOUT_STUCK, "exp_alerts": []}]),
     ]
 
 
@@ -273,7 +347,8 @@ def test_rules_use_the_shared_metric_names():
     for g in doc["groups"]:
         for r in g["rules"]:
             if "alert" in r:
-                assert R.RUNBOOK in r["annotations"]["runbook_url"]
+                rollout = r["alert"] in (R.A_ROLLOUT_FAILED, R.A_ROLLOUT_STUCK)
+                assert (R.ROLLOUT_RUNBOOK if rollout else R.RUNBOOK) in r["annotations"]["runbook_url"]
     thresholds = {r["record"]: r["expr"] for r in doc["groups"][0]["rules"]}
     assert thresholds[R.T_MIN_LENGTH] == f"vector({acc.DEFAULT_MIN_LENGTH:g})"
 
@@ -291,10 +366,10 @@ def test_docs_name_every_rule_alert_and_runbook_anchor():
         for r in g["rules"]:
             assert (r.get("record") or r.get("alert")) in ref
             if "alert" in r:
-                anchor = r["annotations"]["runbook_url"].split("#", 1)[1]
+                path, anchor = r["annotations"]["runbook_url"].split("#", 1)
                 headings = {line.lstrip("#").strip().lower().replace(" ", "-")
-                            for line in howto.splitlines() if line.startswith("#")}
-                assert anchor in headings, anchor
+                            for line in (ROOT / path).read_text().splitlines() if line.startswith("#")}
+                assert anchor in headings, (path, anchor)
     for name in (acc.VLLM_DRAFTS, acc.VLLM_DRAFT_TOKENS, acc.VLLM_ACCEPTED, acc.VLLM_ACCEPTED_PER_POS,
                  acc.SGLANG_ACCEPT_LENGTH, acc.SGLANG_ACCEPT_RATE):
         assert f"`{name}`" in ref
@@ -308,7 +383,7 @@ def test_dashboard_reads_the_vocabulary():
     from specdeploy.observability.dashboards import DASHBOARD_FILE, render_dashboard_json
 
     dash = json.loads(render_dashboard_json())
-    exprs = " ".join(t["expr"] for p in dash["panels"] for t in p["targets"])
+    exprs = " ".join(t["expr"] for p in dash["panels"] for t in p.get("targets", []))  # rows have none
     for record in (R.LENGTH, R.RATE, R.PER_POSITION, R.DRAFTS):
         assert record in exprs
     assert len({p["id"] for p in dash["panels"]}) == len(dash["panels"])

@@ -211,3 +211,22 @@ def test_mtp_aliases_are_recorded_as_rewrites():
     rec = f(facts("vllm", "0.33.0"), "methods")
     assert rec["aliases"]["deepseek_mtp"] == "mtp" and "mtp" in rec["names"]
     assert f(facts("sglang", "0.5.23"), "methods")["aliases"] == {"NEXTN": "EAGLE"}
+
+
+# ----------------------------------------------------------------- EAGLE-3 capture (the target hands hidden states over)
+
+def test_eagle3_capture_is_recorded_for_the_gates_releases():
+    """The EAGLE-3 gate's RECORDED releases carry the per-architecture capture facts, with the runner checks cited."""
+    from specdeploy.core.checker.eagle3 import RECORDED
+
+    for engine, version in RECORDED.items():
+        doc = facts(engine, version)
+        rec = doc["facts"]["eagle3_capture"]
+        sup, uns = rec["value"]["supported"], rec["value"]["unsupported"]
+        assert "LlamaForCausalLM" in sup and "Qwen3ForCausalLM" in sup and not set(sup) & set(uns)
+        assert len(sup) > 50 and len(uns) > 50
+        cited = ("_setup_eagle3_aux_hidden_state_outputs", "set_eagle3_aux_hidden_state_layers") if engine == "vllm" \
+            else ("configure_aux_hidden_state_capture",)
+        assert all(c in rec["evidence"] for c in cited), rec["evidence"]
+    assert "Glm4MoeForCausalLM" in f(facts("vllm", "0.33.0"), "eagle3_capture", "unsupported")
+    assert "MiMoForCausalLM" in f(facts("sglang", "0.5.23"), "eagle3_capture", "unsupported")

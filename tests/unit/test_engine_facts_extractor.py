@@ -307,3 +307,109 @@ def test_sglang_guard_probe_reads_the_adaptive_algorithms(ef, tmp_path):
     assert g["dflash"] is True
     g = ef.sglang_speculation_guard(ef.Source(write(tmp_path / "c", {"sglang/srt/x.py": "X = 1\n"}), "sglang"))
     assert g["value"]["switch"] is None
+
+
+# ----------------------------------------------------------------- EAGLE-3 capture: which targets hand hidden states over
+
+VLLM_CAPTURE_FILES = {
+    "vllm/model_executor/models/interfaces.py": """
+        class SupportsEagle3:
+            supports_eagle3 = True
+    """,
+    "vllm/model_executor/models/llama.py": """
+        from .interfaces import SupportsEagle3
+
+        class LlamaForCausalLM(nn.Module, SupportsPP, SupportsEagle3):
+            pass
+    """,
+    # inherits the interface through a class of another module
+    "vllm/model_executor/models/mistral.py": """
+        from vllm.model_executor.models.llama import LlamaForCausalLM
+
+        class MistralForCausalLM(LlamaForCausalLM):
+            pass
+    """,
+    "vllm/model_executor/models/mixtral.py": """
+        class MixtralForCausalLM(nn.Module, SupportsLoRA, SupportsPP):
+            pass
+    """,
+    "vllm/models/flint/__init__.py": """
+        class FlintForCausalLM(nn.Module):
+            pass
+    """,
+    "vllm/model_executor/models/registry.py": """
+        _TEXT_GENERATION_MODELS = {
+            "LlamaForCausalLM": ("llama", "LlamaForCausalLM"),
+            "MistralForCausalLM": ("mistral", "MistralForCausalLM"),
+            "MixtralForCausalLM": ("mixtral", "MixtralForCausalLM"),
+            "FlintForCausalLM": ("vllm.models.flint", "FlintForCausalLM"),
+        }
+        _EMBEDDING_MODELS = {"LlamaModel": ("llama", "LlamaForCausalLM")}
+    """,
+    "vllm/v1/worker/gpu_model_runner.py": """
+        class GPUModelRunner:
+            def _setup_eagle3_aux_hidden_state_outputs(self):
+                if not supports_eagle3(self.get_model()):
+                    raise RuntimeError("Model does not support EAGLE3 interface")
+    """,
+}
+
+
+def test_vllm_eagle3_capture_follows_the_interface_through_the_bases(ef, tmp_path):
+    rec = ef.vllm_eagle3_capture(ef.Source(write(tmp_path, VLLM_CAPTURE_FILES), "vllm"))
+    v = rec["value"]
+    assert v["supported"] == {"LlamaForCausalLM": "vllm/model_executor/models/llama.py:LlamaForCausalLM",
+                              "MistralForCausalLM": "vllm/model_executor/models/mistral.py:MistralForCausalLM"}
+    assert set(v["unsupported"]) == {"MixtralForCausalLM", "FlintForCausalLM"}  # embedding tables are not targets
+    assert "gpu_model_runner.py:3 _setup_eagle3_aux_hidden_state_outputs" in rec["evidence"]
+
+
+def test_vllm_eagle3_capture_without_the_runner_check_says_so(ef, tmp_path):
+    files = dict(VLLM_CAPTURE_FILES)
+    files["vllm/v1/worker/gpu_model_runner.py"] = "class GPUModelRunner:\n    pass\n"
+    assert ef.vllm_eagle3_capture(ef.Source(write(tmp_path, files), "vllm"))["evidence"].startswith("no supports_eagle3")
+
+
+SGLANG_CAPTURE_FILES = {
+    "sglang/srt/models/llama.py": """
+        class LlamaForCausalLM(nn.Module):
+            def set_eagle3_layers_to_capture(self, layer_ids=None):
+                self.capture_aux_hidden_states = True
+
+        class Phi3ForCausalLM(LlamaForCausalLM):
+            pass
+
+        EntryClass = [LlamaForCausalLM, Phi3ForCausalLM]
+    """,
+    "sglang/srt/models/mimo.py": """
+        from sglang.srt.models.qwen2 import Qwen2ForCausalLM
+
+        class MiMoForCausalLM(Qwen2ForCausalLM):
+            pass
+
+        EntryClass = MiMoForCausalLM
+    """,
+    "sglang/srt/models/qwen2.py": """
+        class Qwen2ForCausalLM(nn.Module):
+            def set_dflash_layers_to_capture(self, layer_ids):
+                self.layers_to_capture = [i + 1 for i in layer_ids]
+    """,
+    "sglang/srt/model_executor/model_runner_components/attention_backend_setup.py": """
+        def configure_aux_hidden_state_capture(*, model, eagle_use_aux_hidden_state, ids):
+            if eagle_use_aux_hidden_state:
+                if not hasattr(model, "set_eagle3_layers_to_capture"):
+                    raise ValueError("does not implement set_eagle3_layers_to_capture")
+                model.set_eagle3_layers_to_capture(ids)
+    """,
+}
+
+
+def test_sglang_eagle3_capture_reads_the_method_along_the_bases(ef, tmp_path):
+    rec = ef.sglang_eagle3_capture(ef.Source(write(tmp_path, SGLANG_CAPTURE_FILES), "sglang"))
+    v = rec["value"]
+    assert v["supported"] == {
+        "LlamaForCausalLM": "sglang/srt/models/llama.py:LlamaForCausalLM.set_eagle3_layers_to_capture",
+        "Phi3ForCausalLM": "sglang/srt/models/llama.py:LlamaForCausalLM.set_eagle3_layers_to_capture"}
+    assert v["unsupported"] == ["MiMoForCausalLM"]  # a DFlash capture hook is not an EAGLE-3 one
+    assert rec["evidence"].startswith("sglang/srt/model_executor/model_runner_components/attention_backend_setup.py:2 "
+                                      "configure_aux_hidden_state_capture")

@@ -486,3 +486,108 @@ def test_status_reports_the_family():
     obs = st.Observation(generation=1, findings=[], family=label)
     (compat,) = [c for c in st.compute_conditions(obs) if c["type"] == st.DRAFTER_COMPATIBLE]
     assert compat["message"].startswith("EAGLE-3.1 (hf) drafter: ")
+
+
+# ------------------------------------------------------------------ EAGLE-3: the target hands its hidden states over
+
+CAPTURE = "Eagle3TargetCaptureUnsupported"
+
+
+def eagle3_for(target: dict) -> dict:
+    """The Llama-3.1-8B EAGLE-3 head resized to ``target`` (hidden size, vocabulary; default taps), so the capture
+    rule is the only one that can fire."""
+    t = target.get("text_config") or target
+    return edit(load(L8), {("hidden_size",): t["hidden_size"], ("vocab_size",): t["vocab_size"],
+                           ("draft_vocab_size",): min(32000, t["vocab_size"]), TOP: DEL})
+
+
+def minimal_target(arch: str, model_type: str = "x") -> dict:
+    """A config of a registered architecture that no fixture has: the fields the gate reads."""
+    return {"architectures": [arch], "model_type": model_type, "hidden_size": 4096, "num_hidden_layers": 32,
+            "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 8192}
+
+
+# (target, vLLM 0.33.0 captures, SGLang 0.5.23 captures): every target of the shared fixtures, the held-out ones,
+# and architectures from the engines' registries that no fixture has (minimal configs)
+CAPTURE_TABLE = [
+    ("llama-3.1-8b-instruct.target.json", True, True),
+    ("qwen3-8b.target.json", True, True),
+    ("qwen3-30b-a3b.target.json", True, True),
+    ("qwen3.5-27b.target.json", True, True),          # Qwen3_5ForConditionalGeneration
+    ("kimi-k2.6.target.json", True, True),            # KimiK25ForConditionalGeneration
+    ("glm-5.3-flash.target.json", True, True),        # Glm5NextForConditionalGeneration
+    ("deepseek-v3.target.json", True, True),
+    ("llama-3.3-70b-instruct.target.json", True, True),
+    ("glm-4.5-air.target.json", False, True),         # vLLM's Glm4MoeForCausalLM has no SupportsEagle3
+    ("mimo-7b-rl.target.json", True, False),          # SGLang's MiMoForCausalLM has no set_eagle3_layers_to_capture
+    ("MixtralForCausalLM", False, False),
+    ("Gemma3ForCausalLM", False, True),
+    ("Qwen2MoeForCausalLM", False, True),
+    ("Glm4MoeLiteForCausalLM", False, True),
+    ("Step3p5ForCausalLM", False, False),
+    ("Ernie4_5_MoeForCausalLM", False, False),
+    ("Cohere2ForCausalLM", False, False),
+    ("MiMoV2FlashForCausalLM", True, False),
+    ("ArceeForCausalLM", True, False),                # vLLM: its Transformers backend; SGLang: no class
+    ("GptOssForCausalLM", True, True),
+    ("MiniMaxM2ForCausalLM", True, True),
+    ("Qwen2ForCausalLM", True, True),
+    ("Phi3ForCausalLM", True, True),
+    ("DeepseekV32ForCausalLM", True, True),
+    ("Llama4ForConditionalGeneration", True, True),
+    ("NotARegisteredForCausalLM", True, False),       # vLLM's Transformers backend captures; SGLang's fallback cannot
+]
+
+
+@pytest.mark.parametrize("target,vllm_ok,sglang_ok", CAPTURE_TABLE, ids=[r[0] for r in CAPTURE_TABLE])
+def test_eagle3_target_capture_per_engine(target, vllm_ok, sglang_ok):
+    t = load(target) if target.endswith(".json") else minimal_target(target)
+    arch = t["architectures"][0]
+    for engine, ok in (("vllm", vllm_ok), ("sglang", sglang_ok)):
+        fs, _, der = gate("eagle3", engine, eagle3_for(t), t)
+        assert codes(fs, "error") == (set() if ok else {CAPTURE}), (engine, [f.message for f in fs])
+        if ok:
+            assert der.get("targetCapture"), engine
+            continue
+        (f,) = [f for f in fs if f.code == CAPTURE]
+        assert f.path == "$.architectures[0]" and f.source.value == "target"
+        assert arch in f.message and {"vllm": "vLLM 0.33.0", "sglang": "SGLang 0.5.23"}[engine] in f.message
+        other_ok, other = (sglang_ok, "SGLang") if engine == "vllm" else (vllm_ok, "vLLM")
+        assert (f"serve it on {other}" in f.message) is other_ok
+        assert "method ngram" in f.message
+
+
+def test_eagle3_capture_fix_names_mtp_when_the_target_has_it():
+    t = load("glm-4.5-air.target.json")
+    fs, _, _ = gate("eagle3", "vllm", eagle3_for(t), t)
+    (f,) = [f for f in fs if f.code == CAPTURE]
+    assert "method mtp (the target's own 1 MTP layer)" in f.message and "SupportsEagle3" in f.message
+    t = minimal_target("MixtralForCausalLM")
+    fs, _, _ = gate("eagle3", "vllm", eagle3_for(t), t)
+    assert "method mtp" not in next(f.message for f in fs if f.code == CAPTURE)
+
+
+def test_eagle3_capture_is_not_needed_without_aux_hidden_states():
+    """A head that reads the last layer like EAGLE-1 (eagle_config.use_aux_hidden_state: false) needs no capture."""
+    t = load("glm-4.5-air.target.json")
+    d = edit(eagle3_for(t), {("eagle_config", "use_aux_hidden_state"): False})
+    fs, _, _ = gate("eagle3", "vllm", d, t)
+    assert CAPTURE not in codes(fs)
+
+
+def test_eagle3_capture_on_other_releases():
+    t = load("glm-4.5-air.target.json")
+    fs, _, _ = gate("eagle3", "vllm", eagle3_for(t), t, version="0.32.0")  # older: read from 0.33.0, still an error
+    (f,) = [f for f in fs if f.code == CAPTURE]
+    assert f.severity.value == "error" and "read from vLLM 0.33.0" in f.message
+    fs, _, _ = gate("eagle3", "vllm", eagle3_for(t), t, version="0.34.0")  # newer: it may have gained the interface
+    assert CAPTURE in codes(fs, "warning") and CAPTURE not in codes(fs, "error")
+    assert not CATALOG[CAPTURE].overridable
+
+
+def test_eagle3_capture_facts_agree_with_the_gates_target_tables():
+    """The SGLang targets the aux-id conventions name (SGLANG_FIRST_ID_TARGETS, SGLANG_MAX_TARGETS) capture."""
+    from specdeploy.core.checker.eagle3 import SGLANG_FIRST_ID_TARGETS, SGLANG_MAX_TARGETS, target_captures
+
+    for arch in SGLANG_FIRST_ID_TARGETS | SGLANG_MAX_TARGETS:
+        assert target_captures("sglang", arch)[0] is True, arch

@@ -7,7 +7,8 @@
   every engine exports anyway: generation tokens, running and waiting requests, and the
   time-to-first-token and inter-token-latency histograms (the engines' own bucket
   boundaries; SGLang also its ``gen_throughput`` gauge);
-- ``GET /health``: 200 (vLLM and SGLang both answer 200 with an empty body when up).
+- ``GET /health``: 200 (vLLM and SGLang both answer 200 with an empty body when up);
+- ``POST /v1/completions`` and ``GET /v1/models`` (below: greedy text from the prompt alone).
 
 Modes (``set_mode`` changes it while serving):
 - ``healthy``:   per-position acceptance a^(k+1) with a = 0.75: tau ~ 3.96 for 15 draft tokens;
@@ -38,6 +39,7 @@ gauges are constants: 4 running, 2 waiting (per DP engine / rank).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import threading
 import time
@@ -324,8 +326,31 @@ class EngineStandin(MetricsServer):
     # requests running at once, faster with speculation (drafting costs batch capacity): speculation
     # wins at low concurrency and loses above a crossover, deterministically in the counters and
     # roughly in the clock. ``sleep_scale`` 0 answers at once.
+    # ``output_salt``: a non-empty salt changes every greedy output (an engine whose outputs differ from the
+    # target's: what the canary probe must catch, controller/probe.py). ``api_key``: when set, the /v1 routes
+    # answer 401 without ``Authorization: Bearer <api_key>`` (as vLLM's and SGLang's --api-key do; /metrics and
+    # /health stay open). ``GET /v1/models`` lists ``model_name``.
     sleep_scale: float = 0.2
     running: int = 0
+    output_salt: str = ""
+    api_key: str | None = None
+
+    def authorize(self, path: str, headers) -> tuple[int, bytes, str] | None:
+        import json as _json
+
+        if self.api_key is None or not path.startswith("/v1/"):
+            return None
+        if (headers.get("Authorization") or "") == f"Bearer {self.api_key}":
+            return None
+        return 401, _json.dumps({"error": "Unauthorized"}).encode(), "application/json"
+
+    def serve_get(self, path: str) -> tuple[int, bytes, str] | None:
+        import json as _json
+
+        if path != "/v1/models":
+            return None
+        doc = {"object": "list", "data": [{"id": self.model_name, "object": "model", "owned_by": "standin"}]}
+        return 200, _json.dumps(doc).encode(), "application/json"
 
     def serve_post(self, path: str, body: bytes) -> tuple[int, bytes, str] | None:
         import json as _json
@@ -353,7 +378,7 @@ class EngineStandin(MetricsServer):
         finally:
             with self._lock:
                 self.running -= 1
-        text = completion_text(str(prompt), max_tokens)
+        text = completion_text(self.output_salt + str(prompt), max_tokens)
         doc = {"id": "cmpl-standin", "object": "text_completion", "created": int(time.time()), "model": self.model_name,
                "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": "length"}],
                "usage": {"prompt_tokens": len(str(prompt).split()), "completion_tokens": max_tokens,
@@ -375,8 +400,8 @@ def completion_text(prompt: str, max_tokens: int) -> str:
 def vllm_main(argv: list[str] | None = None) -> int:
     """``vllm serve MODEL [flags]`` played by the stand-in (the dev kubelet's ``--exec vllm=...``): binds
     ``--host``/``--port``, serves MODEL's name, drafts ``num_speculative_tokens`` of ``--speculative-config``
-    (healthy acceptance), or exports no speculative series without one (speculation off). Other flags are
-    accepted and ignored."""
+    (healthy acceptance), or exports no speculative series without one (speculation off); with ``VLLM_API_KEY``
+    set, the /v1 routes need it, as vLLM's do. Other flags are accepted and ignored."""
     import json as _json
 
     p = argparse.ArgumentParser(prog="vllm (engine stand-in)")
@@ -389,7 +414,9 @@ def vllm_main(argv: list[str] | None = None) -> int:
     sc = _json.loads(a.speculative_config) if a.speculative_config else None
     k = int(sc.get("num_speculative_tokens") or 1) if sc else 1
     s = EngineStandin("vllm", "healthy" if sc else "none", model_name=a.model, num_spec_tokens=k, auto_advance=0,
-                      host=a.host, port=a.port).start()
+                      host=a.host, port=a.port)
+    s.api_key = os.environ.get("VLLM_API_KEY") or None  # vLLM's own variable (spec.engine.apiKey): /v1 needs it
+    s.start()
     print(f"engine stand-in as vllm serve {a.model} ({'speculative, k=' + str(k) if sc else 'no speculation'}) "
           f"on {s.url}; Application startup complete", flush=True)
     return serve_forever(s)

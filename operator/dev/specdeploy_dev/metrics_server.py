@@ -27,6 +27,14 @@ class MetricsServer:
         """(status, body, content type) for a POST, or None: 404. None by default."""
         return None
 
+    def serve_get(self, path: str) -> tuple[int, bytes, str] | None:
+        """(status, body, content type) for a GET other than /metrics and /health, or None: 404."""
+        return None
+
+    def authorize(self, path: str, headers) -> tuple[int, bytes, str] | None:
+        """The refusal of a request to ``path`` (GET other than /metrics and /health, or POST), or None: allowed."""
+        return None
+
     def start(self):
         if self._server is not None:
             return self
@@ -43,13 +51,14 @@ class MetricsServer:
                 elif path == "/health":
                     self._send(200, b"", "text/plain")
                 else:
-                    self._send(404, b"not found\n", "text/plain")
+                    answer = standin.authorize(path, self.headers) or standin.serve_get(path)
+                    self._send(*(answer or (404, b"not found\n", "text/plain")))
 
             def do_POST(self) -> None:  # noqa: N802 - subclasses that serve requests (serve_post) answer
                 path = self.path.split("?", 1)[0]
                 n = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(min(n, 1 << 20)) if n > 0 else b""
-                answer = standin.serve_post(path, body)
+                answer = standin.authorize(path, self.headers) or standin.serve_post(path, body)
                 if answer is None:
                     self._send(404, b"not found\n", "text/plain")
                 else:

@@ -8,7 +8,7 @@ also a JSON document on stdout.
 
 One module per command group, each adding its parsers to the root one: ``check`` (check, render),
 ``generate`` (crd, generate), ``operator`` (operator run), ``dev`` (demo and the dev tools, which hand
-over to the development rig), ``acceptance``, ``bench``. Shared pieces, the help texts' format and the
+over to the development rig), ``acceptance``, ``bench``, ``rollout``. Shared pieces, the help texts' format and the
 argument types: ``common``.
 """
 
@@ -18,7 +18,7 @@ import argparse
 import sys
 from typing import Sequence
 
-from . import acceptance, bench, check, dev, generate, operator
+from . import acceptance, bench, check, dev, generate, operator, rollout
 from .common import PROG, ArgumentError, Parser, UsageError, VersionAction, epilog, print_error, wants_json
 
 __all__ = ["PROG", "UsageError", "build_parser", "main"]
@@ -45,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_dev_parser(sub)
     acceptance.add_parser(sub)
     bench.add_parser(sub)
+    rollout.add_parser(sub)
     return p
 
 
@@ -63,7 +64,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: error: choose a command", file=sys.stderr)
         return 2
     label = " ".join(filter(None, (args.command, getattr(args, "dev_command", None),
-                                   getattr(args, "operator_command", None), getattr(args, "bench_command", None))))
+                                   getattr(args, "operator_command", None), getattr(args, "bench_command", None),
+                                   getattr(args, "rollout_command", None))))
     try:
         return args.func(args)
     except UsageError as e:

@@ -118,7 +118,7 @@ async def on_startup(settings: kopf.OperatorSettings, **_) -> None:
                                                  event=_controller.executor.event)
     interval = float(os.environ.get(INTERVAL_ENV) or DEFAULT_INTERVAL)
     if interval > 0:  # 0: no acceptance monitoring
-        _controller.attach_monitor(interval)
+        _controller.attach_monitor(interval, kube=base)  # base: reads the engine API key Secret for the canary probe
     watched = [n for n in (os.environ.get("SPECDEPLOY_WATCH_NAMESPACES") or "").split(",") if n]
     _sync = CacheSync(base, watched or None, _controller.bodies)
     _controller.benchmark_controller.deployments_synced = _sync.synced

@@ -6,6 +6,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from ..core import acceptance as acc
 from ..core import names as N
+from ..core import rollout as ro
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -60,3 +61,97 @@ ACCEPTANCE_GAUGES = (ACCEPTANCE_LENGTH, ACCEPTANCE_RATE, ACCEPTANCE_PER_POSITION
 
 def count_write(verb: str, kind: str) -> None:
     API_WRITES.labels(verb=verb, kind=kind).inc()
+
+
+# Canary rollouts (spec.rollout Canary, core/rollout.py), per SpeculativeDeployment. The reconciler
+# calls export_rollout with status.rollout on every status write (None: no rollout, or the CR is gone)
+# and count_rollout_decision once per decision it records.
+ROLLOUT_LABELS = ("namespace", "deployment")
+ROLLOUT_PHASES = ro.PHASES
+ROLLOUT_TRACKS = (ro.TRACK_STABLE, ro.TRACK_CANARY)
+# figure label -> the status.rollout.analysis row key it comes from
+ROLLOUT_FIGURES = {"tau": "tau", "tokens_per_second_per_request": "tokensPerSecondPerRequest",
+                   "error_rate": "errorRate", "drafts": "drafts"}
+# decision label -> the reasons core/rollout.py records with it: their series exist at 0 from the first
+# export, so `increase()` (the SpecdeployRolloutFailed alert, the dashboard's annotations) sees the first
+# decision of each kind too (a counter series born at 1 shows no increase).
+ROLLOUT_REASONS = {ro.PROMOTE.lower(): (ro.PROMOTED,), ro.ROLLBACK.lower(): ro.ROLLBACK_REASONS}
+ROLLOUT_DECISIONS = Counter(N.OP_ROLLOUT_DECISIONS,
+                            "Canary rollout decisions (promote | rollback) by reason (the Rollout condition's).",
+                            ROLLOUT_LABELS + ("decision", "reason"), registry=REGISTRY)
+ROLLOUT_PHASE = Gauge(N.OP_ROLLOUT_PHASE, "1 for the rollout's current phase (status.rollout.phase), 0 for the others.",
+                      ROLLOUT_LABELS + ("phase",), registry=REGISTRY)
+ROLLOUT_ANALYSIS = Gauge(N.OP_ROLLOUT_ANALYSIS,
+                         "The canary analysis behind the last verdict (status.rollout.analysis), per track and figure: "
+                         "tau, tokens_per_second_per_request, error_rate, drafts.",
+                         ROLLOUT_LABELS + ("track", "figure"), registry=REGISTRY)
+# (namespace, name) -> the label tuples each family holds for it, so a deployment's series can be removed
+_rollout_series: dict[tuple[str, str], dict[str, set[tuple[str, ...]]]] = {}
+
+
+def _decision_label(decision: str) -> str:
+    """status.rollout.decision.result (Promote | Rollback) or the label itself -> promote | rollback."""
+    return str(decision).strip().lower()
+
+
+def export_rollout(namespace: str, name: str, rollout_status: dict | None) -> None:
+    """The rollout gauges of one SpeculativeDeployment from its status.rollout (ROLLOUT.md's shape).
+
+    Phase: 1 for status.rollout.phase, 0 for every other phase. Analysis: one series per track and
+    figure of the status.rollout.analysis rows that have a number (a figure the row lacks, or a track
+    that is gone, loses its series). The decision counters of the known reasons are created at 0.
+    ``None`` removes every rollout series of the deployment (no rollout configured, or the CR is gone).
+    A pydantic model (api/types.py's RolloutStatus) is read as its camelCase dict."""
+    if rollout_status is not None and hasattr(rollout_status, "model_dump"):  # the typed RolloutStatus
+        rollout_status = rollout_status.model_dump(by_alias=True, exclude_none=True)
+    key = (namespace, name)
+    held = _rollout_series.setdefault(key, {"phase": set(), "analysis": set(), "decisions": set()})
+    if rollout_status is None:
+        for labels in held["phase"]:
+            _remove(ROLLOUT_PHASE, labels)
+        for labels in held["analysis"]:
+            _remove(ROLLOUT_ANALYSIS, labels)
+        for labels in held["decisions"]:
+            _remove(ROLLOUT_DECISIONS, labels)
+        _rollout_series.pop(key, None)
+        return
+    phase = rollout_status.get("phase")
+    for p in ROLLOUT_PHASES + ((phase,) if phase and phase not in ROLLOUT_PHASES else ()):
+        labels = (namespace, name, p)
+        ROLLOUT_PHASE.labels(*labels).set(1 if p == phase else 0)
+        held["phase"].add(labels)
+    now: set[tuple[str, ...]] = set()
+    for row in rollout_status.get("analysis") or []:
+        track = row.get("track") if isinstance(row, dict) else None
+        if not track:
+            continue
+        for figure, field in ROLLOUT_FIGURES.items():
+            value = row.get(field)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue
+            labels = (namespace, name, str(track), figure)
+            ROLLOUT_ANALYSIS.labels(*labels).set(float(value))
+            now.add(labels)
+    for labels in held["analysis"] - now:
+        _remove(ROLLOUT_ANALYSIS, labels)
+    held["analysis"] = now
+    for decision, reasons in ROLLOUT_REASONS.items():
+        for reason in reasons:
+            labels = (namespace, name, decision, reason)
+            ROLLOUT_DECISIONS.labels(*labels)
+            held["decisions"].add(labels)
+
+
+def count_rollout_decision(namespace: str, name: str, decision: str, reason: str) -> None:
+    """One recorded decision (``Promote``/``promote`` or ``Rollback``/``rollback``) with its reason."""
+    labels = (namespace, name, _decision_label(decision), str(reason))
+    ROLLOUT_DECISIONS.labels(*labels).inc()
+    _rollout_series.setdefault((namespace, name), {"phase": set(), "analysis": set(), "decisions": set()}
+                               )["decisions"].add(labels)
+
+
+def _remove(metric, labels: tuple[str, ...]) -> None:
+    try:
+        metric.remove(*labels)
+    except KeyError:  # never set
+        pass

@@ -34,6 +34,16 @@ A loop of its own in the operator (started with the Controller; every
    writer per key, so neither side can drop the other's conditions. The monitor knows the caches
    and the callback, never the Controller (which holds the monitor).
 
+7. **Canary rollouts** (``spec.rollout`` Canary): pods labelled ``TRACK_LABEL=canary`` are the canary track of
+   their deployment; every engine pod is kept (``pods``, ready or not). While a deployment has a canary (its
+   canary Deployment in the controller's cache, or canary pods), every scrape of both tracks feeds a
+   per-deployment ``core.rollout.Accumulator`` (canary pods of another revision are not scraped); status.acceptance,
+   the baseline and the guard read the stable pods only. The canary's ``Health`` comes from the pod cache, the
+   ``Probe`` from controller/probe.py (once per revision when both tracks have a ready pod; again while a run had
+   errors, ``PROBE_ATTEMPTS`` runs at most). Hand-over: ``speculation[key]["rollout"] = {"revision", "stable",
+   "canary", "probe", "health", "since"}`` (Totals, Totals, Probe | None, Health, the monotonic start), notified
+   when it changed; dropped when the canary goes. In memory only: a new process starts from new scrapes.
+
 Each tick reads every SpeculativeDeployment once through the API models (``read_deployment``:
 the spec, status.resolved, status.acceptance and the conditions it owns).
 
@@ -48,6 +58,7 @@ nothing changes until that lasts ``SCRAPE_FAILED_TICKS`` ticks: then Unknown ``S
 from __future__ import annotations
 
 import asyncio
+import base64
 import collections
 import logging
 import time
@@ -61,9 +72,12 @@ from ..core import acceptance as acc
 from ..core import baseline as bl
 from ..core import guard as gd
 from ..core.engines import ENGINES
+from ..core.render.children import names
 from ..core import names as N
-from ..core.names import CONFIG_HASH_ANNOTATION, ENGINE_LABEL
+from ..core import rollout as ro
+from ..core.names import CONFIG_HASH_ANNOTATION, ENGINE_LABEL, REVISION_ANNOTATION, TRACK_CANARY, TRACK_LABEL
 from . import metrics
+from . import probe as pr
 from . import status as st
 from .status import now_rfc3339
 
@@ -77,6 +91,11 @@ PORT_NAME = "http"  # core/render/objects._container: the engine's API port, whi
 DEFAULT_INTERVAL = 30.0
 INTERVAL_ENV = "SPECDEPLOY_ACCEPTANCE_INTERVAL"
 SCRAPE_FAILED_TICKS = 3  # ticks in a row without any answer before SpeculationHealthy is Unknown ScrapeFailed
+PROBE_ATTEMPTS = 3  # probe runs per canary revision while a run has errors (unreachable pod, timeout)
+MESSAGE_TAIL = 300  # characters of a failed container's termination message in Health.failed_to_start
+# Waiting reasons of a container that cannot start without a change of the pod (an image that does not exist or
+# cannot be pulled, a missing Secret or ConfigMap key): a canary in one of them fails to start.
+CANNOT_START = ("ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError")
 
 Fetch = Callable[[str, float], Awaitable[str]]  # (url, timeout seconds) -> body; raises on failure
 Notify = Callable[[Key], Awaitable[None]]  # a key's part of the status changed: reconcile it
@@ -101,6 +120,8 @@ class Target:
     engine: str | None  # the pod's specdeploy.io/engine label
     url: str
     config_hash: str | None = None  # the pod's specdeploy.io/config-hash annotation (core/render)
+    track: str = "stable"  # "canary" on a canary pod (TRACK_LABEL), else "stable"
+    revision: str | None = None  # the pod's rollout revision (REVISION_ANNOTATION; Canary strategy only)
 
 
 def is_ready(pod: dict) -> bool:
@@ -137,7 +158,71 @@ def pod_target(pod: dict) -> Target | None:
     config_hash = (meta.get("annotations") or {}).get(CONFIG_HASH_ANNOTATION)
     return Target(namespace=meta.get("namespace") or "default", name=meta.get("name") or "", uid=meta.get("uid") or "",
                   instance=instance, engine=engine, url=f"http://{host}:{port}{path}",
-                  config_hash=config_hash if isinstance(config_hash, str) else None)
+                  config_hash=config_hash if isinstance(config_hash, str) else None,
+                  track=pod_track(pod), revision=pod_revision(pod))
+
+
+def pod_track(pod: dict) -> str:
+    """"canary" for a pod of a canary Deployment (TRACK_LABEL), else "stable"."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return TRACK_CANARY if labels.get(TRACK_LABEL) == TRACK_CANARY else "stable"
+
+
+def pod_revision(pod: dict) -> str | None:
+    rev = ((pod.get("metadata") or {}).get("annotations") or {}).get(REVISION_ANNOTATION)
+    return rev if isinstance(rev, str) else None
+
+
+def _slim(pod: dict) -> dict:
+    """What the monitor keeps of an engine pod (canary health, the probe's target and model name)."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    return {"metadata": {k: meta[k] for k in ("name", "namespace", "uid", "labels", "annotations", "creationTimestamp",
+                                               "deletionTimestamp") if k in meta},
+            "spec": {"containers": [{k: c[k] for k in ("name", "command", "args", "ports") if k in c}
+                                    for c in spec.get("containers") or [] if isinstance(c, dict)]},
+            "status": pod.get("status") or {}}
+
+
+def _failure(pod_name: str, cs: dict, init: bool) -> str | None:
+    """A container that terminated non-zero and has not run since ("pod: container NAME exited CODE (REASON):
+    tail"), or one waiting for a reason that needs a change of the pod (CANNOT_START)."""
+    state, last = cs.get("state") or {}, cs.get("lastState") or {}
+    what = "init container" if init else "container"
+    waiting = state.get("waiting") if isinstance(state.get("waiting"), dict) else {}
+    if waiting.get("reason") in CANNOT_START:
+        tail = " ".join(str(waiting.get("message") or "").split())[-MESSAGE_TAIL:]
+        return f"{pod_name}: {what} {cs.get('name') or '?'} {waiting['reason']}" + (f": {tail}" if tail else "")
+    term = state.get("terminated") if isinstance(state.get("terminated"), dict) else None
+    if term is None and not cs.get("ready") and "running" not in state:
+        term = last.get("terminated") if isinstance(last.get("terminated"), dict) else None  # restarting after it
+    if term is None or not isinstance(term.get("exitCode"), int) or term["exitCode"] == 0:
+        return None
+    tail = " ".join(str(term.get("message") or "").split())[-MESSAGE_TAIL:]
+    reason = f" ({term['reason']})" if term.get("reason") else ""
+    return f"{pod_name}: {what} {cs.get('name') or '?'} exited {term['exitCode']}{reason}" + (f": {tail}" if tail else "")
+
+
+def canary_health(pods: list[dict]) -> ro.Health:
+    """The canary pods as the pod cache shows them: ready, restarts, CrashLoopBackOff, a container that failed to
+    start (an init container or the engine that terminated non-zero, with its name, exit code and message tail)."""
+    ready = restarts = 0
+    crash = False
+    failed: str | None = None
+    for p in pods:
+        ready += is_ready(p)
+        st_ = p.get("status") or {}
+        name = (p.get("metadata") or {}).get("name") or "?"
+        for init, key in ((True, "initContainerStatuses"), (False, "containerStatuses")):
+            for cs in st_.get(key) or []:
+                if not isinstance(cs, dict):
+                    continue
+                n = cs.get("restartCount")
+                restarts += n if isinstance(n, int) and n > 0 else 0
+                waiting = (cs.get("state") or {}).get("waiting") or {}
+                crash = crash or (isinstance(waiting, dict) and waiting.get("reason") == "CrashLoopBackOff")
+                failed = failed or _failure(name, cs, init)
+    return ro.Health(pods=len(pods), ready=ready, restarts=restarts, crash_looping=crash, failed_to_start=failed)
 
 
 def _fmt_seconds(s: float) -> str:
@@ -228,10 +313,24 @@ def body_guard_limit(key: Key, body: dict, benchmarks: Mapping) -> gd.GuardLimit
     return guard_of(key, d.spec, benchmarks) if d is not None else None
 
 
+@dataclass
+class _Canary:
+    """One deployment's canary analysis in this process (in memory: an operator restart starts a new one from new
+    scrapes; the reconciler counts the window from the canary Deployment's creationTimestamp)."""
+
+    revision: str
+    since: float  # monotonic clock at the start
+    acc: ro.Accumulator
+    probe: ro.Probe | None = None
+    probe_runs: int = 0
+    probe_task: asyncio.Task | None = None
+
+
 class AcceptanceMonitor:
     def __init__(self, deployments: Deployments, interval: float = DEFAULT_INTERVAL, *, notify: Notify | None = None,
                  fetch: Fetch | None = None, clock: Callable[[], float] = time.monotonic,
-                 now: Callable[[], str] = now_rfc3339, timeout: float | None = None):
+                 now: Callable[[], str] = now_rfc3339, timeout: float | None = None, kube: Any = None,
+                 probe_request: pr.Request | None = None, probe_timeout: float = pr.DEFAULT_TIMEOUT):
         self.deployments = deployments
         self.notify = notify
         self.interval = float(interval)
@@ -250,6 +349,12 @@ class AcceptanceMonitor:
         self._load: dict[Key, collections.deque] = {}
         self._guard_series: dict[Key, tuple[str, ...]] = {}  # key -> labels of its exported guard limit
         self.ticks = 0
+        # Canary rollouts (spec.rollout Canary): every engine pod as the watch shows it, ready or not (the canary's
+        # health reads the ones that are not), and the analysis of each deployment while it has a canary.
+        self.pods: dict[tuple[str, str], dict] = {}  # (namespace, pod) -> the pod (_slim)
+        self._canaries: dict[Key, _Canary] = {}
+        self.kube = kube  # reads the engine API key Secret for the probe (spec.engine.apiKey); None: no Secret reads
+        self.probe_request, self.probe_timeout = probe_request, probe_timeout
 
     # ------------------------------------------------------------- watch feed
 
@@ -261,9 +366,18 @@ class AcceptanceMonitor:
             self.targets.pop(pk, None)
         else:
             self.targets[pk] = target
+        if event_type == "DELETED":
+            gone = self.pods.pop(pk, None)
+            uid = meta.get("uid") or ((gone or {}).get("metadata") or {}).get("uid")
+            if uid:
+                for c in self._canaries.values():
+                    c.acc.forget_pod(uid)
+        else:
+            self.pods[pk] = _slim(pod)
 
     def forget(self, key: Key) -> None:
         """The SpeculativeDeployment is gone: drop its series and state."""
+        self._drop_canary(key)
         self._unexport(key)
         self._export_guard(key, (), None)
         self._unanswered.pop(key, None)
@@ -288,6 +402,9 @@ class AcceptanceMonitor:
             await self.close()
 
     async def close(self) -> None:
+        for c in self._canaries.values():
+            if c.probe_task is not None:
+                c.probe_task.cancel()
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -323,25 +440,45 @@ class AcceptanceMonitor:
         for key in [k for k in self._series if k not in bodies]:
             self._unexport(key)
         views = {key: read_deployment(body) for key, body in list(bodies.items())}  # each body parsed once per tick
-        by_key: dict[Key, list[Target]] = {}
+        canary_pods: dict[Key, list[dict]] = {}
+        for p in self.pods.values():
+            meta = p["metadata"]
+            if pod_track(p) == TRACK_CANARY and not meta.get("deletionTimestamp"):
+                key = (meta.get("namespace") or "default", (meta.get("labels") or {}).get(INSTANCE))
+                canary_pods.setdefault(key, []).append(p)
+        # key -> (revision, its canary pods) or None
+        canaries = {key: self._canary_of(key, canary_pods.get(key, [])) for key in bodies}
+        by_key: dict[Key, list[Target]] = {}  # stable pods: the deployment's acceptance, baseline and guard
+        canary_targets: dict[Key, list[Target]] = {}  # ready canary pods of the revision under analysis
         for t in self.targets.values():
             key = (t.namespace, t.instance)
-            if key in bodies:
+            if key not in bodies:
+                continue
+            if t.track != TRACK_CANARY:
                 by_key.setdefault(key, []).append(t)
+            elif canaries[key] is not None and _of_revision(t.revision, canaries[key][0]):
+                canary_targets.setdefault(key, []).append(t)
         wanted: list[Target] = []
-        for key, targets in by_key.items():
+        for key in set(by_key) | set(canary_targets):
             view = views.get(key)
             engine = view.engine if view is not None else None
-            by_key[key] = [t for t in targets if t.engine in (None, engine)]
-            wanted += by_key[key]
+            by_key[key] = [t for t in by_key.get(key, []) if t.engine in (None, engine)]
+            canary_targets[key] = [t for t in canary_targets.get(key, []) if t.engine in (None, engine)]
+            wanted += by_key[key] + canary_targets[key]
         scraped = await asyncio.gather(*(self._scrape(t) for t in wanted))
         results = {t.uid: (text, err) for t, text, err in scraped}
         for key, view in views.items():
             body = bodies.get(key)
             if body is None or (body.get("metadata") or {}).get("deletionTimestamp") or view is None \
                     or view.engine is None:
+                self._drop_canary(key)
                 continue
-            await self._judge(key, view, [(t, *results[t.uid]) for t in by_key.get(key, [])])
+            stable = [(t, *results[t.uid]) for t in by_key.get(key, [])]
+            changed = await self._judge(key, view, stable)
+            canary = [(t, *results[t.uid]) for t in canary_targets.get(key, [])]
+            changed = self._rollout(key, view, body, canaries[key], stable, canary) or changed
+            if changed and self.notify is not None:
+                await self.notify(key)
 
     @staticmethod
     def _running(engine: str, scrapes: list[tuple[Target, str | None, str | None]]) -> float | None:
@@ -364,7 +501,8 @@ class AcceptanceMonitor:
             self._settling.pop(key, None)
         return baseline
 
-    async def _judge(self, key: Key, d: Deployment, scrapes: list[tuple[Target, str | None, str | None]]) -> None:
+    async def _judge(self, key: Key, d: Deployment, scrapes: list[tuple[Target, str | None, str | None]]) -> bool:
+        """Judge the stable pods' scrapes; whether the monitor's part of the status changed (the caller notifies)."""
         engine = d.engine
         assert engine is not None
         labels = (key[0], key[1], engine, d.spec.drafter.model if d.spec.drafter is not None else "")
@@ -379,7 +517,7 @@ class AcceptanceMonitor:
             self._unanswered.pop(key, None)
             self._unexport(key)
             if prev_cond is None:
-                return  # never judged: nothing to say (and nothing to write)
+                return False  # never judged: nothing to say (and nothing to write)
             new = {"acceptance": {"baseline": baseline.to_status()} if baseline is not None else None,
                    "condition": st.speculation_unknown(st.NO_READY_PODS, "no ready engine pod to read acceptance from")}
         else:
@@ -406,7 +544,7 @@ class AcceptanceMonitor:
                 reporting.append(t)
             self._unanswered[key] = 0 if answered else self._unanswered.get(key, 0) + 1
             if not answered and self._unanswered[key] < SCRAPE_FAILED_TICKS:
-                return  # a missed scrape or two is no news: keep everything as it is
+                return False  # a missed scrape or two is no news: keep everything as it is
             now = self.now()
             if not answered:
                 self._unexport(key)
@@ -414,7 +552,7 @@ class AcceptanceMonitor:
                        "condition": st.speculation_unknown(
                            st.SCRAPE_FAILED, f"no ready engine pod's metrics answered: {'; '.join(errors)}"[:1000])}
             elif not items and primed:
-                return  # the first scrape of every pod with metrics: judge at the next tick
+                return False  # the first scrape of every pod with metrics: judge at the next tick
             else:
                 combined = acc.combine(items)
                 live_tau = combined.length if combined is not None else None
@@ -441,16 +579,163 @@ class AcceptanceMonitor:
         recent.append(self._running(engine, scrapes))
         new["profitable"] = st.profitable_condition(gd.peak_load(recent), limit, previous.get("profitable"),
                                                     tau=live_tau)
+        if "rollout" in previous:  # the canary's part (_rollout) is handed over with it
+            new["rollout"] = previous["rollout"]
         if new["acceptance"] == prev_acc and new["condition"] == prev_cond \
                 and new["profitable"] == previous.get("profitable"):
             self.deployments.speculation[key] = new
-            return
+            return False
         log.info("acceptance of %s/%s: %s %s%s", key[0], key[1], (new["condition"] or {}).get("reason"),
                  (new["acceptance"] or {}).get("length"),
                  f"; {new['profitable']['reason']}" if new["profitable"] else "")
         self.deployments.speculation[key] = new
-        if self.notify is not None:
-            await self.notify(key)
+        return True
+
+    # ------------------------------------------------------------- canary rollouts
+
+    def _canary_of(self, key: Key, pods: list[dict]) -> tuple[str, list[dict]] | None:
+        """(revision under analysis, its canary pods) while the deployment has a canary: a canary Deployment in the
+        controller's cache (``names()["canary"]``) or canary-labelled pods (``pods``, not being deleted); None
+        otherwise. The revision is the
+        Deployment's pod template's (REVISION_ANNOTATION), else the newest canary pod's ("" when none says)."""
+        ns, name = key
+        children = getattr(self.deployments, "children", None) or {}
+        dep = children.get(("Deployment", ns, canary_name(name)))
+        if dep is not None and (dep.get("metadata") or {}).get("deletionTimestamp"):
+            dep = None
+        if dep is None and not pods:
+            return None
+        rev = (((((dep or {}).get("spec") or {}).get("template") or {}).get("metadata") or {}).get("annotations")
+               or {}).get(REVISION_ANNOTATION)
+        if not isinstance(rev, str):
+            revs = sorted((p["metadata"].get("creationTimestamp") or "", pod_revision(p)) for p in pods
+                          if pod_revision(p))
+            rev = revs[-1][1] if revs else ""
+        return rev, [p for p in pods if _of_revision(pod_revision(p), rev)]
+
+    def _rollout(self, key: Key, d: Deployment, body: dict, canary: tuple[str, list[dict]] | None,
+                 stable: list[tuple[Target, str | None, str | None]],
+                 canary_scrapes: list[tuple[Target, str | None, str | None]]) -> bool:
+        """Feed this tick's scrapes of both tracks into the deployment's canary analysis, start the probe when it is
+        due, and hand ``speculation[key]["rollout"]`` over; whether it changed."""
+        if canary is None:
+            return self._drop_canary(key)
+        revision, pods = canary
+        c = self._canaries.get(key)
+        if c is None or c.revision != revision:
+            self._drop_canary(key)
+            c = self._canaries[key] = _Canary(revision=revision, since=self.clock(), acc=ro.Accumulator())
+            log.info("canary of %s/%s: analysing revision %s", key[0], key[1], revision or "(unannotated)")
+        engine = d.engine
+        assert engine is not None
+        live = {p["metadata"].get("uid") for p in self.pods.values()}
+        for uid in c.acc.pods() - live:  # deleted while the watch was away: what it measured stays counted
+            c.acc.forget_pod(uid)
+        now = self.clock()
+        for track, scrapes in (("stable", stable), (TRACK_CANARY, canary_scrapes)):
+            for t, text, _ in scrapes:
+                if text is not None:
+                    c.acc.observe(t.uid, track, engine, text, now)
+        self._maybe_probe(key, c, body, stable, canary_scrapes)
+        entry = {"revision": c.revision, "stable": c.acc.totals("stable"), "canary": c.acc.totals(TRACK_CANARY),
+                 "probe": c.probe, "health": canary_health(pods), "since": c.since}
+        part = self.deployments.speculation.get(key)
+        if part is None:  # not judged by this process yet: what the stored status says stays as it is
+            part = self.deployments.speculation[key] = dict(d.stored())
+        if part.get("rollout") == entry:
+            return False
+        part["rollout"] = entry
+        return True
+
+    def _drop_canary(self, key: Key) -> bool:
+        """The canary is gone (promoted, rolled back, deleted): drop its analysis; whether a hand-over was removed."""
+        c = self._canaries.pop(key, None)
+        if c is not None and c.probe_task is not None:
+            c.probe_task.cancel()
+        part = self.deployments.speculation.get(key)
+        if part is not None and "rollout" in part:
+            del part["rollout"]
+            return True
+        return False
+
+    def _probe_pod(self, scrapes: list[tuple[Target, str | None, str | None]]) -> dict | None:
+        """A ready pod of a track whose metrics answered this tick (the first by name)."""
+        for t, text, _ in sorted(scrapes, key=lambda x: x[0].name):
+            p = self.pods.get((t.namespace, t.name))
+            if text is not None and p is not None and is_ready(p):
+                return p
+        return None
+
+    def _maybe_probe(self, key: Key, c: _Canary, body: dict, stable: list, canary: list) -> None:
+        """Start the probe of this canary revision when both tracks have a ready pod: once, again while a run had
+        errors (at most PROBE_ATTEMPTS runs), never when spec.rollout.analysis.probe.enabled is false."""
+        enabled, max_tokens = pr.settings(body)
+        if c.probe_task is not None and c.probe_task.done():
+            c.probe_task = None  # cancelled before it ran (the monitor stopped and started again)
+        if not enabled or c.probe_task is not None or c.probe_runs >= PROBE_ATTEMPTS \
+                or (c.probe is not None and c.probe.errors == 0):
+            return
+        s, k = self._probe_pod(stable), self._probe_pod(canary)
+        if s is None or k is None:
+            return
+        c.probe_runs += 1
+        c.probe_task = asyncio.get_running_loop().create_task(self._run_probe(key, c, body, s, k, max_tokens),
+                                                              name=f"specdeploy-probe-{key[0]}-{key[1]}")
+
+    async def _run_probe(self, key: Key, c: _Canary, body: dict, stable: dict, canary: dict, max_tokens: int) -> None:
+        try:
+            api_key, problem = await self._api_key(key, body)
+            if problem is not None:  # nothing sent: every prompt is an error (none a difference)
+                n = len(pr.prompts())
+                result = ro.Probe(prompts=n, identical=0, errors=n, message=problem)
+            else:
+                result = await pr.probe(stable, canary, port_of=http_port, max_tokens=max_tokens, api_key=api_key,
+                                        request=self.probe_request, timeout=self.probe_timeout)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the probe never ends the monitor
+            log.exception("canary probe of %s/%s failed", key[0], key[1])
+            result = ro.Probe(prompts=1, identical=0, errors=1, message=f"the probe failed: {type(e).__name__}")
+        finally:
+            c.probe_task = None
+        if self._canaries.get(key) is not c:
+            return  # the canary went or changed revision meanwhile
+        c.probe = result
+        log.info("canary probe of %s/%s (revision %s): %s", key[0], key[1], c.revision, result.message)
+        part = self.deployments.speculation.get(key)
+        rollout = (part or {}).get("rollout")
+        if isinstance(rollout, dict) and rollout.get("revision") == c.revision and rollout.get("probe") != result:
+            part["rollout"] = {**rollout, "probe": result}
+            if self.notify is not None:
+                await self.notify(key)
+
+    async def _api_key(self, key: Key, body: dict) -> tuple[str | None, str | None]:
+        """(the engine API key, None) or (None, why it cannot be read); (None, None) without spec.engine.apiKey."""
+        ref = pr.api_key_ref(body)
+        if ref is None:
+            return None, None
+        where = f"Secret {key[0]}/{ref[0]} key {ref[1]!r} (spec.engine.apiKey)"
+        if self.kube is None:
+            return None, f"the engine API key cannot be read: the monitor has no API client to read {where}"
+        try:
+            secret = await self.kube.get("Secret", key[0], ref[0])
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - forbidden, unreachable API server
+            return None, f"the engine API key cannot be read from {where}: {type(e).__name__}"
+        raw = ((secret or {}).get("data") or {}).get(ref[1])
+        if not isinstance(raw, str):
+            return None, f"the engine API key is missing: {where} does not exist or has no such key"
+        try:
+            return base64.b64decode(raw).decode().strip(), None
+        except (ValueError, UnicodeDecodeError):
+            return None, f"the engine API key in {where} is not base64 text"
+
+    async def settle(self) -> None:
+        """Wait for the probes in flight (tests; close cancels them)."""
+        tasks = [c.probe_task for c in self._canaries.values() if c.probe_task is not None]
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     # ------------------------------------------------------------- metrics
 
@@ -498,6 +783,16 @@ class AcceptanceMonitor:
             _remove(g, labels)
         for i in range(n):
             metrics.ACCEPTANCE_PER_POSITION.remove(*labels, str(i))
+
+
+def canary_name(name: str) -> str:
+    """The canary Deployment of SpeculativeDeployment ``name`` (core/render/children.names()["canary"])."""
+    return names(name).get("canary") or f"{name}-canary"
+
+
+def _of_revision(pod_rev: str | None, revision: str) -> bool:
+    """Whether a canary pod belongs to the revision under analysis (every canary pod when none is annotated)."""
+    return not revision or pod_rev == revision
 
 
 def _remove(gauge, labels: tuple[str, ...]) -> None:

@@ -199,6 +199,24 @@ CATALOG = MappingProxyType({c.code: c for c in (
        source="vLLM 0.33.0 transformers_utils/configs/eagle.py EAGLEConfig.__init__, model_executor/models/registry.py "
        "_SPECULATIVE_DECODING_MODELS, configs/speculators/algos.py update_eagle3; SGLang 0.5.23 models/llama_eagle3.py "
        "and models/kimi_k25_eagle3.py EntryClass, model_loader/utils.py resolve_transformers_arch"),
+    _C("Eagle3TargetCaptureUnsupported", "error", "engine", "An EAGLE-3 drafter reads the target's hidden states at "
+       "the aux layers, and only target classes built to hand them over can serve one: vLLM's model runners (V1 and "
+       "V2) require the SupportsEagle3 interface, SGLang requires set_eagle3_layers_to_capture on the target model. "
+       "Recorded per release and architecture (facts key eagle3_capture: vLLM 0.33.0 129 of 286 generative "
+       "architectures, e.g. no Glm4MoeForCausalLM, MixtralForCausalLM, Gemma3ForCausalLM; SGLang 0.5.23 71 "
+       "EntryClasses, e.g. no MiMoForCausalLM, Ernie4_5_MoeForCausalLM). An architecture vLLM does not register loads "
+       "through its Transformers backend, which captures; one SGLang does not register loads its Transformers "
+       "fallback, which does not. Not raised when eagle_config.use_aux_hidden_state is false. A warning for a "
+       "release newer than the recorded one.",
+       "The engine refuses to start: vLLM 'Model does not support EAGLE3 interface', SGLang 'does not implement "
+       "set_eagle3_layers_to_capture'.",
+       "Serve the target on the engine whose class captures (named in the message), use method mtp where the target "
+       "has MTP layers or ngram, or pick a target whose class captures.",
+       source="vLLM 0.33.0 v1/worker/gpu_model_runner.py _setup_eagle3_aux_hidden_state_outputs, "
+       "v1/worker/gpu/spec_decode/eagle/eagle3_utils.py set_eagle3_aux_hidden_state_layers, models/interfaces.py "
+       "SupportsEagle3, models/registry.py; SGLang 0.5.23 model_executor/model_runner_components/"
+       "attention_backend_setup.py configure_aux_hidden_state_capture, models/*.py set_eagle3_layers_to_capture "
+       "(recorded by e2e/flagdrift/engine_facts.py vllm_eagle3_capture, sglang_eagle3_capture)"),
     _C("SpeculatorsUnsupportedByEngine", "error", "engine", "SGLang has no reader for the speculators format "
        "(speculators_config, transformer_layer_config).", "-", "Serve speculators drafters on vLLM or convert the config.",
        source="SGLang 0.5.23: no reference to speculators_config in the wheel"),

@@ -9,8 +9,10 @@ dashboard sidecar watches for).
   deployment, acceptance rate, the per-position acceptance heatmap and bars, draft vs
   accepted tokens per second, drafts per second, SGLang's raw gauges by rank, speculation
   alerts (pending and firing), tau against the learned baseline and its regression threshold,
-  and the operator's tau / baseline ratio. Reads only the ``specdeploy:*`` vocabulary of ``rules.py``,
-  so one dashboard serves vLLM and SGLang deployments.
+  and the operator's tau / baseline ratio; a *Rollout* row (``spec.rollout`` Canary): stable vs canary
+  tau and output tokens/s per running request from the canary analysis, the rollout phase over time,
+  and dashboard annotations at each promote and rollback. Reads only the ``specdeploy:*`` vocabulary
+  of ``rules.py``, so one dashboard serves vLLM and SGLang deployments.
 - ``engines`` (uid ``specdeploy-engines``): generation throughput, time to first token and
   inter-token latency (p50/p95 from the engines' histograms), running and waiting
   requests, GPU utilisation and framebuffer memory (DCGM exporter series joined to the
@@ -35,6 +37,7 @@ from typing import Any, Callable
 
 from ..core import acceptance as acc
 from ..core import baseline as bl
+from ..core import rollout as ro
 from ..core.acceptance import (SGLANG_ITL, SGLANG_THROUGHPUT, SGLANG_TTFT, SGLANG_WAITING, VLLM_ITL, VLLM_TTFT,
                                VLLM_WAITING)
 from ..core.names import (OP_API_WRITES, OP_CHECK_FAILURES, OP_ERRORS, OP_LEADER,  # noqa: F401 (D.OP_* in tests)
@@ -122,12 +125,12 @@ def _scope_vars(series: str) -> list[dict]:
 
 
 def _dashboard(uid: str, title: str, description: str, tags: list[str], variables: list[dict],
-               panels: list[dict]) -> dict:
+               panels: list[dict], annotations: list[dict] | None = None) -> dict:
     return {
         "uid": uid, "title": title, "description": description, "tags": ["specdeploy", *tags],
         "schemaVersion": 39, "version": 1, "editable": True, "graphTooltip": 1, "refresh": "30s",
         "time": {"from": "now-6h", "to": "now"}, "timezone": "",
-        "annotations": {"list": []},  # Grafana adds its built-in "Annotations & Alerts" itself
+        "annotations": {"list": annotations or []},  # Grafana adds its built-in "Annotations & Alerts" itself
         "links": [{"title": "specdeploy dashboards", "type": "dashboards", "tags": ["specdeploy"], "asDropdown": True,
                    "includeVars": True, "keepTime": True}],
         "templating": {"list": variables},
@@ -198,11 +201,68 @@ def build_acceptance_dashboard() -> dict:
                "spec.monitoring.regressionFraction (0.75 by default): 1 = as learned.",
                [_target(f"{R.BASELINE_RATIO}{{{SEL}}}", "{{namespace}}/{{job}}")], 12, 32, unit="percentunit",
                thresholds=[("red", None), ("orange", 1 - bl.DEFAULT_REGRESSION_FRACTION), ("green", 0.9)]),
+        *rollout_panels(40),
     ]
     return _dashboard(UID, "specdeploy / Speculative decoding",
                       "Speculative-decoding acceptance of SpeculativeDeployments (vLLM and SGLang), from the "
                       f"specdeploy recording rules. {NEEDS_RULES}", ["speculative-decoding"], _scope_vars(R.LENGTH),
-                      panels)
+                      panels, rollout_annotations())
+
+
+# Rollout phases (status.rollout.phase) as the numbers of the phase timeline, in order.
+ROLLOUT_PHASES = ro.PHASES
+ROLLOUT_PHASE_COLORS = ("green", "blue", "yellow", "purple", "red")
+
+
+def rollout_phase_expr() -> str:
+    """One number per deployment: the index of its current phase in ROLLOUT_PHASES (the timeline maps it back)."""
+    parts = [f'({R.ROLLOUT_PHASE}{{{SEL}, phase="{p}"}} == 1) * {i}' for i, p in enumerate(ROLLOUT_PHASES)]
+    return "max by (namespace, job) (\n  " + "\nor\n  ".join(parts) + "\n)"
+
+
+def _annotation(name: str, decision: str, color: str, title: str) -> dict:
+    """A Prometheus annotation query: an event where the deployment's decisions of this kind increased."""
+    return {"name": name, "datasource": dict(DS), "enable": True, "hide": False, "iconColor": color,
+            "expr": f'{R.ROLLOUT_DECISIONS}{{{SEL}, decision="{decision}"}} > 0', "step": "1m",
+            "titleFormat": title, "textFormat": "{{reason}}", "tagKeys": "job,decision,reason",
+            "useValueForTime": False}
+
+
+def rollout_annotations() -> list[dict]:
+    return [_annotation("Rollout promoted", "promote", "green", "{{job}}: canary promoted"),
+            _annotation("Rollout rolled back", "rollback", "red", "{{job}}: canary rolled back ({{reason}})")]
+
+
+def rollout_panels(y: int) -> list[dict]:
+    who = "{{job}} {{track}}"
+    analysis = ("From the operator's canary analysis (status.rollout.analysis, specdeploy_rollout_analysis), "
+                "counted over each track's pods since the analysis started, as judged; exists only while a "
+                "SpeculativeDeployment with spec.rollout.strategy Canary has an analysis.")
+    mappings = [{"type": "value", "options": {str(i): {"text": p, "color": c, "index": i}
+                                              for i, (p, c) in enumerate(zip(ROLLOUT_PHASES, ROLLOUT_PHASE_COLORS))}}]
+    return [
+        _row(102, "Rollout (canary analysis)", y),
+        _panel(11, "Rollout: tau, stable vs canary",
+               f"Acceptance length of the stable and canary revisions during a canary. {analysis} The canary is "
+               "rolled back when its tau falls below spec.rollout.analysis.minAcceptanceRatio of the stable's "
+               f"(AcceptanceBelowStable, {R.A_ROLLOUT_FAILED}).",
+               [_target(f'{R.ROLLOUT_ANALYSIS}{{{SEL}, figure="tau"}}', who)], 0, y + 1),
+        _panel(12, "Rollout: output tokens/s per running request, stable vs canary",
+               f"Output tokens per second per running request of each revision. {analysis} Judged against "
+               "spec.rollout.analysis.minThroughputRatio (ThroughputBelowStable).",
+               [_target(f'{R.ROLLOUT_ANALYSIS}{{{SEL}, figure="tokens_per_second_per_request"}}', who)],
+               12, y + 1),
+        _panel(13, "Rollout phase",
+               "status.rollout.phase over time, per deployment: Stable, Progressing (canary pods starting), "
+               "Analyzing, Promoting, RolledBack. The dashboard's annotations mark each promote and rollback "
+               f"(from specdeploy_rollout_decisions_total); {R.A_ROLLOUT_STUCK} fires after an hour without a "
+               "decision.",
+               [_target(rollout_phase_expr(), "{{job}}")], 0, y + 9, w=24, h=5,
+               kind="state-timeline", extra={"fieldConfig": {"defaults": {
+                   "unit": "short", "mappings": mappings, "color": {"mode": "thresholds"},
+                   "thresholds": {"mode": "absolute", "steps": [{"color": "green", "value": None}]}},
+                   "overrides": []}}),
+    ]
 
 
 # ----------------------------------------------------------------- engines and GPUs

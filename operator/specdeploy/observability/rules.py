@@ -40,6 +40,18 @@ The speculation guard (``spec.speculation.guard``, core/guard.py), per deploymen
 - alert ``SpecdeployPastCrossover``: the second at or above the first: the deployment runs where its
   benchmark measured speculation losing (vLLM >= 0.24 then drafts nothing; SGLang keeps drafting).
 
+Canary rollouts (``spec.rollout``, core/rollout.py), from the operator's rollout series (labels ``namespace,
+deployment`` and ``job="<namespace>/<deployment>"``):
+
+- ``specdeploy:rollout_analysis:max``          the canary analysis per ``track`` (stable | canary) and ``figure``
+                                               (tau | tokens_per_second_per_request | error_rate | drafts)
+- ``specdeploy:rollout_phase:max``             1 for the current ``phase``, 0 for the others
+- ``specdeploy:rollout_decisions:increase2m``  decisions of the last 2m by ``decision`` and ``reason`` (the
+                                               dashboard's promote/rollback annotations)
+- alert ``SpecdeployRolloutFailed``: a canary rolled back in the last 15m (one alert per reason);
+  ``SpecdeployRolloutStuck``: a rollout in Progressing, Analyzing or Promoting for an hour (the deadline,
+  30m by default, should have decided long before).
+
 Thresholds are recording rules of their own (group ``specdeploy.thresholds``, each
 ``vector(<number>)``): the chart renders that group from values, everything else is
 embedded verbatim.
@@ -53,10 +65,12 @@ from typing import Any
 import yaml
 
 from ..core import acceptance as acc
-from ..core.names import OP_LEADER
+from ..core import rollout as ro
+from ..core.names import OP_LEADER, OP_ROLLOUT_ANALYSIS, OP_ROLLOUT_DECISIONS, OP_ROLLOUT_PHASE, ROLLOUT_ANNOTATION
 
 RULES_FILE = "charts/specdeploy/files/prometheus-rules.yaml"
 RUNBOOK = "docs/how-to/troubleshoot-low-acceptance.md"
+ROLLOUT_RUNBOOK = "docs/how-to/roll-out-safely.md"  # the rollout alerts' runbook
 
 # Record names (the vocabulary).
 LENGTH = "specdeploy:acceptance_length:rate5m"
@@ -74,6 +88,9 @@ BASELINE_RATIO = "specdeploy:acceptance_length_over_baseline:ratio"
 REGRESSION_THRESHOLD = "specdeploy:acceptance_regression_threshold:length"
 GUARD = "specdeploy:guard_max_concurrency:max"
 REQUESTS_RUNNING = "specdeploy:engine_requests_running:max_avg5m"
+ROLLOUT_ANALYSIS = "specdeploy:rollout_analysis:max"
+ROLLOUT_PHASE = "specdeploy:rollout_phase:max"
+ROLLOUT_DECISIONS = "specdeploy:rollout_decisions:increase2m"
 T_MIN_LENGTH = "specdeploy:threshold:acceptance_min_length"
 T_CLIFF_HIGH = "specdeploy:threshold:cliff_high"
 T_CLIFF_LOW = "specdeploy:threshold:cliff_low"
@@ -85,6 +102,7 @@ G_SGLANG = "specdeploy.acceptance.sglang"
 G_CLIFF = "specdeploy.acceptance.cliff"
 G_REGRESSION = "specdeploy.acceptance.regression"
 G_GUARD = "specdeploy.guard"
+G_ROLLOUT = "specdeploy.rollout"
 G_ALERTS = "specdeploy.alerts"
 
 # Alert names.
@@ -95,7 +113,12 @@ A_MISSING = "SpecdeployMetricsMissing"
 A_OPERATOR_DOWN = "SpecdeployOperatorDown"
 A_NO_LEADER = "SpecdeployOperatorNoLeader"
 A_PAST_CROSSOVER = "SpecdeployPastCrossover"
-ALERTS = (A_COLLAPSED, A_REGRESSED, A_CLIFF, A_MISSING, A_OPERATOR_DOWN, A_NO_LEADER, A_PAST_CROSSOVER)
+A_ROLLOUT_FAILED = "SpecdeployRolloutFailed"
+A_ROLLOUT_STUCK = "SpecdeployRolloutStuck"
+ALERTS = (A_COLLAPSED, A_REGRESSED, A_CLIFF, A_MISSING, A_OPERATOR_DOWN, A_NO_LEADER, A_PAST_CROSSOVER,
+          A_ROLLOUT_FAILED, A_ROLLOUT_STUCK)
+# Phases in which a rollout waits for a decision (status.rollout.phase): SpecdeployRolloutStuck's.
+ROLLOUT_PENDING_PHASES = (ro.PHASE_PROGRESSING, ro.PHASE_ANALYZING, ro.PHASE_PROMOTING)
 LEADER_METRIC = OP_LEADER  # controller/metrics.py LEADER
 
 
@@ -127,6 +150,8 @@ class RuleParams:
     operator_down_for: str = "5m"
     no_leader_for: str = field(default_factory=_no_leader_for)
     crossover_for: str = "15m"
+    rollout_failed_window: str = "15m"  # a rollback this recent fires SpecdeployRolloutFailed
+    rollout_stuck_for: str = "1h"  # longer than the default deadline (30m) with room for a slow start
     aggregation: tuple[str, ...] = ("namespace", "job", "model_name")
     # Narrows the engine series the "metrics missing" alert looks at, e.g.
     # 'app_kubernetes_io_managed_by="specdeploy"' once the PodMonitor copies that label.
@@ -248,6 +273,39 @@ def guard_group(p: RuleParams) -> dict:
     ]}
 
 
+def _by_deployment(metric: str, *more: str) -> str:
+    """A rollout series by deployment (max: one operator exports it; a second scrape must not double it)."""
+    return f"max by ({', '.join(('namespace', 'deployment') + more)}) ({metric})"
+
+
+def rollout_group(p: RuleParams) -> dict:
+    # Decisions: summed over operator replicas (only the leader counts; a new leader counts from 0).
+    decisions = f"sum by (namespace, deployment, decision, reason) (increase({OP_ROLLOUT_DECISIONS}[2m]))"
+    return {"name": G_ROLLOUT, "rules": [
+        {"record": ROLLOUT_ANALYSIS, "expr": _job(_by_deployment(OP_ROLLOUT_ANALYSIS, "track", "figure"))},
+        {"record": ROLLOUT_PHASE, "expr": _job(_by_deployment(OP_ROLLOUT_PHASE, "phase"))},
+        {"record": ROLLOUT_DECISIONS, "expr": _job(decisions)},
+    ]}
+
+
+def rollout_failed_expr(p: RuleParams) -> str:
+    """A rollback decision in the last ``rollout_failed_window``, per deployment and reason. The operator
+    creates the counters of the known reasons at 0 (controller/metrics.py), so increase() sees their first
+    rollback; a series born above 0 (a reason it did not pre-create) counts while it is newer than the window."""
+    w = p.rollout_failed_window
+    d = f'{OP_ROLLOUT_DECISIONS}{{decision="rollback"}}'
+    return _job(f"max by (namespace, deployment, reason) (\n"
+                f"  increase({d}[{w}]) > 0\n"
+                f"  or\n"
+                f"  ({d} > 0 unless {d} offset {w})\n"
+                f")")
+
+
+def rollout_stuck_expr(p: RuleParams) -> str:
+    phases = "|".join(ROLLOUT_PENDING_PHASES)
+    return _job(_by_deployment(f'{OP_ROLLOUT_PHASE}{{phase=~"{phases}"}}', "phase") + " == 1")
+
+
 def crossover_expr(p: RuleParams) -> str:
     """Running requests (5m average of the most loaded engine) at or above the guard: core/guard.past_crossover."""
     return f"{REQUESTS_RUNNING} >= on (namespace, job) group_left (deployment, engine, drafter) {GUARD}"
@@ -277,8 +335,8 @@ def missing_expr(p: RuleParams) -> str:
     )
 
 
-def _runbook(p: RuleParams, anchor: str) -> str:
-    return f"{p.runbook_base}{RUNBOOK}#{anchor}"
+def _runbook(p: RuleParams, anchor: str, doc: str = RUNBOOK) -> str:
+    return f"{p.runbook_base}{doc}#{anchor}"
 
 
 def operator_up(p: RuleParams | None = None) -> str:
@@ -366,13 +424,39 @@ def alert_group(p: RuleParams) -> dict:
                              "says PastCrossover. Scale out, or rerun the SpeculativeBenchmark if the load is the new "
                              "normal (docs/how-to/tune-speculation.md)."),
              "runbook_url": _runbook(p, "past-the-crossover")}},
+        {"alert": A_ROLLOUT_FAILED,
+         "expr": rollout_failed_expr(p),
+         "labels": dict(labels),
+         "annotations": {
+             "summary": ("Canary of {{ $labels.namespace }}/{{ $labels.deployment }} rolled back: "
+                         "{{ $labels.reason }}"),
+             "description": ("The canary revision of {{ $labels.namespace }}/{{ $labels.deployment }} was rolled "
+                             "back (reason {{ $labels.reason }}) in the last " + p.rollout_failed_window + ": the "
+                             "stable revision keeps serving, the refused revision is not retried until the spec "
+                             "changes or the " + ROLLOUT_ANNOTATION + " annotation says retry. The Rollout condition's "
+                             "message has the numbers; `specdeploy rollout status {{ $labels.deployment }} -n "
+                             "{{ $labels.namespace }}` prints the analysis table."),
+             "runbook_url": _runbook(p, "when-a-canary-is-rolled-back", ROLLOUT_RUNBOOK)}},
+        {"alert": A_ROLLOUT_STUCK,
+         "expr": rollout_stuck_expr(p),
+         "for": p.rollout_stuck_for, "labels": dict(labels),
+         "annotations": {
+             "summary": ("Rollout of {{ $labels.namespace }}/{{ $labels.deployment }} stuck in "
+                         "{{ $labels.phase }}"),
+             "description": ("The rollout of {{ $labels.namespace }}/{{ $labels.deployment }} has been in phase "
+                             "{{ $labels.phase }} for " + p.rollout_stuck_for + " without a decision. "
+                             "spec.rollout.deadline (30m by default) should have decided: canary pods that never "
+                             "become ready, a stable Deployment that does not finish rolling, or an operator that "
+                             "does not reconcile. A deadline set longer than " + p.rollout_stuck_for + " also "
+                             "fires this."),
+             "runbook_url": _runbook(p, "when-a-rollout-is-stuck", ROLLOUT_RUNBOOK)}},
     ]}
 
 
 def build_groups(params: RuleParams | None = None) -> list[dict[str, Any]]:
     p = params or RuleParams()
     return [threshold_group(p), vllm_group(p), sglang_group(p), cliff_group(p), regression_group(p), guard_group(p),
-            alert_group(p)]
+            rollout_group(p), alert_group(p)]
 
 
 class _Dumper(yaml.SafeDumper):

@@ -25,6 +25,8 @@ def _block(d: DrafterConfig, o: Options, out: _Out) -> int:
 
 
 def _gb(n: float) -> str:
+    if isinstance(n, int) and n >= 2**60:  # a config's absurd sizes: too large for a float, still a clear message
+        return f"{n // 2**30} GiB"
     return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
 
