@@ -2,9 +2,10 @@
 
 The scene: the reconciler in-process against the embedded API server (tests/controller/ssa_support.py; the
 watches are played by GETs, the test plays the kubelet by writing the Deployments' status). The analysis is
-handed over as the acceptance monitor hands it (ROLLOUT.md: ``cache.speculation[key]["rollout"]``): stand-in vLLM
-engines' /metrics (``specdeploy_dev.engine_standin``, one per track, with controllable acceptance) fed into
-``core.rollout.Accumulator`` per pod and track. The probe is off in these specs (the monitor runs it).
+the operator's own acceptance monitor's (controller/monitor.py, handed over in ``cache.speculation[key]["rollout"]``):
+it scrapes a stable and a canary engine pod whose /metrics are stand-in vLLM engines' (``specdeploy_dev.engine_standin``,
+one per track, with controllable acceptance; answered in-process, a fake monitor clock). The probe is off in these
+specs (its HTTP side is tested in test_probe.py / test_monitor_rollout.py).
 
 - a drafter change under Canary: the canary Deployment appears, the stable Deployment is not written (same
   generation and template: its pods keep their uids);
@@ -21,6 +22,7 @@ import time
 
 import pytest
 
+from specdeploy.controller.monitor import ENGINE_POD_LABELS, pod_target
 from specdeploy.controller.reconciler import Controller, Settings
 from specdeploy.controller.resolve import Resolver
 from specdeploy.core import names as N
@@ -68,15 +70,46 @@ class Operator:
         return self.env.run(self.ctl.run_once((self.env.ns, NAME)))
 
     def hand_over(self, revision: str, stable: EngineStandin, canary: EngineStandin) -> ro.Totals:
-        """The monitor's hand-over: per-pod deltas of the stand-ins' counters, by track."""
-        acc = ro.Accumulator()
-        for i in range(SCRAPES):
-            acc.observe("uid-stable-0", "stable", "vllm", stable.metrics_text(advance=True), float(i))
-            acc.observe("uid-canary-0", "canary", "vllm", canary.metrics_text(advance=True), float(i))
-        self.ctl.speculation.setdefault((self.env.ns, NAME), {})["rollout"] = {
-            "revision": revision, "stable": acc.totals("stable"), "canary": acc.totals("canary"), "probe": None,
-            "health": ro.Health(pods=1, ready=1, restarts=0, crash_looping=False)}
-        return acc.totals("canary")
+        """The acceptance monitor of this operator scrapes a stable and a canary pod served by the stand-ins
+        (its watch-fed pod cache fed here, scrapes answered in-process, a fake clock) and hands its analysis
+        over; returns the canary's totals as handed over."""
+        engines: dict[str, EngineStandin] = {}
+        clock = [0.0]
+
+        async def fetch(url: str, timeout: float) -> str:
+            return engines[url].metrics_text(advance=True)
+
+        m = self.ctl.attach_monitor(30, fetch=fetch, clock=lambda: clock[0])
+        for p, standin in ((engine_pod(self.env.ns, "stable-0", "10.0.0.7"), stable),
+                           (engine_pod(self.env.ns, "canary-0", "10.0.0.8", revision), canary)):
+            m.observe_pod("ADDED", p)
+            engines[pod_target(p).url] = standin
+        self.sync()
+        for _ in range(SCRAPES):
+            clock[0] += 30
+            self.env.run(m.tick())
+        part = self.ctl.speculation[(self.env.ns, NAME)]["rollout"]
+        assert part["revision"] == revision
+        return part["canary"]
+
+
+def engine_pod(ns: str, name: str, ip: str, canary_revision: str | None = None) -> dict:
+    """An engine pod as the kubelet reports it: ready, its http port; a canary one carries the track label and its
+    revision."""
+    labels = {**ENGINE_POD_LABELS, N.LABEL_INSTANCE: NAME, N.ENGINE_LABEL: "vllm"}
+    annotations = {}
+    if canary_revision is not None:
+        labels[N.TRACK_LABEL] = N.TRACK_CANARY
+        annotations[N.REVISION_ANNOTATION] = canary_revision
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": ns, "uid": f"uid-{name}", "labels": labels,
+                         "annotations": annotations, "creationTimestamp": "2026-12-01T19:00:00Z"},
+            "spec": {"containers": [{"name": "engine", "command": ["vllm", "serve"],
+                                     "args": ["Qwen/Qwen3.6-27B", "--port", "8000"],
+                                     "ports": [{"name": "http", "containerPort": 8000}]}]},
+            "status": {"podIP": ip, "phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
+                       "containerStatuses": [{"name": "engine", "ready": True, "restartCount": 0,
+                                              "state": {"running": {}}}]}}
 
 
 def spec(drafter: str) -> dict:

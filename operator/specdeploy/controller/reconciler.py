@@ -135,6 +135,7 @@ class Controller:
         key, due = self.cache.observe_cr(event_type, body)
         if event_type == "DELETED":
             self.state.pop(key, None)
+            metrics.export_rollout(key[0], key[1], None)  # its rollout series go with it
             if self.monitor is not None:
                 self.monitor.forget(key)
         if due:
@@ -353,9 +354,7 @@ class Controller:
         revision (the canary's measured tau) handed to the status path the way the monitor hands its part."""
         if rp.decision is None:
             return
-        count = getattr(metrics, "count_rollout_decision", None)  # controller/metrics.py's rollout series
-        if count is not None:
-            count(key[0], key[1], rp.decision.get("result", ""), rp.decision.get("reason", ""))
+        metrics.count_rollout_decision(key[0], key[1], rp.decision.get("result", ""), rp.decision.get("reason", ""))
         if rp.baseline is not None and plan.resolved is not None:
             # the revision the monitor computes from the stored spec and the status.resolved written below
             revision = bl.speculation_revision(body.get("spec"), plan.resolved.model_dump(by_alias=True,
@@ -375,9 +374,8 @@ class Controller:
     async def _write_status(self, key: Key, body: dict, obs: st.Observation, resolved: Resolved | None) -> None:
         """The one status path: the reconciler's conditions with the acceptance monitor's part (one writer per key)."""
         change = pl.plan_status(key[1], body.get("status"), obs, resolved, self.speculation.get(key), now_rfc3339())
-        export = getattr(metrics, "export_rollout", None)  # controller/metrics.py's rollout series
-        if export is not None and (obs.rollout_status is not None or obs.rollout_off):
-            export(key[0], key[1], obs.rollout_status)
+        if obs.rollout_status is not None or obs.rollout_off:  # the rollout series (controller/metrics.py)
+            metrics.export_rollout(key[0], key[1], obs.rollout_status)
         if change is None:
             return
         await self.executor.write_status(key, body, change)
