@@ -391,3 +391,11 @@ def test_rollout_condition_events():
         ("Normal", "Promoted", "m")
     assert st.event_for({"type": N.ROLLOUT, "status": "Unknown", "reason": "Analyzing", "message": "m"}) is None
 
+
+
+def test_a_hand_edited_status_rollout_does_not_fail_the_reconcile(stable):
+    _, children, new = stable
+    plan = plan_of(new, children, status={"rollout": {"phase": "Analyzing", "decision": {"result": "Maybe"},
+                                                      "analysis": "lots", "refusedRevision": 7}})
+    assert plan.rollout.status["phase"] == "Progressing"
+    assert "decision" not in plan.rollout.status and "analysis" not in plan.rollout.status

@@ -471,9 +471,24 @@ def plan_rollout(cr, rendered: Rendered, children: Mapping[tuple[str, str], dict
                           "probe": _probe_status(analysis.get("probe") if analysis is not None else None)
                           or (prev.get("probe") if s.canary else None),
                           "requestHandled": s.request_handled}
-    out.status = RolloutStatus.model_validate({k: v for k, v in rs.items() if v is not None}).model_dump(
-        by_alias=True, exclude_none=True)
+    out.status = _rollout_status(rs)
     return out
+
+
+def _rollout_status(rs: dict[str, Any]) -> dict[str, Any]:
+    """status.rollout as the typed model writes it; what was carried over from the stored status and does not
+    parse (a hand-edited status) is dropped rather than failing the reconcile."""
+    import pydantic
+
+    doc = {k: v for k, v in rs.items() if v is not None}
+    for attempt in range(2):
+        try:
+            out = RolloutStatus.model_validate(doc).model_dump(by_alias=True, exclude_none=True)
+            return {k: v for k, v in out.items() if v != []}  # no analysis yet: no empty table
+        except pydantic.ValidationError as e:
+            bad = {str(err["loc"][0]) for err in e.errors() if err.get("loc")}
+            doc = {k: v for k, v in doc.items() if k not in bad}
+    return {"phase": rs["phase"]}
 
 
 def _probe_status(p: Any) -> dict | None:
