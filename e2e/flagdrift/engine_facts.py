@@ -14,7 +14,9 @@ installed or imported) and records, per fact, the value its code computes and wh
   attention backends that serve non-causal (DFlash) attention;
 - which target architectures can hand EAGLE-3 aux hidden states to a drafter (vLLM: ``SupportsEagle3``
   along the class bases of every registered generative architecture; SGLang: ``set_eagle3_layers_to_capture``
-  on every EntryClass) (``eagle3_capture``);
+  on every EntryClass) (``eagle3_capture``, with the vLLM methods that ask for them: ``eagle3``, ``dflash``,
+  ``dspark``), and which SGLang EntryClasses have the DSpark hook ``set_dspark_layers_to_capture``
+  (``dspark_capture``; the DFlash hook is ``target_capture``);
 - its speculative methods: vLLM's ``speculative_config.method`` names and config keys, SGLang's
   ``--speculative-algorithm`` names, aliases and ``--speculative-*`` flags (``methods``).
 
@@ -394,6 +396,7 @@ def sglang_facts(src: Source) -> dict:
     # per-target-class capture: offset and rejected lists
     facts["target_capture"] = sglang_target_capture(src)
     facts["eagle3_capture"] = sglang_eagle3_capture(src)
+    facts["dspark_capture"] = sglang_dspark_capture(src)
 
     # drafter layer types and windows as the DFlash reader resolves them
     facts["sliding_window"] = sglang_sliding_window(src, utils)
@@ -806,6 +809,36 @@ def sglang_eagle3_capture(src: Source) -> dict:
             "EntryClass of sglang/srt/models/*.py, method looked up along the class bases"}
 
 
+def sglang_dspark_capture(src: Source) -> dict:
+    """Which target classes have their own DSpark capture hook: under DSPARK, SGLang calls
+    ``set_dspark_layers_to_capture`` where the target model has it, else ``set_dflash_layers_to_capture`` (recorded
+    per class under ``target_capture``), and raises when it has neither (``configure_aux_hidden_state_capture``).
+    Every EntryClass under srt/models that has the DSpark hook along its bases."""
+    idx = _class_index(src)
+    supported: dict[str, str] = {}
+    for rel in src.files("srt/models"):
+        if "EntryClass" not in src.text(rel):
+            continue
+        for arch in _entry_classes(src, rel):
+            hit = _resolve_class(src, idx, rel, arch)
+            found = _find_method(_mro(src, idx, hit[0], hit[1]), "set_dspark_layers_to_capture") if hit else None
+            if found is not None:
+                supported[arch] = f"{found[0]}:{found[1].name}.set_dspark_layers_to_capture"
+    checks = []
+    for rel in src.grep(r"set_dspark_layers_to_capture", "srt/model_executor"):
+        tree = src.tree(rel)
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, ast.FunctionDef) and any(isinstance(c, ast.Raise) for c in ast.walk(node)) \
+                    and "set_dflash_layers_to_capture" in ast.unparse(node) \
+                    and "set_dspark_layers_to_capture" in ast.unparse(node):
+                checks.append(_evidence(src, rel, node, node.name))
+    return {"value": {"supported": dict(sorted(supported.items()))},
+            "evidence": "; ".join(checks or ["no set_dspark_layers_to_capture check found"]) + ": DSPARK calls "
+            "set_dspark_layers_to_capture where the target has it, else set_dflash_layers_to_capture (target_capture), "
+            "and raises ValueError when it has neither (DFLASH needs set_dflash_layers_to_capture); EntryClass of "
+            "sglang/srt/models/*.py, method looked up along the class bases"}
+
+
 # --------------------------------------------------------------------------- vLLM
 
 
@@ -997,6 +1030,19 @@ def vllm_eagle3_capture(src: Source) -> dict:
                 continue
             where = f"{hit[0]}:{cname}"
             (supported if "SupportsEagle3" in _bases_closure(src, hit[0], hit[1]) else unsupported)[k.value] = where
+    # the methods whose drafts need the aux hidden states (V2 runner: requires_aux_hidden_states, eagle3 unless
+    # eagle_config.use_aux_hidden_state is false; the V1 runner sets use_aux_hidden_state_outputs alike)
+    methods: list[str] = []
+    rel_u = "vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py"
+    fn_u = src.top_defs(rel_u).get("requires_aux_hidden_states")
+    for node in ast.walk(fn_u) if isinstance(fn_u, ast.FunctionDef) else ():
+        if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.comparators[0], (ast.Tuple, ast.List)) \
+                and "method" in ast.unparse(node.left):
+            if isinstance(node.ops[0], ast.In):
+                methods += [e.value for e in node.comparators[0].elts if isinstance(e, ast.Constant)]
+        elif isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Eq) \
+                and "method" in ast.unparse(node.left) and isinstance(node.comparators[0], ast.Constant):
+            methods.append(node.comparators[0].value)
     checks = []
     for rel, fn_name in (("vllm/v1/worker/gpu_model_runner.py", "_setup_eagle3_aux_hidden_state_outputs"),
                          ("vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py", "set_eagle3_aux_hidden_state_layers")):
@@ -1004,8 +1050,11 @@ def vllm_eagle3_capture(src: Source) -> dict:
         for node in ast.walk(tree) if tree is not None else ():
             if isinstance(node, ast.FunctionDef) and node.name == fn_name and "supports_eagle3" in ast.unparse(node):
                 checks.append(_evidence(src, rel, node, fn_name))
+    if isinstance(fn_u, ast.FunctionDef):
+        checks.append(_evidence(src, rel_u, fn_u, "requires_aux_hidden_states") + f" (methods {sorted(set(methods))})")
     return {"value": {"supported": dict(sorted(supported.items())), "unsupported": dict(sorted(unsupported.items())),
-                      "unlisted": "the Transformers modeling backend (models/transformers/base.py Base), which is SupportsEagle3"},
+                      "unlisted": "the Transformers modeling backend (models/transformers/base.py Base), which is SupportsEagle3",
+                      "methods": sorted(set(methods))},
             "evidence": "; ".join(checks or ["no supports_eagle3 check found"]) + ": RuntimeError unless "
             "supports_eagle3(model) (vllm/model_executor/models/interfaces.py SupportsEagle3); architectures from "
             f"{reg} {', '.join(VLLM_TARGET_TABLES)}"}

@@ -305,3 +305,75 @@ def test_a_tuning_job_not_ours_publishes_nothing():
         cr = SimpleNamespace(metadata=SimpleNamespace(uid="u1", name="m"))
         got = asyncio.run(ex.tuning("ns", cr, SimpleNamespace(tuning=plan, tuning_objects=[])))
         assert got and got[0].startswith("Job/m-tune-abc (") and kube.writes == []
+
+
+# ----------------------------------------------------------------- issue 23 item 7: the reconcile's CPU
+
+
+def _cm_cr():
+    return SpeculativeDeployment.model_validate({
+        "apiVersion": "specdeploy.io/v1alpha1", "kind": "SpeculativeDeployment",
+        "metadata": {"name": "m", "namespace": "ns", "uid": "u1"},
+        "spec": {"engine": {"name": "vllm", "version": "0.33.0"},
+                 "target": {"model": "qwen/27b", "configFrom": {"configMapKeyRef": {"name": "t", "key": "config.json"}}},
+                 "drafter": {"model": "z/d"}, "gpu": {"type": "b300"}}})
+
+
+def test_a_configmap_text_is_parsed_once_and_its_document_is_read_only():
+    """The same ConfigMap text resolves to the same Resolved (one parse and digest, one document object the
+    checker's memo recognises); a changed text (the watch delivers a new body) is parsed again."""
+    from specdeploy.controller.resolve import Resolver
+    from specdeploy.core import memo
+
+    r = Resolver(_Kube())
+    r.configmaps[("ns", "t")] = {"data": {"config.json": json.dumps({"num_hidden_layers": 4})}}
+    cr = _cm_cr()
+    first = asyncio.run(r.resolve(cr, "target"))
+    r.configmaps[("ns", "t")] = {"data": {"config.json": json.dumps({"num_hidden_layers": 4})}}  # same text, new body
+    again = asyncio.run(r.resolve(cr, "target"))
+    assert again is first and memo.is_read_only(first.doc)
+    assert first.doc == {"num_hidden_layers": 4} and first.digest == config_digest({"num_hidden_layers": 4})
+    r.configmaps[("ns", "t")] = {"data": {"config.json": json.dumps({"num_hidden_layers": 5})}}
+    changed = asyncio.run(r.resolve(cr, "target"))
+    assert changed.doc == {"num_hidden_layers": 5} and changed.digest == config_digest({"num_hidden_layers": 5})
+
+
+def test_the_api_key_refresh_hook_runs_at_most_once_a_second():
+    """The kubernetes client calls the refresh hook before every request; the loaders' hooks set the host again,
+    which scans the environment each time. Throttled: a refresh due now happens within a second."""
+    from specdeploy.controller.kube import _at_most_every
+
+    class Cfg:
+        refresh_api_key_hook = None
+
+    now = [0.0]
+    calls = []
+
+    def loader_hook(cfg):  # as kube_config's: runs, then installs itself again (a new closure each time)
+        calls.append(now[0])
+        cfg.refresh_api_key_hook = lambda c: loader_hook(c)
+
+    cfg = Cfg()
+    cfg.refresh_api_key_hook = hook = _at_most_every(loader_hook, 1.0, clock=lambda: now[0])
+    for t in (0.0, 0.2, 0.9, 1.0, 1.5, 2.1):
+        now[0] = t
+        cfg.refresh_api_key_hook(cfg)
+        assert cfg.refresh_api_key_hook is hook
+    assert calls == [0.0, 1.0, 2.1]
+
+
+def test_load_api_client_throttles_the_kubeconfig_token_hook(tmp_path):
+    from specdeploy.controller.kube import load_api_client
+
+    kc = tmp_path / "kubeconfig"
+    kc.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "k", "cluster": {"server": "http://127.0.0.1:1"}}],
+        "users": [{"name": "u", "user": {"token": "abc"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}]}))
+    api = load_api_client(str(kc))
+    cfg = api.configuration
+    assert cfg.refresh_api_key_hook is not None and cfg.refresh_api_key_hook.__name__ == "throttled"
+    for _ in range(3):  # the loader's hook re-installs itself when it runs: still throttled afterwards
+        assert cfg.get_api_key_with_prefix("BearerToken") == "Bearer abc"
+        assert cfg.refresh_api_key_hook.__name__ == "throttled"

@@ -91,7 +91,8 @@ def wrap_target(t: dict, chain: tuple[str, ...]) -> dict:
     inner = t
     for key in reversed(chain):
         inner = {key: inner}
-    return {"architectures": ["SomeWrapperForConditionalGeneration"], "model_type": "wrapper", **inner}
+    # a wrapper class both engines register and that hands hidden states over (DFlashTargetCaptureUnsupported)
+    return {"architectures": ["Qwen3VLForConditionalGeneration"], "model_type": "wrapper", **inner}
 
 
 # ----------------------------------------------------------------- clean pairs

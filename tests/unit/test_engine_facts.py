@@ -230,3 +230,17 @@ def test_eagle3_capture_is_recorded_for_the_gates_releases():
         assert all(c in rec["evidence"] for c in cited), rec["evidence"]
     assert "Glm4MoeForCausalLM" in f(facts("vllm", "0.33.0"), "eagle3_capture", "unsupported")
     assert "MiMoForCausalLM" in f(facts("sglang", "0.5.23"), "eagle3_capture", "unsupported")
+
+
+def test_dflash_family_capture_is_recorded_for_the_gates_releases():
+    """vLLM asks for the aux hidden states under dflash and dspark too; SGLang's DSpark hook is recorded per class."""
+    from specdeploy.core.checker.capture import RECORDED
+
+    rec = facts("vllm", RECORDED["vllm"])["facts"]["eagle3_capture"]
+    assert {"eagle3", "dflash", "dspark"} <= set(rec["value"]["methods"]) and "requires_aux_hidden_states" in rec["evidence"]
+    doc = facts("sglang", RECORDED["sglang"])
+    ds = f(doc, "dspark_capture", "supported")
+    classes = set(f(doc, "eagle3_capture", "supported")) | set(f(doc, "eagle3_capture", "unsupported"))
+    assert "DeepseekV4ForCausalLM" in ds and "DeepseekV4ForCausalLM" not in f(doc, "target_capture")
+    assert set(ds) <= classes and set(f(doc, "target_capture")) <= classes
+    assert "configure_aux_hidden_state_capture" in doc["facts"]["dspark_capture"]["evidence"]

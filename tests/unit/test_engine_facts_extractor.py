@@ -413,3 +413,50 @@ def test_sglang_eagle3_capture_reads_the_method_along_the_bases(ef, tmp_path):
     assert v["unsupported"] == ["MiMoForCausalLM"]  # a DFlash capture hook is not an EAGLE-3 one
     assert rec["evidence"].startswith("sglang/srt/model_executor/model_runner_components/attention_backend_setup.py:2 "
                                       "configure_aux_hidden_state_capture")
+
+
+# ----------------------------------------------------------------- DFlash family capture: vLLM's methods, SGLang's DSpark hook
+
+def test_vllm_eagle3_capture_records_the_methods_that_need_the_hidden_states(ef, tmp_path):
+    files = dict(VLLM_CAPTURE_FILES)
+    files["vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py"] = """
+        def requires_aux_hidden_states(spec_config):
+            if spec_config.method == "eagle3":
+                return eagle_config.get("use_aux_hidden_state", True)
+            return spec_config.method in ("dflash", "dspark", "extract_hidden_states")
+    """
+    rec = ef.vllm_eagle3_capture(ef.Source(write(tmp_path, files), "vllm"))
+    assert rec["value"]["methods"] == ["dflash", "dspark", "eagle3", "extract_hidden_states"]
+    assert "eagle3_utils.py:2 requires_aux_hidden_states" in rec["evidence"]
+    assert ef.vllm_eagle3_capture(ef.Source(write(tmp_path / "b", VLLM_CAPTURE_FILES), "vllm"))["value"]["methods"] == []
+
+
+def test_sglang_dspark_capture_reads_the_dspark_hook_along_the_bases(ef, tmp_path):
+    files = dict(SGLANG_CAPTURE_FILES)
+    files["sglang/srt/models/deepseek_v4.py"] = """
+        class DeepseekV4ForCausalLM(nn.Module):
+            def set_dspark_layers_to_capture(self, layer_ids):
+                self.layers_to_capture = layer_ids
+
+        class DeepseekV4ForCausalLMNextN(DeepseekV4ForCausalLM):
+            pass
+
+        EntryClass = [DeepseekV4ForCausalLM, DeepseekV4ForCausalLMNextN]
+    """
+    files["sglang/srt/model_executor/model_runner_components/attention_backend_setup.py"] = """
+        def configure_aux_hidden_state_capture(*, model, dflash_use_aux_hidden_state, ids, is_dspark):
+            if dflash_use_aux_hidden_state:
+                if is_dspark and hasattr(model, "set_dspark_layers_to_capture"):
+                    model.set_dspark_layers_to_capture(ids)
+                elif hasattr(model, "set_dflash_layers_to_capture"):
+                    model.set_dflash_layers_to_capture(ids)
+                else:
+                    raise ValueError("implements neither")
+    """
+    rec = ef.sglang_dspark_capture(ef.Source(write(tmp_path, files), "sglang"))
+    hook = "sglang/srt/models/deepseek_v4.py:DeepseekV4ForCausalLM.set_dspark_layers_to_capture"
+    assert rec["value"]["supported"] == {"DeepseekV4ForCausalLM": hook, "DeepseekV4ForCausalLMNextN": hook}
+    assert rec["evidence"].startswith("sglang/srt/model_executor/model_runner_components/attention_backend_setup.py:2 "
+                                      "configure_aux_hidden_state_capture")
+    rec = ef.sglang_dspark_capture(ef.Source(write(tmp_path / "b", SGLANG_CAPTURE_FILES), "sglang"))
+    assert rec["value"]["supported"] == {} and rec["evidence"].startswith("no set_dspark_layers_to_capture check")

@@ -15,7 +15,7 @@ import pytest
 from specdeploy.core.catalog import CATALOG
 from specdeploy.core.checker.accept import apply_accept
 from specdeploy.core.checker.eagle3 import canonical_taps, sglang_reading, vllm_architecture
-from specdeploy.core.checker.family import detect_family, method_family_problem
+from specdeploy.core.checker.family import DISPLAY, detect_family, method_family_problem
 from specdeploy.core.checker.gates import run_gates
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -591,3 +591,144 @@ def test_eagle3_capture_facts_agree_with_the_gates_target_tables():
 
     for arch in SGLANG_FIRST_ID_TARGETS | SGLANG_MAX_TARGETS:
         assert target_captures("sglang", arch)[0] is True, arch
+
+
+# ------------------------------------------------------------------ the DFlash family: the target hands its hidden states over
+
+DCAPTURE = "DFlashTargetCaptureUnsupported"
+# (method, drafter, engines): the family's real drafters; Domino runs on SGLang only (as DFlashDraftModel)
+DFLASH_DRAFTERS = [
+    ("dflash", "qwen3-8b-dflash-b16.drafter.json", ("vllm", "sglang")),
+    ("dflash2", "dflash2-mla-kimi-k3.drafter.json", ("vllm", "sglang")),
+    ("dspark", "dspark-qwen3-8b.drafter.json", ("vllm", "sglang")),
+    ("dflash", "domino-qwen3-8b.drafter.json", ("sglang",)),
+]
+
+# (target, vLLM 0.33.0 captures under dflash/dspark, SGLang 0.5.23 DFLASH captures, SGLang 0.5.23 DSPARK captures):
+# every target of the shared fixtures, the held-out ones, and registry architectures no fixture has (minimal configs).
+# vLLM: SupportsEagle3 as for EAGLE-3; SGLang: set_dflash_layers_to_capture, for DSPARK also set_dspark_layers_to_capture.
+DFLASH_CAPTURE_TABLE = [
+    ("llama-3.1-8b-instruct.target.json", True, True, True),
+    ("qwen3-8b.target.json", True, True, True),
+    ("qwen3-30b-a3b.target.json", True, True, True),
+    ("qwen3.5-27b.target.json", True, True, True),
+    ("kimi-k2.6.target.json", True, True, True),
+    ("glm-5.3-flash.target.json", True, True, True),
+    ("deepseek-v3.target.json", True, True, True),
+    ("llama-3.3-70b-instruct.target.json", True, True, True),
+    ("glm-4.5-air.target.json", False, False, False),   # neither engine's Glm4MoeForCausalLM captures
+    ("mimo-7b-rl.target.json", True, False, False),     # SGLang's MiMoForCausalLM has no set_dflash_layers_to_capture
+    ("Qwen2ForCausalLM", True, False, False),           # Qwen2/2.5: SGLang's qwen2.py has EAGLE-3 capture, not DFlash
+    ("MiniMaxM2ForCausalLM", True, False, False),
+    ("Llama4ForConditionalGeneration", True, False, False),
+    ("DeepseekV4ForCausalLM", True, False, True),       # SGLang: set_dspark_layers_to_capture only
+    ("KimiLinearForCausalLM", True, False, True),
+    ("BailingMoeV3ForCausalLM", False, False, True),
+    ("Glm4MoeLiteForCausalLM", False, True, True),
+    ("MixtralForCausalLM", False, False, False),
+    ("Gemma3ForCausalLM", False, False, False),
+    ("Ernie4_5_MoeForCausalLM", False, False, False),
+    ("Gemma4ForConditionalGeneration", True, True, True),
+    ("GptOssForCausalLM", True, True, True),
+    ("MiMoV2FlashForCausalLM", True, True, True),
+    ("NemotronHForCausalLM", True, True, True),
+    ("Phi3ForCausalLM", True, True, True),
+    ("KimiK3ForConditionalGeneration", True, True, True),
+    ("ArceeForCausalLM", True, False, False),
+    ("NotARegisteredForCausalLM", True, False, False),  # vLLM's Transformers backend captures; SGLang's fallback cannot
+]
+
+
+def _drafter_doc(name: str) -> dict:
+    d = load(name)
+    if "domino" in name:  # SGLang runs Domino as DFlashDraftModel (DominoArchitectureUnsupported otherwise)
+        d = edit(d, {("architectures",): ["DFlashDraftModel"]})
+    return d
+
+
+@pytest.mark.parametrize("target,vllm_ok,sglang_ok,sglang_dspark_ok", DFLASH_CAPTURE_TABLE,
+                         ids=[r[0] for r in DFLASH_CAPTURE_TABLE])
+def test_dflash_family_target_capture_per_engine(target, vllm_ok, sglang_ok, sglang_dspark_ok):
+    t = load(target) if target.endswith(".json") else minimal_target(target)
+    arch = t["architectures"][0]
+    capturing = edit(t, {("architectures",): ["Qwen3ForCausalLM"]})  # the same target through a class that captures
+    for method, drafter, engines in DFLASH_DRAFTERS:
+        d = _drafter_doc(drafter)
+        for engine in engines:
+            ok = vllm_ok if engine == "vllm" else (sglang_dspark_ok if method == "dspark" else sglang_ok)
+            fs, _, der = gate(method, engine, d, t)
+            errs = codes(fs, "error")
+            assert (DCAPTURE in errs) is (not ok), (method, engine, [f.message for f in fs])
+            # the architecture changes this rule's verdict only
+            assert errs - {DCAPTURE} == codes(gate(method, engine, d, capturing)[0], "error") - {DCAPTURE}, (method, engine)
+            if ok:
+                assert der.get("targetCapture"), (method, engine)
+                continue
+            (f,) = [f for f in fs if f.code == DCAPTURE]
+            assert f.path == "$.architectures[0]" and f.source.value == "target"
+            assert arch in f.message and {"vllm": "vLLM 0.33.0", "sglang": "SGLang 0.5.23"}[engine] in f.message
+            assert "method ngram" in f.message and f"a {DISPLAY[detect_family(d).name]} drafter" in f.message
+            other_ok = {"vllm": sglang_dspark_ok if method == "dspark" else sglang_ok, "sglang": vllm_ok}[engine]
+            other = "SGLang" if engine == "vllm" else "vLLM"
+            assert (f"serve it on {other}" in f.message) is (other_ok and (engine, "domino" in drafter) != ("sglang", True))
+
+
+def test_dflash_capture_messages_name_each_engines_hook():
+    t = minimal_target("DeepseekV4ForCausalLM")
+    fs, _, _ = gate("dflash", "sglang", _drafter_doc("qwen3-8b-dflash-b16.drafter.json"), t)
+    (f,) = [f for f in fs if f.code == DCAPTURE]
+    assert "DFLASH needs set_dflash_layers_to_capture" in f.message and "configure_aux_hidden_state_capture" in f.message
+    t = minimal_target("MixtralForCausalLM")
+    fs, _, _ = gate("dspark", "sglang", _drafter_doc("dspark-qwen3-8b.drafter.json"), t)
+    (f,) = [f for f in fs if f.code == DCAPTURE]
+    assert "DSPARK needs set_dspark_layers_to_capture or set_dflash_layers_to_capture" in f.message
+    fs, _, _ = gate("dspark", "vllm", _drafter_doc("dspark-qwen3-8b.drafter.json"), t)
+    (f,) = [f for f in fs if f.code == DCAPTURE]
+    assert "'dspark'" in f.message and "requires_aux_hidden_states" in f.message and "SupportsEagle3" in f.message
+    fs, _, _ = gate("dflash", "sglang", _drafter_doc("qwen3-8b-dflash-b16.drafter.json"),
+                    minimal_target("NotARegisteredForCausalLM"))
+    (f,) = [f for f in fs if f.code == DCAPTURE]
+    assert "no SGLang class of that name: it loads the Transformers fallback" in f.message
+    t = load("glm-4.5-air.target.json")  # its own MTP layer, which both engines run
+    for engine in ("vllm", "sglang"):
+        fs, _, _ = gate("dflash", engine, _drafter_doc("qwen3-8b-dflash-b16.drafter.json"), t)
+        assert "method mtp (the target's own 1 MTP layer)" in next(f.message for f in fs if f.code == DCAPTURE)
+
+
+def test_dflash_capture_skips_domino_on_vllm_which_is_refused_apart():
+    fs, _, _ = gate("dflash", "vllm", _drafter_doc("domino-qwen3-8b.drafter.json"), minimal_target("MixtralForCausalLM"))
+    assert "DominoUnsupportedByEngine" in codes(fs) and DCAPTURE not in codes(fs)
+
+
+def test_dflash_capture_on_other_releases():
+    t, d = minimal_target("Qwen2ForCausalLM"), _drafter_doc("qwen3-8b-dflash-b16.drafter.json")
+    fs, _, _ = gate("dflash", "sglang", d, t, version="0.5.22")  # older: read from 0.5.23, still an error
+    (f,) = [f for f in fs if f.code == DCAPTURE]
+    assert f.severity.value == "error" and "read from SGLang 0.5.23" in f.message
+    fs, _, _ = gate("dflash", "sglang", d, t, version="0.5.24")  # newer: it may have gained the hook
+    assert DCAPTURE in codes(fs, "warning") and DCAPTURE not in codes(fs, "error")
+    assert not CATALOG[DCAPTURE].overridable
+
+
+def test_vllm_asks_for_the_hidden_states_only_under_the_recorded_methods(monkeypatch):
+    """The vLLM rule follows the recorded requires_aux_hidden_states methods (facts eagle3_capture value.methods)."""
+    from specdeploy.core.checker import capture
+
+    assert capture.needs_capture("vllm", "dflash") and capture.needs_capture("vllm", "dspark")
+    real = capture.capture_facts
+    monkeypatch.setattr(capture, "capture_facts", lambda e, v: (lambda h: (h[0], {"value": {**h[1]["value"],
+                                                                                           "methods": ["eagle3"]}}))(real(e, v)))
+    assert not capture.needs_capture("vllm", "dflash")
+    fs, _, _ = gate("dflash", "vllm", _drafter_doc("qwen3-8b-dflash-b16.drafter.json"), minimal_target("MixtralForCausalLM"))
+    assert DCAPTURE not in codes(fs)
+
+
+def test_dflash_capture_in_the_whole_analysis():
+    """On the DFlash checker path too (check_method after the DFlash rules)."""
+    from specdeploy.core.checker import Options, analyze
+
+    d = load("qwen3-8b-dflash-b16.drafter.json")
+    t = edit(load("qwen3-8b.target.json"), {("architectures",): ["Qwen2ForCausalLM"], ("model_type",): "qwen2"})
+    for engine, bad in (("sglang", True), ("vllm", False)):
+        a = analyze(d, t, Options(engine=engine, engine_version=VERSION[engine], method="dflash"))
+        assert (DCAPTURE in {f.code for f in a.findings if f.severity.value == "error"}) is bad, engine

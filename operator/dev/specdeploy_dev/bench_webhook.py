@@ -76,6 +76,11 @@ class _Cache:
 def serve(port_file: str, ca_file: str) -> None:
     from specdeploy.controller import certs
     from specdeploy.controller.webhooks import OperatorConfigs, WebhookServer, settle_gc
+    from specdeploy.core.policy import POLICY_ENV, TenancyPolicy
+
+    # the Kimi example trusts its target's remote code: allowed for that model, as its administrator would
+    # (operator flag --allow-trust-remote-code-model; revisions before the policy ignore the variable)
+    os.environ[POLICY_ENV] = TenancyPolicy(trust_remote_code_models=(_cr(KIMI)["spec"]["target"]["model"],)).to_env()
 
     cache = _Cache()
     for example in (QWEN, KIMI):

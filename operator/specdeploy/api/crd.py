@@ -110,7 +110,8 @@ PRINTER_COLUMNS = [
     {"name": "Version", "type": "string", "jsonPath": ".spec.engine.version", "priority": 1},
     {"name": "GPUs", "type": "integer", "jsonPath": ".spec.gpu.count", "priority": 1},
     {"name": "Replicas", "type": "integer", "jsonPath": ".status.replicas", "priority": 1},
-    {"name": "Compatible", "type": "string", "jsonPath": f'.status.conditions[?(@.type=="{N.DRAFTER_COMPATIBLE}")].reason', "priority": 1},
+    {"name": "Compatible", "type": "string", "jsonPath": f'.status.conditions[?(@.type=="{N.DRAFTER_COMPATIBLE}")].reason', "priority": 1},    # spec.rollout Canary: Stable, Progressing, Analyzing, Promoting, RolledBack
+    {"name": "Rollout", "type": "string", "jsonPath": ".status.rollout.phase", "priority": 1},
 ]
 
 

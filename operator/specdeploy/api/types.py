@@ -15,8 +15,9 @@ from pydantic.alias_generators import to_camel
 
 from .. import KIND
 from ..core import baseline, engines, gpus, methods
+from ..core.rollout import DEFAULT_DEADLINE, DEFAULT_WINDOW
 from ..core.checker import MAX_BLOCK_SIZE, Options, model_reference_problem
-from ..core.names import GROUP_VERSION
+from ..core.names import GROUP_VERSION, ROLLOUT_ANNOTATION
 from .loose import loose
 
 EngineName = Literal[engines.ENGINE_NAMES]  # type: ignore[valid-type]
@@ -465,6 +466,125 @@ class Cache(_Model):
         return self
 
 
+DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"  # Go-style (CEL's duration()): 30s, 10m, 1h30m
+MIN_ANALYSIS_WINDOW_S = 10.0
+
+
+def _duration(v: str, field: str, at_least: float = 0.0) -> str:
+    from ..core.rollout import parse_duration
+
+    try:
+        seconds = parse_duration(v)
+    except ValueError as e:
+        raise ValueError(f"{field}: {e}") from None
+    if seconds < at_least:
+        raise ValueError(f"{field} is {v} but must be at least {at_least:g}s")
+    return v
+
+
+class CanarySettings(_Model):
+    """The canary of a rollout: pods of the new revision beside the stable ones, behind the same Service."""
+
+    replicas: StrictInt = Field(
+        default=1, ge=1, le=100,
+        description="Pods of the new revision during the analysis. The Service spreads requests over stable and "
+        "canary pods by endpoint count: 1 canary beside 3 stable pods takes about a quarter of the traffic.")
+
+
+class RolloutProbe(_Model):
+    """The operator's own probe: a fixed prompt set at temperature 0 sent to one stable and one canary pod."""
+
+    enabled: bool = Field(
+        default=True,
+        description="Send the probe prompts, so a deployment with little traffic is still judged, and compare the "
+        "two revisions' greedy outputs (speculation must not change them; a difference fails the canary when the "
+        "target and the engine are the same on both revisions).")
+    max_tokens: StrictInt = Field(default=32, ge=1, le=256, description="Tokens generated per probe prompt.")
+
+
+class RolloutAnalysis(_Model):
+    """What the canary must show before it is promoted: counted from the engines' own counters, per revision, as
+    deltas since the canary started."""
+
+    model_config = ConfigDict(**_Model.model_config, json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "duration(self.window) >= duration('10s')", "message": "window must be at least 10s",
+         "fieldPath": ".window"},
+    ]})
+
+    window: str = Field(
+        default=DEFAULT_WINDOW, pattern=DURATION_PATTERN, max_length=32,
+        description="Shortest analysis: no verdict but a crash before this much time (Go duration: `30s`, `10m`, "
+        "`1h30m`; at least 10s).")
+    min_drafts: StrictInt = Field(
+        default=200, ge=0, le=10**9,
+        description="Draft steps each revision (stable and canary) must have made before the canary is judged.")
+    min_acceptance_ratio: float = Field(
+        default=0.9, ge=0.0, le=1.0,
+        description="Least canary acceptance length (tau) over the stable one's; below it the canary is rolled back "
+        "(`AcceptanceBelowStable`).")
+    min_throughput_ratio: float = Field(
+        default=0.9, ge=0.0, le=1.0,
+        description="Least canary output tokens per second per running request over the stable one's "
+        "(`ThroughputBelowStable`); 0 turns the check off.")
+    max_error_rate: float = Field(
+        default=0.01, ge=0.0, le=1.0,
+        description="Most failed requests per request on the canary (`ErrorRateAboveLimit`).")
+    probe: RolloutProbe = Field(default_factory=RolloutProbe, description="The operator's temperature-0 probe.")
+
+    @field_validator("window")
+    @classmethod
+    def _window(cls, v: str) -> str:
+        return _duration(v, "window", MIN_ANALYSIS_WINDOW_S)
+
+
+class Rollout(_Model):
+    """How a change of the engine pod template (drafter, revisions, engine version or image, speculation
+    settings, extraArgs, resources) reaches the pods; scale changes never start a rollout."""
+
+    model_config = ConfigDict(**_Model.model_config, json_schema_extra={"x-kubernetes-validations": [
+        {"rule": f"(has(self.deadline) ? duration(self.deadline) : duration('{DEFAULT_DEADLINE}')) > "
+                 "(has(self.analysis) && has(self.analysis.window) ? duration(self.analysis.window) : "
+                 f"duration('{DEFAULT_WINDOW}'))",
+         "message": "deadline must be longer than analysis.window: raise deadline or shorten analysis.window",
+         "fieldPath": ".deadline"},
+    ]})
+
+    strategy: Literal["RollingUpdate", "Canary"] = Field(
+        default="RollingUpdate",
+        description="`RollingUpdate`: the Deployment replaces its pods one at a time (no analysis). `Canary`: the new "
+        "revision runs as a second Deployment (`<name>-canary`) beside the untouched stable one, is judged on "
+        "measured acceptance, throughput, errors and greedy outputs, then promoted or rolled back (single-node "
+        "deployments only: `nodes: 1`).")
+    canary: CanarySettings = Field(default_factory=CanarySettings, description="The canary's size.")
+    analysis: RolloutAnalysis = Field(default_factory=RolloutAnalysis, description="What the canary must show.")
+    deadline: str = Field(
+        default=DEFAULT_DEADLINE, pattern=DURATION_PATTERN, max_length=32,
+        description="Longest a canary may take (from its Deployment's creation) before it is rolled back "
+        "(`DeadlineExceeded`); longer than `analysis.window`.")
+    on_failure: Literal["Rollback"] = Field(
+        default="Rollback", description="What a failed canary does: `Rollback` (delete the canary, keep the stable "
+        "revision, refuse the failed one until the spec changes again or the `" + ROLLOUT_ANNOTATION + ": retry` "
+        "annotation is set).")
+
+    @field_validator("deadline")
+    @classmethod
+    def _deadline(cls, v: str) -> str:
+        return _duration(v, "deadline")
+
+    @model_validator(mode="after")
+    def _deadline_after_window(self) -> "Rollout":
+        from ..core.rollout import parse_duration
+
+        if parse_duration(self.deadline) <= parse_duration(self.analysis.window):
+            raise ValueError(f"spec.rollout.deadline is {self.deadline}, not longer than spec.rollout.analysis.window "
+                             f"({self.analysis.window}): raise the deadline or shorten the window")
+        return self
+
+
+CANARY_MULTINODE = ("spec.rollout.strategy: Canary needs spec.nodes: 1 (multi-node canaries are not "
+                    "supported); use RollingUpdate")
+
+
 class SpeculativeDeploymentSpec(_Model):
     """Desired state: a target model served with speculative decoding (a drafter model, the target's own MTP
     layers or prompt lookup) on a GPU pool."""
@@ -478,6 +598,9 @@ class SpeculativeDeploymentSpec(_Model):
                  "['mtp', 'ngram', 'suffix']) ? !has(self.drafter) : has(self.drafter)",
          "message": "spec.drafter is required for drafter methods and refused for mtp, ngram and suffix (the target "
                     "drafts for itself or nothing does)", "fieldPath": ".drafter"},
+        {"rule": "!has(self.rollout) || !has(self.rollout.strategy) || self.rollout.strategy != 'Canary' "
+                 "|| self.nodes == 1",
+         "message": CANARY_MULTINODE, "fieldPath": ".rollout.strategy"},
     ]})
 
     engine: Engine = Field(description="Inference engine.")
@@ -497,6 +620,19 @@ class SpeculativeDeploymentSpec(_Model):
         default=None, description="Hub cache of the engine pods (where hub weights are downloaded to). Default: the "
         "chart value `cache.default` (an `emptyDir` unless the administrator set one). Models served from a claim "
         "(`pvc`) and a drafter baked into the image are never downloaded.")
+    rollout: Optional[Rollout] = Field(
+        default=None, description="How changes of the engine pod template roll out (absent: `RollingUpdate`). "
+        "docs/concepts/reconcile.md, \"Rollouts\".")
+
+    @model_validator(mode="after")
+    def _canary_single_node(self) -> "SpeculativeDeploymentSpec":
+        if self.rollout is not None and self.rollout.strategy == "Canary" and self.nodes > 1:
+            raise ValueError(CANARY_MULTINODE)
+        return self
+
+    def canary(self) -> bool:
+        """Whether changes roll out through a canary (spec.rollout.strategy Canary)."""
+        return self.rollout is not None and self.rollout.strategy == "Canary"
 
     @model_validator(mode="after")
     def _drafter_matches_method(self) -> "SpeculativeDeploymentSpec":
@@ -679,13 +815,75 @@ class AcceptedFinding(_Model):
     message: str = Field(description="What the check found.")
 
 
+class _StatusModel(_Model):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+
+class RolloutDecision(_StatusModel):
+    """The last decision on a canary, with the numbers it was taken on."""
+
+    result: Literal["Promote", "Rollback"] = Field(description="`Promote` or `Rollback`.")
+    reason: str = Field(max_length=128, description="CamelCase reason: `Promoted`, `AcceptanceBelowStable`, "
+                        "`ThroughputBelowStable`, `OutputsDiffer`, `CanaryCrashing`, `DeadlineExceeded`, "
+                        "`ErrorRateAboveLimit`, `Aborted`.")
+    message: str = Field(default="", max_length=4096, description="What was measured, e.g. `canary tau 1.45 vs "
+                         "stable 3.72: 0.39 < 0.90`.")
+    at: str = Field(description="When it was taken (RFC 3339).")
+
+
+class RolloutTrack(_StatusModel):
+    """One revision's figures over the analysis (deltas of its pods' counters since the canary started)."""
+
+    track: Literal["stable", "canary"] = Field(description="`stable` or `canary`.")
+    revision: Optional[str] = Field(default=None, description="The rollout revision the track's pods serve.")
+    pods: Optional[int] = Field(default=None, ge=0, description="Pods counted.")
+    drafts: Optional[float] = Field(default=None, ge=0, description="Draft steps counted.")
+    tau: Optional[float] = Field(default=None, description="Acceptance length (tokens per step, bonus included).")
+    tokens_per_second_per_request: Optional[float] = Field(
+        default=None, description="Output tokens per second per running request.")
+    requests: Optional[float] = Field(default=None, ge=0, description="Requests finished.")
+    failed_requests: Optional[float] = Field(default=None, ge=0, description="Requests that failed.")
+    error_rate: Optional[float] = Field(default=None, description="Failed requests / requests.")
+
+
+class RolloutProbeResult(_StatusModel):
+    """The operator's temperature-0 probe of one stable and one canary pod."""
+
+    prompts: int = Field(ge=0, description="Prompts sent to both revisions.")
+    identical: int = Field(ge=0, description="Prompts whose completions were identical.")
+    message: str = Field(default="", max_length=4096, description="The first difference, or why the probe failed.")
+
+
+class RolloutStatus(_StatusModel):
+    """Where a rollout stands (spec.rollout Canary; `specdeploy rollout status NAME` prints it)."""
+
+    phase: Literal["Stable", "Progressing", "Analyzing", "Promoting", "RolledBack"] = Field(
+        description="`Stable`: one revision serves. `Progressing`: canary pods are starting. `Analyzing`: the canary "
+        "is judged. `Promoting`: the stable Deployment rolls to the canary's revision. `RolledBack`: the last canary "
+        "failed; its revision is refused until the spec changes or `" + ROLLOUT_ANNOTATION + ": retry` is set.")
+    stable_revision: Optional[str] = Field(default=None, description="Revision the stable Deployment serves.")
+    canary_revision: Optional[str] = Field(default=None, description="Revision under analysis (absent when none).")
+    refused_revision: Optional[str] = Field(
+        default=None, description="Last revision rolled back: not tried again until the spec changes or a retry.")
+    started_at: Optional[str] = Field(
+        default=None, description="When the canary Deployment was created (RFC 3339); the deadline counts from it.")
+    decision: Optional[RolloutDecision] = Field(default=None, description="The last decision.")
+    analysis: list[RolloutTrack] = Field(default_factory=list, description="The figures behind the last verdict.")
+    probe: Optional[RolloutProbeResult] = Field(default=None, description="The probe's result (absent: disabled "
+                                                "or not run yet).")
+    request_handled: Optional[str] = Field(
+        default=None, max_length=256,
+        description=f"The last `{ROLLOUT_ANNOTATION}` annotation value acted on (each request is acted on once).")
+
+
 class SpeculativeDeploymentStatus(_Model):
     """Observed state."""
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
 
     conditions: list[Condition] = Field(
-        default_factory=list, description="DrafterCompatible, Progressing, Ready, Degraded, SpeculationHealthy, SpeculationGuarded, SpeculationProfitable.",
+        default_factory=list, description="DrafterCompatible, Progressing, Ready, Degraded, SpeculationHealthy, SpeculationGuarded, "
+        "SpeculationProfitable, Rollout.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     observed_generation: Optional[int] = Field(default=None, description="Last generation the operator acted on.")
@@ -698,6 +896,7 @@ class SpeculativeDeploymentStatus(_Model):
     acceptance: Optional[Acceptance] = Field(default=None, description="Measured speculative acceptance.")
     accepted_findings: list[AcceptedFinding] = Field(
         default_factory=list, description="Findings accepted through spec.checks.accept for the current generation.")
+    rollout: Optional[RolloutStatus] = Field(default=None, description="The canary rollout (spec.rollout Canary).")
 
 
 class ObjectMeta(BaseModel):

@@ -37,6 +37,7 @@ PATTERN_WORDS = {
     T.IMAGE_PATTERN: "an image reference such as ghcr.io/specdeploy/runtime:vllm-0.33.0",
     T.VERSION_PATTERN: "a release number such as 0.5.23 or 0.33.0",
     T.QUANTITY_PATTERN: "a Kubernetes quantity such as 16Gi, 500m or 4",
+    T.DURATION_PATTERN: "a duration such as 30s, 10m or 1h30m",
 }
 
 
@@ -101,8 +102,15 @@ def schema_message(err: dict) -> tuple[str, str]:
     return err.get("msg", "invalid"), "FieldValueInvalid"
 
 
+def _union_tag(p: str) -> bool:
+    """A pydantic location part that names a union member or a validator, not a field (a field may start with
+    the same letters: `strategy`, `interval`)."""
+    return p in ("int", "str", "float", "bool") or p.startswith(("function-", "literal[", "int-", "str-", "int[",
+                                                                  "str["))
+
+
 def _path(loc: tuple) -> str:
-    parts = [p for p in loc if not (isinstance(p, str) and p.startswith(("function-", "literal[", "int", "str")))]
+    parts = [p for p in loc if not (isinstance(p, str) and _union_tag(p))]
     path = ""
     for p in parts:
         path += f"[{p}]" if isinstance(p, int) else (f".{p}" if path else str(p))
@@ -122,7 +130,7 @@ def object_check_errors(opts: Options | None) -> list[SpecProblem]:
 
 # A model validator's sentence that starts with the field it refuses ("spec.drafter is required ..."): the
 # problem is reported at that field, as the CRD's CEL rule (fieldPath) does.
-_NAMED_FIELD = re.compile(r"^(spec(?:\.[A-Za-z]+)+) is ")
+_NAMED_FIELD = re.compile(r"^(spec(?:\.[A-Za-z]+)+)(?: is |: )")
 
 
 def parse(obj: Any) -> tuple[T.SpeculativeDeployment | None, list[SpecProblem]]:
@@ -144,8 +152,8 @@ def parse(obj: Any) -> tuple[T.SpeculativeDeployment | None, list[SpecProblem]]:
         path = _path(tuple(err.get("loc", ())))
         named = _NAMED_FIELD.match(str((err.get("ctx") or {}).get("error") or "")) if err.get("type") == "value_error" \
             else None
-        if named and path in ("spec", "(object)"):  # a cross-field validator naming the field it refuses
-            path = named.group(1)
+        if named and (path in ("spec", "(object)") or named.group(1).startswith(path + ".")):
+            path = named.group(1)  # a cross-field validator naming the field it refuses
         hit = next((checker[p] for p in checker if path == p or path.startswith((p + ".", p + "["))), None)
         if hit is not None:
             if hit.path not in used:
@@ -155,6 +163,8 @@ def parse(obj: Any) -> tuple[T.SpeculativeDeployment | None, list[SpecProblem]]:
         if any(x.path == path for x in out):
             continue  # one problem per field (a union reports each alternative)
         msg, code = schema_message(err)
+        if named and path == named.group(1) and msg.startswith(path + ": "):
+            msg = msg[len(path) + 2:]  # "spec.x: ..." is shown as the problem's own path
         out.append(SpecProblem(path, msg, code))
     out += [p for path, p in checker.items() if path not in used]
     return None, out

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..core import names as N
+from ..core.render.children import names as child_names
 from . import metrics, ownership
 
 Key = tuple[str, str]  # (namespace, name)
@@ -145,10 +146,12 @@ class Caches:
         return None
 
     def children_of(self, ns: str, name: str) -> dict[tuple[str, str], dict]:
-        """The cached children a SpeculativeDeployment may own: named NAME or NAME-engine, by (kind, name)."""
+        """The cached children a SpeculativeDeployment may own: named NAME or NAME-engine (and the canary's
+        NAME-canary, NAME-canary-engine), by (kind, name)."""
+        n = child_names(name)
         out = {}
         for kind in MANAGED_KINDS:
-            for cname in (name, f"{name}-engine"):
+            for cname in (name, n["configmap"], n["canary"], n["canaryconfigmap"]):
                 body = self.children.get((kind, ns, cname))
                 if body is not None:
                     out[(kind, cname)] = body

@@ -10,6 +10,7 @@ import asyncio
 import json
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable
 
@@ -95,7 +96,41 @@ def load_api_client(kubeconfig: str | None = None) -> k8s.ApiClient:
         k8s_config.load_incluster_config(client_configuration=cfg)
     except k8s_config.ConfigException:
         k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+    if cfg.refresh_api_key_hook is not None:
+        cfg.refresh_api_key_hook = _at_most_every(cfg.refresh_api_key_hook, REFRESH_SECONDS)
     return k8s.ApiClient(configuration=cfg)
+
+
+# The kubernetes client calls the config's refresh hook before every request; the loaders' hooks re-read an
+# expiring token when due (in-cluster: every 60 s; an exec or OIDC token: 5 min before it expires) and then set
+# the host again, which makes the client scan the whole environment for proxy variables each time (5% of the
+# operator's CPU at 1000 CRs). Once a second is soon enough for either.
+REFRESH_SECONDS = 1.0
+
+
+def _at_most_every(hook: Callable[[Any], None], seconds: float, clock: Callable[[], float] = time.monotonic
+                   ) -> Callable[[Any], None]:
+    """``hook`` run at most once per ``seconds``. The loaders' hooks install themselves again on the
+    configuration each time they run (a new closure): that one is kept as the next to run, and this one
+    stays installed."""
+    lock = threading.Lock()
+    last = [float("-inf")]
+    current = [hook]
+
+    def throttled(configuration: Any) -> None:
+        with lock:
+            now = clock()
+            if now - last[0] < seconds:
+                return
+            current[0](configuration)
+            installed = getattr(configuration, "refresh_api_key_hook", None)
+            if installed is not throttled:
+                if installed is not None:
+                    current[0] = installed
+                configuration.refresh_api_key_hook = throttled
+            last[0] = now
+
+    return throttled
 
 
 class Kube:

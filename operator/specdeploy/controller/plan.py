@@ -19,13 +19,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from ..api.types import MemoryFigures, Resolved, SpeculativeDeploymentStatus
+from ..api.types import MemoryFigures, Resolved, RolloutStatus, SpeculativeDeploymentStatus
 from ..core import guard as gd
 from ..core.findings import Finding
 from ..core.findings import errors as error_findings
 from ..core.policy import TenancyPolicy
 from ..core import names as N
-from ..core.render import RenderError, Rendered, render, selector_labels
+from ..core.render import RenderError, Rendered, build_canary, names, render, selector_labels
 from . import ownership, status as st
 from .cache import MANAGED_KINDS
 
@@ -50,10 +50,17 @@ class Plan:
     resolved: Resolved | None = None  # status.resolved (None: not resolved)
     check_failure: str | None = None  # the first error code when the check failed (a metric)
     family: str | None = None  # the drafter's family and format as the check read them (status message)
+    rollout: "RolloutPlan | None" = None  # spec.rollout's part (None: not planned this time, e.g. blocked)
 
     def observation(self, body: dict, workload: dict | None, conflicts: list[str] | None = None) -> st.Observation:
         """The status inputs, given the workload as it is after the plan was applied."""
-        obs = observe(self.generation, body, workload, self.findings, self.rendered if self.apply else None)
+        rp = self.rollout
+        want = rp.stable_hash if rp is not None and rp.stable_live else None
+        obs = observe(self.generation, body, workload, self.findings, self.rendered if self.apply else None, want)
+        if rp is not None:
+            obs.rollout_off = rp.step is None
+            obs.rollout_status = rp.status
+            obs.rollout_condition = rp.condition
         obs.accepted = list(self.accepted)
         obs.blocked_reason = self.blocked
         obs.resolution_error = self.resolution_error
@@ -88,14 +95,17 @@ def plan_reconcile(cr, target, drafter, *, generation: int, children: Mapping[tu
                    benchmarks: Mapping[tuple[str, str], dict] | None = None, pod_monitor: bool = False,
                    lws: bool = True, policy: TenancyPolicy | None = None,
                    pod_monitor_labels: Mapping[str, str] | None = None,
-                   network_policy: Sequence[str] | None = None) -> Plan:
+                   network_policy: Sequence[str] | None = None, status: Mapping | None = None,
+                   rollout: Mapping | None = None, now: float = 0.0) -> Plan:
     """The plan for a valid, admitted spec whose configs are resolved (``target``/``drafter``: resolve.Resolved).
 
     ``children``: the cached children the deployment may own, by (kind, name) (Caches.children_of);
-    ``lws``: whether the LeaderWorkerSet API is served (asked only for multi-node specs)."""
+    ``lws``: whether the LeaderWorkerSet API is served (asked only for multi-node specs); ``status``: the CR's
+    stored status (status.rollout's refusedRevision and requestHandled); ``rollout``: the acceptance monitor's
+    canary analysis (cache.speculation[key]["rollout"]); ``now``: the wall clock (seconds since the epoch)."""
     plan = _plan_reconcile(cr, target, drafter, generation=generation, children=children, benchmarks=benchmarks,
                            pod_monitor=pod_monitor, lws=lws, policy=policy, pod_monitor_labels=pod_monitor_labels,
-                           network_policy=network_policy)
+                           network_policy=network_policy, status=status, rollout=rollout, now=now)
     plan.family = _family_label(drafter.doc if drafter is not None else None)
     return plan
 
@@ -108,12 +118,12 @@ def _family_label(doc) -> str | None:
 
 
 def _plan_reconcile(cr, target, drafter, *, generation, children, benchmarks, pod_monitor, lws, policy,
-                    pod_monitor_labels, network_policy) -> Plan:
+                    pod_monitor_labels, network_policy, status=None, rollout=None, now=0.0) -> Plan:
     limit, guard_problem = guard_limit(cr, benchmarks or {})
     try:
         rendered = render(cr, target.doc, drafter.doc, pod_monitor=pod_monitor, policy=policy or TenancyPolicy(),
                           pod_monitor_labels=pod_monitor_labels, network_policy=network_policy,
-                          guard=limit)
+                          guard=limit, commits=(target.commit or None, drafter.commit or None))
     except RenderError as e:
         errors = error_findings(e.findings)
         return Plan(generation, findings=e.findings, accepted=list(e.accepted),
@@ -125,22 +135,24 @@ def _plan_reconcile(cr, target, drafter, *, generation, children, benchmarks, po
         return Plan(generation, findings=findings, accepted=accepted, resolved=resolved, blocked=(
             "LeaderWorkerSetMissing", f"spec.nodes={cr.spec.nodes} needs a LeaderWorkerSet, but the "
             "leaderworkerset.x-k8s.io/v1 API is not installed; install LeaderWorkerSet or set spec.nodes: 1"))
-    return Plan(generation, apply=list(rendered.objects),
-                delete=obsolete(cr.metadata.name, rendered.objects, children, cr.metadata.uid),
+    rp = plan_rollout(cr, rendered, children, status, rollout, now)
+    apply = apply_rollout(list(rendered.objects), rp, children, cr.metadata.name)
+    return Plan(generation, apply=apply, delete=obsolete(cr.metadata.name, apply, children, cr.metadata.uid),
                 rendered=rendered, findings=findings, accepted=accepted, resolved=resolved,
-                guard=rendered.guard.condition if rendered.guard is not None else guard_problem)
+                guard=rendered.guard.condition if rendered.guard is not None else guard_problem, rollout=rp)
 
 
 def obsolete(name: str, desired: list[dict], children: Mapping[tuple[str, str], dict],
              uid: str | None = None) -> list[tuple[str, str]]:
     """Children of this instance that the desired set no longer has (e.g. the Deployment after switching to
-    multi-node). Children are named NAME or NAME-engine, so only those are looked at, and only those this CR
-    (``uid``, else the desired children's owner) controls: labels alone never make an object ours."""
+    multi-node, or the canary's after a decision). Children are named NAME, NAME-engine, NAME-canary or
+    NAME-canary-engine, so only those are looked at, and only those this CR (``uid``, else the desired children's
+    owner) controls: labels alone never make an object ours."""
     uid = uid or next((ownership.owner_uid(o) for o in desired if ownership.owner_uid(o)), None)
     want = {(o["kind"], o["metadata"]["name"]) for o in desired}
     out = []
     for kind in MANAGED_KINDS:
-        for cname in (name, f"{name}-engine"):
+        for cname in child_names(name):
             if (kind, cname) in want:
                 continue
             body = children.get((kind, cname))
@@ -163,8 +175,17 @@ def workload_template(workload: dict) -> dict:
     return spec.get("template") or {}
 
 
-def observe(gen: int, body: dict, workload: dict | None, findings, rendered: Rendered | None = None) -> st.Observation:
-    """The workload's replicas and whether it carries ``rendered``'s config (status.Observation)."""
+def child_names(name: str) -> tuple[str, ...]:
+    """The names a SpeculativeDeployment's children may have (core/render names): NAME, NAME-engine and the
+    canary's NAME-canary and NAME-canary-engine."""
+    n = names(name)
+    return (name, n["configmap"], n["canary"], n["canaryconfigmap"])
+
+
+def observe(gen: int, body: dict, workload: dict | None, findings, rendered: Rendered | None = None,
+            want_hash: str | None = None) -> st.Observation:
+    """The workload's replicas and whether it carries ``rendered``'s config (status.Observation); ``want_hash``:
+    the config hash it should carry instead (a canary runs: the stable Deployment keeps its live template)."""
     spec = body.get("spec") or {}
     desired = int(spec.get("replicas", 1) if isinstance(spec.get("replicas", 1), int) else 1)
     obs = st.Observation(generation=gen, findings=findings, desired_replicas=desired)
@@ -179,7 +200,7 @@ def observe(gen: int, body: dict, workload: dict | None, findings, rendered: Ren
             have = ((tmpl.get("metadata") or {}).get("annotations") or {}).get(N.CONFIG_HASH_ANNOTATION)
             wgen = (workload.get("metadata") or {}).get("generation")
             seen = ws.get("observedGeneration")
-            obs.workload_updated = have == rendered.config_hash and (seen is None or wgen is None or seen >= wgen)
+            obs.workload_updated = have == (want_hash or rendered.config_hash) and (seen is None or wgen is None or seen >= wgen)
     return obs
 
 
@@ -236,6 +257,9 @@ def desired_status(name: str, current: dict, obs: st.Observation, resolved: Reso
     """The status the reconciler wants: its conditions, the monitor's (``speculation``), the replicas, the
     selector, status.resolved, the accepted findings and the monitor's status.acceptance."""
     new = st.compute_conditions(obs)
+    if obs.rollout_off:  # spec.rollout is not Canary (any more): no Rollout condition
+        current = {**current, "conditions": [c for c in current.get("conditions") or []
+                                             if not (isinstance(c, dict) and c.get("type") == N.ROLLOUT)]}
     if speculation is not None and speculation.get("condition"):
         new.append(speculation["condition"])
     if speculation is not None and speculation.get("profitable"):
@@ -252,6 +276,10 @@ def desired_status(name: str, current: dict, obs: st.Observation, resolved: Reso
     }
     if speculation is not None:
         desired["acceptance"] = speculation.get("acceptance")  # None: cleared (merge patch null)
+    if obs.rollout_status is not None:
+        desired["rollout"] = obs.rollout_status
+    elif obs.rollout_off and current.get("rollout") is not None:
+        desired["rollout"] = None  # merge patch null: RollingUpdate keeps no rollout status
     return desired
 
 
@@ -265,6 +293,8 @@ def plan_status(name: str, current: dict | None, obs: st.Observation, resolved: 
     patch = dict(desired)
     if isinstance(desired.get("acceptance"), dict):  # a merge patch keeps keys it does not name: null them
         patch["acceptance"] = st.merge_patch_of(current.get("acceptance"), desired["acceptance"])
+    if isinstance(desired.get("rollout"), dict):
+        patch["rollout"] = st.merge_patch_of(current.get("rollout"), desired["rollout"])
     cur_resolved = current.get("resolved") if isinstance(current.get("resolved"), dict) else {}
     if isinstance(desired.get("resolved"), dict) and GUARD_RESOLVED in cur_resolved \
             and GUARD_RESOLVED not in desired["resolved"]:  # likewise a guard gone
@@ -272,3 +302,218 @@ def plan_status(name: str, current: dict | None, obs: st.Observation, resolved: 
     changed = st.transitions(current.get("conditions"), desired["conditions"])
     events = [(c, ev) for c in changed for ev in (st.event_for(c),) if ev is not None]
     return StatusPlan(patch=patch, status={**current, **desired}, transitions=changed, events=events)
+
+
+# ----------------------------------------------------------------- rollouts (spec.rollout Canary)
+
+ANALYZING_REQUEUE_S = 10.0  # while a canary runs: deadlines fire without traffic, the verdict is re-read
+
+
+@dataclass
+class RolloutPlan:
+    """What spec.rollout does to this reconcile (core/rollout.step on what was observed)."""
+
+    step: "ro.Step | None"  # None: RollingUpdate (nothing to decide)
+    observed: "ro.Observed | None" = None
+    status: dict[str, Any] | None = None  # status.rollout (camelCase); None: none (RollingUpdate)
+    condition: tuple[str, str, str] | None = None  # the Rollout condition (status, reason, message)
+    stable_live: bool = False  # the stable Deployment and ConfigMap keep their live template and data
+    stable_hash: str | None = None  # the config hash the stable Deployment carries (live) when stable_live
+    canary_objects: list[dict] = field(default_factory=list)  # applied (empty: the canary children are deleted)
+    baseline: dict[str, Any] | None = None  # on a promotion: status.acceptance.baseline = the canary's tau
+    decision: dict[str, Any] | None = None  # a decision taken now (status.rollout.decision), for the metric
+    requeue: float | None = None  # seconds: the canary is being analysed
+
+
+def _rfc3339_epoch(ts: Any) -> float | None:
+    import datetime as dt
+
+    if not isinstance(ts, str) or not ts:
+        return None
+    try:
+        t = dt.datetime.fromisoformat(ts.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=dt.timezone.utc)
+    return t.timestamp()
+
+
+def _epoch_rfc3339(t: float) -> str:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(t, dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def template_revision(workload: dict | None) -> str | None:
+    """The rollout revision a Deployment's pod template carries (REVISION_ANNOTATION), if any."""
+    if workload is None:
+        return None
+    ann = ((workload_template(workload).get("metadata") or {}).get("annotations") or {})
+    v = ann.get(N.REVISION_ANNOTATION)
+    return v if isinstance(v, str) and v else None
+
+
+def _engine_identity(cm: dict | None) -> tuple | None:
+    """(engine, version, target model, target revision) of an engine ConfigMap's document; None: unreadable."""
+    from ..core.engineconfig import ENGINE_CONFIG_KEY
+
+    text = ((cm or {}).get("data") or {}).get(ENGINE_CONFIG_KEY)
+    if not isinstance(text, str):
+        return None
+    try:
+        import json
+
+        doc = json.loads(text)
+        t = doc.get("target") or {}
+        return doc.get("engine"), doc.get("engineVersion"), t.get("model"), t.get("revision")
+    except (ValueError, AttributeError):
+        return None
+
+
+def _image(workload: dict | None) -> str | None:
+    cs = (workload_template(workload or {}).get("spec") or {}).get("containers") or []
+    return cs[0].get("image") if cs and isinstance(cs[0], dict) else None
+
+
+def stable_rolled(workload: dict | None, revision: str, replicas: int) -> bool:
+    """The stable Deployment carries ``revision`` and all its replicas are updated and ready."""
+    if workload is None or template_revision(workload) != revision:
+        return False
+    ws = workload.get("status") or {}
+    gen, seen = (workload.get("metadata") or {}).get("generation"), ws.get("observedGeneration")
+    if gen is not None and seen is not None and seen < gen:
+        return False
+    return int(ws.get("updatedReplicas") or 0) >= replicas and int(ws.get("readyReplicas") or 0) >= replicas
+
+
+def _request(annotations: Any) -> str | None:
+    v = annotations.get(N.ROLLOUT_ANNOTATION) if isinstance(annotations, Mapping) else None
+    return v[:256] if isinstance(v, str) and v else None
+
+
+def plan_rollout(cr, rendered: Rendered, children: Mapping[tuple[str, str], dict], status: Mapping | None,
+                 monitor: Mapping | None, now: float) -> RolloutPlan:
+    """The rollout's part of a reconcile (pure): core.rollout.Observed from the typed spec, the cached children
+    (the live stable Deployment's revision, the canary Deployment and its creationTimestamp), the CR's
+    ROLLOUT_ANNOTATION, status.rollout (refusedRevision, requestHandled) and the acceptance monitor's analysis
+    (``monitor``: cache.speculation[key]["rollout"]), then core.rollout.step, then what it means for the
+    children and the status. Everything it needs after an operator restart is in the canary Deployment and
+    the status."""
+    from ..core import rollout as ro
+
+    name = cr.metadata.name
+    n = names(name)
+    stable = children.get(("Deployment", n["workload"]))
+    canary = children.get(("Deployment", n["canary"]))
+    prev = (status or {}).get("rollout") if isinstance((status or {}).get("rollout"), Mapping) else {}
+    spec = cr.spec
+    if not spec.canary():
+        return RolloutPlan(step=None)
+    desired = rendered.revision or ""
+    stable_rev = template_revision(stable)
+    if stable is not None and stable_rev is None:
+        stable_rev = ""  # a template from before Canary (no revision recorded): the change goes through a canary
+    canary_rev = template_revision(canary)
+    created = _rfc3339_epoch((canary or {}).get("metadata", {}).get("creationTimestamp")) if canary else None
+    params = ro.params_from_spec(spec.rollout)
+    verdict = None
+    analysis = monitor if isinstance(monitor, Mapping) and monitor.get("revision") == desired else None
+    if canary is not None and canary_rev == desired:
+        elapsed = max(0.0, now - created) if created is not None else 0.0
+        live_cm = children.get(("ConfigMap", n["configmap"]))
+        desired_cm = next((o for o in rendered.objects if o["kind"] == "ConfigMap"), None)
+        same_target = _engine_identity(live_cm) is not None and _engine_identity(live_cm) == _engine_identity(desired_cm) \
+            and _image(stable) == _image(rendered.objects[1])
+        revs = {"stable_revision": stable_rev or None, "canary_revision": desired}
+        if analysis is not None:
+            verdict = ro.judge(params, analysis.get("stable") or ro.Totals(), analysis.get("canary") or ro.Totals(),
+                               analysis.get("health") or ro.Health(pods=0, ready=0, restarts=0, crash_looping=False),
+                               analysis.get("probe") if params.probe else None, elapsed, compare_outputs=same_target,
+                               **revs)
+        elif elapsed >= params.deadline_s:  # no analysis at all (the monitor is off or saw nothing): the deadline
+            verdict = ro.judge(params, ro.Totals(), ro.Totals(), ro.Health(pods=0, ready=0, restarts=0,
+                                                                             crash_looping=False),
+                               None, elapsed, compare_outputs=False, **revs)
+    request, handled = _request(cr.metadata.annotations), prev.get("requestHandled")
+    o = ro.Observed(strategy=spec.rollout.strategy, desired_revision=desired, stable_revision=stable_rev,
+                    canary_revision=canary_rev, canary_created=created,
+                    stable_rolled=stable_rolled(stable, desired, spec.replicas),
+                    refused_revision=prev.get("refusedRevision"), request=request, request_handled=handled,
+                    verdict=verdict, now=now, replicas=spec.replicas, last_phase=prev.get("phase"),
+                    last_decision=prev.get("decision") if isinstance(prev.get("decision"), Mapping) else None)
+    s = ro.step(o)
+    out = RolloutPlan(step=s, observed=o, condition=s.condition)
+    out.stable_live = s.stable_template == "live" and stable is not None
+    if out.stable_live:
+        out.stable_hash = ((workload_template(stable).get("metadata") or {}).get("annotations") or {}).get(
+            N.CONFIG_HASH_ANNOTATION)
+    if s.canary:
+        out.canary_objects = build_canary(cr, rendered)
+        if s.phase in ("Progressing", "Analyzing"):
+            out.requeue = ANALYZING_REQUEUE_S
+    decision = s.decision
+    if decision is not None:
+        out.decision = decision
+        if decision.get("result") == "Promote" and analysis is not None:
+            tau = (analysis.get("canary") or ro.Totals()).tau()
+            if tau is not None and tau >= 1.0:
+                out.baseline = {"length": round(float(tau), 2), "since": _epoch_rfc3339(now),
+                                "drafts": int((analysis.get("canary") or ro.Totals()).drafts)}
+    rs: dict[str, Any] = {"phase": s.phase,
+                          # what the stable Deployment serves once this reconcile applied it
+                          "stableRevision": desired if s.stable_template == "desired" else (stable_rev or None),
+                          "canaryRevision": desired if s.canary else None,
+                          "refusedRevision": s.refused_revision,
+                          "startedAt": _epoch_rfc3339(created) if s.canary and created is not None else None,
+                          "decision": decision or prev.get("decision"),
+                          "analysis": verdict.table if verdict is not None and verdict.table else prev.get("analysis"),
+                          "probe": _probe_status(analysis.get("probe") if analysis is not None else None)
+                          or (prev.get("probe") if s.canary else None),
+                          "requestHandled": s.request_handled}
+    out.status = _rollout_status(rs)
+    return out
+
+
+def _rollout_status(rs: dict[str, Any]) -> dict[str, Any]:
+    """status.rollout as the typed model writes it; what was carried over from the stored status and does not
+    parse (a hand-edited status) is dropped rather than failing the reconcile."""
+    import pydantic
+
+    doc = {k: v for k, v in rs.items() if v is not None}
+    for attempt in range(2):
+        try:
+            out = RolloutStatus.model_validate(doc).model_dump(by_alias=True, exclude_none=True)
+            return {k: v for k, v in out.items() if v != []}  # no analysis yet: no empty table
+        except pydantic.ValidationError as e:
+            bad = {str(err["loc"][0]) for err in e.errors() if err.get("loc")}
+            doc = {k: v for k, v in doc.items() if k not in bad}
+    return {"phase": rs["phase"]}
+
+
+def _probe_status(p: Any) -> dict | None:
+    if p is None:
+        return None
+    return {"prompts": int(getattr(p, "prompts", 0)), "identical": int(getattr(p, "identical", 0)),
+            "message": str(getattr(p, "message", "") or "")[:4096]}
+
+
+def apply_rollout(objects: list[dict], rp: RolloutPlan, children: Mapping[tuple[str, str], dict],
+                  name: str) -> list[dict]:
+    """The children to apply under a rollout plan: while a canary runs (or after a rollback) the stable
+    Deployment and its ConfigMap carry their LIVE pod template and data (only replicas follow the spec: the
+    stable pods keep their uids), and the canary's children are added while it is wanted."""
+    if rp.step is None:
+        return objects
+    n = names(name)
+    out = []
+    for obj in objects:
+        if rp.stable_live and obj["kind"] == "Deployment" and obj["metadata"]["name"] == n["workload"]:
+            live = children[("Deployment", n["workload"])]
+            obj = {**obj, "spec": {**obj["spec"], "template": workload_template(live)}}
+        elif rp.stable_live and obj["kind"] == "ConfigMap" and obj["metadata"]["name"] == n["configmap"]:
+            live_cm = children.get(("ConfigMap", n["configmap"]))
+            if live_cm is not None and isinstance(live_cm.get("data"), dict):
+                obj = {**obj, "data": dict(live_cm["data"])}
+        out.append(obj)
+    return out + list(rp.canary_objects)

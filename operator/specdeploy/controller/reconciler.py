@@ -22,6 +22,7 @@ from typing import Any
 
 from ..api.types import Resolved
 from ..api.validation import INVALID_SPEC, problems_message, validate
+from ..core import baseline as bl
 from ..core.policy import TenancyPolicy, check_policy, policy_needs_claims
 from . import metrics, plan as pl, status as st
 from .cache import MANAGED_KINDS, WORKLOAD_KINDS, Caches, Key  # noqa: F401 - the RBAC audit reads MANAGED_KINDS here
@@ -91,11 +92,13 @@ class _State:
 
 
 class Controller:
-    def __init__(self, kube: Kube, resolver: Resolver, settings: Settings | None = None, clock=time.monotonic):
+    def __init__(self, kube: Kube, resolver: Resolver, settings: Settings | None = None, clock=time.monotonic,
+                 wall=time.time):
         self.kube = kube
         self.resolver = resolver
         self.settings = settings or Settings()
         self.clock = clock
+        self.wall = wall  # seconds since the epoch: a canary's age (its Deployment's creationTimestamp) and decisions
         self.queue = WorkQueue(clock)
         self.backoff = Backoff(self.settings.backoff_min, self.settings.backoff_max)
         # the watch-fed caches, shared with the acceptance monitor (which reads them and never this object)
@@ -132,6 +135,7 @@ class Controller:
         key, due = self.cache.observe_cr(event_type, body)
         if event_type == "DELETED":
             self.state.pop(key, None)
+            metrics.export_rollout(key[0], key[1], None)  # its rollout series go with it
             if self.monitor is not None:
                 self.monitor.forget(key)
         if due:
@@ -324,7 +328,8 @@ class Controller:
                                  benchmarks=self.benchmarks, pod_monitor=await self.executor.has(PODMONITOR),
                                  lws=await self.executor.has(LWS) if cr.spec.nodes > 1 else True, policy=policy,
                                  pod_monitor_labels=self.settings.pod_monitor_labels,
-                                 network_policy=self.settings.engine_network_policy)
+                                 network_policy=self.settings.engine_network_policy, status=body.get("status"),
+                                 rollout=(self.speculation.get(key) or {}).get("rollout"), now=self.wall())
         if plan.check_failure is not None and state.last_generation_seen != gen:
             metrics.CHECK_FAILURES.labels(code=plan.check_failure).inc()
         state.last_generation_seen = gen
@@ -338,7 +343,27 @@ class Controller:
             conflicts = await self.executor.apply(ns, name, plan.apply, plan.delete, uid=cr.metadata.uid, claims=claims)
             if tuning is not None and not conflicts:
                 conflicts += await self.executor.tuning(ns, cr, plan.rendered)
-        return await self._finish(key, body, plan, conflicts)
+        rp = plan.rollout
+        if rp is not None and not conflicts:
+            self._rollout_decided(key, body, plan, rp)
+        await self._finish(key, body, plan, conflicts)
+        return rp.requeue if rp is not None and not conflicts else None
+
+    def _rollout_decided(self, key: Key, body: dict, plan: pl.Plan, rp: pl.RolloutPlan) -> None:
+        """A rollout decision taken now: its metric, and on a promotion the acceptance baseline of the promoted
+        revision (the canary's measured tau) handed to the status path the way the monitor hands its part."""
+        if rp.decision is None:
+            return
+        metrics.count_rollout_decision(key[0], key[1], rp.decision.get("result", ""), rp.decision.get("reason", ""))
+        if rp.baseline is not None and plan.resolved is not None:
+            # the revision the monitor computes from the stored spec and the status.resolved written below
+            revision = bl.speculation_revision(body.get("spec"), plan.resolved.model_dump(by_alias=True,
+                                                                                          exclude_none=True))
+            part = dict(self.speculation.get(key) or {})
+            acc = dict(part.get("acceptance") or {})
+            acc["baseline"] = {**rp.baseline, "revision": revision}
+            part["acceptance"] = acc
+            self.speculation[key] = part
 
     async def _finish(self, key: Key, body: dict, plan: pl.Plan, conflicts: list[str] | None = None) -> None:
         """Status: what the plan observed, with the workload as it is now."""
@@ -349,6 +374,8 @@ class Controller:
     async def _write_status(self, key: Key, body: dict, obs: st.Observation, resolved: Resolved | None) -> None:
         """The one status path: the reconciler's conditions with the acceptance monitor's part (one writer per key)."""
         change = pl.plan_status(key[1], body.get("status"), obs, resolved, self.speculation.get(key), now_rfc3339())
+        if obs.rollout_status is not None or obs.rollout_off:  # the rollout series (controller/metrics.py)
+            metrics.export_rollout(key[0], key[1], obs.rollout_status)
         if change is None:
             return
         await self.executor.write_status(key, body, change)

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..core import safejson
+from ..core import memo, safejson
 from ..core.engineconfig import config_digest
 from ..core import engines as eng
 from ..core import names as N
@@ -134,6 +134,9 @@ class Resolver:
         # (namespace, Secret, key) of a tokenSecretRef -> the credential it held when last read (for the webhook)
         self._secret_creds: dict[tuple[str, str, str], str] = {}
         self.configmaps: dict[tuple[str, str], dict] = {}  # (ns, name) -> body, fed by the watch
+        # (ns, name, key) -> (the key's text, its Resolved): one parse and digest per ConfigMap text, and one
+        # document object that the checker's memo (core/checker/derive.analyze) recognises
+        self._parsed: dict[tuple[str, str, str], tuple[str | bytes, Resolved]] = {}
 
     async def resolve(self, cr, role: str) -> Resolved:
         src = getattr(cr.spec, role)
@@ -166,8 +169,15 @@ class Resolver:
             text: str | bytes = base64.b64decode(raw)
         else:
             text = data[key]
-        doc = _parse_json(text, f"ConfigMap {ns}/{name} key {key!r}")
-        return Resolved(doc, config_digest(doc), f"configmap:{ns}/{name}#{key}")
+        hit = self._parsed.get((ns, name, key))
+        if hit is not None and (hit[0] is text or hit[0] == text):
+            return hit[1]
+        doc = memo.read_only(_parse_json(text, f"ConfigMap {ns}/{name} key {key!r}"))
+        resolved = Resolved(doc, config_digest(doc), f"configmap:{ns}/{name}#{key}")
+        if len(self._parsed) >= 256:  # ConfigMaps come and go: never more than this many remembered
+            self._parsed.clear()
+        self._parsed[(ns, name, key)] = (text, resolved)
+        return resolved
 
     async def _token(self, ns: str, src) -> str | None:
         ref = src.token_secret_ref
@@ -220,7 +230,7 @@ class Resolver:
             got = await asyncio.to_thread(self.hub_fetch, src.model, src.revision, token=token, endpoint=self.hub_endpoint)
         except HubResolutionError as e:
             raise ResolutionError(e.reason, e.message, retryable=e.retryable) from None
-        r = Resolved(got.doc, got.digest, f"hub:{got.repo_id}@{got.commit}", got.commit)
+        r = Resolved(memo.read_only(got.doc), got.digest, f"hub:{got.repo_id}@{got.commit}", got.commit)
         self._hub_cache[(src.model, src.revision, cred)] = (self.clock(), r)
         return r
 

@@ -33,6 +33,8 @@ SCRAPE_FAILED = "ScrapeFailed"  # Unknown: no engine pod's /metrics answered
 SPECULATION_GUARDED = N.SPECULATION_GUARDED
 SPECULATION_PROFITABLE = N.SPECULATION_PROFITABLE
 GUARD_TYPES = (SPECULATION_GUARDED, SPECULATION_PROFITABLE)
+# spec.rollout Canary (core/rollout.step through controller/plan.plan_rollout): the canary's analysis and decision
+ROLLOUT = N.ROLLOUT
 MAX_MESSAGE = 4000
 
 
@@ -55,6 +57,11 @@ class Observation:
     internal_error: tuple[str, str] | None = None  # (exception type, one-line message): a bug, retried with backoff
     guard: tuple[bool | None, str, str] | None = None  # SpeculationGuarded (status, reason, message); None: no guard
     family: str | None = None  # the drafter's family as the check read it (checker/family.py), e.g. "EAGLE-3.1 (hf)"
+    # spec.rollout (controller/plan.plan_rollout): status.rollout and the Rollout condition to write (None: keep
+    # what is stored); rollout_off: the spec is not Canary (both are dropped)
+    rollout_status: dict | None = None
+    rollout_condition: tuple[str, str, str] | None = None
+    rollout_off: bool = False
 
 
 def _findings_message(findings: Iterable[Finding]) -> str:
@@ -146,6 +153,9 @@ def compute_conditions(o: Observation) -> list[dict[str, Any]]:
     out = [compat, prog, ready, deg]
     if o.guard is not None:
         out.append(_cond(SPECULATION_GUARDED, *o.guard))
+    if o.rollout_condition is not None:
+        status, reason, message = o.rollout_condition
+        out.append(_cond(ROLLOUT, {"True": True, "False": False}.get(status), reason, message))
     return out
 
 
@@ -229,6 +239,12 @@ def event_for(cond: dict) -> tuple[str, str, str] | None:
         return "Normal", reason, cond["message"]
     if t in GUARD_TYPES:  # the guard not rendered, load past the crossover: worth a Warning; back to normal: Normal
         return ("Warning" if s == "False" else "Normal"), reason, cond["message"]
+    if t == ROLLOUT:  # a rollback (False) is worth a Warning; a promotion a Normal; analysing is progress
+        if s == "False":
+            return "Warning", reason, cond["message"]
+        if s == "True" and reason != "Stable":
+            return "Normal", reason, cond["message"]
+        return None
     if t == SPECULATION_HEALTHY:  # every transition: a person wants to see acceptance change
         if s == "False" or (s == "Unknown" and reason == acc.NO_METRICS):
             return "Warning", reason, cond["message"]

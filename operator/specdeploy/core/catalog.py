@@ -217,6 +217,27 @@ CATALOG = MappingProxyType({c.code: c for c in (
        "SupportsEagle3, models/registry.py; SGLang 0.5.23 model_executor/model_runner_components/"
        "attention_backend_setup.py configure_aux_hidden_state_capture, models/*.py set_eagle3_layers_to_capture "
        "(recorded by e2e/flagdrift/engine_facts.py vllm_eagle3_capture, sglang_eagle3_capture)"),
+    _C("DFlashTargetCaptureUnsupported", "error", "engine", "A DFlash, DFlash2, DSpark or Domino drafter reads the "
+       "target's hidden states at its target_layer_ids, and only target classes built to hand them over can serve "
+       "one: vLLM asks for them through the EAGLE-3 interface under dflash (DFlash2 included) and dspark, so the target "
+       "class must be SupportsEagle3 as for Eagle3TargetCaptureUnsupported (facts key eagle3_capture, value.methods); "
+       "SGLang's DFLASH (DFlash, DFlash2, Domino) requires set_dflash_layers_to_capture on the target model (facts key "
+       "target_capture: 70 of 290 SGLang 0.5.23 model classes, e.g. no Qwen2ForCausalLM, MiMoForCausalLM, "
+       "Glm4MoeForCausalLM, MiniMaxM2ForCausalLM), DSPARK set_dspark_layers_to_capture or that (facts key "
+       "dspark_capture adds e.g. DeepseekV4ForCausalLM). An architecture SGLang does not register loads its "
+       "Transformers fallback, which has neither. Not raised for Domino on vLLM (DominoUnsupportedByEngine). A "
+       "warning for a release newer than the recorded one.",
+       "The engine refuses to start: vLLM 'Model does not support EAGLE3 interface', SGLang 'implements neither "
+       "set_dspark_layers_to_capture nor set_dflash_layers_to_capture'.",
+       "Serve the target on the engine whose class captures (named in the message), use method mtp where the target "
+       "has MTP layers or ngram, or pick a target whose class captures.",
+       source="vLLM 0.33.0 v1/worker/gpu/spec_decode/eagle/eagle3_utils.py requires_aux_hidden_states and "
+       "set_eagle3_aux_hidden_state_layers, v1/worker/gpu_model_runner.py _setup_eagle3_aux_hidden_state_outputs "
+       "(DFlashProposer branch), models/interfaces.py SupportsEagle3; SGLang 0.5.23 model_executor/"
+       "model_runner_components/attention_backend_setup.py configure_aux_hidden_state_capture, "
+       "spec_aux_hidden_state.py _resolve_dflash_aux_hidden_state, models/*.py set_dflash_layers_to_capture and "
+       "set_dspark_layers_to_capture (recorded by e2e/flagdrift/engine_facts.py vllm_eagle3_capture, "
+       "sglang_target_capture, sglang_dspark_capture; rule core/checker/capture.py target_capture)"),
     _C("SpeculatorsUnsupportedByEngine", "error", "engine", "SGLang has no reader for the speculators format "
        "(speculators_config, transformer_layer_config).", "-", "Serve speculators drafters on vLLM or convert the config.",
        source="SGLang 0.5.23: no reference to speculators_config in the wheel"),

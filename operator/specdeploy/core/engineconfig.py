@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from .checker import Options
+from .memo import by_identity
 from .methods import METHODS
 from .names import GROUP_VERSION
 
@@ -78,6 +79,7 @@ class EngineConfig(_Doc):
         return hashlib.sha256(self.to_json().encode()).hexdigest()
 
 
+@by_identity(64)  # the same document object: the same digest (core/memo.py)
 def config_digest(doc: object) -> str:
     """Digest of a config.json document, independent of key order and whitespace."""
     return "sha256:" + hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from typing import Any, Mapping
 
 from .cache import node_path_refusal
@@ -141,12 +142,31 @@ def trust_remote_code_allowed(policy: TenancyPolicy, namespace: str | None, mode
     return ns_ok or model_prefix_allowed(model, policy.trust_remote_code_models)
 
 
+@lru_cache(maxsize=64)
+def _risky_dests(engine: str, version: str, snapshot: str) -> tuple[Any, dict[str, tuple[str, str]]]:
+    """(the release's parser or None, destination -> (risky flag, kind)): read once per release (pure inputs: the
+    recorded data files do not change while running)."""
+    from . import codeflags
+    from .extraargs import _compiled
+
+    try:
+        r = _compiled(engine, version, snapshot)
+    except (LookupError, KeyError):
+        return None, {}
+    by_dest: dict[str, tuple[str, str]] = {}
+    for flag, kind in codeflags.risky_flags(engine).items():
+        entry = r.options.get(flag)
+        if entry and entry.get("dest"):
+            by_dest[entry["dest"]] = (flag, kind)
+    return r, by_dest
+
+
 def code_arg_uses(spec) -> list[tuple[int, str, str]]:
     """(index in extraArgs, the engine's flag, code|file|unreviewed) for each extraArgs flag that loads code or
     opens files of the pod (core/codeflags.py), resolved with the release's parser where one is recorded
     (abbreviations and other spellings of the same destination included), else by name."""
     from . import codeflags, engines as eng
-    from .extraargs import _compiled, _is_flag
+    from .extraargs import _is_flag
 
     args = [str(a) for a in spec.engine.extra_args]
     if not args:
@@ -157,16 +177,7 @@ def code_arg_uses(spec) -> list[tuple[int, str, str]]:
         return []
     cpu = getattr(getattr(spec, "gpu", None), "type", None) == "cpu"
     build = eng.cpu_build(engine) if cpu else None
-    try:
-        r = _compiled(engine, spec.engine.version.lstrip("vV"), build.snapshot if build else engine)
-    except (LookupError, KeyError):
-        r = None
-    by_dest: dict[str, tuple[str, str]] = {}
-    if r is not None:
-        for flag, kind in risky.items():
-            entry = r.options.get(flag)
-            if entry and entry.get("dest"):
-                by_dest[entry["dest"]] = (flag, kind)
+    r, by_dest = _risky_dests(engine, spec.engine.version.lstrip("vV"), build.snapshot if build else engine)
     out = []
     for i, tok in enumerate(args):
         if not _is_flag(tok):

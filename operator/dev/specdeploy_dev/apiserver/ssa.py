@@ -389,6 +389,27 @@ _ENCODED: collections.OrderedDict[int, tuple[JSON, frozenset]] = collections.Ord
 _ENCODED_MAX = 50000
 
 
+# fieldsV1 trees by field set: objects of one shape (a controller's children, a client's creates) share one
+# tree (never mutated, like every tree listed in _ENCODED) instead of building and sorting it each time
+_BY_SET: collections.OrderedDict[frozenset, JSON] = collections.OrderedDict()
+_BY_SET_MAX = 2000
+
+
+def _encoded(paths: frozenset) -> JSON:
+    fields = _BY_SET.get(paths)
+    if fields is None:
+        fields = _BY_SET[paths] = to_fields_v1(paths)
+        if len(_BY_SET) > _BY_SET_MAX:
+            _BY_SET.popitem(last=False)
+    else:
+        _BY_SET.move_to_end(paths)
+    _ENCODED[id(fields)] = (fields, paths)
+    _ENCODED.move_to_end(id(fields))
+    if len(_ENCODED) > _ENCODED_MAX:
+        _ENCODED.popitem(last=False)
+    return fields
+
+
 class Managers:
     """The managedFields of one object, decoded: manager id -> (entry without fieldsV1, field set)."""
 
@@ -415,10 +436,7 @@ class Managers:
                 if known is not None and known[0] == paths:
                     fields = known[1]  # unchanged: the same (never mutated) fieldsV1 as before
                 else:
-                    fields = to_fields_v1(paths)
-                    _ENCODED[id(fields)] = (fields, frozenset(paths))
-                    if len(_ENCODED) > _ENCODED_MAX:
-                        _ENCODED.popitem(last=False)
+                    fields = _encoded(frozenset(paths))
                 out.append({**meta, "fieldsType": "FieldsV1", "fieldsV1": fields})
         return out
 

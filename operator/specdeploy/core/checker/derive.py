@@ -3,10 +3,12 @@ what the renderer needs (block size, draft window, engine env); it never raises 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from .. import methods
 from ..findings import Finding, sort_findings
+from ..memo import by_identity
 from ..modelconfig import FULL, SLIDING, DrafterConfig, TargetConfig, _not_object, parse_drafter, parse_target
 from .accept import apply_accept, one_per_root_cause
 from .engine import _check_backend, _check_engine_release, _check_hidden_act
@@ -60,9 +62,19 @@ def _derive(d: DrafterConfig, t: TargetConfig | None, o: Options, info, row, pro
     )
 
 
+def _own_lists(a: Analysis) -> Analysis:
+    return dataclasses.replace(a, findings=list(a.findings), accepted=list(a.accepted))
+
+
 def analyze(drafter_doc: Any, target_doc: Any, options: Options | None = None) -> Analysis:
     """Every check for a drafter/target pair under the given options, and the derived settings."""
-    o = options or Options()
+    return _remembered(drafter_doc, target_doc, options or Options())
+
+
+# the same documents (by identity: core/memo.py) and options give the same analysis; each caller gets its own
+# findings lists (render appends to them)
+@by_identity(64, copy=_own_lists)
+def _remembered(drafter_doc: Any, target_doc: Any, o: Options) -> Analysis:
     out = _Out()
     info, row, prof = _check_options(o, out)
     t, tf = parse_target(target_doc)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .family import Family
+from ..modelconfig import TargetConfig
+from .capture import CAPTURE_PATH, target_capture
+from .family import DISPLAY, Family
 from .results import D, S, _Out
 
 # vLLM: architectures whose DSpark model reads markov_rank from the top level (models/qwen3_dspark.py
@@ -36,6 +38,24 @@ def _int(v: Any) -> int | None:
 def _archs(doc: dict) -> list[str]:
     a = doc.get("architectures")
     return [x for x in a if isinstance(x, str)] if isinstance(a, list) else []
+
+
+def check_dflash_capture(fam: Family, t: TargetConfig | None, o, out: _Out) -> dict:
+    """The target must hand its hidden states to the drafter at the taps (``capture.target_capture``): vLLM
+    asks for them through the EAGLE-3 interface under dflash (DFlash2 included) and dspark, SGLang through
+    set_dflash_layers_to_capture (DSPARK: set_dspark_layers_to_capture first). Domino on vLLM is refused apart
+    (DominoUnsupportedByEngine)."""
+    if o.method not in ("dflash", "dflash2", "dspark") or (fam.name == "domino" and o.engine == "vllm"):
+        return {}
+    kind = "dspark" if o.method == "dspark" else "dflash"
+    engines = ("sglang",) if fam.name == "domino" else ("vllm", "sglang")
+    derived, problem = target_capture(kind, f"a {DISPLAY.get(fam.name, fam.name)} drafter", t, o, engines=engines,
+                                      method=kind)
+    if problem is not None and problem.newer:
+        out.warn("DFlashTargetCaptureUnsupported", *CAPTURE_PATH, problem.message)
+    elif problem is not None:
+        out.err("DFlashTargetCaptureUnsupported", *CAPTURE_PATH, problem.message)
+    return derived
 
 
 def check_dflash_family(doc: dict, fam: Family, o, n_target: int | None, ids: list[int] | None, out: _Out) -> None:

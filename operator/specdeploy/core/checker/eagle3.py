@@ -31,10 +31,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..modelconfig import TargetConfig
+from .capture import CAPTURE_PATH, ENGINE_NAME, RECORDED, _older, capture_facts, target_capture, target_captures  # noqa: F401
 from .family import Family
-from .results import D, S, T, _Out
-
-RECORDED = {"vllm": "0.33.0", "sglang": "0.5.23"}
+from .results import D, S, _Out
 
 # vLLM model_executor/models/registry.py _SPECULATIVE_DECODING_MODELS (EAGLE-3 rows)
 VLLM_EAGLE3_ARCHS = frozenset({
@@ -58,13 +57,6 @@ def vllm_architecture(arch: str) -> str:
     """The name vLLM asks its registry for under method eagle3 (``transformers_utils/configs/eagle.py``
     ``EAGLEConfig.__init__``: ``Eagle3`` is prefixed unless the name starts or ends with it)."""
     return arch if (arch.startswith("Eagle3") or arch.endswith("Eagle3")) else f"Eagle3{arch}"
-
-
-def _older(version: str, than: str) -> bool:
-    from ..versions import parse_version
-
-    a, b = parse_version(version), parse_version(than)
-    return a is not None and b is not None and a < b
 
 
 def canonical_taps(n: int) -> list[int]:
@@ -137,39 +129,6 @@ def _num_aux(doc: dict) -> tuple[int, str]:
     return 3, "the default 3"
 
 
-ENGINE_NAME = {"vllm": "vLLM", "sglang": "SGLang"}
-
-
-def capture_facts(engine: str, version: str | None) -> tuple[str, dict] | None:
-    """(release the facts are from, the ``eagle3_capture`` record) for this release, else for the recorded one."""
-    from .. import enginedata
-
-    for v in ([version] if version else []) + [RECORDED[engine]]:
-        doc = enginedata.load_facts(engine, v)
-        rec = (doc or {}).get("facts", {}).get("eagle3_capture")
-        if isinstance(rec, dict) and isinstance(rec.get("value"), dict):
-            return v, rec
-    return None
-
-
-def target_captures(engine: str, arch: str, version: str | None = None) -> tuple[bool | None, str, str]:
-    """(can this engine's ``arch`` class hand aux hidden states to an EAGLE-3 drafter, the class or fallback it
-    loads, the release the answer is from). None where no facts are recorded for the engine."""
-    hit = capture_facts(engine, version)
-    if hit is None:
-        return None, "", ""
-    rv, rec = hit
-    val = rec["value"]
-    sup, uns = val.get("supported") or {}, val.get("unsupported") or {}
-    if arch in sup:
-        return True, sup[arch], rv
-    if arch in uns:
-        return False, uns[arch] if isinstance(uns, dict) else arch, rv
-    # not a class of the engine: vLLM loads it through its Transformers backend (SupportsEagle3), SGLang through
-    # its Transformers fallback (no set_eagle3_layers_to_capture)
-    return engine == "vllm", str(val.get("unlisted") or ""), rv
-
-
 def uses_aux_hidden_states(doc: dict) -> bool:
     """Both engines capture aux hidden states for eagle3 unless ``eagle_config.use_aux_hidden_state`` is false
     (vLLM ``v1/spec_decode/llm_base_proposer.py`` ``_get_eagle3_use_aux_hidden_state_from_config``; SGLang
@@ -181,52 +140,15 @@ def uses_aux_hidden_states(doc: dict) -> bool:
 def _check_target_capture(doc: dict, t: TargetConfig | None, o, out: _Out) -> dict:
     """The target must hand aux hidden states to the drafter: vLLM's model runners raise unless the target class
     is SupportsEagle3, SGLang's unless it has set_eagle3_layers_to_capture (recorded per release: facts key
-    ``eagle3_capture``)."""
-    engine = o.engine
-    if engine not in RECORDED or t is None or not t.architectures or not uses_aux_hidden_states(doc):
+    ``eagle3_capture``; the rule is ``capture.target_capture``, shared with the DFlash family)."""
+    if not uses_aux_hidden_states(doc):
         return {}
-    arch = t.architectures[0]
-    ok, where, rv = target_captures(engine, arch, o.engine_version)
-    if ok is None:
-        return {}
-    if ok:
-        return {"targetCapture": where}
-    name = ENGINE_NAME[engine]
-    version = o.engine_version or RECORDED[engine]
-    how = ("vLLM's model runner raises RuntimeError 'Model does not support EAGLE3 interface' at load: the class has no "
-           "SupportsEagle3 among its bases (v1/worker/gpu_model_runner.py _setup_eagle3_aux_hidden_state_outputs, "
-           "v1/worker/gpu/spec_decode/eagle/eagle3_utils.py set_eagle3_aux_hidden_state_layers)"
-           if engine == "vllm" else
-           "SGLang raises ValueError 'does not implement set_eagle3_layers_to_capture' at start-up "
-           "(model_runner_components/attention_backend_setup.py configure_aux_hidden_state_capture)")
-    if where.startswith("the "):  # not a class of the engine: its fallback
-        what = f"{arch} (no {name} class of that name: it loads {where})"
-    elif ":" in where:
-        what = f"{arch} ({where.removeprefix('vllm/model_executor/').replace(':', ' ')})"
-    else:
-        what = arch
-    other = "sglang" if engine == "vllm" else "vllm"
-    fixes = []
-    ok_other, _, rv_other = target_captures(other, arch)
-    if ok_other:
-        fixes.append(f"serve it on {ENGINE_NAME[other]} ({ENGINE_NAME[other]} {rv_other}'s {arch} captures them)")
-    from .mtp import SGLANG_MTP, _vllm_row, mtp_layers
-
-    n_mtp, _ = mtp_layers(t)
-    if n_mtp and (SGLANG_MTP.get(arch) if engine == "sglang" else _vllm_row(t)):
-        fixes.append(f"use method mtp (the target's own {n_mtp} MTP layer{'s' if n_mtp > 1 else ''})")
-    fixes.append("use method ngram (no drafter)")
-    fixes.append(f"or a target whose {name} class captures them")
-    newer = _older(rv, version)
-    msg = (f"the target {what} cannot hand hidden states to an EAGLE-3 drafter on {name} {version}: {how}"
-           + (f" (read from {name} {rv}; a newer release may have added it)" if newer else
-              f" (read from {name} {rv})" if rv != version else "")
-           + ". Fix: " + "; ".join(fixes))
-    if newer:
-        out.warn("Eagle3TargetCaptureUnsupported", T, "$.architectures[0]", msg)
-    else:
-        out.err("Eagle3TargetCaptureUnsupported", T, "$.architectures[0]", msg)
-    return {}
+    derived, problem = target_capture("eagle3", "an EAGLE-3 drafter", t, o)
+    if problem is not None and problem.newer:
+        out.warn("Eagle3TargetCaptureUnsupported", *CAPTURE_PATH, problem.message)
+    elif problem is not None:
+        out.err("Eagle3TargetCaptureUnsupported", *CAPTURE_PATH, problem.message)
+    return derived
 
 
 def check_eagle3(doc: dict, fam: Family, t: TargetConfig | None, o, out: _Out) -> dict:

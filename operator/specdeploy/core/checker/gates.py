@@ -7,14 +7,16 @@ from __future__ import annotations
 from typing import Any
 
 from ..findings import Finding
+from ..memo import by_identity
 from ..modelconfig import parse_drafter, parse_target
-from .dflashfamily import check_dflash_family
+from .dflashfamily import check_dflash_capture, check_dflash_family
 from .eagle3 import check_eagle3
 from .family import Family, detect_family, method_family_problem
 from .mtp import check_mtp, steps_of
 from .results import S, _Out
 
 
+@by_identity(64)  # the same document object: the same family (core/memo.py)
 def family_of(drafter_doc: Any) -> Family | None:
     return detect_family(drafter_doc) if isinstance(drafter_doc, dict) else None
 
@@ -66,4 +68,5 @@ def run_gates(drafter_doc: Any, target_doc: Any, o, info=None, row=None, *, dfla
                 out.items.extend(f for f in sub.items if f.code != "NotADFlashDrafter")
         n = t.num_hidden_layers.value if (t is not None and t.num_hidden_layers) else None
         check_dflash_family(drafter_doc, fam, o, n, _layer_ids(drafter_doc), out)
+        derived.update(check_dflash_capture(fam, t, o, out))
     return out.items, fam, derived

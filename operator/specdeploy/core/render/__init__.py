@@ -16,17 +16,18 @@ Import the entry points from this package, not from the modules: the layout insi
 from .argv import ARG_BUILDERS, escape_kubelet_vars, expand_kubelet_vars, method_render_problem
 from .children import CONFIG_HASH_ANNOTATION, HF_HOME, RUNTIME_COMMAND, child_labels, names, selector_labels
 from .guard import apply_guard, guard_limit, plan_guard
-from .objects import (RenderError, Rendered, build_configmap, build_deployment, build_engine_config,
-                      build_leaderworkerset, build_pdb, build_podmonitor, build_service, choose_image, render)
+from .objects import (RenderError, Rendered, build_canary, build_configmap, build_deployment, build_engine_config,
+                      build_leaderworkerset, build_pdb, build_podmonitor, build_service, choose_image, pin_commits,
+                      render)
 from .objects import CPU_POD_DEFAULTS, cpu_kv_cache_gib, pod_resources
 from .strip import strip_speculation_args
 from .tuning import TUNING_KEY_ANNOTATION, TuningPlan, build_tuned_configmap, build_tuning_job, render_tuning, tuning_plan
 
 __all__ = [
     "ARG_BUILDERS", "CONFIG_HASH_ANNOTATION", "CPU_POD_DEFAULTS", "HF_HOME", "RUNTIME_COMMAND", "TUNING_KEY_ANNOTATION",
-    "RenderError", "Rendered", "TuningPlan", "apply_guard", "build_configmap", "build_deployment",
+    "RenderError", "Rendered", "TuningPlan", "apply_guard", "build_canary", "build_configmap", "build_deployment",
     "build_engine_config", "build_leaderworkerset", "build_pdb", "build_podmonitor", "build_service",
     "build_tuned_configmap", "build_tuning_job", "child_labels", "choose_image", "cpu_kv_cache_gib",
     "escape_kubelet_vars", "expand_kubelet_vars", "guard_limit", "method_render_problem", "names", "plan_guard",
-    "pod_resources", "render", "render_tuning", "selector_labels", "strip_speculation_args", "tuning_plan",
+    "pin_commits", "pod_resources", "render", "render_tuning", "selector_labels", "strip_speculation_args", "tuning_plan",
 ]

@@ -16,7 +16,9 @@ RUNTIME_COMMAND = "specdeploy-runtime"
 
 def names(cr_name: str) -> dict[str, str]:
     return {"workload": cr_name, "service": cr_name, "pdb": cr_name, "configmap": f"{cr_name}-engine",
-            "podmonitor": cr_name, "networkpolicy": cr_name}
+            "podmonitor": cr_name, "networkpolicy": cr_name,
+            # spec.rollout Canary: the new revision's Deployment and engine ConfigMap while it is analysed
+            "canary": f"{cr_name}-canary", "canaryconfigmap": f"{cr_name}-canary-engine"}
 
 
 def selector_labels(cr_name: str) -> dict[str, str]:

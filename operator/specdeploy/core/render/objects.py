@@ -9,6 +9,7 @@ appended last, one argv element each, and may not set an owned flag (the checker
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import re
@@ -21,6 +22,8 @@ from ..checker import Analysis, analyze
 from ..engineconfig import (CHECK_REPORT_KEY, ENGINE_CONFIG_KEY, ENGINE_CONFIG_MOUNT, EngineConfig, ModelRef,
                             SpeculationPlan, config_digest)
 from .. import guard as gd
+from .. import names as N
+from .. import rollout
 from .. import tuning as tn
 from ..cache import CacheError, CachePlan, plan_cache
 from ..findings import Finding, Severity, Source, report
@@ -87,6 +90,9 @@ class Rendered:
     baked_drafter: eng.BakedDrafterImage | None = None
     cache: CachePlan = field(default_factory=lambda: CachePlan("emptyDir"))
     guard: "gd.GuardPlan | None" = None  # spec.speculation.guard as rendered (None: no guard, or not yet resolved)
+    # spec.rollout Canary: the rollout revision (core/rollout.revision) written on the pod template as
+    # REVISION_ANNOTATION; None under RollingUpdate (the template is then as it always was)
+    revision: str | None = None
 
     def by_kind(self, kind: str) -> list[dict]:
         return [o for o in self.objects + self.tuning_objects if o["kind"] == kind]
@@ -482,14 +488,69 @@ def choose_image(cr, drafter_doc: Any, table: tuple[eng.BakedDrafterImage, ...] 
     return row.image, row, None
 
 
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+
+def pin_commits(cr, target_commit: str | None, drafter_commit: str | None):
+    """The CR with the hub revision of the target and the drafter set to their resolved commits (spec.rollout
+    Canary: a revision is one set of weights, so a branch that moves on the hub cannot change what a running
+    revision's new pods load). A claim's model, a spec revision that is already a commit, or no commit: as it is."""
+    spec = cr.spec
+    update: dict[str, Any] = {}
+    for role, commit in (("target", target_commit), ("drafter", drafter_commit)):
+        src = getattr(spec, role)
+        if src is None or src.pvc is not None or not commit or not _COMMIT.match(commit) \
+                or (src.revision and _COMMIT.match(src.revision)):
+            continue
+        update[role] = src.model_copy(update={"revision": commit})
+    if not update:
+        return cr
+    return cr.model_copy(update={"spec": spec.model_copy(update=update)})
+
+
+def build_canary(cr, rendered: Rendered, replicas: int | None = None) -> list[dict]:
+    """The canary children of a Canary rollout from the same render as the stable ones: ConfigMap
+    ``NAME-canary-engine`` (the engine config of the new revision) and Deployment ``NAME-canary``
+    (``spec.rollout.canary.replicas`` pods of the new revision's template, mounting that ConfigMap). Both are
+    labelled ``TRACK_LABEL: canary``; the Deployment selects its own pods by it, while the Service (selector_labels)
+    sends traffic to stable and canary pods alike, in proportion of their endpoints."""
+    n = names(cr.metadata.name)
+    stable = next(o for o in rendered.objects if o["kind"] == "Deployment")
+    cm = next(o for o in rendered.objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == n["configmap"])
+    track = {N.TRACK_LABEL: N.TRACK_CANARY}
+    if replicas is None:
+        replicas = cr.spec.rollout.canary.replicas if cr.spec.rollout is not None else 1
+    canary_cm = copy.deepcopy(cm)
+    canary_cm["metadata"]["name"] = n["canaryconfigmap"]
+    canary_cm["metadata"]["labels"] = {**cm["metadata"]["labels"], **track}
+    dep = copy.deepcopy(stable)
+    dep["metadata"]["name"] = n["canary"]
+    dep["metadata"]["labels"] = {**stable["metadata"]["labels"], **track}
+    spec = dep["spec"]
+    spec["replicas"] = replicas
+    spec["selector"] = {"matchLabels": {**selector_labels(cr.metadata.name), **track}}
+    tmpl = spec["template"]
+    tmpl["metadata"]["labels"] = {**tmpl["metadata"]["labels"], **track}
+    for v in tmpl["spec"].get("volumes") or []:
+        if (v.get("configMap") or {}).get("name") == n["configmap"]:
+            v["configMap"]["name"] = n["canaryconfigmap"]
+    return [canary_cm, dep]
+
+
 def render(cr, target_doc: Any, drafter_doc: Any, *, pod_monitor: bool = False,
            image_table: tuple[eng.BakedDrafterImage, ...] | None = None, policy=None,
            guard: "gd.GuardLimit | None" = None, pod_monitor_labels: Mapping[str, str] | None = None,
-           network_policy: Sequence[str] | None = None) -> Rendered:
+           network_policy: Sequence[str] | None = None,
+           commits: tuple[str | None, str | None] = (None, None)) -> Rendered:
     """Every child object for a SpeculativeDeployment; raises RenderError when the check fails. ``guard``: the
     controller's resolution of ``spec.speculation.guard.fromBenchmark`` (the render reads no benchmark itself).
     ``network_policy``: None, no NetworkPolicy; else the namespaces besides the CR's own that may reach the engine
-    pods (build_network_policy)."""
+    pods (build_network_policy). ``commits``: the resolved commits of the target and the drafter (the resolver's);
+    under spec.rollout Canary the engine is pinned to them and the pod template carries the rollout revision
+    (``Rendered.revision``); under RollingUpdate they change nothing."""
+    canary = cr.spec.rollout is not None and cr.spec.rollout.strategy == "Canary"
+    if canary:
+        cr = pin_commits(cr, *commits)
     analysis = analyze(drafter_doc, target_doc, cr.spec.options())
     if not analysis.ok or analysis.derived is None:
         raise RenderError(analysis.findings, analysis.accepted)
@@ -525,6 +586,11 @@ def render(cr, target_doc: Any, drafter_doc: Any, *, pod_monitor: bool = False,
     build = build_leaderworkerset if spec.nodes > 1 else build_deployment
     workload = build(cr, ec, prof, image, config_hash, baked=baked, tuning=plan,
                      service_account=policy.engine_service_account if policy is not None else None, cache=cache)
+    revision = None
+    if canary:
+        tmpl = workload["spec"]["template"]
+        revision = rollout.revision(rollout.template_digest(tmpl), *commits)
+        tmpl["metadata"]["annotations"][N.REVISION_ANNOTATION] = revision
     objects = [build_configmap(cr, ec, analysis), workload, build_service(cr, ec), build_pdb(cr, ec)]
     if pod_monitor:
         objects.append(build_podmonitor(cr, ec, pod_monitor_labels))
@@ -532,4 +598,4 @@ def render(cr, target_doc: Any, drafter_doc: Any, *, pod_monitor: bool = False,
         objects.append(build_network_policy(cr, ec, network_policy))
     return Rendered(analysis=analysis, engine_config=ec, config_hash=config_hash, objects=objects,
                     tuning_objects=tuning_objects, tuning=plan, image=image, baked_drafter=baked_row, cache=cache,
-                    guard=guard_plan)
+                    guard=guard_plan, revision=revision)
