@@ -36,6 +36,9 @@ from .tuning import TUNED_MOUNT, TUNED_SRC_MOUNT, TuningPlan, render_tuning, tun
 
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 STARTUP_TIMEOUT_SECONDS = 3600  # loading a 600 GB checkpoint can take most of an hour
+# spec.rollout Canary: the engine container's preStop hook waits this long before SIGTERM, so that the pod's endpoint
+# is gone from every node's Service routing before the engine stops listening (docs/how-to/roll-out-safely.md)
+PRESTOP_SLEEP_SECONDS = 5
 PREFLIGHT_DOWNLOAD_DIR = "/var/run/specdeploy/configs"
 
 _QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)([EPTGMK]i?|[mk])?$")
@@ -589,6 +592,9 @@ def render(cr, target_doc: Any, drafter_doc: Any, *, pod_monitor: bool = False,
     revision = None
     if canary:
         tmpl = workload["spec"]["template"]
+        # exec, not lifecycle.preStop.sleep: that action needs Kubernetes 1.30+; the runtime images have sleep(1)
+        tmpl["spec"]["containers"][0]["lifecycle"] = {
+            "preStop": {"exec": {"command": ["sleep", str(PRESTOP_SLEEP_SECONDS)]}}}
         revision = rollout.revision(rollout.template_digest(tmpl), *commits)
         tmpl["metadata"]["annotations"][N.REVISION_ANNOTATION] = revision
     objects = [build_configmap(cr, ec, analysis), workload, build_service(cr, ec), build_pdb(cr, ec)]
