@@ -59,6 +59,8 @@ def _calls() -> dict[str, set[tuple]]:
         # tenancy policy: a claim's labels, when policy.pvcLabel allows labelled claims (core/policy.py)
         "Executor.policy_labels:get": {(*gr("PersistentVolumeClaim"), "get", "watched")},
         "Resolver._token:get": {(*gr("Secret"), "get", "token")},
+        # the canary probe's engine API key (spec.engine.apiKey): the same allow-list (security.md)
+        "AcceptanceMonitor._api_key:get": {(*gr("Secret"), "get", "token")},
         "Resolver._from_pvc:get": {(*gr("Job"), "get", "watched")},
         "Resolver._from_pvc:create": {(*gr("Job"), "create", "watched")},
         "Resolver._from_pvc:delete": {(*gr("Job"), "delete", "watched")},
