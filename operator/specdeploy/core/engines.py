@@ -41,6 +41,9 @@ class EngineRelease:
     # full attention, silently).
     sliding_window_layers: bool
     sources: tuple[str, ...]
+    # The flag that makes the engine finish in-flight requests on SIGTERM for N seconds; None: it has none. Not an
+    # owned flag (extraArgs may set it: the user's value wins over the Canary default, render/argv.py).
+    drain_flag: str | None = None
     # Deprecated or hidden aliases that still parse in this range: flag -> replacement.
     aliases: Mapping[str, str] = field(default_factory=dict)
     # Drafter `architectures` the engine serves; None: unknown for this range (not checked).
@@ -257,6 +260,9 @@ _VLLM_FLAGS = MappingProxyType({
     "speculative_config": "--speculative-config",
     "max_model_len": "--max-model-len",
 })
+# 0 aborts in-flight requests on SIGTERM, N waits up to N s for them: engine/arg_utils.py EngineArgs.add_cli_args and
+# entrypoints/launcher.py serve_http handle_shutdown, the same in the 0.19.1, 0.32.0 (CPU) and 0.33.0 wheels
+VLLM_DRAIN_FLAG = "--shutdown-timeout"
 _V2_ENV = MappingProxyType({"VLLM_USE_V2_MODEL_RUNNER": "1"})
 _VLLM_FA = {"fa3": "FLASH_ATTN", "fa4": "FLASH_ATTN"}
 _VLLM_FA_FI_TRITON = {**_VLLM_FA, "flashinfer": "FLASHINFER", "triton": "TRITON_ATTN"}
@@ -289,6 +295,7 @@ def _vllm(since: str, until: str | None, *, offset: int, swa: bool, mixed_env, a
     names = _vllm_methods(since)
     return EngineRelease(
         engine="vllm", since=since, until=until, methods=frozenset(names), method_names=names, flags=_VLLM_FLAGS,
+        drain_flag=VLLM_DRAIN_FLAG,
         mixed_layers_env=mixed_env, sliding_window_layers=swa, reads_use_swa=swa,
         drafter_architectures=frozenset(archs), prefixes_dflash_architecture=True,
         # only backends whose supports_non_causal() is true serve DFlash's bidirectional layers

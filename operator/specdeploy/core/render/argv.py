@@ -16,6 +16,11 @@ from ..checker import Derived
 from ..findings import Finding, Severity, Source
 
 SGLANG_DIST_PORT = 20000
+# spec.rollout Canary: vLLM finishes its in-flight requests for up to this long on SIGTERM instead of aborting them
+# (--shutdown-timeout; 0, vLLM's default, aborts). It runs after the preStop wait (objects.PRESTOP_SLEEP_SECONDS)
+# and both fit in the pod's grace period (objects.TERMINATION_GRACE_SECONDS), so a canary removed after its
+# verdict fails no request it accepted (docs/how-to/roll-out-safely.md).
+VLLM_DRAIN_SECONDS = 90
 
 
 _VAR_REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
@@ -41,6 +46,11 @@ def escape_kubelet_vars(arg: str) -> str:
 
 def _user_args(spec) -> list[str]:
     return [escape_kubelet_vars(a) for a in spec.engine.extra_args]
+
+
+def _user_sets(spec, flag: str) -> bool:
+    """Whether extraArgs already set ``flag`` (as ``FLAG VALUE`` or ``FLAG=VALUE``): the user's value wins."""
+    return any(a == flag or a.startswith(flag + "=") for a in spec.engine.extra_args)
 
 
 def _hub_revision(src, baked: bool = False) -> str | None:
@@ -135,6 +145,8 @@ def _vllm_args(spec, d: Derived, row: eng.EngineRelease, target: str, drafter: s
         a += [f["max_model_len"], str(d.max_model_len)]
     sc = vllm_speculative_config(spec, d, row, drafter, baked)
     a += [f["speculative_config"], json.dumps(sc, sort_keys=True, separators=(",", ":"))]
+    if spec.canary() and row.drain_flag and not _user_sets(spec, row.drain_flag):
+        a += [row.drain_flag, str(VLLM_DRAIN_SECONDS)]
     if not multinode:
         return a + _user_args(spec), None
     dist = ["--nnodes", str(spec.nodes), "--node-rank", "$(LWS_WORKER_INDEX)", "--master-addr", "$(LWS_LEADER_ADDRESS)"]

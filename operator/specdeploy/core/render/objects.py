@@ -39,6 +39,8 @@ STARTUP_TIMEOUT_SECONDS = 3600  # loading a 600 GB checkpoint can take most of a
 # spec.rollout Canary: the engine container's preStop hook waits this long before SIGTERM, so that the pod's endpoint
 # is gone from every node's Service routing before the engine stops listening (docs/how-to/roll-out-safely.md)
 PRESTOP_SLEEP_SECONDS = 5
+# SIGTERM to SIGKILL: room for the preStop wait, the engine's drain (argv.VLLM_DRAIN_SECONDS) and its exit
+TERMINATION_GRACE_SECONDS = 120
 PREFLIGHT_DOWNLOAD_DIR = "/var/run/specdeploy/configs"
 
 _QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)([EPTGMK]i?|[mk])?$")
@@ -261,7 +263,7 @@ def _pod_template(cr, ec: EngineConfig, prof: gpus.GpuProfile, image: str, args:
     pod_spec: dict[str, Any] = {
         **({"nodeSelector": selector} if selector else {}),
         **({"tolerations": tolerations} if tolerations else {}),
-        "terminationGracePeriodSeconds": 120,
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
         # the engine container starts only after every init container exited 0
         "initContainers": _init_containers(spec, ec, image, baked, tuning, cache),
         "containers": [_container(spec, ec, image, args, serve_http, tuning)],
