@@ -10,7 +10,7 @@ import pytest
 
 from testkit import pair
 from specdeploy.api.types import SpeculativeDeployment
-from specdeploy.core.engineconfig import EngineConfig
+from specdeploy.core.engineconfig import ENGINE_CONFIG_KEY, EngineConfig
 from specdeploy.core.render import CONFIG_HASH_ANNOTATION, RenderError, render
 
 SHELLS = {"sh", "bash", "/bin/sh", "/bin/bash", "/usr/bin/env", "dash", "zsh"}
@@ -209,6 +209,14 @@ def test_config_hash_stable_when_nothing_changes():
     h2 = _hash(do_render(make_cr()))
     assert h1 == h2
     assert h1 == do_render(make_cr()).config_hash
+
+
+def test_config_hash_is_the_engine_config_digest_and_the_configmap_its_text():
+    # render serialises the engine config once for both (hash and ConfigMap text)
+    r = do_render(make_cr())
+    assert r.config_hash == r.engine_config.digest()[:16]
+    cm = next(o for o in r.objects if o["kind"] == "ConfigMap")
+    assert cm["data"][ENGINE_CONFIG_KEY] == r.engine_config.to_json()
 
 
 def test_config_hash_ignores_replicas_and_key_order():

@@ -277,14 +277,15 @@ def _pod_template(cr, ec: EngineConfig, prof: gpus.GpuProfile, image: str, args:
     return {"metadata": {"labels": labels, "annotations": annotations}, "spec": pod_spec}
 
 
-def build_configmap(cr, ec: EngineConfig, analysis: Analysis) -> dict:
+def build_configmap(cr, ec: EngineConfig, analysis: Analysis, ec_json: str | None = None) -> dict:
+    """``ec_json``: ``ec.to_json()`` when the caller has it already (render hashes the same text)."""
     n = names(cr.metadata.name)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": child_meta(cr, n["configmap"], child_labels(cr, ec.engine)),
         "data": {
-            ENGINE_CONFIG_KEY: ec.to_json(),
+            ENGINE_CONFIG_KEY: ec_json if ec_json is not None else ec.to_json(),
             CHECK_REPORT_KEY: json.dumps(report(analysis.findings), indent=2, sort_keys=True) + "\n",
         },
     }
@@ -585,7 +586,8 @@ def render(cr, target_doc: Any, drafter_doc: Any, *, pod_monitor: bool = False,
         analysis.findings.append(Finding(
             Severity.WARNING, "TuningSkipped", Source.TARGET, "$",
             f"spec.tuning.enabled is true but nothing can be tuned: {e}; the engine runs with its default kernels"))
-    config_hash = ec.digest()[:16]
+    ec_json = ec.to_json()  # serialised once: hashed here, the ConfigMap's text below (ec is not changed between)
+    config_hash = hashlib.sha256(ec_json.encode()).hexdigest()[:16]  # == ec.digest()[:16]
     if plan is not None:
         config_hash = hashlib.sha256(f"{config_hash}|{plan.key}|{plan.storage}".encode()).hexdigest()[:16]
     build = build_leaderworkerset if spec.nodes > 1 else build_deployment
@@ -599,7 +601,7 @@ def render(cr, target_doc: Any, drafter_doc: Any, *, pod_monitor: bool = False,
             "preStop": {"exec": {"command": ["sleep", str(PRESTOP_SLEEP_SECONDS)]}}}
         revision = rollout.revision(rollout.template_digest(tmpl), *commits)
         tmpl["metadata"]["annotations"][N.REVISION_ANNOTATION] = revision
-    objects = [build_configmap(cr, ec, analysis), workload, build_service(cr, ec), build_pdb(cr, ec)]
+    objects = [build_configmap(cr, ec, analysis, ec_json), workload, build_service(cr, ec), build_pdb(cr, ec)]
     if pod_monitor:
         objects.append(build_podmonitor(cr, ec, pod_monitor_labels))
     if network_policy is not None:
