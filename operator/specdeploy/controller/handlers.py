@@ -138,6 +138,9 @@ async def on_startup(settings: kopf.OperatorSettings, **_) -> None:
         addr = os.environ.get("SPECDEPLOY_METRICS_ADDR") or "127.0.0.1"
         start_http_server(port, addr=addr, registry=metrics.REGISTRY)
         logging.getLogger("specdeploy.operator").info("metrics on http://%s:%s/metrics", addr, port)
+    from .webhooks import settle_gc
+
+    settle_gc()  # everything start-up allocated is in place (webhooks.settle_gc)
 
 
 async def _lead() -> None:
@@ -174,14 +177,13 @@ async def _start_health(identity: str) -> None:
 async def _start_webhook(kube: Kube, resolver: Resolver) -> None:
     """The admission webhook server (admission.py / webhooks.py), when a port is configured."""
     global _webhook
-    from .webhooks import OperatorConfigs, WebhookRuntime, WebhookSettings, settle_gc
+    from .webhooks import OperatorConfigs, WebhookRuntime, WebhookSettings
 
     ws = WebhookSettings.from_env()
     if ws.port:
         watched = [n for n in (os.environ.get("SPECDEPLOY_WATCH_NAMESPACES") or "").split(",") if n]
         _webhook = WebhookRuntime(ws, kube, OperatorConfigs(kube, resolver, watched=watched or None))
         _webhook.start()
-        settle_gc()
 
 
 @kopf.on.cleanup()
