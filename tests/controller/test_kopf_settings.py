@@ -25,3 +25,13 @@ def test_events_only_diff_base_keeps_nothing():
     patch = kopf.Patch()
     store.store(body=body, patch=patch, essence={"spec": {"a": 1}})
     assert not patch  # nothing written to the object
+
+
+def test_settings_idle_workers_exit_soon_and_nothing_is_posted_or_diffed():
+    settings = kopf.OperatorSettings()
+    assert settings.queueing.idle_timeout == 5.0  # kopf's default: an idle worker holds its last body 5 s
+    handlers.configure(settings)
+    assert settings.queueing.idle_timeout == handlers.WORKER_IDLE_SECONDS <= 1.0
+    assert settings.posting.enabled is False
+    assert isinstance(settings.persistence.diffbase_storage, handlers.EventsOnlyDiffBase)
+    assert settings.peering.standalone is True
