@@ -138,6 +138,10 @@ def render_engines_md() -> str:
         for row in info.releases[1:]:
             common = {kv: None for kv in common if kv in row.flags.items()}
         out.append("- flags in every row: " + ", ".join(f"{k} `{v}`" for k, v in common))
+        drains = {row.drain_flag for row in info.releases}
+        out.append("- drain on SIGTERM (rendered under `spec.rollout` Canary; extraArgs may set it): " + (
+            ", ".join(f"`{d}`" for d in sorted(d for d in drains if d)) + (" (not in every row)" if None in drains else "")
+            if drains != {None} else "no drain flag in the recorded releases"))
         before = [v for e, v in recorded if e == info.name and info.release_for(v) is None]
         if before:
             out.append(f"- releases recorded without DFlash: {', '.join(before)}")

@@ -451,6 +451,14 @@ def _drafts_short(p: Params, t: Totals, elapsed_s: float) -> bool:
     return not (elapsed_s >= p.window_s and t.speculates() is False)
 
 
+def _below_floor(what: str, ratio: float, floor: float, reason: str, table: list, notes: list[str]) -> Verdict | None:
+    """A canary-to-stable ratio against its floor: the rollback verdict when below it, else a note."""
+    if ratio < floor - _EPS:
+        return Verdict(ROLLBACK, reason, f"{what}: {_cmp(ratio, '<', floor)}", table)
+    notes.append(f"{what}: {_cmp(ratio, '>=', floor)}")
+    return None
+
+
 def judge(p: Params, stable: Totals, canary: Totals, health: Health, probe: Probe | None,
           elapsed_s: float, compare_outputs: bool = True, *, stable_revision: str | None = None,
           canary_revision: str | None = None) -> Verdict:
@@ -519,12 +527,10 @@ def judge(p: Params, stable: Totals, canary: Totals, health: Health, probe: Prob
         if c_spec is False:
             c_tau = 1.0  # no speculation: one token per forward pass
         if c_tau is not None:
-            ratio = c_tau / s_tau
             what = f"canary tau {_f(c_tau)}{' (it does not speculate)' if c_spec is False else ''} vs stable {_f(s_tau)}"
-            if ratio < p.min_acceptance_ratio - _EPS:
-                return Verdict(ROLLBACK, ACCEPTANCE_BELOW_STABLE,
-                               f"{what}: {_cmp(ratio, '<', p.min_acceptance_ratio)}", table)
-            notes.append(f"{what}: {_cmp(ratio, '>=', p.min_acceptance_ratio)}")
+            below = _below_floor(what, c_tau / s_tau, p.min_acceptance_ratio, ACCEPTANCE_BELOW_STABLE, table, notes)
+            if below is not None:
+                return below
         else:
             notes.append("no drafts on the canary: tau not compared")
 
@@ -532,12 +538,10 @@ def judge(p: Params, stable: Totals, canary: Totals, health: Health, probe: Prob
     s_tps, c_tps = stable.tokens_per_second_per_request(), canary.tokens_per_second_per_request()
     if p.min_throughput_ratio > 0:
         if s_tps and c_tps is not None:
-            ratio = c_tps / s_tps
             what = f"canary {_f(c_tps)} vs stable {_f(s_tps)} tokens/s per running request"
-            if ratio < p.min_throughput_ratio - _EPS:
-                return Verdict(ROLLBACK, THROUGHPUT_BELOW_STABLE,
-                               f"{what}: {_cmp(ratio, '<', p.min_throughput_ratio)}", table)
-            notes.append(f"{what}: {_cmp(ratio, '>=', p.min_throughput_ratio)}")
+            below = _below_floor(what, c_tps / s_tps, p.min_throughput_ratio, THROUGHPUT_BELOW_STABLE, table, notes)
+            if below is not None:
+                return below
         else:
             notes.append("no running requests measured on a track: throughput not compared")
 
