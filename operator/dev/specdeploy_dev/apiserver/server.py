@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import gc
 import json
 import logging
 import os
@@ -362,6 +363,17 @@ def write_kubeconfig(path: str | os.PathLike[str], url: str, namespace: str = "d
     return path
 
 
+def settle_gc() -> None:
+    """The server process's garbage collector, as the operator's (specdeploy.controller.webhooks.settle_gc):
+    start-up frozen, the young generation collected every 10,000 allocations instead of 700. The store holds
+    every object with its managedFields; with CPython's defaults, 1000 CRs and their children cost the server
+    ~1.1 s of full collections (8, each walking the store), 10% of its CPU in the operator bench."""
+    gc.collect()
+    gc.freeze()
+    if gc.get_threshold() == (700, 10, 10):
+        gc.set_threshold(10_000, 10, 10)
+
+
 def main(argv: list[str] | None = None) -> int:
     """``specdeploy dev apiserver --kubeconfig PATH [--port N]``: serve until SIGINT/SIGTERM."""
     parser = argparse.ArgumentParser(prog="specdeploy dev apiserver",
@@ -374,6 +386,7 @@ def main(argv: list[str] | None = None) -> int:
 
     async def serve() -> int:
         server = await start(args.port, args.host)
+        settle_gc()
         write_kubeconfig(args.kubeconfig, server.url, args.namespace)
         print(server.url, flush=True)
         stop = asyncio.Event()
