@@ -145,6 +145,57 @@ def test_work_queue_delay():
     asyncio.run(scenario())
 
 
+def test_work_queue_earliest_due_first_skipping_active_keys():
+    """The heap order: earliest due time first, a lowered due time counts, a key being processed is passed
+    over (and handed out once done), a key taken leaves no stale entry behind."""
+    async def scenario():
+        now = [0.0]
+        q = WorkQueue(clock=lambda: now[0])
+        await q.add("late", delay=5)
+        await q.add("soon", delay=2)
+        await q.add("later", delay=9)
+        await q.add("later", delay=1)  # lowered: now the earliest
+        now[0] = 10.0
+        assert await q.get() == "later"
+        await q.add("later")  # due again (now) while active: passed over
+        assert await q.get() == "soon"
+        assert await q.get() == "late"
+        waiter = asyncio.ensure_future(q.get())
+        await asyncio.sleep(0)
+        assert not waiter.done()  # only "later" is due, and it is active
+        await q.done("later")
+        assert await asyncio.wait_for(waiter, 1) == "later"
+        assert len(q) == 0
+        await q.done("later")
+        await q.add("again", delay=1)
+        now[0] = 11.0
+        assert await q.get() == "again"
+
+    asyncio.run(scenario())
+
+
+def test_child_echo_of_the_cached_version_queues_nothing():
+    """A child event carrying the resourceVersion the cache holds (the echo of our own apply, cached from its
+    response) is no reason to reconcile; any other version, or a deletion, is."""
+    from specdeploy.controller.cache import Caches
+
+    c = Caches()
+    c.bodies[("ns", "a")] = {"metadata": {"name": "a", "namespace": "ns"}}
+    ref = [{"kind": "SpeculativeDeployment", "name": "a", "uid": "u1", "controller": True}]
+
+    def child(rv):
+        return {"kind": "Service", "metadata": {"name": "a", "namespace": "ns", "resourceVersion": rv,
+                                                "ownerReferences": ref}}
+
+    assert c.observe_child("ADDED", child("5")) == [("ns", "a")]
+    assert c.observe_child("MODIFIED", child("5")) == []  # what the cache holds already
+    assert c.observe_child("MODIFIED", child("6")) == [("ns", "a")]
+    assert c.children[("Service", "ns", "a")]["metadata"]["resourceVersion"] == "6"
+    assert c.observe_child("DELETED", child("6")) == [("ns", "a")]
+    assert ("Service", "ns", "a") not in c.children
+    assert c.observe_child("ADDED", child("6")) == [("ns", "a")]  # re-created after the deletion: not cached
+
+
 def test_backoff():
     b = Backoff(5, 60)
     assert [b.failed("k") for _ in range(6)] == [5, 10, 20, 40, 60, 60]

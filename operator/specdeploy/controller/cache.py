@@ -88,9 +88,17 @@ class Caches:
         self._refs_of[key] = mine
 
     def observe_child(self, event_type: str | None, body: dict) -> list[Key]:
-        """A managed child's event: the SpeculativeDeployment controlling it, when known."""
+        """A managed child's event: the SpeculativeDeployment controlling it, when known.
+
+        Nothing for the echo of what the cache holds already (the same resourceVersion: our own apply's
+        response was cached by the executor, and the reconcile that wrote it saw that state)."""
         meta = body.get("metadata") or {}
         ck = (body.get("kind"), meta.get("namespace") or "default", meta.get("name"))
+        rv = meta.get("resourceVersion")
+        if event_type != "DELETED" and rv:
+            cached = self.children.get(ck)
+            if cached is not None and (cached.get("metadata") or {}).get("resourceVersion") == rv:
+                return []
         if event_type == "DELETED":
             self.children.pop(ck, None)
             self.verified.pop(ck, None)
