@@ -16,6 +16,7 @@ from specdeploy.controller.queue import Backoff, WorkQueue
 from specdeploy.controller.resolve import ResolutionError, build_inspector_job, decode_inspection
 from specdeploy.core.checker import check
 from specdeploy.core.engineconfig import config_digest
+from specdeploy.core import names as N
 from specdeploy.core.findings import Finding, Severity, Source
 
 
@@ -428,3 +429,41 @@ def test_load_api_client_throttles_the_kubeconfig_token_hook(tmp_path):
     for _ in range(3):  # the loader's hook re-installs itself when it runs: still throttled afterwards
         assert cfg.get_api_key_with_prefix("BearerToken") == "Bearer abc"
         assert cfg.refresh_api_key_hook.__name__ == "throttled"
+
+
+def test_child_events_during_a_reconcile_rerun_it_unless_they_echo_its_writes():
+    """A child event for a key being reconciled waits for the reconcile to end: the echo of a version it wrote or
+    verified (the watch came before the apply's response) queues nothing, any other version queues the key again,
+    and so does a deletion (at once); a key not being reconciled is queued at once."""
+    from specdeploy.controller.reconciler import Controller
+
+    async def scenario():
+        c = Controller(None, None)
+        key = ("ns", "a")
+        c.bodies[key] = {"metadata": {"name": "a", "namespace": "ns"}}
+        ref = [{"kind": "SpeculativeDeployment", "name": "a", "uid": "u1", "controller": True}]
+
+        def child(kind, rv):
+            return {"kind": kind, "metadata": {"name": "a", "namespace": "ns", "resourceVersion": rv,
+                                               "ownerReferences": ref, "labels": {N.LABEL_MANAGED_BY: N.MANAGED_BY}}}
+
+        await c.queue.add(key)
+        assert await c.queue.get() == key  # being reconciled now
+        await c.observe_child("ADDED", child("Service", "5"))  # before the apply's response
+        await c.observe_configmap("ADDED", child("ConfigMap", "7"))
+        assert len(c.queue) == 0
+        c.cache.verified[("Service", "ns", "a")] = ("5", "d1")  # the response: what the executor wrote
+        c.cache.verified[("ConfigMap", "ns", "a")] = ("7", "d2")
+        assert c._echoes_only(key)
+        await c.observe_child("MODIFIED", child("Service", "6"))  # someone else's change
+        assert not c._echoes_only(key)
+        assert c._echoes_only(key)  # decided once
+        await c.observe_child("DELETED", child("Service", "6"))
+        assert len(c.queue) == 1  # queued at once (handed out after done)
+        await c.queue.done(key)
+        assert await c.queue.get() == key
+        await c.queue.done(key)
+        await c.observe_child("MODIFIED", child("Service", "8"))  # not being reconciled: queued at once
+        assert len(c.queue) == 1
+
+    asyncio.run(scenario())

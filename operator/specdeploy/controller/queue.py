@@ -77,6 +77,10 @@ class WorkQueue:
             for entry in aside:
                 heapq.heappush(heap, entry)
 
+    def active(self, key: Hashable) -> bool:
+        """Whether a worker is processing ``key`` now."""
+        return key in self._active
+
     async def done(self, key: Hashable) -> None:
         async with self._cond:
             self._active.discard(key)
