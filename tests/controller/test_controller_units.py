@@ -467,3 +467,66 @@ def test_child_events_during_a_reconcile_rerun_it_unless_they_echo_its_writes():
         assert len(c.queue) == 1
 
     asyncio.run(scenario())
+
+
+class _BatchKube(_Kube):
+    """_Kube with the one-hand-off GETs the real client has (Kube.get_many); its batches recorded."""
+
+    def __init__(self, *objs: dict):
+        super().__init__(*objs)
+        self.batches: list[list[tuple[str, str]]] = []
+
+    async def get_many(self, objects):
+        self.batches.append([(kind, name) for kind, _, name in objects])
+        return [self.objs.get((kind, name)) for kind, _, name in objects]
+
+
+def _child(kind: str, name: str, refs: list | None = None) -> dict:
+    return {"kind": kind, "apiVersion": "v1", "metadata": {"name": name, "namespace": "ns",
+                                                           "ownerReferences": refs or []}}
+
+
+def test_the_claim_gets_of_an_apply_go_in_one_batch_and_a_tenants_object_is_still_refused():
+    """The ownership GETs of every uncached child of an apply are made together (one hand-off to the client's
+    thread) before any write; a same-named object the CR does not control, created by a tenant in the same burst
+    (uncached: unlabelled), is refused as it was one GET at a time: nothing is applied."""
+    from specdeploy.controller.cache import Caches
+    from specdeploy.controller.executor import Executor
+
+    ours = [{"uid": "u1", "controller": True, "kind": "SpeculativeDeployment", "name": "m"}]
+    desired = [_child("ConfigMap", "m-engine", ours), _child("Service", "m", ours), _child("Deployment", "m", ours)]
+    kube = _BatchKube(_child("Service", "m"))  # the tenant's Service, no ownerReference
+    caches = Caches()
+    caches.children[("Deployment", "ns", "m")] = _child("Deployment", "m", ours)  # cached: not read
+    got = asyncio.run(Executor(kube, caches).apply("ns", "m", desired, [], uid="u1", claims=[("Job", "m-tune")]))
+    assert got == ["Service/m (not owned by specdeploy)"]
+    assert kube.writes == []
+    assert kube.batches == [[("ConfigMap", "m-engine"), ("Service", "m"), ("Job", "m-tune")]]
+    # without the tenant's object every child is applied, after the one batch
+    kube = _BatchKube()
+    assert asyncio.run(Executor(kube, Caches()).apply("ns", "m", desired, [], uid="u1")) == []
+    assert kube.batches == [[("ConfigMap", "m-engine"), ("Service", "m"), ("Deployment", "m")]]
+    assert [w[0] for w in kube.writes] == ["apply"] * 3
+
+
+def test_kube_get_many_answers_in_order_none_when_absent():
+    from specdeploy.controller import kube as km
+
+    k = km.Kube(api=None)
+    paths = []
+
+    def call(method, path, *a, **kw):
+        paths.append((method, path))
+        if "gone" in path:
+            raise km.KubeError(404, "NotFound", "gone")
+        if "broken" in path:
+            raise km.KubeError(500, "InternalError", "broken")
+        return {"path": path}
+
+    k._call = call
+    got = asyncio.run(k.get_many([("ConfigMap", "ns", "a"), ("Service", "ns", "gone"), ("Deployment", "ns", "b")]))
+    assert [g and g["path"] for g in got] == [km.KINDS["ConfigMap"].path("ns", "a"), None,
+                                              km.KINDS["Deployment"].path("ns", "b")]
+    assert [m for m, _ in paths] == ["GET"] * 3
+    with pytest.raises(km.KubeError):
+        asyncio.run(k.get_many([("Service", "ns", "broken")]))
