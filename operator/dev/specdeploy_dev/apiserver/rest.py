@@ -25,10 +25,15 @@ from .watch import _wants_table
 
 
 def _json_response(body: Any, status: int = 200, warnings: list[str] | None = None) -> aiohttp.web.Response:
+    return _bytes_response(_dumps(body), status, warnings)
+
+
+def _bytes_response(data: bytes, status: int = 200, warnings: list[str] | None = None) -> aiohttp.web.Response:
+    """A JSON answer already serialized (``Store.encode``)."""
     headers = None
     if warnings:  # RFC 7234 warn-code 299 with the agent "-", as the real server sends them
         headers = [("Warning", "299 - " + json.dumps(w)) for w in dict.fromkeys(warnings)]
-    response = aiohttp.web.Response(body=_dumps(body), status=status, content_type="application/json")
+    response = aiohttp.web.Response(body=data, status=status, content_type="application/json")
     for key, value in headers or []:
         response.headers.add(key, value)
     return response
@@ -253,16 +258,14 @@ class RestMixin:
             items = self.select(info, ns, labels, fields)
             if _wants_table(raw):
                 return _json_response(self.table(info, items, q.get("includeObject")))
-            return _json_response({"kind": info.list_kind, "apiVersion": info.api_version,
-                                   "metadata": {"resourceVersion": str(self.rv)},
-                                   "items": [self._serve(info, o) for o in items]})
+            return _bytes_response(self._list_bytes(info, items))
         if verb == "get":
             obj = self.get(info, ns, name)
             if sub == "scale":
                 return _json_response(self.scale_of(info, obj))
             if _wants_table(raw):
                 return _json_response(self.table(info, [obj], q.get("includeObject")))
-            return _json_response(self._serve(info, obj))
+            return _bytes_response(self.encode(info, obj))
         check_body(len(body))
         data = _parse_body(raw, body) if body else None
         if verb == "create":
@@ -275,7 +278,7 @@ class RestMixin:
             obj = await self.webhooks(ctx, info, obj, None)
             if not dry_run:
                 obj = self.commit_create(info, obj)
-            return _json_response(self._serve(info, obj), 201, ctx.warnings)
+            return _bytes_response(self.encode(info, obj), 201, ctx.warnings)
         if verb == "deletecollection":
             labels = parse_label_selector(q.get("labelSelector"))
             fields = parse_field_selector(q.get("fieldSelector"))
@@ -312,7 +315,7 @@ class RestMixin:
             ctx = self._admit_context(raw, "UPDATE", dry_run, sub)
             result = await self.write(ctx, info, ns, name, lambda old: self.prepare_update(
                 info, old, _clone(data), sub, admit=ctx), retry=False)
-            return _json_response(self._serve(info, result), 200, ctx.warnings)
+            return _bytes_response(self.encode(info, result), 200, ctx.warnings)
         # PATCH
         if content_type == "application/apply-patch+yaml":
             return await self.apply(raw, info, ns, name, sub, body, dry_run)
@@ -341,7 +344,7 @@ class RestMixin:
         ctx = self._admit_context(raw, "UPDATE", dry_run, sub)
         result = await self.write(ctx, info, ns, name, lambda old: self.prepare_update(
             info, old, patch(old), sub, admit=ctx))
-        return _json_response(self._serve(info, result), 200, ctx.warnings)
+        return _bytes_response(self.encode(info, result), 200, ctx.warnings)
 
     @staticmethod
     def _admit_context(raw: aiohttp.web.BaseRequest, op: str, dry_run: bool, sub: str | None) -> AdmitContext:
@@ -387,6 +390,12 @@ class RestMixin:
         meta = _meta(obj)
         return (meta.get("namespace") if info.namespaced else None, meta.get("name")) in self.bucket(info).objects
 
+    def _list_bytes(self, info: ResourceInfo, items: list[JSON]) -> bytes:
+        """A list answer, its items' serializations joined (what ``_dumps`` of the whole list gives)."""
+        head = _dumps({"kind": info.list_kind, "apiVersion": info.api_version,
+                       "metadata": {"resourceVersion": str(self.rv)}, "items": []})
+        return head[:-2] + b",".join([self.encode(info, o) for o in items]) + b"]}"
+
     @staticmethod
     def _serve(info: ResourceInfo, obj: JSON) -> JSON:
         if obj.get("apiVersion") != info.api_version:
@@ -425,12 +434,12 @@ class RestMixin:
             obj = await self.webhooks(ctx, info, obj, None)
             if not dry_run:
                 obj = self.commit_create(info, obj)
-            return _json_response(self._serve(info, obj), 201, ctx.warnings)
+            return _bytes_response(self.encode(info, obj), 201, ctx.warnings)
         force = (raw.query.get("force") or "").lower() == "true"
         ctx = self._admit_context(raw, "UPDATE", dry_run, sub)
         result = await self.write(ctx, info, ns, name, lambda current: self.prepare_apply(
             info, current, applied, manager, sub, force, ctx), retry=False)
-        return _json_response(self._serve(info, result), 200, ctx.warnings)
+        return _bytes_response(self.encode(info, result), 200, ctx.warnings)
 
     def scale_of(self, info: ResourceInfo, obj: JSON) -> JSON:
         paths = info.scale or {}

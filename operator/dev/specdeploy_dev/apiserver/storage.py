@@ -9,7 +9,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 
-from .common import ApiError, JSON, _FIELDS_IMMUTABLE, _GENERATE_ALPHABET, _NAME_RE, _clone, _meta, _now
+from .common import ApiError, JSON, _FIELDS_IMMUTABLE, _GENERATE_ALPHABET, _NAME_RE, _clone, _dumps, _meta, _now
 from .faults import FaultInjector
 from . import crdschema
 from .admission import Admission
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 class _Bucket:
     """The objects of one resource (all versions share it) with its indexes and event log."""
 
-    __slots__ = ("objects", "by_ns", "log", "compacted", "watchers")
+    __slots__ = ("objects", "by_ns", "log", "compacted", "watchers", "encoded")
 
     def __init__(self, log_size: int):
         self.objects: dict[tuple[str | None, str], JSON] = {}
@@ -33,6 +33,9 @@ class _Bucket:
         self.log: collections.deque[tuple[int, str, JSON, JSON | None]] = collections.deque(maxlen=log_size)
         self.compacted = 0  # events with resourceVersion <= this are no longer in the log
         self.watchers: set[_Watcher] = set()
+        # the serialized JSON of stored objects, by key: (object, bytes), valid while that very object is
+        # stored (a stored object is never changed in place: every write stores a new one)
+        self.encoded: dict[tuple[str | None, str], tuple[JSON, bytes]] = {}
 
 
 class Store:
@@ -107,6 +110,22 @@ class Store:
             objs = [o for o in objs if fields(o)]
         return objs
 
+    def encode(self, info: ResourceInfo, obj: JSON) -> bytes:
+        """The object as served for ``info`` (its apiVersion), serialized: once per stored object, shared by
+        the answers to its write, GET and LIST and by every watcher's event."""
+        if obj.get("apiVersion") != info.api_version:
+            return _dumps(dict(obj, apiVersion=info.api_version))
+        meta = _meta(obj)
+        key = (meta.get("namespace") if info.namespaced else None, meta.get("name"))
+        bucket = self.bucket(info)
+        hit = bucket.encoded.get(key)  # type: ignore[arg-type]
+        if hit is not None and hit[0] is obj:
+            return hit[1]
+        data = _dumps(obj)
+        if bucket.objects.get(key) is obj:  # type: ignore[arg-type]
+            bucket.encoded[key] = (obj, data)  # type: ignore[index]
+        return data
+
     def get(self, info: ResourceInfo, namespace: str | None, name: str) -> JSON:
         obj = self.bucket(info).objects.get((namespace if info.namespaced else None, name))
         if obj is None:
@@ -131,6 +150,7 @@ class Store:
         bucket = self.bucket(info)
         ns = meta.get("namespace") if info.namespaced else None
         bucket.objects[(ns, meta["name"])] = obj
+        bucket.encoded.pop((ns, meta["name"]), None)
         bucket.by_ns[ns][meta["name"]] = obj
 
     def _unstore(self, info: ResourceInfo, obj: JSON) -> None:
@@ -138,6 +158,7 @@ class Store:
         bucket = self.bucket(info)
         ns = meta.get("namespace") if info.namespaced else None
         bucket.objects.pop((ns, meta["name"]), None)
+        bucket.encoded.pop((ns, meta["name"]), None)
         items = bucket.by_ns.get(ns)
         if items is not None:
             items.pop(meta["name"], None)

@@ -147,10 +147,9 @@ class WatchMixin:
 
     def _event(self, watcher: _Watcher, etype: str, obj: JSON) -> bytes:
         if watcher.table:
-            payload = self.table(watcher.info, [obj], "Object")
-        else:
-            payload = self._serve(watcher.info, obj)
-        return _dumps({"type": etype, "object": payload}) + b"\n"
+            return _dumps({"type": etype, "object": self.table(watcher.info, [obj], "Object")}) + b"\n"
+        # what _dumps({"type": etype, "object": served}) gives, the object serialized once for every watcher
+        return b'{"type":' + _dumps(etype) + b',"object":' + self.encode(watcher.info, obj) + b"}\n"
 
     @staticmethod
     def _error_event(code: int, reason: str, message: str) -> bytes:
