@@ -107,3 +107,50 @@ def test_foreground_owner_is_visible_while_dependents_go(api: Http):
     api.patch(f"{CMS}/fg-child", {"metadata": {"finalizers": None}})
     wait_for(lambda: api.get(f"{CMS}/fg")[0] == 404, timeout=10, what="the owner to go")
     assert json.loads(json.dumps(api.get("/_specdeploy/stats")[1]))["gc_passes"] > 0
+
+
+def test_etcd_limit_is_checked_on_the_object_as_it_came_to_the_byte(monkeypatch):
+    """The storage limit counts the object's compact JSON before its new resourceVersion (a create with
+    or without one in the body, an update): at the limit it is stored, one byte over it is refused and
+    left as it was, without using a resourceVersion."""
+    from specdeploy_dev.apiserver import Emulator, limits
+    from specdeploy_dev.apiserver.common import ApiError
+
+    st = Emulator()._st
+    info = st.find_resource("configmaps")
+
+    def prepared(name: str, **meta) -> dict:
+        return st.prepare_create(info, "default", {"apiVersion": "v1", "kind": "ConfigMap",
+                                                   "metadata": {"name": name, **meta}, "data": {"k": "v"}})
+
+    for meta in ({}, {"resourceVersion": "12345678"}):
+        for over in (1, 0):
+            obj = prepared(f"c{len(meta)}{over}", **meta)
+            before = json.dumps(obj)
+            monkeypatch.setattr(limits, "MAX_OBJECT", len(json.dumps(obj, separators=(",", ":"))) - over)
+            rv = st.rv
+            if over:
+                try:
+                    st.commit_create(info, obj)
+                    raise AssertionError("stored over the limit")
+                except ApiError as e:
+                    assert e.code == 500 and e.message == "etcdserver: request is too large"
+                assert json.dumps(obj) == before and st.rv == rv
+            else:
+                assert st.commit_create(info, obj)["metadata"]["resourceVersion"] == str(rv + 1)
+    old = st.get(info, "default", "c00")
+    for over in (1, 0):
+        new = st.prepare_update(info, old, dict(json.loads(json.dumps(old)), data={"k": "w" * 10}))
+        before = json.dumps(new)
+        monkeypatch.setattr(limits, "MAX_OBJECT", len(json.dumps(new, separators=(",", ":"))) - over)
+        rv = st.rv
+        if over:
+            try:
+                st.commit_update(info, old, new)
+                raise AssertionError("stored over the limit")
+            except ApiError as e:
+                assert e.code == 500
+            assert json.dumps(new) == before and st.rv == rv and st.get(info, "default", "c00") is old
+        else:
+            assert st.commit_update(info, old, new)["metadata"]["resourceVersion"] == str(rv + 1)
+            assert json.loads(st.encode(info, st.get(info, "default", "c00")))["data"]["k"] == "w" * 10

@@ -58,5 +58,10 @@ def check_data(info: ResourceInfo, obj: JSON) -> None:
 
 def check_size(info: ResourceInfo, obj: JSON) -> None:
     """The storage limit (etcd): the serialized object."""
-    if len(json.dumps(obj, separators=(",", ":"))) > MAX_OBJECT:
+    check_serialized_size(len(json.dumps(obj, separators=(",", ":"))))
+
+
+def check_serialized_size(size: int) -> None:
+    """The storage limit on an object's compact JSON length."""
+    if size > MAX_OBJECT:
         raise ApiError(500, "etcdserver: request is too large", reason="InternalError")

@@ -14,7 +14,7 @@ from .faults import FaultInjector
 from . import crdschema
 from .admission import Admission
 from .gc import GarbageCollector
-from .limits import check_data, check_size
+from .limits import check_data, check_serialized_size
 from .openapi import OpenApiCache, builtin_definition_name, builtin_definitions
 from . import ssa
 from .resources import _BUILTINS, ResourceInfo
@@ -311,6 +311,27 @@ class Store:
         return self.prepare_update(info, current, merged, sub, check_rv=False, managed_fields=managers.encode(),
                                    admit=admit)
 
+    def _versioned(self, obj: JSON) -> tuple[int, bytes]:
+        """The storage limit (limits.check_size), then the object's next resourceVersion; one
+        serialization for both, with the new resourceVersion (kept for ``encode``). The limit is checked
+        on the object as it came (its former resourceVersion), as check_size did; over it, the object is
+        left as it was and no resourceVersion is used."""
+        meta = obj["metadata"]
+        had, before = "resourceVersion" in meta, meta.get("resourceVersion")
+        text = str(self.rv + 1)
+        meta["resourceVersion"] = text  # in place: its position in metadata stays (or it is the last key)
+        data = _dumps(obj)
+        size = len(data) - len(_dumps(text)) - (len(b',"resourceVersion":') if not had else -len(_dumps(before)))
+        try:
+            check_serialized_size(size)
+        except ApiError:
+            if had:
+                meta["resourceVersion"] = before
+            else:
+                del meta["resourceVersion"]
+            raise
+        return self.next_rv(), data
+
     def commit_create(self, info: ResourceInfo, obj: JSON, field_manager: str | None = None,
                       applied: JSON | None = None) -> JSON:
         meta = obj["metadata"]
@@ -319,10 +340,9 @@ class Store:
         if (namespace, name) in self.bucket(info).objects:  # created while admission ran
             raise ApiError(409, f'{info.plural}{"." + info.group if info.group else ""} "{name}" already exists',
                            reason="AlreadyExists", details={"name": name, "group": info.group, "kind": info.plural})
-        check_size(info, obj)
-        rv = self.next_rv()
-        meta["resourceVersion"] = str(rv)
+        rv, data = self._versioned(obj)
         self._store(info, obj)
+        self.bucket(info).encoded[(namespace, name)] = (obj, data)
         self.uids[meta["uid"]] = (info.storage_key, namespace, name)
         self._index_owners(meta["uid"], None, obj)
         if meta.get("ownerReferences"):
@@ -455,10 +475,9 @@ class Store:
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
             self._index_owners(meta["uid"], old, result)
             return self.remove(info, result)
-        check_size(info, result)
-        rv = self.next_rv()
-        meta["resourceVersion"] = str(rv)
+        rv, data = self._versioned(result)
         self._store(info, result)
+        self.bucket(info).encoded[(meta.get("namespace") if info.namespaced else None, meta["name"])] = (result, data)
         self._index_owners(meta["uid"], old, result)
         if meta.get("ownerReferences") != _meta(old).get("ownerReferences"):
             self.gc.wake(*(r.get("uid") for r in meta.get("ownerReferences") or []))
