@@ -395,10 +395,39 @@ _BY_SET: collections.OrderedDict[frozenset, JSON] = collections.OrderedDict()
 _BY_SET_MAX = 2000
 
 
+# fieldsV1 subtrees by the field set under one top-level field: a set seen for the first time (a controller's
+# child carries its owner's uid in metadata) still shares its spec's tree with the children of the same shape
+_BY_TOP: collections.OrderedDict[frozenset, JSON] = collections.OrderedDict()
+_BY_TOP_MAX = 4000
+
+
+def _build(paths: frozenset) -> JSON:
+    """``to_fields_v1(paths)``, each top-level subtree taken from ``_BY_TOP`` when its set was seen."""
+    groups: dict[str, list[Path]] = {}
+    for p in paths:
+        if not p:
+            return to_fields_v1(paths)
+        groups.setdefault(p[0], []).append(p)
+    if "." in groups:
+        return to_fields_v1(paths)
+    out: JSON = {}
+    for top in sorted(groups):
+        group = frozenset(groups[top])
+        sub = _BY_TOP.get(group)
+        if sub is None:
+            sub = _BY_TOP[group] = to_fields_v1(group)[top]
+            if len(_BY_TOP) > _BY_TOP_MAX:
+                _BY_TOP.popitem(last=False)
+        else:
+            _BY_TOP.move_to_end(group)
+        out[top] = sub
+    return out
+
+
 def _encoded(paths: frozenset) -> JSON:
     fields = _BY_SET.get(paths)
     if fields is None:
-        fields = _BY_SET[paths] = to_fields_v1(paths)
+        fields = _BY_SET[paths] = _build(paths)
         if len(_BY_SET) > _BY_SET_MAX:
             _BY_SET.popitem(last=False)
     else:
