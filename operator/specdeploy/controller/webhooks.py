@@ -33,7 +33,7 @@ from typing import Any
 from aiohttp import web
 
 from ..api.types import SpeculativeDeploymentSpec
-from ..core import safejson
+from ..core import memo, safejson
 from . import admission, certs
 from .admission import Configs, ConfigsUnavailable
 from .kube import Kube, KubeError
@@ -190,7 +190,9 @@ class OperatorConfigs:
         except (ValueError, TypeError) as e:
             raise ConfigsUnavailable(f"{where} is not valid JSON ({str(e).split(':')[0][:60]})") from None
         if ident is not None:
-            self._parsed[ident] = doc
+            # parsed once per ConfigMap version and never edited: the checker remembers what it computes from it
+            # (core/memo.py), as for the reconciler's documents (controller/resolve.py)
+            self._parsed[ident] = memo.read_only(doc)
             if len(self._parsed) > self._parsed_max:
                 self._parsed.popitem(last=False)
         return doc, where, cached, ident
