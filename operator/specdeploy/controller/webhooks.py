@@ -370,7 +370,14 @@ class WebhookServer:
 
     async def _handle(self, request: web.BaseRequest, webhook: str) -> web.StreamResponse:
         try:
-            raw, too_large, whole = await asyncio.wait_for(self._read_body(request), self.limits.body_timeout)
+            content = request.content
+            declared = request.content_length
+            if declared is not None and declared <= self.limits.max_body and content.is_eof():
+                # the whole body has arrived with the headers (the API server sends a review at once): no waiting,
+                # so no deadline task to create and cancel per review
+                raw, too_large, whole = content.read_nowait(-1), False, True
+            else:
+                raw, too_large, whole = await asyncio.wait_for(self._read_body(request), self.limits.body_timeout)
         except asyncio.TimeoutError:
             log.info("%s: closing a connection whose body took over %ss", webhook, self.limits.body_timeout)
             resp = web.Response(status=408, text=f"the request body did not arrive within {self.limits.body_timeout}s")

@@ -62,15 +62,16 @@ def by_identity(size: int = 64, copy: Callable[[Any], Any] | None = None) -> Cal
                     parts.append(a)
             key = tuple(parts)
             try:
-                hash(key)
-            except TypeError:
-                return fn(*args)
-            with lock:
                 hit = memo.get(key)
-                if hit is not None and all(x is y for x, y, k in zip(hit[0], args, key)
-                                           if type(k) is tuple and k and k[0] is _BY_ID):
-                    memo.move_to_end(key)
-                    return copy(hit[1]) if copy is not None else hit[1]
+            except TypeError:  # an unhashable argument: not remembered
+                return fn(*args)
+            # A hit's identity-matched arguments are the held ones: an id in a key is of an object the entry holds, so
+            # no other live object has it (a value argument never compares equal to an identity part).
+            if hit is not None:
+                with lock:
+                    if key in memo:
+                        memo.move_to_end(key)
+                return copy(hit[1]) if copy is not None else hit[1]
             result = fn(*args)
             with lock:
                 memo[key] = (args, copy(result) if copy is not None else result)
