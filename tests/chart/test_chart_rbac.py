@@ -22,7 +22,7 @@ from specdeploy.controller import kube as kube_mod
 from specdeploy.controller import reconciler
 
 CONTROLLER = Path(kube_mod.__file__).parent
-KUBE_VERBS = {"get", "list", "create", "patch", "apply", "delete", "call", "has_api", "log", "watch"}
+KUBE_VERBS = {"get", "get_many", "list", "create", "patch", "apply", "delete", "call", "has_api", "log", "watch"}
 HTTP_VERBS = {"GET": "get", "PATCH": "patch", "POST": "create", "PUT": "update", "DELETE": "delete"}
 TLS_SECRET = "specdeploy-webhook-tls"
 CONFIGURATION = "specdeploy"
@@ -49,6 +49,8 @@ def _calls() -> dict[str, set[tuple]]:
         # the ownership check before any write (issue 24): a child's name may be taken by an object the watches
         # (labelled children only) never saw; also the tuning Job and its ConfigMap
         "Executor.claim:get": {(g, r, "get", "watched") for g, r in managed + [gr("Job")]},
+        # the same GETs, made for every child of an apply in one hand-off to the client's thread
+        "Executor.fetch:get_many": {(g, r, "get", "watched") for g, r in managed + [gr("Job")]},
         "Executor.write_status:patch": {(*sd_status, "patch", "watched")},
         "Executor.event:create": {(*gr("Event"), "create", "watched")},
         # spec.tuning: the tuning Job (created once), its pods' result, the tuned-kernels ConfigMap

@@ -16,6 +16,7 @@ from specdeploy.controller.queue import Backoff, WorkQueue
 from specdeploy.controller.resolve import ResolutionError, build_inspector_job, decode_inspection
 from specdeploy.core.checker import check
 from specdeploy.core.engineconfig import config_digest
+from specdeploy.core import names as N
 from specdeploy.core.findings import Finding, Severity, Source
 
 
@@ -143,6 +144,57 @@ def test_work_queue_delay():
         assert await asyncio.wait_for(waiter, 1) == "k"
 
     asyncio.run(scenario())
+
+
+def test_work_queue_earliest_due_first_skipping_active_keys():
+    """The heap order: earliest due time first, a lowered due time counts, a key being processed is passed
+    over (and handed out once done), a key taken leaves no stale entry behind."""
+    async def scenario():
+        now = [0.0]
+        q = WorkQueue(clock=lambda: now[0])
+        await q.add("late", delay=5)
+        await q.add("soon", delay=2)
+        await q.add("later", delay=9)
+        await q.add("later", delay=1)  # lowered: now the earliest
+        now[0] = 10.0
+        assert await q.get() == "later"
+        await q.add("later")  # due again (now) while active: passed over
+        assert await q.get() == "soon"
+        assert await q.get() == "late"
+        waiter = asyncio.ensure_future(q.get())
+        await asyncio.sleep(0)
+        assert not waiter.done()  # only "later" is due, and it is active
+        await q.done("later")
+        assert await asyncio.wait_for(waiter, 1) == "later"
+        assert len(q) == 0
+        await q.done("later")
+        await q.add("again", delay=1)
+        now[0] = 11.0
+        assert await q.get() == "again"
+
+    asyncio.run(scenario())
+
+
+def test_child_echo_of_the_cached_version_queues_nothing():
+    """A child event carrying the resourceVersion the cache holds (the echo of our own apply, cached from its
+    response) is no reason to reconcile; any other version, or a deletion, is."""
+    from specdeploy.controller.cache import Caches
+
+    c = Caches()
+    c.bodies[("ns", "a")] = {"metadata": {"name": "a", "namespace": "ns"}}
+    ref = [{"kind": "SpeculativeDeployment", "name": "a", "uid": "u1", "controller": True}]
+
+    def child(rv):
+        return {"kind": "Service", "metadata": {"name": "a", "namespace": "ns", "resourceVersion": rv,
+                                                "ownerReferences": ref}}
+
+    assert c.observe_child("ADDED", child("5")) == [("ns", "a")]
+    assert c.observe_child("MODIFIED", child("5")) == []  # what the cache holds already
+    assert c.observe_child("MODIFIED", child("6")) == [("ns", "a")]
+    assert c.children[("Service", "ns", "a")]["metadata"]["resourceVersion"] == "6"
+    assert c.observe_child("DELETED", child("6")) == [("ns", "a")]
+    assert ("Service", "ns", "a") not in c.children
+    assert c.observe_child("ADDED", child("6")) == [("ns", "a")]  # re-created after the deletion: not cached
 
 
 def test_backoff():
@@ -377,3 +429,104 @@ def test_load_api_client_throttles_the_kubeconfig_token_hook(tmp_path):
     for _ in range(3):  # the loader's hook re-installs itself when it runs: still throttled afterwards
         assert cfg.get_api_key_with_prefix("BearerToken") == "Bearer abc"
         assert cfg.refresh_api_key_hook.__name__ == "throttled"
+
+
+def test_child_events_during_a_reconcile_rerun_it_unless_they_echo_its_writes():
+    """A child event for a key being reconciled waits for the reconcile to end: the echo of a version it wrote or
+    verified (the watch came before the apply's response) queues nothing, any other version queues the key again,
+    and so does a deletion (at once); a key not being reconciled is queued at once."""
+    from specdeploy.controller.reconciler import Controller
+
+    async def scenario():
+        c = Controller(None, None)
+        key = ("ns", "a")
+        c.bodies[key] = {"metadata": {"name": "a", "namespace": "ns"}}
+        ref = [{"kind": "SpeculativeDeployment", "name": "a", "uid": "u1", "controller": True}]
+
+        def child(kind, rv):
+            return {"kind": kind, "metadata": {"name": "a", "namespace": "ns", "resourceVersion": rv,
+                                               "ownerReferences": ref, "labels": {N.LABEL_MANAGED_BY: N.MANAGED_BY}}}
+
+        await c.queue.add(key)
+        assert await c.queue.get() == key  # being reconciled now
+        await c.observe_child("ADDED", child("Service", "5"))  # before the apply's response
+        await c.observe_configmap("ADDED", child("ConfigMap", "7"))
+        assert len(c.queue) == 0
+        c.cache.verified[("Service", "ns", "a")] = ("5", "d1")  # the response: what the executor wrote
+        c.cache.verified[("ConfigMap", "ns", "a")] = ("7", "d2")
+        assert c._echoes_only(key)
+        await c.observe_child("MODIFIED", child("Service", "6"))  # someone else's change
+        assert not c._echoes_only(key)
+        assert c._echoes_only(key)  # decided once
+        await c.observe_child("DELETED", child("Service", "6"))
+        assert len(c.queue) == 1  # queued at once (handed out after done)
+        await c.queue.done(key)
+        assert await c.queue.get() == key
+        await c.queue.done(key)
+        await c.observe_child("MODIFIED", child("Service", "8"))  # not being reconciled: queued at once
+        assert len(c.queue) == 1
+
+    asyncio.run(scenario())
+
+
+class _BatchKube(_Kube):
+    """_Kube with the one-hand-off GETs the real client has (Kube.get_many); its batches recorded."""
+
+    def __init__(self, *objs: dict):
+        super().__init__(*objs)
+        self.batches: list[list[tuple[str, str]]] = []
+
+    async def get_many(self, objects):
+        self.batches.append([(kind, name) for kind, _, name in objects])
+        return [self.objs.get((kind, name)) for kind, _, name in objects]
+
+
+def _child(kind: str, name: str, refs: list | None = None) -> dict:
+    return {"kind": kind, "apiVersion": "v1", "metadata": {"name": name, "namespace": "ns",
+                                                           "ownerReferences": refs or []}}
+
+
+def test_the_claim_gets_of_an_apply_go_in_one_batch_and_a_tenants_object_is_still_refused():
+    """The ownership GETs of every uncached child of an apply are made together (one hand-off to the client's
+    thread) before any write; a same-named object the CR does not control, created by a tenant in the same burst
+    (uncached: unlabelled), is refused as it was one GET at a time: nothing is applied."""
+    from specdeploy.controller.cache import Caches
+    from specdeploy.controller.executor import Executor
+
+    ours = [{"uid": "u1", "controller": True, "kind": "SpeculativeDeployment", "name": "m"}]
+    desired = [_child("ConfigMap", "m-engine", ours), _child("Service", "m", ours), _child("Deployment", "m", ours)]
+    kube = _BatchKube(_child("Service", "m"))  # the tenant's Service, no ownerReference
+    caches = Caches()
+    caches.children[("Deployment", "ns", "m")] = _child("Deployment", "m", ours)  # cached: not read
+    got = asyncio.run(Executor(kube, caches).apply("ns", "m", desired, [], uid="u1", claims=[("Job", "m-tune")]))
+    assert got == ["Service/m (not owned by specdeploy)"]
+    assert kube.writes == []
+    assert kube.batches == [[("ConfigMap", "m-engine"), ("Service", "m"), ("Job", "m-tune")]]
+    # without the tenant's object every child is applied, after the one batch
+    kube = _BatchKube()
+    assert asyncio.run(Executor(kube, Caches()).apply("ns", "m", desired, [], uid="u1")) == []
+    assert kube.batches == [[("ConfigMap", "m-engine"), ("Service", "m"), ("Deployment", "m")]]
+    assert [w[0] for w in kube.writes] == ["apply"] * 3
+
+
+def test_kube_get_many_answers_in_order_none_when_absent():
+    from specdeploy.controller import kube as km
+
+    k = km.Kube(api=None)
+    paths = []
+
+    def call(method, path, *a, **kw):
+        paths.append((method, path))
+        if "gone" in path:
+            raise km.KubeError(404, "NotFound", "gone")
+        if "broken" in path:
+            raise km.KubeError(500, "InternalError", "broken")
+        return {"path": path}
+
+    k._call = call
+    got = asyncio.run(k.get_many([("ConfigMap", "ns", "a"), ("Service", "ns", "gone"), ("Deployment", "ns", "b")]))
+    assert [g and g["path"] for g in got] == [km.KINDS["ConfigMap"].path("ns", "a"), None,
+                                              km.KINDS["Deployment"].path("ns", "b")]
+    assert [m for m, _ in paths] == ["GET"] * 3
+    with pytest.raises(km.KubeError):
+        asyncio.run(k.get_many([("Service", "ns", "broken")]))

@@ -88,9 +88,17 @@ class Caches:
         self._refs_of[key] = mine
 
     def observe_child(self, event_type: str | None, body: dict) -> list[Key]:
-        """A managed child's event: the SpeculativeDeployment controlling it, when known."""
+        """A managed child's event: the SpeculativeDeployment controlling it, when known.
+
+        Nothing for the echo of what the cache holds already (the same resourceVersion: our own apply's
+        response was cached by the executor, and the reconcile that wrote it saw that state)."""
         meta = body.get("metadata") or {}
         ck = (body.get("kind"), meta.get("namespace") or "default", meta.get("name"))
+        rv = meta.get("resourceVersion")
+        if event_type != "DELETED" and rv:
+            cached = self.children.get(ck)
+            if cached is not None and (cached.get("metadata") or {}).get("resourceVersion") == rv:
+                return []
         if event_type == "DELETED":
             self.children.pop(ck, None)
             self.verified.pop(ck, None)
@@ -118,13 +126,13 @@ class Caches:
             return []
         return [key for key, cr in list(self.bodies.items()) if key[0] == bk[0] and _from_benchmark(cr) == bk[1]]
 
-    def observe_configmap(self, event_type: str | None, body: dict) -> list[Key]:
-        """A ConfigMap event: a managed child (the engine config), a referenced config.json, or neither."""
+    def observe_configmap(self, event_type: str | None, body: dict, child: bool = True) -> list[Key]:
+        """A ConfigMap event: a managed child (the engine config), a referenced config.json, or neither.
+        ``child=False``: the caller feeds a managed child to ``observe_child`` itself (is_child)."""
         meta = body.get("metadata") or {}
         ck = (meta.get("namespace") or "default", meta.get("name"))
-        labels = meta.get("labels") or {}
         out: list[Key] = []
-        if labels.get(N.LABEL_MANAGED_BY) == N.MANAGED_BY:
+        if child and is_child(body):
             out += self.observe_child(event_type, {**body, "kind": "ConfigMap"})
         refs = self.cm_refs.get(ck)
         if not refs:
@@ -161,6 +169,11 @@ class Caches:
         """The cached SpeculativeDeployment a rendered child names as its controller."""
         ref = (obj["metadata"].get("ownerReferences") or [{}])[0]
         return self.bodies.get((obj["metadata"].get("namespace") or "default", ref.get("name")))
+
+
+def is_child(configmap: dict) -> bool:
+    """Whether a ConfigMap is labelled as one of specdeploy's children (observe_child sees it)."""
+    return ((configmap.get("metadata") or {}).get("labels") or {}).get(N.LABEL_MANAGED_BY) == N.MANAGED_BY
 
 
 def _from_benchmark(body: dict) -> str | None:

@@ -24,6 +24,7 @@ from .status import now_rfc3339
 log = logging.getLogger("specdeploy.controller")
 
 Note = Callable[[Key, str], None]  # (key, what changed): the reconcile's one log line
+_UNREAD = object()  # claim: no GET made for it yet
 
 
 class Executor:
@@ -56,18 +57,30 @@ class Executor:
 
     # ------------------------------------------------------------- children
 
-    async def claim(self, kind: str, ns: str, cname: str, uid: str | None) -> tuple[dict | None, str | None]:
+    async def claim(self, kind: str, ns: str, cname: str, uid: str | None,
+                    fetched: dict | None | object = _UNREAD) -> tuple[dict | None, str | None]:
         """The one ownership gate before any write to a child (ownership.conflict): the live object (the
         watch-fed cache, else a GET: the watches see only labelled children, a name may be taken by an object
-        without them) and why it is not ours to touch (None: absent, or controlled by ``uid``)."""
+        without them) and why it is not ours to touch (None: absent, or controlled by ``uid``). ``fetched``:
+        that GET's answer, when the caller made it (``fetch``)."""
         actual = self.cache.children.get((kind, ns, cname))
         if actual is None:
-            got = await self.kube.get(kind, ns, cname)
+            got = await self.kube.get(kind, ns, cname) if fetched is _UNREAD else fetched
             if got is not None:
                 actual = ownership.for_cache({**got, "kind": kind})
                 if ownership.conflict(actual, uid) is None:
                     self.cache.children[(kind, ns, cname)] = actual
         return actual, ownership.conflict(actual, uid)
+
+    async def fetch(self, ns: str, names: list[tuple[str, str]]) -> dict[tuple[str, str], dict | None]:
+        """The GETs ``claim`` would make for these (kind, name), made now in one hand-off to the client's thread
+        (the same requests in the same order, before any write); names the cache holds are not read."""
+        missing = [(kind, cname) for kind, cname in dict.fromkeys(names)
+                   if (kind, ns, cname) not in self.cache.children]
+        if len(missing) < 2 or not hasattr(self.kube, "get_many"):
+            return {}  # claim reads it itself
+        got = await self.kube.get_many([(kind, ns, cname) for kind, cname in missing])
+        return dict(zip(missing, got))
 
     async def apply(self, ns: str, name: str, desired: list[dict], obsolete: list[tuple[str, str]],
                     uid: str | None = None, claims: list[tuple[str, str]] | tuple = ()) -> list[str]:
@@ -80,9 +93,11 @@ class Executor:
         the engine with what that ConfigMap says."""
         conflicts: list[str] = []
         live: dict[tuple[str, str], dict | None] = {}
-        for kind, cname, owner in [(o["kind"], o["metadata"]["name"], ownership.owner_uid(o) or uid) for o in desired] \
-                + [(kind, cname, uid) for kind, cname in claims]:
-            live[(kind, cname)], why = await self.claim(kind, ns, cname, owner)
+        wanted = [(o["kind"], o["metadata"]["name"], ownership.owner_uid(o) or uid) for o in desired] \
+            + [(kind, cname, uid) for kind, cname in claims]
+        fetched = await self.fetch(ns, [(kind, cname) for kind, cname, _ in wanted])
+        for kind, cname, owner in wanted:
+            live[(kind, cname)], why = await self.claim(kind, ns, cname, owner, fetched.get((kind, cname), _UNREAD))
             if why is not None:
                 conflicts.append(f"{kind}/{cname} ({why})")
         if conflicts:

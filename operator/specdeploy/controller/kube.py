@@ -212,6 +212,23 @@ class Kube:
                 return None
             raise
 
+    async def get_many(self, objects: list[tuple[str, str | None, str]]) -> list[dict | None]:
+        """``get`` of each (kind, namespace, name), in order, as one hand-off to the client's thread (None: absent)."""
+        def run() -> list[dict | None]:
+            out: list[dict | None] = []
+            for kind, namespace, name in objects:
+                try:
+                    out.append(self._call("GET", KINDS[kind].path(namespace, name)))
+                except KubeError as e:
+                    if e.status != 404:
+                        raise
+                    out.append(None)
+            return out
+
+        if self.executor is None:
+            return await asyncio.to_thread(run)
+        return await asyncio.get_running_loop().run_in_executor(self.executor, run)
+
     async def list(self, kind: str, namespace: str | None, label_selector: str | None = None) -> list[dict]:
         q = [("labelSelector", label_selector)] if label_selector else []
         doc = await self.call("GET", KINDS[kind].path(namespace), query=q)

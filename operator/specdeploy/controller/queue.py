@@ -8,6 +8,8 @@ periodic resync adds every key (idle resyncs must then make no API writes).
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import time
 from typing import Callable, Hashable
 
@@ -16,6 +18,10 @@ class WorkQueue:
     def __init__(self, clock: Callable[[], float] = time.monotonic):
         self.clock = clock
         self._due: dict[Hashable, float] = {}
+        # (due, order, key) for every due time set in _due (stale entries, whose time _due no longer holds, are
+        # dropped when they come up): the next key in O(log n), not a scan of every due key per get()
+        self._heap: list[tuple[float, int, Hashable]] = []
+        self._order = itertools.count()
         self._active: set[Hashable] = set()
         self._cond = asyncio.Condition()
         self._closed = False
@@ -28,6 +34,7 @@ class WorkQueue:
         async with self._cond:
             if key not in self._due or due < self._due[key]:
                 self._due[key] = due
+                heapq.heappush(self._heap, (due, next(self._order), key))
             self._cond.notify_all()
 
     async def get(self) -> Hashable | None:
@@ -37,11 +44,11 @@ class WorkQueue:
                 if self._closed:
                     return None
                 now = self.clock()
-                ready = [(t, k) for k, t in self._due.items() if k not in self._active]
-                if ready:
-                    t, key = min(ready, key=lambda x: x[0])
+                nxt = self._next()
+                if nxt is not None:
+                    t, key = nxt
                     if t <= now:
-                        del self._due[key]
+                        del self._due[key]  # its heap entry is stale now
                         self._active.add(key)
                         return key
                     timeout = t - now
@@ -51,6 +58,28 @@ class WorkQueue:
                     await asyncio.wait_for(self._cond.wait(), timeout)
                 except asyncio.TimeoutError:
                     pass
+
+    def _next(self) -> tuple[float, Hashable] | None:
+        """The earliest due key not being processed (None: none). Keys being processed are set aside and
+        pushed back: at most one per worker."""
+        heap, aside = self._heap, []
+        try:
+            while heap:
+                t, _, key = heap[0]
+                if self._due.get(key) != t:
+                    heapq.heappop(heap)  # stale: the key was taken or its due time lowered since
+                elif key in self._active:
+                    aside.append(heapq.heappop(heap))
+                else:
+                    return t, key
+            return None
+        finally:
+            for entry in aside:
+                heapq.heappush(heap, entry)
+
+    def active(self, key: Hashable) -> bool:
+        """Whether a worker is processing ``key`` now."""
+        return key in self._active
 
     async def done(self, key: Hashable) -> None:
         async with self._cond:

@@ -25,7 +25,7 @@ from ..api.validation import INVALID_SPEC, problems_message, validate
 from ..core import baseline as bl
 from ..core.policy import TenancyPolicy, check_policy, policy_needs_claims
 from . import metrics, plan as pl, status as st
-from .cache import MANAGED_KINDS, WORKLOAD_KINDS, Caches, Key  # noqa: F401 - the RBAC audit reads MANAGED_KINDS here
+from .cache import MANAGED_KINDS, WORKLOAD_KINDS, Caches, Key, is_child  # noqa: F401 - the RBAC audit reads MANAGED_KINDS here
 from .executor import Executor
 from .kube import Kube, KubeError
 from .monitor import AcceptanceMonitor
@@ -120,6 +120,8 @@ class Controller:
         # and the errors it reported: logged as one line when it ends (_log_outcome).
         self._changes: dict[Key, list[str]] = {}
         self._errors: dict[Key, list[tuple[str, str]]] = {}
+        # child events (ChildKey, resourceVersion) that came while their owner's reconcile ran (observe_child)
+        self._echoes: dict[Key, list[tuple[tuple[str, str, str], str]]] = {}
 
     def attach_monitor(self, interval: float, **kwargs) -> AcceptanceMonitor:
         """The acceptance monitor, reading the shared caches and queueing a key when its part of a status changed."""
@@ -142,8 +144,21 @@ class Controller:
             await self.queue.add(key)
 
     async def observe_child(self, event_type: str | None, body: dict) -> None:
+        meta = body.get("metadata") or {}
+        rv = meta.get("resourceVersion")
         for key in self.cache.observe_child(event_type, body):
-            await self.queue.add(key)
+            if event_type != "DELETED" and rv and self.queue.active(key):
+                # maybe the echo of a write the running reconcile is making: decided when it ends (_echoes_only)
+                self._echoes.setdefault(key, []).append(((body.get("kind"), meta.get("namespace") or "default",
+                                                          meta.get("name")), rv))
+            else:
+                await self.queue.add(key)
+
+    def _echoes_only(self, key: Key) -> bool:
+        """Whether every child event that came while ``key`` was being reconciled carried a version of the child
+        that this operator wrote or checked against its intent (cache.verified): the echo of its own writes,
+        delivered before their responses, that a new reconcile would find in sync again."""
+        return all((self.cache.verified.get(ck) or (None,))[0] == rv for ck, rv in self._echoes.pop(key, ()))
 
     async def observe_benchmark(self, event_type: str | None, body: dict) -> None:
         """A SpeculativeBenchmark changed: queue the deployments whose guard reads it, when what the guard reads
@@ -152,7 +167,9 @@ class Controller:
             await self.queue.add(key)
 
     async def observe_configmap(self, event_type: str | None, body: dict) -> None:
-        for key in self.cache.observe_configmap(event_type, body):
+        if is_child(body):
+            await self.observe_child(event_type, {**body, "kind": "ConfigMap"})
+        for key in self.cache.observe_configmap(event_type, body, child=False):
             await self.queue.add(key)
 
     # ------------------------------------------------------------- workers
@@ -221,6 +238,8 @@ class Controller:
             try:
                 delay = await self.run_once(key)
             finally:
+                if not self._echoes_only(key):
+                    await queue.add(key)  # a child changed while it ran: again, after done
                 await queue.done(key)
             if delay:
                 await queue.add(key, delay)
