@@ -32,6 +32,7 @@ import pytest
 from specdeploy.core import benchresult as br
 from specdeploy_dev.harness import BIN, ROOT, free_port
 from specdeploy_dev.procs import stop_process
+from specdeploy_dev.realloop import FAST_BOOT_ENV
 
 pytestmark = pytest.mark.vllm_cpu
 
@@ -47,7 +48,9 @@ def serve(models: Path, port: int, spec: bool, log: Path) -> subprocess.Popen:
     if spec:
         argv += ["--speculative-config", json.dumps({"method": "dflash", "model": str(models / "tiny/lang-dflash"),
                                                      "num_speculative_tokens": 3})]
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1"}
+    # FAST_BOOT_ENV: the worker in the engine core's process (no third process to spawn; realloop.py)
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1",
+           **FAST_BOOT_ENV}
     return subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
 

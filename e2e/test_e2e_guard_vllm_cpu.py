@@ -31,7 +31,7 @@ from specdeploy.core.render import render
 from specdeploy_dev import tinymodels
 from specdeploy_dev.harness import ROOT, free_port, wait_for
 from specdeploy_dev.procs import stop_process
-from specdeploy_dev.realloop import ENGINE_VERSION, VLLM_CPU, cpu_cr
+from specdeploy_dev.realloop import ENGINE_VERSION, FAST_BOOT_ENV, VLLM_CPU, cpu_cr
 
 pytestmark = pytest.mark.vllm_cpu
 
@@ -135,7 +135,8 @@ def test_vllm_serve_starts_with_the_guard_logs_it_and_serves(command, tmp_path):
     log = tmp_path / "vllm-serve.log"
     with log.open("w") as out:
         proc = subprocess.Popen([str(VLLM_CPU), "serve", *argv], stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path,
-                                env={**os.environ, **env, "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1"})
+                                env={**os.environ, **env, "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1",
+                                     **FAST_BOOT_ENV})  # the node's environment of the real loop (realloop.py)
     base = f"http://127.0.0.1:{port}"
 
     def healthy():
