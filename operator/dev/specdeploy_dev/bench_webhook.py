@@ -1,6 +1,7 @@
-"""Admission webhook latency: 50 concurrent HTTPS clients (aiohttp) x N reviews each.
+"""Admission webhook latency: 50 concurrent HTTPS clients x N reviews each.
 
     python -m specdeploy_dev.bench_webhook [--clients 50] [--requests 40] [--compare REV [--runs 2]]
+    python -m specdeploy_dev.bench_webhook --server-tree DIR   # another checkout's server, these clients
 
 The webhook server (the operator's own ``WebhookServer`` with a self-signed certificate) runs in
 a child process, so clients and server do not share an interpreter. Two workloads:
@@ -14,7 +15,14 @@ Each runs twice: "every spec new" gives each review a distinct harmless extra ar
 memoized checks never hit (a first apply); "same spec again" re-sends one spec (re-applies).
 
 Latency is measured per request from send to parsed response, over kept-alive TLS connections
-(as kube-apiserver reuses them). Prints p50/p90/p99/max and throughput per workload.
+(as kube-apiserver reuses them). Prints p50/p90/p99/max and throughput per workload, and the
+server process's CPU time per review.
+
+The clients run in this process on the same CPUs as the server, so they are kept light: plain
+asyncio streams speaking the few lines of HTTP/1.1 a review needs (an HTTP client library cost
+more CPU per request than the server did). ``--compare REV`` runs this tree's clients against
+both servers: this tree's and ``REV``'s (checked out in a temporary worktree, its own bench
+module's ``--serve``), so a difference in the figures is the servers'.
 """
 
 from __future__ import annotations
@@ -121,37 +129,75 @@ def _unique(cr: dict, i: int) -> dict:
     return out
 
 
+_CLIENT = "asyncio streams, one kept-alive connection each"
+
+
+class _Conn:
+    """One kept-alive HTTPS connection speaking just enough HTTP/1.1 for the bench: a POST with a body, a response
+    with Content-Length (as the webhook server always sends). Far lighter on the CPU than an HTTP client library:
+    the clients share the machine with the server, and the figures are the server's."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, head: bytes) -> None:
+        self.reader, self.writer, self.head = reader, writer, head
+
+    @classmethod
+    async def open(cls, port: int, ctx: ssl.SSLContext, path: str) -> "_Conn":
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx)
+        head = f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n".encode()
+        return cls(reader, writer, head)
+
+    async def post(self, body: bytes) -> tuple[int, bytes]:
+        self.writer.write(b"%sContent-Length: %d\r\n\r\n%s" % (self.head, len(body), body))
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        lines = head.split(b"\r\n")
+        status = int(lines[0].split(b" ", 2)[1])
+        length = None
+        for line in lines[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        if length is None:
+            raise RuntimeError(f"response without Content-Length: {head[:200]!r}")
+        return status, await self.reader.readexactly(length)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
 async def _run(port: int, ca_pem: bytes, cr: dict, clients: int, requests: int, expect_warning: bool,
                unique: bool) -> dict:
-    import aiohttp
-
     ctx = ssl.create_default_context(cadata=ca_pem.decode())
-    url = f"https://127.0.0.1:{port}/validate"
     lat: list[float] = []
     bodies = [json.dumps(_review(_unique(cr, i) if unique else cr)).encode() for i in range(clients * requests + clients)]
-    conn = aiohttp.TCPConnector(limit=clients, ssl=ctx)
-    async with aiohttp.ClientSession(connector=conn, headers={"Content-Type": "application/json"}) as session:
-        async def one(body: bytes, record: bool) -> None:
-            t0 = time.perf_counter()
-            async with session.post(url, data=body) as r:
-                doc = await r.json()
-            dt = time.perf_counter() - t0
-            resp = doc["response"]
-            assert r.status == 200 and resp["allowed"] is True, doc
-            assert bool(resp.get("warnings")) is expect_warning, resp
-            if record:
-                lat.append(dt)
+    # one connection per client, opened (TLS handshake included) before the clock starts, as kube-apiserver keeps
+    # its connections alive
+    conns = await asyncio.gather(*(_Conn.open(port, ctx, "/validate") for _ in range(clients)))
 
-        # warm-up: open every connection (TLS handshakes are not part of a review's latency)
-        await asyncio.gather(*(one(bodies[i], False) for i in range(clients)))
+    async def one(conn: _Conn, body: bytes, record: bool) -> None:
+        t0 = time.perf_counter()
+        status, raw = await conn.post(body)
+        doc = json.loads(raw)
+        dt = time.perf_counter() - t0
+        resp = doc["response"]
+        assert status == 200 and resp["allowed"] is True, doc
+        assert bool(resp.get("warnings")) is expect_warning, resp
+        if record:
+            lat.append(dt)
+
+    try:
+        # warm-up: one review per connection
+        await asyncio.gather(*(one(conns[i], bodies[i], False) for i in range(clients)))
 
         async def worker(w: int) -> None:
             for k in range(requests):
-                await one(bodies[clients + w * requests + k], True)
+                await one(conns[w], bodies[clients + w * requests + k], True)
 
         t0 = time.perf_counter()
         await asyncio.gather(*(worker(w) for w in range(clients)))
         wall = time.perf_counter() - t0
+    finally:
+        for c in conns:
+            c.close()
     lat.sort()
 
     def pct(p: float) -> float:
@@ -159,6 +205,19 @@ async def _run(port: int, ca_pem: bytes, cr: dict, clients: int, requests: int, 
 
     return {"n": len(lat), "p50": pct(50), "p90": pct(90), "p99": pct(99), "max": lat[-1] * 1000,
             "mean": statistics.fmean(lat) * 1000, "rps": len(lat) / wall}
+
+
+def _server_command(tree: Path, port_file: Path, ca_file: Path) -> tuple[list[str], dict]:
+    """(argv, Popen keywords) of the webhook server of checkout ``tree``: its own bench module's ``--serve`` with its
+    own source roots first (compare.child_env), or this tree's as it is installed."""
+    if tree == ROOT:
+        return [sys.executable, "-m", "specdeploy_dev.bench_webhook", "--serve", str(port_file), str(ca_file)], \
+            {"cwd": ROOT}
+    from . import compare
+
+    module = compare.bench_module(tree, "specdeploy_dev.bench_webhook", "specdeploy.dev.bench_webhook")
+    return [sys.executable, "-m", module, "--serve", str(port_file), str(ca_file)], \
+        {"cwd": tree, "env": compare.child_env(tree)}
 
 
 def _cpu_seconds(pid: int) -> float | None:
@@ -177,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compare", metavar="REV", help="also run git revision REV (checked out in a temporary "
                     "worktree), alternating with this tree, and print both figures with the load average")
     ap.add_argument("--runs", type=int, default=2, help="with --compare: runs of each revision (default 2)")
+    ap.add_argument("--server-tree", metavar="DIR", help="run the webhook server of this checkout (its own bench "
+                    "module's --serve, its own code); the clients are always this tree's (what --compare uses)")
     ap.add_argument("--serve", nargs=2, metavar=("PORT_FILE", "CA_FILE"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.serve:
@@ -185,16 +246,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.compare:
         from . import compare
 
+        # both revisions' servers are measured with this tree's clients (they share the CPUs with the server)
         return compare.side_by_side(
             "webhook bench", args.compare, args.runs,
-            lambda tree: [sys.executable, "-m", compare.bench_module(tree, "specdeploy_dev.bench_webhook",
-                                                                     "specdeploy.dev.bench_webhook"),
+            lambda tree: [sys.executable, "-m", "specdeploy_dev.bench_webhook", "--server-tree", str(tree),
                           "--clients", str(args.clients), "--requests", str(args.requests)],
-            compare.parse_webhook)
+            compare.parse_webhook, from_here=True)
     tmp = Path(tempfile.mkdtemp(prefix="specdeploy-bench-webhook-"))
     port_file, ca_file = tmp / "port", tmp / "ca.pem"
-    proc = subprocess.Popen([sys.executable, "-m", "specdeploy_dev.bench_webhook", "--serve", str(port_file), str(ca_file)],
-                            cwd=ROOT)
+    tree = Path(args.server_tree).resolve() if args.server_tree else ROOT
+    # the reviews are of the server tree's own examples (its API and the ConfigMaps it serves are of that tree)
+    kimi, qwen = (tree / "examples" / KIMI.name, tree / "examples" / QWEN.name)
+    cmd, where = _server_command(tree, port_file, ca_file)
+    proc = subprocess.Popen(cmd, **where)
     try:
         deadline = time.monotonic() + 30
         while not port_file.exists():
@@ -204,12 +268,12 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(0.05)
         port, ca = int(port_file.read_text()), ca_file.read_bytes()
         print(f"webhook latency over HTTPS, {args.clients} concurrent clients x {args.requests} reviews "
-              f"(server: one process, {os.cpu_count()} CPUs on this machine)")
+              f"(server: one process, {os.cpu_count()} CPUs on this machine; clients: {_CLIENT})")
         for label, cr, warn, unique in (
-                ("object-level, every spec new", _cr(KIMI, hub=True), True, True),
-                ("object-level, same spec again", _cr(KIMI, hub=True), True, False),
-                ("full check, every spec new", _cr(QWEN), False, True),
-                ("full check, same spec again", _cr(QWEN), False, False)):
+                ("object-level, every spec new", _cr(kimi, hub=True), True, True),
+                ("object-level, same spec again", _cr(kimi, hub=True), True, False),
+                ("full check, every spec new", _cr(qwen), False, True),
+                ("full check, same spec again", _cr(qwen), False, False)):
             cpu0 = _cpu_seconds(proc.pid)
             s = asyncio.run(_run(port, ca, cr, args.clients, args.requests, warn, unique))
             cpu1 = _cpu_seconds(proc.pid)

@@ -83,9 +83,11 @@ def _label_here(top: Path) -> str:
 
 
 def side_by_side(title: str, rev: str, runs: int, argv: Callable[[Path], list[str]],
-                 parse: Callable[[str], dict[str, float]], timeout: float = 3600) -> int:
+                 parse: Callable[[str], dict[str, float]], timeout: float = 3600, from_here: bool = False) -> int:
     """Run ``argv(tree)`` ``runs`` times for this tree and for ``rev``, alternating; print every run's output
-    and the median of each figure ``parse`` finds, with the ratio this/other."""
+    and the median of each figure ``parse`` finds, with the ratio this/other. ``from_here``: every run is a command of
+    this tree (run in it, with its environment) that takes the tree to measure as an argument (the webhook bench:
+    this tree's clients against either revision's server); otherwise each tree's own command runs in that tree."""
     here = repo_root()
     with checkout(rev) as (other, sha):
         sides = [(_label_here(here), here), (f"{rev} ({sha[:9]})", other)]
@@ -95,8 +97,8 @@ def side_by_side(title: str, rev: str, runs: int, argv: Callable[[Path], list[st
         for k in range(runs):
             for label, tree in (sides if k % 2 == 0 else sides[::-1]):
                 load0 = _load()
-                p = subprocess.run(argv(tree), cwd=tree, env=child_env(tree), capture_output=True, text=True,
-                                   timeout=timeout)
+                p = subprocess.run(argv(tree), cwd=here if from_here else tree, env=None if from_here else child_env(tree),
+                                   capture_output=True, text=True, timeout=timeout)
                 print(f"## run {k + 1}, {label} (load average {load0} before, {_load()} after)")
                 for line in p.stdout.splitlines():
                     print(f"   {line}")

@@ -485,7 +485,14 @@ def _call(lookup: ConfigsLookup | None, step: tuple) -> Any:
     try:
         return lookup(ns, spec, fresh=True) if fresh else lookup(ns, spec)
     except Exception as e:  # noqa: BLE001 - a failing lookup only means "configs not known"
-        return e
+        return _detached(e)
+
+
+def _detached(e: Exception) -> Exception:
+    """A lookup's exception without its traceback: only its type and message are used, and the traceback's frames
+    (this one's, the lookup's: the parsed spec, the request) would form a reference cycle with it that only the
+    garbage collector frees. Every review whose configs are not known raises one."""
+    return e.with_traceback(None)
 
 
 def review(body: Any, *, configs_lookup: ConfigsLookup | None = None, webhook: str = "validate",
@@ -530,7 +537,7 @@ async def areview(body: Any, *, configs_lookup: ConfigsLookup | None = None, web
                     try:
                         got = await got
                     except Exception as e:  # noqa: BLE001
-                        got = e
+                        got = _detached(e)
                 step = flow.send(got)
         except StopIteration as stop:
             return stop.value

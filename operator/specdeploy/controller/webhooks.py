@@ -33,7 +33,7 @@ from typing import Any
 from aiohttp import web
 
 from ..api.types import SpeculativeDeploymentSpec
-from ..core import safejson
+from ..core import memo, safejson
 from . import admission, certs
 from .admission import Configs, ConfigsUnavailable
 from .kube import Kube, KubeError
@@ -190,7 +190,9 @@ class OperatorConfigs:
         except (ValueError, TypeError) as e:
             raise ConfigsUnavailable(f"{where} is not valid JSON ({str(e).split(':')[0][:60]})") from None
         if ident is not None:
-            self._parsed[ident] = doc
+            # parsed once per ConfigMap version and never edited: the checker remembers what it computes from it
+            # (core/memo.py), as for the reconciler's documents (controller/resolve.py)
+            self._parsed[ident] = memo.read_only(doc)
             if len(self._parsed) > self._parsed_max:
                 self._parsed.popitem(last=False)
         return doc, where, cached, ident
@@ -368,7 +370,14 @@ class WebhookServer:
 
     async def _handle(self, request: web.BaseRequest, webhook: str) -> web.StreamResponse:
         try:
-            raw, too_large, whole = await asyncio.wait_for(self._read_body(request), self.limits.body_timeout)
+            content = request.content
+            declared = request.content_length
+            if declared is not None and declared <= self.limits.max_body and content.is_eof():
+                # the whole body has arrived with the headers (the API server sends a review at once): no waiting,
+                # so no deadline task to create and cancel per review
+                raw, too_large, whole = content.read_nowait(-1), False, True
+            else:
+                raw, too_large, whole = await asyncio.wait_for(self._read_body(request), self.limits.body_timeout)
         except asyncio.TimeoutError:
             log.info("%s: closing a connection whose body took over %ss", webhook, self.limits.body_timeout)
             resp = web.Response(status=408, text=f"the request body did not arrive within {self.limits.body_timeout}s")

@@ -43,7 +43,12 @@ def table() -> Mapping[str, Mapping[str, Mapping[str, str]]]:
 
 def risky_flags(engine: str) -> dict[str, str]:
     """flag -> its kind (code, file, unreviewed) for ``engine`` (vllm, sglang)."""
-    return {f: e["loads"] for f, e in table().get(engine, {}).items() if e.get("loads") in RISKY}
+    return dict(_risky(engine))
+
+
+@lru_cache(maxsize=16)  # admission asks per review; the table does not change while running
+def _risky(engine: str) -> tuple[tuple[str, str], ...]:
+    return tuple((f, e["loads"]) for f, e in table().get(engine, {}).items() if e.get("loads") in RISKY)
 
 
 def candidates(snapshot: Mapping[str, Any]) -> list[str]:

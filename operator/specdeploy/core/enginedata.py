@@ -85,7 +85,13 @@ def load_snapshot(engine: str, version: str) -> dict:
 
 def available_facts() -> list[tuple[str, str]]:
     """(engine, version) pairs with recorded behaviour facts, sorted by version."""
-    return sorted(_listing(FACTS_PACKAGE), key=lambda ev: (ev[0], parse_version(ev[1]) or (0, 0, 0)))
+    return list(_facts_listing())
+
+
+@lru_cache(maxsize=None)
+def _facts_listing() -> tuple[tuple[str, str], ...]:
+    """``available_facts``, sorted once (the package's data files do not change while running)."""
+    return tuple(sorted(_listing(FACTS_PACKAGE), key=lambda ev: (ev[0], parse_version(ev[1]) or (0, 0, 0))))
 
 
 @lru_cache(maxsize=None)
@@ -96,10 +102,17 @@ def _facts(engine: str, version: str) -> dict | None:
 
 def load_facts(engine: str, version: str) -> dict | None:
     """The facts recorded for exactly this release (``{"facts": {...}, ...}``), or None. Shared: do not mutate."""
+    key = _facts_key(engine, str(version))
+    return _facts(*key) if key is not None else None
+
+
+@lru_cache(maxsize=256)  # bounded: engine and version come from specs
+def _facts_key(engine: str, version: str) -> tuple[str, str] | None:
+    """The recorded (engine, version) file ``load_facts`` reads for this release, or None."""
     v = parse_version(normalize_version(version))
-    for e, rv in available_facts():
+    for e, rv in _facts_listing():
         if e == engine and parse_version(rv) == v:
-            return _facts(e, rv)
+            return e, rv
     return None
 
 
@@ -112,7 +125,7 @@ def nearest_facts(engine: str, version: str, since: str, until: str | None) -> t
     if v is None:
         return None
     best: tuple[str, dict] | None = None
-    for e, rv in available_facts():
+    for e, rv in _facts_listing():
         pv = parse_version(rv)
         if e != engine or pv is None or not in_range(pv, since, until) or pv > v:
             continue

@@ -5,8 +5,10 @@ The operator's resolver hands out one parsed config.json object per ConfigMap te
 the checker the same question with the same objects. ``by_identity`` remembers the last answers for
 calls whose dict and list arguments are all declared read-only, matched by identity (held, so an id
 is never reused while remembered); every other argument is matched by value (it must be hashable,
-else the call is not remembered). A call with any other document (the CLI's, a test's that it edits
-between calls) runs as before. ``copy`` gives each caller its own copy of a mutable result.
+else the call is not remembered), except objects declared read-only themselves (the parsed views of a
+read-only document: ``modelconfig.parse_target``), matched by identity too. A call with any other
+document (the CLI's, a test's that it edits between calls) runs as before. ``copy`` gives each caller
+its own copy of a mutable result.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ _read_only_lock = threading.Lock()
 
 
 def read_only(doc: Any) -> Any:
-    """Declare ``doc`` (a parsed document nobody edits any more) read-only; returns it."""
-    if isinstance(doc, (dict, list)):
+    """Declare ``doc`` (a parsed document, or an object built from one, that nobody edits any more) read-only;
+    returns it."""
+    if doc is not None:
         with _read_only_lock:
             _READ_ONLY[id(doc)] = doc
             _READ_ONLY.move_to_end(id(doc))
@@ -39,6 +42,9 @@ def is_read_only(doc: Any) -> bool:
     return _READ_ONLY.get(id(doc)) is doc
 
 
+_BY_ID = object()  # marks an argument matched by identity in a memo key (no argument value can hold it)
+
+
 def by_identity(size: int = 64, copy: Callable[[Any], Any] | None = None) -> Callable[[F], F]:
     def wrap(fn: F) -> F:
         memo: OrderedDict = OrderedDict()  # key -> (args, result)
@@ -46,18 +52,26 @@ def by_identity(size: int = 64, copy: Callable[[Any], Any] | None = None) -> Cal
 
         @functools.wraps(fn)
         def remembered(*args: Any) -> Any:
-            if not all(is_read_only(a) for a in args if isinstance(a, (dict, list))):
-                return fn(*args)
-            key = tuple(("id", id(a)) if isinstance(a, (dict, list)) else a for a in args)
+            parts = []
+            for a in args:
+                if _READ_ONLY.get(id(a)) is a:
+                    parts.append((_BY_ID, id(a)))
+                elif isinstance(a, (dict, list)):
+                    return fn(*args)
+                else:
+                    parts.append(a)
+            key = tuple(parts)
             try:
-                hash(key)
-            except TypeError:
-                return fn(*args)
-            with lock:
                 hit = memo.get(key)
-                if hit is not None and all(x is y for x, y in zip(hit[0], args) if isinstance(y, (dict, list))):
-                    memo.move_to_end(key)
-                    return copy(hit[1]) if copy is not None else hit[1]
+            except TypeError:  # an unhashable argument: not remembered
+                return fn(*args)
+            # A hit's identity-matched arguments are the held ones: an id in a key is of an object the entry holds, so
+            # no other live object has it (a value argument never compares equal to an identity part).
+            if hit is not None:
+                with lock:
+                    if key in memo:
+                        memo.move_to_end(key)
+                return copy(hit[1]) if copy is not None else hit[1]
             result = fn(*args)
             with lock:
                 memo[key] = (args, copy(result) if copy is not None else result)

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from .memo import by_identity
 from .modelconfig import DrafterConfig, TargetConfig
 
 # Bytes per weight as served: the engines load float32 checkpoints in 16-bit (vLLM and
@@ -106,6 +107,7 @@ def _linear_bytes(params: float, module: str, quant: _Quant | None, dtype_bytes:
     return params * (quant.bytes_for(module, dtype_bytes) if quant else dtype_bytes)
 
 
+@by_identity(64)  # a read-only TargetConfig (checker/parsed.py): the same estimate (core/memo.py)
 def estimate_target_bytes(t: TargetConfig) -> float | None:
     """Weight bytes of the target, or None when the config lacks the geometry to tell."""
     if not (t.hidden_size and t.num_hidden_layers and t.vocab_size):

@@ -16,7 +16,9 @@ dflash-engines.md s2 plus the engine and GPU rules, and derives what the rendere
   per-family rules; also run after the DFlash rules for ``dflash2``);
 - ``methodplan``: what the renderer needs for those methods (steps, top-k, draft tokens, n-gram window) and
   the knob rules that depend on the engine;
-- ``derive``: ``analyze``, which runs them all and derives the renderer's settings.
+- ``derive``: ``analyze``, which runs them all and derives the renderer's settings;
+- ``parsed``: the parsed target/drafter views, one per read-only document (core/memo.py), so that what is
+  computed from a document alone (weights, KV shape, family) is remembered across option sets.
 
 Import the entry points from this package, not from the modules: the layout inside may change.
 """

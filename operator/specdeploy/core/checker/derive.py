@@ -9,7 +9,7 @@ from typing import Any
 from .. import methods
 from ..findings import Finding, sort_findings
 from ..memo import by_identity
-from ..modelconfig import FULL, SLIDING, DrafterConfig, TargetConfig, _not_object, parse_drafter, parse_target
+from ..modelconfig import FULL, SLIDING, DrafterConfig, TargetConfig, _not_object
 from .accept import apply_accept, one_per_root_cause
 from .engine import _check_backend, _check_engine_release, _check_hidden_act
 from .fit import _check_fit, _check_memory, _check_tp
@@ -18,6 +18,7 @@ from .method import check_method
 from .methodplan import derive_method
 from .layers import _check_drafter, _check_duplicates, _check_engine_layer_rules, _check_target, _layer_view
 from .options import Options, _check_options
+from .parsed import drafter_of, target_of
 from .results import D, S, Analysis, Derived, _Out
 from .window import _block, _check_context, _plan_window
 
@@ -77,7 +78,7 @@ def analyze(drafter_doc: Any, target_doc: Any, options: Options | None = None) -
 def _remembered(drafter_doc: Any, target_doc: Any, o: Options) -> Analysis:
     out = _Out()
     info, row, prof = _check_options(o, out)
-    t, tf = parse_target(target_doc)
+    t, tf = target_of(target_doc)
     out.items.extend(tf)
     if t is not None:
         _check_target(t, out)
@@ -88,7 +89,7 @@ def _remembered(drafter_doc: Any, target_doc: Any, o: Options) -> Analysis:
     if mismatch is not None:  # the one root cause: no rule of the wrong family runs
         out.items.append(mismatch)
     elif methods.uses_dflash_path(o.method):
-        d, df = parse_drafter(drafter_doc)
+        d, df = drafter_of(drafter_doc)
         out.items.extend(df)
         if d is not None:
             _check_drafter(d, t, out)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from .. import memory as mem
+from ..memo import by_identity
 from ..modelconfig import DrafterConfig, TargetConfig
 from ..weights import estimate_drafter_bytes, estimate_target_bytes
 from .options import Options
@@ -64,6 +65,10 @@ def _estimate(fn, cfg) -> float | None:
     return float(v) if v is not None and math.isfinite(v) else None
 
 
+# a read-only TargetConfig (checker/parsed.py) and tensor-parallel size: the same KV shape (core/memo.py)
+_target_kv = by_identity(64)(mem.target_kv)
+
+
 def _check_memory(d: DrafterConfig, t: TargetConfig | None, o: Options, prof, types: tuple[str, ...],
                   draft_window: int | None, native_window: int | None, served: int | None,
                   tb: float | None, db: float | None, out: _Out) -> "mem.MemoryPlan | None":
@@ -74,7 +79,7 @@ def _check_memory(d: DrafterConfig, t: TargetConfig | None, o: Options, prof, ty
     if prof is None or not prof.accelerator or t is None or tb is None or not served:
         return None
     tp = max(1, o.gpu_count)
-    tk = mem.target_kv(t, tp)
+    tk = _target_kv(t, tp)
     if tk is None or tk.empty:
         return None
     dk = mem.drafter_kv(d, types, draft_window=draft_window, native_window=native_window, tp=tp)

@@ -8,11 +8,11 @@ from typing import Any
 
 from ..findings import Finding
 from ..memo import by_identity
-from ..modelconfig import parse_drafter, parse_target
 from .dflashfamily import check_dflash_capture, check_dflash_family
 from .eagle3 import check_eagle3
 from .family import Family, detect_family, method_family_problem
 from .mtp import check_mtp, steps_of
+from .parsed import drafter_of, target_of
 from .results import S, _Out
 
 
@@ -45,7 +45,7 @@ def run_gates(drafter_doc: Any, target_doc: Any, o, info=None, row=None, *, dfla
     """(findings, the drafter's family, what the gate derived) for ``o.method``. ``dflash_rules_ran``: the
     DFlash rules (layers, window) already ran on this drafter, so they are not repeated for DSpark."""
     out = _Out()
-    t, _ = parse_target(target_doc)  # its findings are the analysis's own
+    t, _ = target_of(target_doc)  # its findings are the analysis's own
     fam = family_of(drafter_doc)
     derived: dict = {"family": fam.to_dict()} if fam is not None else {}
     mismatch = family_mismatch(drafter_doc, o.method)
@@ -59,7 +59,7 @@ def run_gates(drafter_doc: Any, target_doc: Any, o, info=None, row=None, *, dfla
         if fam.name == "dspark" and not dflash_rules_ran:
             from .layers import _check_drafter
 
-            d, df = parse_drafter(drafter_doc)
+            d, df = drafter_of(drafter_doc)
             out.items.extend(df)
             if d is not None:
                 sub = _Out()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from .. import engines as eng
 from .. import gpus, methods
@@ -140,12 +141,41 @@ def _check_cpu_pool(o: Options, info, prof, out: _Out) -> None:
 
 def check_options(o: Options) -> list[Finding]:
     """Checks local to one object: no config files, no network. Admission's fast path."""
-    out = _Out()
-    _check_options(o, out)
-    return sort_findings(out.items)
+    return sort_findings(list(_options_checked(o)[3]))
 
 
 def _check_options(o: Options, out: _Out) -> tuple[eng.EngineInfo | None, eng.EngineRelease | None, gpus.GpuProfile | None]:
+    """The object-level checks into ``out``; (engine, release row, GPU profile) as the other rules need them."""
+    info, row, prof, items = _options_checked(o)
+    out.items.extend(items)
+    return info, row, prof
+
+
+_Checked = tuple[eng.EngineInfo | None, eng.EngineRelease | None, gpus.GpuProfile | None, tuple[Finding, ...]]
+
+
+def _options_checked(o: Options) -> _Checked:
+    """What ``_run_checks`` finds for these options. Admission checks the options, then analyze checks them again
+    for the pair: one run per Options value, remembered exactly (every field equal and of the same type: 1 is not
+    True) in a bounded cache (the values come from specs); options with an unhashable value are not remembered."""
+    try:
+        return _options_checked_exact(o, tuple(map(type, vars(o).values())))
+    except TypeError:
+        return _options_checked_now(o)
+
+
+@lru_cache(maxsize=256)
+def _options_checked_exact(o: Options, _types: tuple[type, ...]) -> _Checked:
+    return _options_checked_now(o)
+
+
+def _options_checked_now(o: Options) -> _Checked:
+    out = _Out()
+    info, row, prof = _run_checks(o, out)
+    return info, row, prof, tuple(out.items)
+
+
+def _run_checks(o: Options, out: _Out) -> tuple[eng.EngineInfo | None, eng.EngineRelease | None, gpus.GpuProfile | None]:
     info, row = _engine_release(o, out)
 
     for field_path, ref in (("spec.target.model", o.target_model), ("spec.drafter.model", o.drafter_model)):
