@@ -118,6 +118,24 @@ def test_translated_paths_are_not_translated_again():
         "/tmp/root/pods/u/volumes/engine-config/engine-config.json /tmp/root/pods/u/volumes/s/tmp/x"
 
 
+def test_node_cache_links_a_path_inside_a_volume(tmp_path):
+    vol, node = tmp_path / "vol", tmp_path / "node" / "modelinfos"
+    vol.mkdir()
+    mounts = [("/var/cache/specdeploy", str(vol))]
+    caches = {"/var/cache/specdeploy/.cache/vllm/modelinfos": str(node), "/opt/elsewhere": str(tmp_path / "other")}
+    kp.link_node_caches(caches, mounts)
+    link = vol / ".cache" / "vllm" / "modelinfos"
+    assert link.is_symlink() and link.resolve() == node.resolve() and node.is_dir()
+    (link / "entry.json").write_text("{}")  # what one pod writes, the next finds
+    assert (node / "entry.json").read_text() == "{}"
+    assert not (tmp_path / "other").exists()  # outside every volume: left alone
+    kp.link_node_caches(caches, mounts)  # again (a preStop hook's process): unchanged
+    assert link.is_symlink()
+    (vol / "own").mkdir()  # a path the pod already has is not replaced
+    kp.link_node_caches({"/var/cache/specdeploy/own": str(node)}, mounts)
+    assert not (vol / "own").is_symlink()
+
+
 def test_build_process():
     c = {"name": "engine", "image": "vllm/vllm-openai:v0.33.0", "command": ["vllm", "serve"],
          "args": ["/models/target", "--host", "0.0.0.0", "--port", "8000", "--speculative-config",

@@ -88,6 +88,8 @@ class Settings:
     selector: str | None = MANAGED_BY  # Deployments; None: all
     exec_table: dict[str, str] = field(default_factory=default_exec_table)
     node_env: dict[str, str] = field(default_factory=dict)
+    # process runtime: container path -> node directory linked there when the path lies in a volume (--node-cache)
+    node_caches: dict[str, str] = field(default_factory=dict)
     log_port: int = 0
     max_pods: int = 16
     ip_range: tuple[int, int] = (2, 254)  # pod addresses 127.0.0.FIRST .. 127.0.0.LAST
@@ -489,6 +491,14 @@ def _pairs(items: list[str] | None, what: str) -> dict[str, str]:
     return out
 
 
+def _node_caches(items: list[str] | None) -> dict[str, str]:
+    out = _pairs(items, "--node-cache")
+    for path, local in out.items():
+        if not (path.startswith("/") and os.path.isabs(local)):
+            raise ValueError(f"--node-cache {path}={local}: expected an absolute container PATH and node DIR")
+    return out
+
+
 def main(a: argparse.Namespace) -> int:
     """``specdeploy dev kubelet`` (arguments parsed by ``specdeploy.cli``): run until SIGINT/SIGTERM."""
     try:
@@ -500,7 +510,8 @@ def main(a: argparse.Namespace) -> int:
         settings = Settings(
             kubeconfig=a.kubeconfig, root=Path(a.root).resolve(), node_name=a.node_name, namespaces=a.namespace or [],
             selector=None if a.all_deployments else (a.selector or None), exec_table=table,
-            node_env=_pairs(a.env, "--env"), log_port=a.log_port, max_pods=a.max_pods,
+            node_env=_pairs(a.env, "--env"), node_caches=_node_caches(getattr(a, "node_cache", None)),
+            log_port=a.log_port, max_pods=a.max_pods,
             probe_period_cap=a.probe_period_cap, backoff=a.backoff, max_grace=a.max_grace, runtime=a.runtime,
             service_proxy=getattr(a, "service_proxy", False))
         if a.runtime == "podman" and shutil.which(settings.podman) is None:

@@ -221,6 +221,20 @@ def translate_paths(value: str, mounts: list[tuple[str, str]]) -> str:
     return re.sub(pattern, lambda m: local[m.group(0)], value)
 
 
+def link_node_caches(caches: Mapping[str, str], mounts: list[tuple[str, str]]) -> None:
+    """``--node-cache PATH=DIR``: each container PATH that lies in one of ``mounts`` (its volumes) becomes a link
+    to the node directory DIR, so pods share it (as a hostPath would); a PATH outside every volume, or already
+    present, is left alone. Meant for content-keyed caches (vLLM's ``modelinfos``: one file per model class,
+    keyed by its source's hash), where sharing saves work and changes no result."""
+    for path, node_dir in caches.items():
+        local = translate_paths(path, mounts)
+        if local == path or os.path.lexists(local):
+            continue
+        os.makedirs(node_dir, exist_ok=True)
+        os.makedirs(os.path.dirname(local), exist_ok=True)
+        os.symlink(node_dir, local)
+
+
 # ----------------------------------------------------------------------------- environment
 
 

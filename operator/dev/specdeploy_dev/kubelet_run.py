@@ -489,6 +489,7 @@ class PodWorker:
         spec = spec or c.spec
         env = kp.resolve_env(self.pod, spec, self.configmaps, self.secrets, self.ip, self.k.host_ip)
         mounts = kp.container_mounts(spec, self.volumes)
+        kp.link_node_caches(self.k.settings.node_caches, mounts)
         node_env = {**self.k.settings.node_env, "HOSTNAME": self.name}
         return kp.build_process(spec, env, mounts, kp.ExecTable(self.k.settings.exec_table), self.ip, c.port_map,
                                 str(c.dir), node_env)

