@@ -35,7 +35,8 @@ class _Bucket:
         self.watchers: set[_Watcher] = set()
         # the serialized JSON of stored objects, by key: (object, bytes), valid while that very object is
         # stored (a stored object is never changed in place: every write stores a new one)
-        self.encoded: dict[tuple[str | None, str], tuple[JSON, bytes]] = {}
+        # key -> (the stored object, its resourceVersion, its bytes): used only for that very object at that version
+        self.encoded: dict[tuple[str | None, str], tuple[JSON, object, bytes]] = {}
 
 
 class Store:
@@ -119,11 +120,12 @@ class Store:
         key = (meta.get("namespace") if info.namespaced else None, meta.get("name"))
         bucket = self.bucket(info)
         hit = bucket.encoded.get(key)  # type: ignore[arg-type]
-        if hit is not None and hit[0] is obj:
-            return hit[1]
+        rv = meta.get("resourceVersion")
+        if hit is not None and hit[0] is obj and hit[1] == rv:  # an in-place change bumps the version: not served
+            return hit[2]
         data = _dumps(obj)
         if bucket.objects.get(key) is obj:  # type: ignore[arg-type]
-            bucket.encoded[key] = (obj, data)  # type: ignore[index]
+            bucket.encoded[key] = (obj, rv, data)  # type: ignore[index]
         return data
 
     def get(self, info: ResourceInfo, namespace: str | None, name: str) -> JSON:
@@ -342,7 +344,7 @@ class Store:
                            reason="AlreadyExists", details={"name": name, "group": info.group, "kind": info.plural})
         rv, data = self._versioned(obj)
         self._store(info, obj)
-        self.bucket(info).encoded[(namespace, name)] = (obj, data)
+        self.bucket(info).encoded[(namespace, name)] = (obj, meta.get("resourceVersion"), data)
         self.uids[meta["uid"]] = (info.storage_key, namespace, name)
         self._index_owners(meta["uid"], None, obj)
         if meta.get("ownerReferences"):
@@ -477,7 +479,8 @@ class Store:
             return self.remove(info, result)
         rv, data = self._versioned(result)
         self._store(info, result)
-        self.bucket(info).encoded[(meta.get("namespace") if info.namespaced else None, meta["name"])] = (result, data)
+        self.bucket(info).encoded[(meta.get("namespace") if info.namespaced else None, meta["name"])] = (
+            result, meta.get("resourceVersion"), data)
         self._index_owners(meta["uid"], old, result)
         if meta.get("ownerReferences") != _meta(old).get("ownerReferences"):
             self.gc.wake(*(r.get("uid") for r in meta.get("ownerReferences") or []))
