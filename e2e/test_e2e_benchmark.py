@@ -55,9 +55,8 @@ def standins(work: Path) -> dict:
     return {"vllm": vllm, "kubelet_args": ["--service-proxy", "--exec", f"specdeploy-runtime={runtime}"]}
 
 
-# the loop fixture (e2e/conftest.py) starts the scene once for the module; its dev kubelet puts pods on
-# 127.0.0.2.. with fixed ports, so the module runs in the serial pass (beside another kubelet, two pods would
-# take one address and port)
+# the loop fixture (e2e/conftest.py) starts the scene once for the module; its dev kubelet puts pods on loopback
+# addresses with fixed ports, so the module runs in the serial pass, on its worker's own addresses (conftest.py)
 pytestmark = [pytest.mark.real_loop(standins, prometheus=False, operator_env={"SPECDEPLOY_BENCH_POLL_SECONDS": "1"}),
               pytest.mark.serial]
 

@@ -33,7 +33,7 @@ from specdeploy_dev.harness import BIN, ROOT, free_port
 from specdeploy_dev.procs import stop_process
 
 # kill -9 and partition orderings ride on lease margins: run with the machine alone (.ci/test)
-pytestmark = [embedded_only, pytest.mark.serial]
+pytestmark = [embedded_only, pytest.mark.alone]
 
 # leaseDuration, renewDeadline, retryPeriod (seconds): short, to keep the test short;
 # SPECDEPLOY_E2E_LEASE=15,10,2 measures the chart's defaults (docs/benchmarks.md)

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from specdeploy_dev.harness import wait_for
+from specdeploy_dev.harness import HarnessError, wait_for
 from specdeploy_dev.realloop import Load, RealLoop, cpu_cr
 
 pytestmark = [pytest.mark.vllm_cpu,
@@ -73,18 +73,36 @@ def only(loop: RealLoop, name: str, cr: dict) -> dict:
     return loop.ready_pod(name, timeout=BOOT_TIMEOUT)
 
 
+AGREE = 0.35  # status.acceptance.length against the engine's counters over the traffic so far
+
+
 def measure(loop: RealLoop, name: str, pod: dict, model: str, want, what: str, prompts=None):
-    """Traffic until ``status.acceptance.length`` satisfies ``want``; the engine's own counters over the same
-    traffic: (engine acceptance, status length)."""
+    """Traffic until ``status.acceptance.length`` satisfies ``want``, then until it agrees (``AGREE``) with the
+    engine's own counters over all the traffic (up to a minute more: the status is the operator's last window,
+    and the first window that satisfies ``want`` can still hold a slow start's shorter n-gram drafts, status
+    3.33 against 3.76 with two modules' engines on 2 cores): (engine acceptance, status length), the last
+    pair read, for the test's own assertions."""
     url = loop.pod_url(pod)
     before = loop.engine_scrape(url)
+    last: dict = {}
+
+    def agree() -> bool:
+        last["acc"] = loop.engine_acceptance(before, loop.engine_scrape(url))
+        last["status"] = (loop.status(name).get("acceptance") or {}).get("length")
+        acc, status = last["acc"], last["status"]
+        return bool(acc and acc.drafts and isinstance(status, (int, float)) and want(status)
+                    and abs(status - acc.length) <= AGREE)
+
     with Load(url, model, **({"prompts": prompts} if prompts else {})) as load:
-        status = loop.wait_status_length(name, want, what, timeout=180)
-    after = loop.engine_scrape(url)
+        loop.wait_status_length(name, want, what, timeout=180)
+        try:
+            wait_for(agree, 60, f"status.acceptance.length within {AGREE} of the engine's counters", interval=1)
+        except HarnessError:  # the test's own assertions name the last pair
+            pass
     assert not load.errors, load.errors[:3]
-    acc = loop.engine_acceptance(before, after, load.seconds)
+    acc = last["acc"]
     assert acc is not None and acc.drafts, "the engine's speculative-decoding counters did not move"
-    return acc, status
+    return acc, last["status"]
 
 
 def test_ngram_serves_and_reports_tau_from_the_counters(loop):
@@ -98,7 +116,7 @@ def test_ngram_serves_and_reports_tau_from_the_counters(loop):
     acc, status = measure(loop, name, pod, FLAT, lambda v: v > 1.5, "> 1.5")
     # the flat target repeats one token: every n-gram draft token is accepted
     assert acc.accepted == acc.draft_tokens and acc.length > 1.5, acc
-    assert status == pytest.approx(acc.length, abs=0.35), (status, acc.length)
+    assert status == pytest.approx(acc.length, abs=AGREE), (status, acc.length)
     assert (loop.status(name).get("acceptance") or {}).get("podsReporting") == 1
     FIGURES["ngram"] = {"tau_engine": round(acc.length, 3), "tau_status": status, "drafts": acc.drafts,
                         "draft_tokens": acc.draft_tokens, "accepted": acc.accepted}

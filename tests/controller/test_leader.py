@@ -28,7 +28,7 @@ TIMING = LeaseTiming(lease_duration=2, renew_deadline=1.2, retry_period=0.2)
 PARTITION_TIMING = LeaseTiming(lease_duration=4, renew_deadline=1.5, retry_period=0.2)
 NS = "default"
 # the partition test's orderings ride on sub-second lease margins: run with the machine alone (.ci/test)
-pytestmark = pytest.mark.serial
+pytestmark = pytest.mark.alone
 
 
 @pytest.fixture()

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from specdeploy_dev.harness import Cluster, kubectl_available, wait_for
+from specdeploy_dev.harness import Cluster, kubectl_available, pod_ip_args, pod_ip_range, wait_for
 from specdeploy_dev.procs import stop_process
 
-# pods on 127.0.0.2.. (the kubelet's default addresses) with fixed ports: beside another dev kubelet two pods
-# would take one address and port, so the module runs in the serial pass
+# pods on loopback addresses with fixed ports: beside the parallel pass's kubelets two pods would take one address and
+# port, so the module runs in the serial pass, on its worker's own addresses (harness.pod_ip_range, conftest.py)
 pytestmark = [pytest.mark.skipif(not kubectl_available(), reason="needs kubectl"), pytest.mark.serial,
               pytest.mark.usefixtures("kubelet_log_on_failure")]
 
@@ -42,7 +42,7 @@ def cluster(tmp_path_factory):
     work = tmp_path_factory.mktemp("kubelet")
     c = Cluster(workdir=work).start()
     log = open(work / "kubelet.log", "w")
-    p = start_kubelet(c, work / "root", log, "--namespace", "default", "--ip-range", "2-199",
+    p = start_kubelet(c, work / "root", log, "--namespace", "default", *pod_ip_args(last=pod_ip_range()[1] - 11),
                       "--env", "NODE_LEVEL=from-the-node", "--service-proxy")
     try:
         wait_for(lambda: c.kubectl("get", "node", "specdeploy-dev", check=False).returncode == 0, 30, "the Node")
@@ -354,7 +354,8 @@ def test_kubelet_stop_and_crash_leave_no_processes(cluster, tmp_path):
     c = cluster
     apply(c, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "solo"}})
     log = open(tmp_path / "solo.log", "w")
-    args = ("--namespace", "solo", "--node-name", "solo-node", "--ip-range", "200-210", "--max-pods", "4")
+    solo = (pod_ip_range()[1] - 10, pod_ip_range()[1])  # the end of this process's pod addresses, past the first kubelet's
+    args = ("--namespace", "solo", "--node-name", "solo-node", *pod_ip_args(*solo), "--max-pods", "4")
     k = start_kubelet(c, tmp_path / "root", log, *args)
     try:
         c.kubectl("apply", "-n", "solo", "-f", "-", input=json.dumps(
@@ -368,7 +369,7 @@ def test_kubelet_stop_and_crash_leave_no_processes(cluster, tmp_path):
             return ok and int(status_of(ok[0], "app")["containerID"].removeprefix("local://"))
         pid = wait_for(ready_pid, 60, "the solo pod")
         ip = c.get_json("pods", "-n", "solo", "-l", "app=solo")["items"][0]["status"]["podIP"]
-        assert 200 <= int(ip.rsplit(".", 1)[1]) <= 210, ip  # --ip-range
+        assert solo[0] <= int(ip.rsplit(".", 1)[1]) <= solo[1], ip  # --ip-range
         k.send_signal(signal.SIGTERM)
         assert k.wait(30) == 0
         assert not alive(pid)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from specdeploy_dev.harness import Cluster, kubectl_available, wait_for
+from specdeploy_dev.harness import Cluster, kubectl_available, pod_ip_args, wait_for
 from specdeploy_dev.kubelet_podman import LABEL_POD
 from specdeploy_dev.procs import stop_process
 
@@ -48,7 +48,7 @@ def cluster(tmp_path_factory):
     p = subprocess.Popen([str(Path(sys.executable).parent / "specdeploy"), "dev", "kubelet", "--kubeconfig",
                           c.kubeconfig, "--root", str(work / "root"), "--runtime", "podman", "--namespace", "default",
                           "--probe-period-cap", "0.5", "--backoff", "0.5", "--max-grace", "5",
-                          "--env", "NODE_LEVEL=from-the-node"], stdout=log, stderr=subprocess.STDOUT)
+                          "--env", "NODE_LEVEL=from-the-node", *pod_ip_args()], stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_for(lambda: c.kubectl("get", "node", "specdeploy-dev", check=False).returncode == 0, 30, "the Node")
         c.kubelet_log = work / "kubelet.log"  # type: ignore[attr-defined]

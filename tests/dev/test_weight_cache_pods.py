@@ -17,12 +17,12 @@ import yaml
 from specdeploy.api.types import SpeculativeDeployment
 from specdeploy.core.policy import TenancyPolicy
 from specdeploy.core.render import render
-from specdeploy_dev.harness import Cluster, kubectl_available, wait_for
+from specdeploy_dev.harness import Cluster, kubectl_available, pod_ip_args, wait_for
 from specdeploy_dev.hubserver import repos_from_directory, start_in_thread
 from specdeploy_dev.procs import stop_process
 
-# pods on 127.0.0.2.. (the kubelet's default addresses) with fixed ports: beside another dev kubelet two pods
-# would take one address and port, so the module runs in the serial pass
+# pods on loopback addresses with fixed ports: beside the parallel pass's kubelets two pods would take one address and
+# port, so the module runs in the serial pass, on its worker's own addresses (harness.pod_ip_range, conftest.py)
 pytestmark = [pytest.mark.skipif(not kubectl_available(), reason="needs kubectl"), pytest.mark.serial]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,7 +51,7 @@ def scene(tmp_path_factory):
             [str(Path(sys.executable).parent / "specdeploy"), "dev", "kubelet", "--kubeconfig", c.kubeconfig,
              "--root", str(work / "kubelet"), "--exec", f"vllm={exe}", "--env", f"HF_ENDPOINT={hub}",
              "--env", "HF_HUB_DISABLE_TELEMETRY=1", "--probe-period-cap", "0.5", "--backoff", "0.5",
-             "--max-grace", "5"], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+             "--max-grace", "5", *pod_ip_args()], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
         try:
             wait_for(lambda: c.kubectl("get", "node", "specdeploy-dev", check=False).returncode == 0, 60, "the Node")
             yield c, hub, work

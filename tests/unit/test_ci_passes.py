@@ -8,6 +8,9 @@ import shutil
 import subprocess
 import sys
 
+from pytest import mark as pytest_mark, raises as pytest_raises
+
+from specdeploy_dev.harness import pod_ip_args, pod_ip_range, worker_env
 from testkit import ROOT
 
 SERIAL_MODULES = ["e2e/test_e2e_guard_vllm_cpu.py", "tests/controller/test_leader.py"]  # opt-in; marked
@@ -29,6 +32,54 @@ def test_serial_pass_takes_the_opt_in_and_marked_modules_and_the_parallel_pass_t
     assert collected(serial) == set(SERIAL_MODULES), serial.stdout[-2000:]
     parallel = pytest("--collect-only", "-q", "-m", "not serial", *SERIAL_MODULES, SHARED_MODULE)
     assert collected(parallel) == {SHARED_MODULE}, parallel.stdout[-2000:]
+
+
+def test_alone_modules_leave_the_two_worker_serial_pass_for_the_last_one():
+    serial = pytest("--collect-only", "-q", "-m", "serial and not alone", *SERIAL_MODULES, SHARED_MODULE)
+    assert collected(serial) == {"e2e/test_e2e_guard_vllm_cpu.py"}, serial.stdout[-2000:]
+    alone = pytest("--collect-only", "-q", "-m", "alone", *SERIAL_MODULES, SHARED_MODULE)
+    assert collected(alone) == {"tests/controller/test_leader.py"}, alone.stdout[-2000:]
+
+
+def test_the_serial_pass_starts_with_the_longest_module():
+    # collected in this order, run longest first (conftest.LONGEST_FIRST); the shared module keeps its place
+    p = pytest("--collect-only", "-q", "e2e/test_e2e_guard_vllm_cpu.py", "e2e/test_e2e_rollout_vllm_cpu.py", SHARED_MODULE)
+    order = list(dict.fromkeys(line.split("::")[0] for line in p.stdout.splitlines() if "::" in line))
+    assert order == ["e2e/test_e2e_rollout_vllm_cpu.py", "e2e/test_e2e_guard_vllm_cpu.py", SHARED_MODULE], p.stdout[-2000:]
+
+
+@pytest_mark.parametrize("worker, count, cores, want", [
+    ("gw0", 2, 2, {"SPECDEPLOY_E2E_IP_RANGE": "2-127", "OMP_NUM_THREADS": "1"}),
+    ("gw1", 2, 2, {"SPECDEPLOY_E2E_IP_RANGE": "128-253", "OMP_NUM_THREADS": "1"}),
+    ("gw3", 4, 16, {"SPECDEPLOY_E2E_IP_RANGE": "191-253", "OMP_NUM_THREADS": "4"}),
+    ("gw0", 3, 2, {"SPECDEPLOY_E2E_IP_RANGE": "2-85", "OMP_NUM_THREADS": "1"}),
+    ("gw0", 1, 2, {}),   # one worker: the machine's defaults
+    ("", 2, 2, {}),      # not under xdist
+    ("master", 2, 2, {}),
+])
+def test_each_worker_gets_its_own_pod_addresses_and_share_of_the_cores(worker, count, cores, want):
+    assert worker_env(worker, count, cores) == want
+
+
+def test_worker_pod_addresses_never_overlap():
+    for count in range(2, 9):
+        seen: set[int] = set()
+        for i in range(count):
+            first, last = map(int, worker_env(f"gw{i}", count, 2)["SPECDEPLOY_E2E_IP_RANGE"].split("-"))
+            ips = set(range(first, last + 1))
+            assert 2 <= first <= last <= 254 and not ips & seen, (count, i)
+            seen |= ips
+
+
+def test_pod_ip_range_reads_the_workers_share_and_refuses_a_bad_one(monkeypatch):
+    monkeypatch.delenv("SPECDEPLOY_E2E_IP_RANGE", raising=False)
+    assert pod_ip_range() == (2, 254)
+    monkeypatch.setenv("SPECDEPLOY_E2E_IP_RANGE", "128-253")
+    assert pod_ip_range() == (128, 253)
+    assert pod_ip_args(last=240) == ["--ip-range", "128-240"]
+    monkeypatch.setenv("SPECDEPLOY_E2E_IP_RANGE", "1-300")
+    with pytest_raises(ValueError, match="SPECDEPLOY_E2E_IP_RANGE=1-300: expected FIRST-LAST"):
+        pod_ip_range()
 
 
 def test_an_opt_in_module_skips_without_its_variable_and_names_it(tmp_path):

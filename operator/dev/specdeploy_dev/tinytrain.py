@@ -637,8 +637,14 @@ def write(directory: str | os.PathLike[str], spec: TrainSpec = TrainSpec(), *, u
             for rel, data in files.items():
                 (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
                 (tmp / rel).write_bytes(data)
-            shutil.rmtree(cached, ignore_errors=True)
-            os.replace(tmp, cached)
+            if not (cached / mname).is_file():  # a half-written entry of an older run goes; a complete one stays
+                shutil.rmtree(cached, ignore_errors=True)
+            try:
+                os.replace(tmp, cached)
+            except OSError:  # another process (a parallel test worker) trained the same spec first: keep its entry
+                if not (cached / mname).is_file():
+                    raise
+                shutil.rmtree(tmp, ignore_errors=True)
     else:
         files = {p.relative_to(cached).as_posix(): p.read_bytes() for p in sorted(cached.rglob("*")) if p.is_file()}
     for rel, data in sorted(files.items()):
