@@ -47,13 +47,15 @@ def pod_ip_range() -> tuple[int, int]:
     ``$SPECDEPLOY_E2E_IP_RANGE`` (``FIRST-LAST``; the repository's conftest.py gives each pytest-xdist worker
     its own share, so two workers' kubelets never put two pods on one address and port), else the
     kubelet's default 2-254."""
+    from .kubelet_pods import parse_ip_range
+
     value = os.environ.get(IP_RANGE_ENV, "")
-    first, _, last = value.partition("-")
     if not value:
         return 2, 254
-    if not (first.isdigit() and last.isdigit() and 2 <= int(first) <= int(last) <= 254):
-        raise ValueError(f"{IP_RANGE_ENV}={value}: expected FIRST-LAST with 2 <= FIRST <= LAST <= 254")
-    return int(first), int(last)
+    try:
+        return parse_ip_range(value)
+    except ValueError as e:
+        raise ValueError(f"{IP_RANGE_ENV}={e}") from None
 
 
 def worker_env(worker: str, count: int, cores: int) -> dict[str, str]:

@@ -516,13 +516,12 @@ def main(a: argparse.Namespace) -> int:
             service_proxy=getattr(a, "service_proxy", False))
         if a.runtime == "podman" and shutil.which(settings.podman) is None:
             raise ValueError("--runtime podman: podman is not installed (bash .ci/install-podman)")
-        first, _, last = a.ip_range.partition("-")
-        if not (first.isdigit() and last.isdigit() and 2 <= int(first) <= int(last) <= 254):
-            raise ValueError(f"--ip-range {a.ip_range}: expected FIRST-LAST with 2 <= FIRST <= LAST <= 254 "
-                             "(pods get 127.0.0.FIRST .. 127.0.0.LAST)")
-        settings.ip_range = (int(first), int(last))
-        if not 0 < settings.max_pods <= int(last) - int(first) + 1:
-            raise ValueError(f"--max-pods {a.max_pods}: must be 1..{int(last) - int(first) + 1} "
+        try:
+            first, last = settings.ip_range = kp.parse_ip_range(a.ip_range)
+        except ValueError as e:
+            raise ValueError(f"--ip-range {e}") from None
+        if not 0 < settings.max_pods <= last - first + 1:
+            raise ValueError(f"--max-pods {a.max_pods}: must be 1..{last - first + 1} "
                              "(one loopback address each, --ip-range)")
         if not 0 <= a.log_port < 65536:
             raise ValueError(f"--log-port {a.log_port} is not a port")

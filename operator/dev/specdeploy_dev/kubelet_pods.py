@@ -345,6 +345,16 @@ def build_process(container: dict, env: Mapping[str, str], mounts: list[tuple[st
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 
+def parse_ip_range(value: str) -> tuple[int, int]:
+    """``FIRST-LAST``: the pods' loopback addresses 127.0.0.FIRST .. 127.0.0.LAST (``--ip-range``,
+    ``$SPECDEPLOY_E2E_IP_RANGE``); ValueError naming the expected form."""
+    first, _, last = value.partition("-")
+    if not (first.isdigit() and last.isdigit() and 2 <= int(first) <= int(last) <= 254):
+        raise ValueError(f"{value}: expected FIRST-LAST with 2 <= FIRST <= LAST <= 254 "
+                         "(pods get 127.0.0.FIRST .. 127.0.0.LAST)")
+    return int(first), int(last)
+
+
 def validate_pod(pod: dict) -> str | None:
     """Why the dev kubelet will not run ``pod`` (names it uses in local paths), or None."""
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
