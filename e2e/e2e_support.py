@@ -155,12 +155,13 @@ def apply_chart(c: Cluster, release_ns: str, helm: Path = HELM3) -> None:
 
 
 def get(c: Cluster, kind: str, name: str) -> dict | None:
-    p = c.kubectl("get", kind, name, "-n", c.namespace, "-o", "json", check=False)
-    if p.returncode != 0:
-        if "NotFound" in p.stderr or "not found" in p.stderr:
+    """The object, or None when it does not exist (``Cluster.get_json``: one GET on the embedded server)."""
+    try:
+        return c.get_json(kind, name, "-n", c.namespace)
+    except HarnessError as e:
+        if "NotFound" in str(e) or "not found" in str(e):
             return None
-        raise HarnessError(f"kubectl get {kind} {name}: {p.stderr.strip()}")
-    return json.loads(p.stdout)
+        raise
 
 
 def exists(c: Cluster, kind: str, name: str) -> bool:

@@ -1,5 +1,5 @@
-"""The real-engine scenes' polling reads (``RealLoop.get`` -> ``Cluster.read_json``): one GET to the embedded API
-server instead of a kubectl process, with the same answer as ``kubectl get -o json``."""
+"""The tests' reads of the embedded API server (``Cluster.get_json``): the forms the waits poll are one GET
+(``Cluster.read_json``) instead of a kubectl process, with the answer ``kubectl get -o json`` prints."""
 
 from __future__ import annotations
 
@@ -7,23 +7,25 @@ import json
 
 import pytest
 
-from specdeploy_dev.harness import Cluster, HarnessError
-from specdeploy_dev.realloop import _read_form
+from specdeploy_dev.harness import Cluster, HarnessError, get_form
 
 
 @pytest.mark.parametrize("args, want", [
-    (("pods",), ("pods", None, None)),
-    (("deployment", "roll"), ("deployment", "roll", None)),
-    (("pods", "-l", "a=b,c=d"), ("pods", None, "a=b,c=d")),
-    (("specdeploy", "lang"), ("specdeploy", "lang", None)),
-    (("pods", "-o", "wide"), None),          # anything else: kubectl
-    (("pods", "-l"), None),
-    (("pods", "x", "-l", "a=b"), None),
-    (("-A", "pods"), None),
-    (("pods", "a", "b"), None),
+    (("pods", "-n", "ns"), ("pods", None, "ns", None)),
+    (("deployment", "roll", "-n", "ns"), ("deployment", "roll", "ns", None)),
+    (("pods", "-l", "a=b,c=d", "-n", "ns"), ("pods", None, "ns", "a=b,c=d")),
+    (("specdeploy", "lang", "--namespace=ns"), ("specdeploy", "lang", "ns", None)),
+    (("jobs", "-n", "ns", "--selector", "a=b"), ("jobs", None, "ns", "a=b")),
+    (("pods",), None),                        # no namespace: kubectl (its context's)
+    (("pods", "-n", "ns", "-o", "wide"), None),  # any other flag: kubectl
+    (("pods", "-n", "ns", "-l"), None),
+    (("pods", "x", "-n", "ns", "-l", "a=b"), None),
+    (("pods", "-A"), None),
+    (("pods", "a", "b", "-n", "ns"), None),
+    (("pods", "-n", "a", "-n", "b"), None),
 ])
-def test_read_forms(args, want):
-    assert _read_form(args) == want
+def test_get_forms(args, want):
+    assert get_form(args) == want
 
 
 def _deployment(name: str, labels: dict) -> dict:
@@ -33,21 +35,19 @@ def _deployment(name: str, labels: dict) -> dict:
                                   "spec": {"containers": [{"name": "c", "image": "x"}]}}}}
 
 
-def test_reads_answer_as_kubectl_does(tmp_path):
+def test_reads_answer_as_kubectl_prints(tmp_path):
     with Cluster(workdir=tmp_path / "cluster") as c:
         for name, labels in (("a", {"track": "canary"}), ("b", {"track": "stable"}), ("c", {"track": "canary"})):
             c.kubectl("apply", "-n", "default", "-f", "-", input=json.dumps(_deployment(name, labels)))
-        for resource, name, selector in (("deployments", None, None), ("deployments", None, "track=canary"),
-                                         ("deployment", "b", None)):
-            got = c.read_json(resource, name, "default", selector)
-            want = c.get_json(resource, *([name] if name else []), "-n", "default", *(["-l", selector] if selector else []))
-            if name:
-                assert got["metadata"]["uid"] == want["metadata"]["uid"] and got["spec"] == want["spec"]
-            else:
-                assert [o["metadata"]["name"] for o in got["items"]] == [o["metadata"]["name"] for o in want["items"]]
-        assert [o["metadata"]["name"] for o in c.read_json("deployments", None, "default", "track=canary")["items"]] \
+        for args in (("deployments",), ("deployments", "-l", "track=canary"), ("deployment", "b"), ("deploy", "a")):
+            got = c.get_json(*args, "-n", "default")
+            want = json.loads(c.kubectl("get", *args, "-n", "default", "-o", "json").stdout)
+            assert got == want, args
+        assert [o["metadata"]["name"] for o in c.get_json("deployments", "-l", "track=canary", "-n", "default")["items"]] \
             == ["a", "c"]
-        with pytest.raises(HarnessError, match="404"):
-            c.read_json("deployment", "missing", "default")
+        with pytest.raises(HarnessError, match="NotFound"):
+            c.get_json("deployment", "missing", "-n", "default")
         with pytest.raises(HarnessError, match="read with kubectl"):
             c.read_json("nodes", None, "default")
+    with pytest.raises(HarnessError, match="GET /apis/apps/v1/namespaces/default/deployments"):
+        c.get_json("deployments", "-n", "default")  # the server is gone: a failure as kubectl's, not a traceback

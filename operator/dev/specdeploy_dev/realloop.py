@@ -70,18 +70,6 @@ def node_modelinfo_cache() -> str:
     return os.path.join(root, "modelinfos")
 
 
-def _read_form(args: tuple[str, ...]) -> tuple[str, str | None, str | None] | None:
-    """(resource, name, label selector) of ``get`` arguments of the forms ``RESOURCE``, ``RESOURCE NAME`` and
-    ``RESOURCE -l SELECTOR``; None for anything else (kubectl reads it)."""
-    if len(args) == 1 and not args[0].startswith("-"):
-        return args[0], None, None
-    if len(args) == 2 and not any(a.startswith("-") for a in args):
-        return args[0], args[1], None
-    if len(args) == 3 and not args[0].startswith("-") and args[1] == "-l" and args[2]:
-        return args[0], None, args[2]
-    return None
-
-
 def http(url: str, body: dict | None = None, timeout: float = 120) -> Any:
     """GET (text) or POST JSON (parsed answer)."""
     req = urllib.request.Request(url, data=json.dumps(body).encode() if body is not None else None,
@@ -433,11 +421,7 @@ class RealLoop:
         self.cluster.kubectl("apply", "-n", self.namespace, "-f", str(path))
 
     def get(self, *args: str) -> Any:
-        """``kubectl get ARGS -n NAMESPACE -o json``; the forms the waits poll (``RESOURCE [NAME]``,
-        ``RESOURCE -l SELECTOR``) as one GET to the embedded API server (``Cluster.read_json``: no kubectl process)."""
-        read = _read_form(args)
-        if read is not None and self.cluster.embedded and read[0] in Cluster.READ_PATHS:
-            return self.cluster.read_json(*read[:2], self.namespace, read[2])
+        """``kubectl get ARGS -n NAMESPACE -o json`` (what the waits poll: one GET, ``Cluster.get_json``)."""
         return self.cluster.get_json(*args, "-n", self.namespace)
 
     def ready_pod(self, deployment: str, exclude: frozenset[str] | set[str] = frozenset(),
