@@ -16,8 +16,8 @@ Each pytest-xdist worker gets its share of the dev kubelet's pod addresses (``SP
 read by ``specdeploy_dev.harness.pod_ip_range``) and its share of the cores for torch's OpenMP threads
 (``OMP_NUM_THREADS``, passed on to the RealLoop's engines: torch otherwise starts a thread per core in every
 process, and two workers' engines or trainings would run twice as many spinning threads as there are
-cores). A variable already set is kept. The serial pass runs the longest modules first (``LONGEST_FIRST``:
-with a module per worker the pass lasts as long as its busiest worker).
+cores). A variable already set is kept. Both passes run the longest modules first (``LONGEST_FIRST``: with a
+module per worker a pass lasts as long as its busiest worker).
 
 The parallel pass distributes whole modules (``--dist loadfile``): one worker runs a module's tests in
 order, so its module-scoped fixtures (a cluster, a loop) start once and a test may build on the state an
@@ -35,18 +35,32 @@ import os
 import pytest
 
 OPT_INS = {"vllm_cpu": "SPECDEPLOY_E2E_VLLM_CPU", "images": "SPECDEPLOY_E2E_IMAGES"}
-# Serial modules by their time in the serial pass of the last clean-clone .ci/run (longest first); the others
-# follow in collection order. Only the order changes with this list: a module missing from it still runs.
+# Modules by their time in their pass of the last clean-clone .ci/run (longest first; both passes keep this order:
+# .ci/test runs them with --no-loadscope-reorder); the others follow in collection order. Only the order changes
+# with this list: a module missing from it still runs. Without it, xdist sends the modules with the most tests
+# first, and a slow module of one or three tests (a property test) started last, leaving a worker idle at the end.
 LONGEST_FIRST = (
-    "e2e/test_e2e_rollout_vllm_cpu.py",      # ~430 s: six engine boots, two engines at once
-    "e2e/test_e2e_vllm_cpu.py",              # ~310 s
-    "e2e/test_e2e_bench_client.py",          # ~145 s
-    "e2e/test_e2e_methods_vllm_cpu.py",      # ~130 s
-    "e2e/test_e2e_benchmark_vllm_cpu.py",    # ~105 s
-    "e2e/test_e2e_benchmark.py",             # ~75 s
-    "e2e/test_e2e_vllm_cpu_containers.py",   # ~70 s
-    "e2e/test_e2e_guard_vllm_cpu.py",        # ~65 s
-    "e2e/test_e2e_guard_operator_vllm_cpu.py",  # ~60 s
+    # serial
+    "e2e/test_e2e_rollout_vllm_cpu.py",      # ~350 s: six engine boots, two engines at once
+    "e2e/test_e2e_vllm_cpu.py",              # ~300 s
+    "e2e/test_e2e_bench_client.py",          # ~115 s
+    "e2e/test_e2e_methods_vllm_cpu.py",      # ~115 s
+    "e2e/test_e2e_benchmark_vllm_cpu.py",    # ~95 s
+    "e2e/test_e2e_benchmark.py",             # ~70 s
+    "e2e/test_e2e_vllm_cpu_containers.py",   # ~65 s
+    "e2e/test_e2e_guard_vllm_cpu.py",        # ~55 s
+    "e2e/test_e2e_guard_operator_vllm_cpu.py",  # ~30 s
+    # parallel
+    "tests/apiserver/test_apiserver_docs_commands.py",  # ~100 s
+    "tests/runtime/test_runtime_preflight_pod.py",      # ~65 s
+    "tests/controller/test_ssa_property.py",            # ~60 s, one test
+    "tests/controller/test_status_fuzz.py",             # ~58 s, three tests
+    "e2e/test_e2e_acceptance.py",                       # ~40 s
+    "tests/runtime/test_weight_cache.py",               # ~40 s
+    "tests/unit/test_cli.py",                           # ~37 s
+    "tests/observability/test_monitoring_as_installed.py",  # ~36 s
+    "tests/runtime/test_runtime_preflight.py",          # ~33 s
+    "tests/unit/test_ci_passes.py",                     # ~27 s
 )
 
 
@@ -73,5 +87,4 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason=f"opt-in: {var}=1 (bash .ci/test sets it)"))
     rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
     root = config.rootpath
-    items.sort(key=lambda item: rank.get(item.path.relative_to(root).as_posix(), len(rank))
-               if item.get_closest_marker("serial") else len(rank))
+    items.sort(key=lambda item: rank.get(item.path.relative_to(root).as_posix(), len(rank)))

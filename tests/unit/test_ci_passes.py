@@ -48,6 +48,22 @@ def test_the_serial_pass_starts_with_the_longest_module():
     assert order == ["e2e/test_e2e_rollout_vllm_cpu.py", "e2e/test_e2e_guard_vllm_cpu.py", SHARED_MODULE], p.stdout[-2000:]
 
 
+def test_the_parallel_pass_starts_with_the_longest_module_too():
+    # a module of one slow property test is not left for last (xdist alone sends the modules with most tests first)
+    p = pytest("--collect-only", "-q", "-m", "not serial", SHARED_MODULE, "tests/controller/test_status_fuzz.py",
+               "tests/controller/test_ssa_property.py")
+    order = list(dict.fromkeys(line.split("::")[0] for line in p.stdout.splitlines() if "::" in line))
+    assert order == ["tests/controller/test_ssa_property.py", "tests/controller/test_status_fuzz.py", SHARED_MODULE], \
+        p.stdout[-2000:]
+
+
+def test_both_worker_passes_keep_the_collection_order():
+    passes = [line for line in (ROOT / ".ci" / "test").read_text().splitlines()
+              if line.startswith("run_pass ") and " -n " in line]
+    assert [line.split()[1] for line in passes] == ["parallel", "serial"]
+    assert all("--dist loadfile --no-loadscope-reorder" in line for line in passes), passes
+
+
 @pytest_mark.parametrize("worker, count, cores, want", [
     ("gw0", 2, 2, {"SPECDEPLOY_E2E_IP_RANGE": "2-127", "OMP_NUM_THREADS": "1"}),
     ("gw1", 2, 2, {"SPECDEPLOY_E2E_IP_RANGE": "128-253", "OMP_NUM_THREADS": "1"}),
