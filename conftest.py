@@ -87,4 +87,9 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason=f"opt-in: {var}=1 (bash .ci/test sets it)"))
     rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
     root = config.rootpath
-    items.sort(key=lambda item: rank.get(item.path.relative_to(root).as_posix(), len(rank)))
+
+    def place(item) -> int:
+        return rank.get(item.path.relative_to(root).as_posix(), len(rank)) if item.path.is_relative_to(root) \
+            else len(rank)
+
+    items.sort(key=place)

@@ -183,8 +183,8 @@ class Cluster:
             return self.read_json(*form)
         return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
 
-    def _get(self, path: str) -> Any:
-        with urllib.request.urlopen(self.url + path, timeout=5) as r:
+    def _get(self, path: str, timeout: float = 5) -> Any:
+        with urllib.request.urlopen(self.url + path, timeout=timeout) as r:
             return json.loads(r.read())
 
     # kubectl's names for the namespaced resources tests read -> (API prefix, plural)
@@ -220,8 +220,7 @@ class Cluster:
         elif selector:
             path += "?labelSelector=" + urllib.parse.quote(selector)
         try:
-            with urllib.request.urlopen(self.url + path, timeout=60) as r:
-                doc = json.loads(r.read())
+            doc = self._get(path, timeout=60)
         except urllib.error.HTTPError as e:
             reason = "NotFound" if e.code == 404 else str(e.code)
             raise HarnessError(f"GET {path} ({reason}): {e.read().decode(errors='replace')[:300]}") from None
