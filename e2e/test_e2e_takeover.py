@@ -160,7 +160,9 @@ def test_a_benchmark_results_configmap_name_taken_is_left_alone(cluster):
     sd(c, "bdep-r")
     apply(c, victim_configmap("rsweep-results"))
     before = get(c, "configmap", "rsweep-results")
-    apply(c, bench("rsweep", "bdep-r", ttlSecondsAfterFinished=1))
+    # finishedAt has whole seconds (as a Job's completion time), so a TTL of N keeps the finished benchmark N-1 to N s:
+    # 3 leaves this wait at least 2 s to see it Failed before the TTL deletes it (with 1 it was gone within 0-1 s)
+    apply(c, bench("rsweep", "bdep-r", ttlSecondsAfterFinished=3))
     cond = wait_failed(c, "rsweep")
     assert cond["reason"] == "ChildConflict" and "ConfigMap/rsweep-results" in cond["message"], cond
     assert not exists(c, "deployment", "rsweep-baseline")

@@ -9,8 +9,8 @@
 # REGISTRY/specdeploy/runtime:vllm-cpu-<version>, pushes them, and prints the Helm value set that installs
 # the chart from them (README.md, "Install on a cluster").
 #
-# The container tool: podman (default), or docker when podman is not installed or
-# SPECDEPLOY_CONTAINER_TOOL=docker. With docker the Dockerfiles' bases are pulled as usual (no stand-ins,
+# The container tool: podman (default), or docker when podman is not installed and a docker daemon answers
+# (`docker info`; a docker client without a daemon does not count), or SPECDEPLOY_CONTAINER_TOOL=docker. With docker the Dockerfiles' bases are pulled as usual (no stand-ins,
 # no .ci/install-podman, no pip configuration mounts); everything else is the same.
 #
 # 1. podman (.ci/install-podman: packages and the two containers.conf fixes these machines need).
@@ -72,7 +72,12 @@ figure() { say "$*"; [ -z "${SPECDEPLOY_IMAGE_TIMES:-}" ] || echo "$*" >> "$SPEC
 
 tool=${SPECDEPLOY_CONTAINER_TOOL:-}
 if [ -z "$tool" ]; then
-  if command -v podman > /dev/null || ! command -v docker > /dev/null; then tool=podman; else tool=docker; fi
+  tool=podman
+  if ! command -v podman > /dev/null && command -v docker > /dev/null; then
+    # a docker client alone is no engine (machines ship the client without a daemon): docker only when it answers
+    if docker info > /dev/null 2>&1; then tool=docker
+    else say "docker is installed but no docker daemon answers (docker info): building with podman"; fi
+  fi
 fi
 case $tool in podman|docker) ;; *) echo "build.sh: SPECDEPLOY_CONTAINER_TOOL=$tool: podman or docker" >&2; exit 2;; esac
 if [ "$tool" = podman ]; then bash .ci/install-podman; fi
