@@ -10,8 +10,9 @@
 # the chart from them (README.md, "Install on a cluster").
 #
 # The container tool: podman (default), or docker when podman is not installed and a docker daemon answers
-# (`docker info`; a docker client without a daemon does not count), or SPECDEPLOY_CONTAINER_TOOL=docker. With docker the Dockerfiles' bases are pulled as usual (no stand-ins,
-# no .ci/install-podman, no pip configuration mounts); everything else is the same.
+# (`docker info`; a docker client without a daemon does not count), or SPECDEPLOY_CONTAINER_TOOL=docker.
+# With docker the Dockerfiles' bases are pulled as usual (no stand-ins, no .ci/install-podman, no pip
+# configuration mounts); everything else is the same.
 #
 # 1. podman (.ci/install-podman: packages and the two containers.conf fixes these machines need).
 # 2. Bases: every FROM must exist locally (builds use --pull=never). A base already in podman's storage is
