@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import json
 import re
+import time
 from typing import Any
 
 
@@ -58,8 +59,15 @@ def _clone(obj: Any) -> Any:
     return json.loads(json.dumps(obj))
 
 
+_CLOCK: list[Any] = [None, ""]  # (the second last formatted, its RFC 3339 text)
+
+
 def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """The current time as the server writes timestamps (whole seconds, UTC); formatted once a second."""
+    second = int(time.time())
+    if second != _CLOCK[0]:
+        _CLOCK[:] = [second, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(second))]
+    return _CLOCK[1]
 
 
 def _human_age(timestamp: str | None) -> str:

@@ -206,111 +206,178 @@ def validate(obj: Any, schema: JSON, old: Any = None, has_old: bool = False) -> 
     return causes
 
 
+_NO: Any = object()  # a keyword the schema node does not have
+
+
+class _Plan:
+    """What one schema node checks, read off it once (``_plan``): the walk then tests only what is there.
+
+    A node's keywords are read when it is first validated against; schemas are stored objects replaced
+    (not edited) on a CRD update, and the cache is keyed by the node's identity."""
+
+    __slots__ = ("type", "nullable", "int_or_string", "enum", "string", "number", "array", "items", "object",
+                 "props", "addl", "all_of", "rules", "transition")
+
+    def __init__(self, schema: JSON):
+        get = schema.get
+        self.type = get("type")
+        self.nullable = bool(get("nullable"))
+        self.int_or_string = bool(get("x-kubernetes-int-or-string"))
+        self.enum = schema["enum"] if "enum" in schema else _NO
+        self.string = any(k in schema for k in ("maxLength", "minLength", "pattern"))
+        self.number = any(k in schema for k in ("minimum", "maximum")) or bool(get("multipleOf"))
+        self.array = any(k in schema for k in ("maxItems", "minItems", "uniqueItems", "x-kubernetes-list-type"))
+        self.items = get("items") if isinstance(get("items"), dict) else None
+        self.object = bool(get("required")) or any(k in schema for k in ("maxProperties", "minProperties"))
+        self.props = get("properties") or {}
+        addl = get("additionalProperties")
+        self.addl = addl if isinstance(addl, dict) else None
+        self.all_of = get("allOf") or ()
+        self.rules = tuple(get("x-kubernetes-validations") or ())
+        self.transition = _has_transition_rules(schema)
+
+
+_PLANS: dict[int, tuple[JSON, _Plan]] = {}
+
+
+def _plan(schema: JSON) -> _Plan:
+    hit = _PLANS.get(id(schema))
+    if hit is None or hit[0] is not schema:
+        if len(_PLANS) > 100_000:
+            _PLANS.clear()
+        _PLANS[id(schema)] = hit = (schema, _Plan(schema))
+    return hit[1]
+
+
+def _body(where: str) -> str:
+    return f"{where} in body" if where else "body"
+
+
 def _validate(value: Any, schema: JSON, path: list[str], causes: list[Cause], old: Any, has_old: bool) -> None:
     if not isinstance(schema, dict):
         return
-    if has_old and path and value == old and not _has_transition_rules(schema):
+    plan = _plan(schema)
+    if has_old and path and value == old and not plan.transition:
         return  # validation ratcheting (CRDValidationRatcheting, on since 1.30): an unchanged value passes
-    where = _path(path)
-    body = f"{where or 'body'} in body" if where else "body"
-    type_ = schema.get("type")
+    type_ = plan.type
     if value is None:
-        if not schema.get("nullable") and type_:
-            causes.append(Cause(where, "FieldValueTypeInvalid",
-                                f'Invalid value: "null": {body} must be of type {type_}: "null"'))
+        if not plan.nullable and type_:
+            causes.append(Cause(_path(path), "FieldValueTypeInvalid",
+                                f'Invalid value: "null": {_body(_path(path))} must be of type {type_}: "null"'))
         return
-    if schema.get("x-kubernetes-int-or-string"):
+    if plan.int_or_string:
         if not (isinstance(value, (int, str)) and not isinstance(value, bool)):
+            where = _path(path)
             causes.append(Cause(where, "FieldValueTypeInvalid",
-                                f'Invalid value: "{_json_type(value)}": {body} must be of type integer or string: '
+                                f'Invalid value: "{_json_type(value)}": {_body(where)} must be of type integer or string: '
                                 f'"{_json_type(value)}"'))
             return
     elif type_ and not _type_ok(value, type_):
+        where = _path(path)
         causes.append(Cause(where, "FieldValueTypeInvalid",
-                            f'Invalid value: "{_json_type(value)}": {body} must be of type {type_}: "{_json_type(value)}"'))
+                            f'Invalid value: "{_json_type(value)}": {_body(where)} must be of type {type_}: "{_json_type(value)}"'))
         return
     before = len(causes)
-    if "enum" in schema and value not in schema["enum"]:
-        supported = ", ".join(json.dumps(v) for v in schema["enum"])
-        causes.append(Cause(where, "FieldValueNotSupported", f"Unsupported value: {_show(value)}: supported values: {supported}"))
-    if isinstance(value, str):
-        if "maxLength" in schema and len(value) > schema["maxLength"]:
-            causes.append(Cause(where, "FieldValueTooLong", f"Too long: may not be longer than {schema['maxLength']}"))
-        if "minLength" in schema and len(value) < schema["minLength"]:
-            causes.append(Cause(where, "FieldValueInvalid",
-                                f"Invalid value: {_show(value)}: {body} should be at least {schema['minLength']} chars long"))
-        if "pattern" in schema:
-            try:
-                matched = re.search(schema["pattern"], value) is not None
-            except re.error:
-                matched = True
-            if not matched:
-                causes.append(Cause(where, "FieldValueInvalid",
-                                    f"Invalid value: {_show(value)}: {body} should match '{schema['pattern']}'"))
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if "minimum" in schema:
-            lo = schema["minimum"]
-            if value < lo or (schema.get("exclusiveMinimum") and value == lo):
-                word = "greater than" if schema.get("exclusiveMinimum") else "greater than or equal to"
-                causes.append(Cause(where, "FieldValueInvalid", f"Invalid value: {_show(value)}: {body} should be {word} {_num(lo)}"))
-        if "maximum" in schema:
-            hi = schema["maximum"]
-            if value > hi or (schema.get("exclusiveMaximum") and value == hi):
-                word = "less than" if schema.get("exclusiveMaximum") else "less than or equal to"
-                causes.append(Cause(where, "FieldValueInvalid", f"Invalid value: {_show(value)}: {body} should be {word} {_num(hi)}"))
-        if schema.get("multipleOf") and (value / schema["multipleOf"]) % 1:
-            causes.append(Cause(where, "FieldValueInvalid",
-                                f"Invalid value: {_show(value)}: {body} should be a multiple of {_num(schema['multipleOf'])}"))
+    if plan.enum is not _NO and value not in plan.enum:
+        supported = ", ".join(json.dumps(v) for v in plan.enum)
+        causes.append(Cause(_path(path), "FieldValueNotSupported", f"Unsupported value: {_show(value)}: supported values: {supported}"))
+    if plan.string and isinstance(value, str):
+        _string_checks(value, schema, path, causes)
+    if plan.number and isinstance(value, (int, float)) and not isinstance(value, bool):
+        _number_checks(value, schema, path, causes)
     if isinstance(value, list):
-        if "maxItems" in schema and len(value) > schema["maxItems"]:
-            causes.append(Cause(where, "FieldValueTooMany", f"Too many: {len(value)}: must have at most {schema['maxItems']} items"))
-        if "minItems" in schema and len(value) < schema["minItems"]:
-            causes.append(Cause(where, "FieldValueInvalid",
-                                f"Invalid value: {len(value)}: {body} should have at least {schema['minItems']} items"))
-        list_type = schema.get("x-kubernetes-list-type")
-        if schema.get("uniqueItems") or list_type == "set":
-            seen: list[Any] = []
-            for i, item in enumerate(value):
-                if item in seen:
-                    causes.append(Cause(_path(path + [f"[{i}]"]), "FieldValueDuplicate", f"Duplicate value: {_show(item)}"))
-                seen.append(item)
-        if list_type == "map":
-            keys = schema.get("x-kubernetes-list-map-keys") or []
-            seen_keys: set[str] = set()
-            for i, item in enumerate(value):
-                if isinstance(item, dict):
-                    k = json.dumps([item.get(x) for x in keys])
-                    if k in seen_keys:
-                        shown = ",".join(f'"{x}":{json.dumps(item.get(x))}' for x in keys)
-                        causes.append(Cause(_path(path + [f"[{i}]"]), "FieldValueDuplicate", f"Duplicate value: map[string]interface {{}}{{{shown}}}"))
-                    seen_keys.add(k)
-        items = schema.get("items")
-        if isinstance(items, dict):
+        if plan.array:
+            _array_checks(value, schema, path, causes)
+        items = plan.items
+        if items is not None:
             old_items = _correlate_list(old, value, schema) if has_old else {}
             for i, item in enumerate(value):
                 o = old_items.get(i, _MISSING)
                 _validate(item, items, path + [f"[{i}]"], causes, None if o is _MISSING else o, o is not _MISSING)
-    if isinstance(value, dict):
-        for req in schema.get("required") or []:
-            if req not in value:
-                causes.append(Cause(_path(path + [req]), "FieldValueRequired", "Required value"))
-        if "maxProperties" in schema and len(value) > schema["maxProperties"]:
-            causes.append(Cause(where, "FieldValueTooMany", f"Too many: {len(value)}: must have at most {schema['maxProperties']} items"))
-        if "minProperties" in schema and len(value) < schema["minProperties"]:
-            causes.append(Cause(where, "FieldValueInvalid",
-                                f"Invalid value: {len(value)}: {body} should have at least {schema['minProperties']} properties"))
-        props = schema.get("properties") or {}
-        addl = schema.get("additionalProperties")
+    elif isinstance(value, dict):
+        if plan.object:
+            _object_checks(value, schema, path, causes)
+        props, addl = plan.props, plan.addl
+        old_dict = old if has_old and isinstance(old, dict) else None
         for key, sub in value.items():
-            target = props.get(key) if key in props else (addl if isinstance(addl, dict) else None)
+            target = props.get(key) if key in props else addl
             if target is None or (not path and key == "metadata"):
                 continue
-            has = has_old and isinstance(old, dict) and key in old
-            _validate(sub, target, path + [key], causes, old.get(key) if has else None, has)
-    for sub in schema.get("allOf") or []:
+            has = old_dict is not None and key in old_dict
+            _validate(sub, target, path + [key], causes, old_dict[key] if has else None, has)
+    for sub in plan.all_of:
         _validate(value, sub, path, causes, old, has_old)
-    if len(causes) == before:  # rules run on values that passed the schema (as the real server)
+    if plan.rules and len(causes) == before:  # rules run on values that passed the schema (as the real server)
         _rules(value, schema, path, causes, old, has_old)
+
+
+def _string_checks(value: str, schema: JSON, path: list[str], causes: list[Cause]) -> None:
+    if "maxLength" in schema and len(value) > schema["maxLength"]:
+        causes.append(Cause(_path(path), "FieldValueTooLong", f"Too long: may not be longer than {schema['maxLength']}"))
+    if "minLength" in schema and len(value) < schema["minLength"]:
+        causes.append(Cause(_path(path), "FieldValueInvalid",
+                            f"Invalid value: {_show(value)}: {_body(_path(path))} should be at least {schema['minLength']} chars long"))
+    if "pattern" in schema:
+        try:
+            matched = re.search(schema["pattern"], value) is not None
+        except re.error:
+            matched = True
+        if not matched:
+            causes.append(Cause(_path(path), "FieldValueInvalid",
+                                f"Invalid value: {_show(value)}: {_body(_path(path))} should match '{schema['pattern']}'"))
+
+
+def _number_checks(value: int | float, schema: JSON, path: list[str], causes: list[Cause]) -> None:
+    if "minimum" in schema:
+        lo = schema["minimum"]
+        if value < lo or (schema.get("exclusiveMinimum") and value == lo):
+            word = "greater than" if schema.get("exclusiveMinimum") else "greater than or equal to"
+            causes.append(Cause(_path(path), "FieldValueInvalid", f"Invalid value: {_show(value)}: {_body(_path(path))} should be {word} {_num(lo)}"))
+    if "maximum" in schema:
+        hi = schema["maximum"]
+        if value > hi or (schema.get("exclusiveMaximum") and value == hi):
+            word = "less than" if schema.get("exclusiveMaximum") else "less than or equal to"
+            causes.append(Cause(_path(path), "FieldValueInvalid", f"Invalid value: {_show(value)}: {_body(_path(path))} should be {word} {_num(hi)}"))
+    if schema.get("multipleOf") and (value / schema["multipleOf"]) % 1:
+        causes.append(Cause(_path(path), "FieldValueInvalid",
+                            f"Invalid value: {_show(value)}: {_body(_path(path))} should be a multiple of {_num(schema['multipleOf'])}"))
+
+
+def _array_checks(value: list[Any], schema: JSON, path: list[str], causes: list[Cause]) -> None:
+    where = _path(path)
+    if "maxItems" in schema and len(value) > schema["maxItems"]:
+        causes.append(Cause(where, "FieldValueTooMany", f"Too many: {len(value)}: must have at most {schema['maxItems']} items"))
+    if "minItems" in schema and len(value) < schema["minItems"]:
+        causes.append(Cause(where, "FieldValueInvalid",
+                            f"Invalid value: {len(value)}: {_body(where)} should have at least {schema['minItems']} items"))
+    list_type = schema.get("x-kubernetes-list-type")
+    if schema.get("uniqueItems") or list_type == "set":
+        seen: list[Any] = []
+        for i, item in enumerate(value):
+            if item in seen:
+                causes.append(Cause(_path(path + [f"[{i}]"]), "FieldValueDuplicate", f"Duplicate value: {_show(item)}"))
+            seen.append(item)
+    if list_type == "map":
+        keys = schema.get("x-kubernetes-list-map-keys") or []
+        seen_keys: set[str] = set()
+        for i, item in enumerate(value):
+            if isinstance(item, dict):
+                k = json.dumps([item.get(x) for x in keys])
+                if k in seen_keys:
+                    shown = ",".join(f'"{x}":{json.dumps(item.get(x))}' for x in keys)
+                    causes.append(Cause(_path(path + [f"[{i}]"]), "FieldValueDuplicate", f"Duplicate value: map[string]interface {{}}{{{shown}}}"))
+                seen_keys.add(k)
+
+
+def _object_checks(value: JSON, schema: JSON, path: list[str], causes: list[Cause]) -> None:
+    for req in schema.get("required") or []:
+        if req not in value:
+            causes.append(Cause(_path(path + [req]), "FieldValueRequired", "Required value"))
+    if "maxProperties" in schema and len(value) > schema["maxProperties"]:
+        causes.append(Cause(_path(path), "FieldValueTooMany", f"Too many: {len(value)}: must have at most {schema['maxProperties']} items"))
+    if "minProperties" in schema and len(value) < schema["minProperties"]:
+        causes.append(Cause(_path(path), "FieldValueInvalid",
+                            f"Invalid value: {len(value)}: {_body(_path(path))} should have at least {schema['minProperties']} properties"))
 
 
 _MISSING = object()
@@ -347,20 +414,23 @@ def _correlate_list(old: Any, new: list[Any], schema: JSON) -> dict[int, Any]:
 
 
 def _rules(value: Any, schema: JSON, path: list[str], causes: list[Cause], old: Any, has_old: bool) -> None:
-    for rule in schema.get("x-kubernetes-validations") or []:
+    for rule in _plan(schema).rules:
         text = rule.get("rule") or ""
-        if cel.uses_old_self(text) and not has_old:
+        transition = cel.uses_old_self(text)
+        if transition and not has_old:
             continue  # a transition rule: only on updates with a correlated old value
+        try:
+            ok = cel.evaluate(text, value, old, has_old and transition)
+        except cel.RuleError as e:
+            ok = e
+        if ok is True:
+            continue
         field_path = rule.get("fieldPath") or ""
         target = path + [p for p in re.split(r"\.(?![^\[]*\])", field_path.lstrip(".")) if p] if field_path else path
         where = _path(target) or "<nil>"
         type_shown = schema.get("type") or ""
-        try:
-            ok = cel.evaluate(text, value, old, has_old and cel.uses_old_self(text))
-        except cel.RuleError as e:
-            causes.append(Cause(where, "FieldValueInvalid", f"Invalid value: \"{type_shown}\": {e}"))
-            continue
-        if ok is True:
+        if isinstance(ok, cel.RuleError):
+            causes.append(Cause(where, "FieldValueInvalid", f"Invalid value: \"{type_shown}\": {ok}"))
             continue
         message = rule.get("message") or f"failed rule: {text}"
         if rule.get("messageExpression"):
