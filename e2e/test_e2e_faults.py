@@ -21,10 +21,12 @@ def pending_faults(c) -> list[dict]:
 
 def test_converges_under_faults(cluster):
     c = cluster
-    # children are applied (PATCH): a 409 there is a field conflict, answered by a forced apply
+    # new children are created (POST): a 409 there says the name is taken, so the name is claimed (a GET finds
+    # nothing) and the child applied (PATCH), where a 409 is a field conflict, answered by a forced apply
+    c.fault(verb="create", resource="deployments", status=409, count=1)
     c.fault(verb="patch", resource="deployments", status=409, count=1)
     c.fault(verb="patch", resource="speculativedeployments/status", status=500, count=2)
-    c.fault(verb="patch", resource="services", status=503, count=2)
+    c.fault(verb="create", resource="services", status=503, count=2)
     for ex in NAMES.values():
         c.kubectl("apply", "-k", str(ex), "-n", c.namespace)
     # every open watch breaks; the next deployments watch gets 410 Gone and must re-list
@@ -39,8 +41,8 @@ def test_converges_under_faults(cluster):
             wait_for(lambda: get(c, kind, cname), DEADLINE, f"{kind}/{cname}")
     wait_for(lambda: not pending_faults(c), 30, "every injected fault to fire")
     fired = {(f["verb"], f["resource"], f["status"]) for f in fired_faults(c)}
-    assert {("patch", "deployments", 409), ("patch", "speculativedeployments", 500), ("patch", "services", 503),
-            ("watch", "deployments", 410)} <= fired, fired
+    assert {("create", "deployments", 409), ("patch", "deployments", 409), ("patch", "speculativedeployments", 500),
+            ("create", "services", 503), ("watch", "deployments", 410)} <= fired, fired
 
     # exactly the right children, once each
     for kind, plural in PLURALS.items():

@@ -23,14 +23,14 @@ def test_kill_and_restart_converges(cluster):
           configmap("r-kimi-drafter", example_doc(KIMI, "drafter")))
     prefix = {QWEN: "r-qwen", KIMI: "r-kimi"}
     if EMBEDDED:
-        # hold every CR mid-reconcile: its ConfigMap and Deployment applied, the Service apply (a
-        # PATCH) failing (then a 5 s backoff), no status written yet
-        c.fault(verb="patch", resource="services", status=503, count=10_000)
+        # hold every CR mid-reconcile: its ConfigMap and Service created, the PodDisruptionBudget's create (a
+        # POST) failing (then a 5 s backoff), the workload (created last) not yet, no status written yet
+        c.fault(verb="create", resource="poddisruptionbudgets", status=503, count=10_000)
     apply(c, *[example_cr(ex, n, target_cm=f"{prefix[ex]}-target", drafter_cm=f"{prefix[ex]}-drafter")
                for n, ex in NAMES.items()])
     if EMBEDDED:
-        wait_for(lambda: len([f for f in fired_faults(c) if f["resource"] == "services"]) >= len(NAMES) and all(
-            get(c, "deployment", n) for n in NAMES), 30, "every CR to be stuck at its Service apply")
+        wait_for(lambda: len([f for f in fired_faults(c) if f["resource"] == "poddisruptionbudgets"]) >= len(NAMES)
+                 and all(get(c, "service", n) for n in NAMES), 30, "every CR to be stuck at its PodDisruptionBudget")
     else:  # a real cluster: kill as soon as the first child exists
         wait_for(lambda: c.get_json("configmaps", "-n", c.namespace, "-l", "app.kubernetes.io/managed-by=specdeploy"
                                     )["items"], 30, "the operator's first child", interval=0.05)
@@ -39,7 +39,7 @@ def test_kill_and_restart_converges(cluster):
     at_kill = {n: sorted(k for k, cn in child_names(n).items() if get(c, k, cn)) for n in NAMES}
     print(f"children present when the operator was killed: {at_kill}")
     if EMBEDDED:
-        assert all(kinds == ["configmap", "deployment"] for kinds in at_kill.values()), at_kill
+        assert all(kinds == ["configmap", "service"] for kinds in at_kill.values()), at_kill
         assert all(not (get(c, "specdeploy", n).get("status") or {}).get("conditions") for n in NAMES)
     log_offset = c.operator_log.stat().st_size if c.operator_log.exists() else 0
 

@@ -46,6 +46,8 @@ def _calls() -> dict[str, set[tuple]]:
         # the one-time move of a pre-SSA child's managedFields (a JSON patch)
         "Executor.apply_child:patch": {(g, r, "patch", "watched") for g, r in managed},
         "Executor.apply:delete": {(g, r, "delete", "watched") for g, r in managed},
+        "Executor.create_child:create": {(g, r, "create", "watched") for g, r in managed},  # an uncached child
+        "Executor._undo:delete": {(g, r, "delete", "watched") for g, r in managed},  # what a refused pass created
         # the ownership check before any write (issue 24): a child's name may be taken by an object the watches
         # (labelled children only) never saw; also the tuning Job and its ConfigMap
         "Executor.claim:get": {(g, r, "get", "watched") for g, r in managed + [gr("Job")]},

@@ -285,7 +285,7 @@ class _Kube:
         self.objs[(obj["kind"], obj["metadata"]["name"])] = obj
         return obj
 
-    async def delete(self, kind, ns, name, propagation="Background"):
+    async def delete(self, kind, ns, name, propagation="Background", uid=None):
         self.writes.append(("delete", kind, name))
         self.objs.pop((kind, name), None)
 
@@ -470,7 +470,8 @@ def test_child_events_during_a_reconcile_rerun_it_unless_they_echo_its_writes():
 
 
 class _BatchKube(_Kube):
-    """_Kube with the one-hand-off GETs the real client has (Kube.get_many); its batches recorded."""
+    """_Kube with the one-hand-off GETs the real client has (Kube.get_many), its batches recorded, and the
+    server's create: 409 AlreadyExists when the name is taken (nothing written)."""
 
     def __init__(self, *objs: dict):
         super().__init__(*objs)
@@ -480,33 +481,79 @@ class _BatchKube(_Kube):
         self.batches.append([(kind, name) for kind, _, name in objects])
         return [self.objs.get((kind, name)) for kind, _, name in objects]
 
+    async def create(self, obj):
+        from specdeploy.controller.kube import KubeError
+
+        if (obj["kind"], obj["metadata"]["name"]) in self.objs:
+            self.writes.append(("create refused", obj["kind"], obj["metadata"]["name"]))
+            raise KubeError(409, "AlreadyExists", f'{obj["kind"]} "{obj["metadata"]["name"]}" already exists')
+        return await super().create(obj)
+
 
 def _child(kind: str, name: str, refs: list | None = None) -> dict:
     return {"kind": kind, "apiVersion": "v1", "metadata": {"name": name, "namespace": "ns",
                                                            "ownerReferences": refs or []}}
 
 
-def test_the_claim_gets_of_an_apply_go_in_one_batch_and_a_tenants_object_is_still_refused():
-    """The ownership GETs of every uncached child of an apply are made together (one hand-off to the client's
-    thread) before any write; a same-named object the CR does not control, created by a tenant in the same burst
-    (uncached: unlabelled), is refused as it was one GET at a time: nothing is applied."""
+_OURS = [{"uid": "u1", "controller": True, "kind": "SpeculativeDeployment", "name": "m"}]
+
+
+def test_uncached_children_are_created_without_a_read_and_the_workload_last():
+    """A desired child the watch-fed cache does not hold is created (a POST, refused by the server when the name
+    is taken) with no GET before it; the workload comes last (it mounts the ConfigMaps by name)."""
     from specdeploy.controller.cache import Caches
     from specdeploy.controller.executor import Executor
 
-    ours = [{"uid": "u1", "controller": True, "kind": "SpeculativeDeployment", "name": "m"}]
-    desired = [_child("ConfigMap", "m-engine", ours), _child("Service", "m", ours), _child("Deployment", "m", ours)]
-    kube = _BatchKube(_child("Service", "m"))  # the tenant's Service, no ownerReference
-    caches = Caches()
-    caches.children[("Deployment", "ns", "m")] = _child("Deployment", "m", ours)  # cached: not read
-    got = asyncio.run(Executor(kube, caches).apply("ns", "m", desired, [], uid="u1", claims=[("Job", "m-tune")]))
-    assert got == ["Service/m (not owned by specdeploy)"]
-    assert kube.writes == []
-    assert kube.batches == [[("ConfigMap", "m-engine"), ("Service", "m"), ("Job", "m-tune")]]
-    # without the tenant's object every child is applied, after the one batch
+    desired = [_child("ConfigMap", "m-engine", _OURS), _child("Deployment", "m", _OURS), _child("Service", "m", _OURS)]
     kube = _BatchKube()
+    caches = Caches()
+    assert asyncio.run(Executor(kube, caches).apply("ns", "m", desired, [], uid="u1")) == []
+    assert kube.batches == []
+    assert kube.writes == [("create", "ConfigMap", "m-engine"), ("create", "Service", "m"), ("create", "Deployment", "m")]
+    assert {k for k in caches.children} == {("ConfigMap", "ns", "m-engine"), ("Service", "ns", "m"), ("Deployment", "ns", "m")}
+    # the claims (names the pods read that this pass does not write) are still read first, in one batch
+    kube = _BatchKube()
+    asyncio.run(Executor(kube, Caches()).apply("ns", "m", desired, [], uid="u1",
+                                               claims=[("Job", "m-tune"), ("ConfigMap", "m-tuned")]))
+    assert kube.batches == [[("Job", "m-tune"), ("ConfigMap", "m-tuned")]]
+
+
+def test_a_tenants_object_under_a_childs_name_is_refused_and_what_the_pass_created_is_deleted_again():
+    """A same-named object the CR does not control (uncached: unlabelled) makes the create fail; it is claimed like
+    any other name, and what this pass created before it is deleted again: nothing is applied, the workload never
+    created, every taken name listed."""
+    from specdeploy.controller.cache import Caches
+    from specdeploy.controller.executor import Executor
+
+    desired = [_child("ConfigMap", "m-engine", _OURS), _child("Service", "m", _OURS),
+               _child("PodDisruptionBudget", "m", _OURS), _child("Deployment", "m", _OURS)]
+    kube = _BatchKube(_child("Service", "m"), _child("PodDisruptionBudget", "m", [{"uid": "x", "controller": True}]))
+    caches = Caches()
+    got = asyncio.run(Executor(kube, caches).apply("ns", "m", desired, [], uid="u1"))
+    assert got == ["Service/m (not owned by specdeploy)", "PodDisruptionBudget/m (controlled by another object)"]
+    assert kube.writes == [("create", "ConfigMap", "m-engine"), ("create refused", "Service", "m"),
+                           ("delete", "ConfigMap", "m-engine")]
+    assert ("ConfigMap", "m-engine") not in kube.objs and ("Deployment", "m") not in kube.objs
+    assert caches.children == {} and kube.objs[("Service", "m")]["metadata"]["ownerReferences"] == []
+    # a cached tenant's object is refused before any write (no create is tried)
+    kube = _BatchKube(_child("Service", "m"))
+    caches = Caches()
+    caches.children[("Service", "ns", "m")] = _child("Service", "m")
+    assert asyncio.run(Executor(kube, caches).apply("ns", "m", desired, [], uid="u1")) == \
+        ["Service/m (not owned by specdeploy)"]
+    assert kube.writes == []
+
+
+def test_a_create_refused_for_the_crs_own_uncached_child_applies_it_instead():
+    """The name is taken by this CR's own child the watch has not delivered yet: claimed as ours, applied."""
+    from specdeploy.controller.cache import Caches
+    from specdeploy.controller.executor import Executor
+
+    desired = [_child("ConfigMap", "m-engine", _OURS), _child("Deployment", "m", _OURS)]
+    kube = _BatchKube(_child("ConfigMap", "m-engine", _OURS))
     assert asyncio.run(Executor(kube, Caches()).apply("ns", "m", desired, [], uid="u1")) == []
-    assert kube.batches == [[("ConfigMap", "m-engine"), ("Service", "m"), ("Deployment", "m")]]
-    assert [w[0] for w in kube.writes] == ["apply"] * 3
+    assert kube.writes == [("create refused", "ConfigMap", "m-engine"), ("apply", "ConfigMap", "m-engine"),
+                           ("create", "Deployment", "m")]
 
 
 def test_kube_get_many_answers_in_order_none_when_absent():

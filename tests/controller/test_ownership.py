@@ -44,10 +44,16 @@ def test_in_sync_needs_the_digest_and_the_whole_intent_owned():
     lost = {**ENTRY, "f:spec": {**ENTRY["f:spec"], "f:template": {"f:spec": {"f:nodeSelector": {}, "f:containers": {
         'k:{"name":"engine"}': {".": {}, "f:name": {}, "f:args": {}, "f:env": {}, "f:ports": {}}}}}}}
     assert not own.in_sync(live_of(body, lost), body, d)
-    # no Apply entry at all
+    # no Apply entry: specdeploy's Update entry is the create's (the executor creates an uncached child) and
+    # counts while the child carries the digest; another manager's does not
     live = live_of(body)
     live["metadata"]["managedFields"][0]["operation"] = "Update"
-    assert not own.in_sync(live, body, d)
+    assert own.own_entry(live) is live["metadata"]["managedFields"][0] and own.in_sync(live, body, d)
+    live["metadata"]["managedFields"][0]["manager"] = "kubectl-create"
+    assert own.own_entry(live) is None and not own.in_sync(live, body, d)
+    undigested = live_of(child())
+    undigested["metadata"]["managedFields"][0]["operation"] = "Update"
+    assert own.own_entry(undigested) is None
 
 
 @pytest.mark.parametrize("node,value,ok", [
@@ -80,8 +86,18 @@ def test_takeover_moves_legacy_update_entries_into_the_apply_entry():
     assert entries[0]["manager"] == "specdeploy" and entries[0]["operation"] == "Apply"
     assert entries[0]["fieldsV1"] == {"f:spec": {"f:replicas": {}, "f:paused": {}}}
     assert [(e["manager"], e.get("subresource")) for e in entries[1:]] == [("kubectl-edit", None), ("specdeploy", "status")]
-    # applied by this version already: nothing to take over
+    # a child this version created (it carries the digest): only specdeploy's own Update entry (the create's) moves
     live["metadata"]["annotations"] = {own.APPLIED_ANNOTATION: "x"}
+    ops = own.takeover_patch(live)
+    assert ops[1]["value"][0]["fieldsV1"] == {"f:spec": {"f:replicas": {}}}
+    assert [(e["manager"], e.get("subresource")) for e in ops[1]["value"][1:]] == [
+        ("OpenAPI-Generator", None), ("kubectl-edit", None), ("specdeploy", "status")]
+    # the same from the cache's copy (for_cache keeps every entry while a takeover is pending, field sets as text)
+    cached = own.for_cache(live)
+    assert isinstance(cached["metadata"]["managedFields"][0]["fieldsV1"], str)
+    assert own.takeover_patch(cached) == ops
+    # applied by this version already (no Update entry of specdeploy's left): nothing to take over
+    live["metadata"]["managedFields"] = live["metadata"]["managedFields"][1:]
     assert own.takeover_patch(live) is None
     assert own.takeover_patch({"metadata": {"managedFields": []}}) is None
 

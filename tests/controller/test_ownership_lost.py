@@ -76,8 +76,10 @@ def test_the_digest_must_be_the_intents_and_the_entry_specdeploys():
     other = live(body, ENTRY)
     other["metadata"]["managedFields"][0]["manager"] = "kubectl"
     assert not own.in_sync(other, body, d)
-    update = live(body, ENTRY)
+    update = live(body, ENTRY)  # specdeploy's Update entry: the create's, specdeploy's until the first change
     update["metadata"]["managedFields"][0]["operation"] = "Update"
+    assert own.in_sync(update, body, d)
+    update["metadata"]["managedFields"][0]["manager"] = "kubectl-create"
     assert not own.in_sync(update, body, d)
     status = live(body, ENTRY)
     status["metadata"]["managedFields"][0]["subresource"] = "status"

@@ -197,7 +197,7 @@ def test_children_hold_exactly_the_latest_spec(env: Env):
             assert set(want) == set(CHILDREN(self.name))
             for (kind, cname), body in want.items():
                 live = env.get(kind, cname)
-                entry = ownership.apply_entry(live)
+                entry = ownership.own_entry(live)  # the Apply entry, or the create's until the first change
                 assert entry is not None, (kind, cname)
                 mine = project(live, entry["fieldsV1"])
                 expect = {k: v for k, v in body.items() if k not in ("apiVersion", "kind")}

@@ -16,7 +16,7 @@ from typing import Callable
 from ..core import names as N
 from ..core.render import Rendered, build_tuned_configmap
 from . import ownership
-from .cache import Caches, Key
+from .cache import WORKLOAD_KINDS, Caches, Key
 from .kube import Kube, KubeError
 from .plan import StatusPlan
 from .status import now_rfc3339
@@ -90,11 +90,19 @@ class Executor:
         All or nothing: while any desired child or ``claims`` (other names the pods read: the tuning Job and
         its ConfigMap) is taken, nothing is applied or deleted. The workload mounts the engine ConfigMap and
         the tuned-kernels ConfigMap by name, so applying it beside another's ConfigMap of that name would run
-        the engine with what that ConfigMap says."""
+        the engine with what that ConfigMap says.
+
+        A desired child the watch-fed cache does not hold is created (``create_child``: a POST, which the
+        server refuses when the name is taken, so it never lands on another's object) instead of being read
+        first; the workload is created last. A name found taken that way is claimed like the others, and
+        what this pass created is deleted again before the conflicts are returned."""
         conflicts: list[str] = []
         live: dict[tuple[str, str], dict | None] = {}
-        wanted = [(o["kind"], o["metadata"]["name"], ownership.owner_uid(o) or uid) for o in desired] \
-            + [(kind, cname, uid) for kind, cname in claims]
+        children = self.cache.children
+        fresh = {(o["kind"], o["metadata"]["name"]) for o in desired if (o["kind"], ns, o["metadata"]["name"]) not in children}
+        owners = {(o["kind"], o["metadata"]["name"]): ownership.owner_uid(o) or uid for o in desired}
+        wanted = [(kind, cname, owner) for (kind, cname), owner in owners.items() if (kind, cname) not in fresh] \
+            + [(kind, cname, uid) for kind, cname in claims if (kind, cname) not in owners]
         fetched = await self.fetch(ns, [(kind, cname) for kind, cname, _ in wanted])
         for kind, cname, owner in wanted:
             live[(kind, cname)], why = await self.claim(kind, ns, cname, owner, fetched.get((kind, cname), _UNREAD))
@@ -102,10 +110,22 @@ class Executor:
                 conflicts.append(f"{kind}/{cname} ({why})")
         if conflicts:
             return conflicts
-        children = self.cache.children
-        for obj in desired:
+        created: list[tuple[str, str]] = []
+        for obj in sorted(desired, key=lambda o: o["kind"] in WORKLOAD_KINDS):  # the workload last
             kind, cname = obj["kind"], obj["metadata"]["name"]
-            actual = live[(kind, cname)]
+            if (kind, cname) in fresh:
+                made = await self.create_child(ns, obj)
+                if made is not None:
+                    created.append((kind, cname))
+                    self.note((ns, name), f"created {kind}/{cname}")
+                    continue
+                # the name is taken: another's object, or this CR's child not in the cache yet
+                actual, why = await self.claim(kind, ns, cname, owners[(kind, cname)])
+                if why is not None:
+                    return await self._undo(ns, name, created, [f"{kind}/{cname} ({why})"] + await self._taken(
+                        ns, [(k, c, owners[(k, c)]) for k, c in fresh if (k, c) != (kind, cname) and (k, c) not in created]))
+            else:
+                actual = live[(kind, cname)]
             applied = await self.apply_child(ns, obj, actual)
             if applied is None:
                 conflicts.append(f"{kind}/{cname} (controlled by another object)")
@@ -118,6 +138,43 @@ class Executor:
             await self.kube.delete(kind, ns, cname)
             children.pop((kind, ns, cname), None)
             self.note((ns, name), f"deleted obsolete {kind}/{cname}")
+        return conflicts
+
+    async def create_child(self, ns: str, obj: dict) -> dict | None:
+        """A child the cache does not hold, created with its applied digest (``ownership.intent``); None when the
+        name is taken (409 AlreadyExists: the server wrote nothing). The create's Update entry is specdeploy's
+        entry until the child's first change moves it into the Apply entry (``ownership.takeover_patch``)."""
+        kind, cname = obj["kind"], obj["metadata"]["name"]
+        digest = ownership.digest(obj)
+        body, _ = ownership.intent(obj, digest)
+        try:
+            live = await self.kube.create(body)
+        except KubeError as e:
+            if e.status == 409:
+                return None
+            raise
+        live = ownership.for_cache({**live, "kind": kind} if isinstance(live, dict) else body)
+        self.cache.children[(kind, ns, cname)] = live
+        self.cache.verified[(kind, ns, cname)] = ((live.get("metadata") or {}).get("resourceVersion"), digest)
+        return live
+
+    async def _taken(self, ns: str, names: list[tuple[str, str, str | None]]) -> list[str]:
+        """The conflicts among ``names`` (kind, name, owner uid) not created yet, for the full list in a status."""
+        out = []
+        for kind, cname, owner in names:
+            _, why = await self.claim(kind, ns, cname, owner)
+            if why is not None:
+                out.append(f"{kind}/{cname} ({why})")
+        return out
+
+    async def _undo(self, ns: str, name: str, created: list[tuple[str, str]], conflicts: list[str]) -> list[str]:
+        """A name turned out taken after this pass created other children: those are deleted again (all or
+        nothing), each only as the object this pass created (its uid as the delete's precondition)."""
+        for kind, cname in created:
+            made = self.cache.children.pop((kind, ns, cname), None)
+            self.cache.verified.pop((kind, ns, cname), None)
+            await self.kube.delete(kind, ns, cname, uid=((made or {}).get("metadata") or {}).get("uid"))
+            self.note((ns, name), f"deleted {kind}/{cname} again: {conflicts[0]}")
         return conflicts
 
     async def apply_child(self, ns: str, obj: dict, actual: dict | None) -> dict | None:

@@ -257,13 +257,17 @@ class Kube:
         return await self.call("PATCH", k.path(obj["metadata"].get("namespace"), obj["metadata"]["name"]), body=obj,
                                query=query, content_type="application/apply-patch+yaml", timeout=timeout)
 
-    async def delete(self, kind: str, namespace: str | None, name: str, propagation: str = "Background") -> None:
+    async def delete(self, kind: str, namespace: str | None, name: str, propagation: str = "Background",
+                     uid: str | None = None) -> None:
+        """Delete an object (absent already: nothing to do). ``uid``: only that object (a precondition: 409 when
+        the name now holds another)."""
         timeout = self._write_timeout("delete", kind)
         self.on_write("delete", kind)
+        options = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
+        if uid:
+            options["preconditions"] = {"uid": uid}
         try:
-            await self.call("DELETE", KINDS[kind].path(namespace, name),
-                            body={"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation},
-                            timeout=timeout)
+            await self.call("DELETE", KINDS[kind].path(namespace, name), body=options, timeout=timeout)
         except KubeError as e:
             if e.status != 404:
                 raise

@@ -13,8 +13,9 @@ write, and how to take over children written by versions before server-side appl
 - ``intent``: the rendered child plus the annotation ``specdeploy.io/applied``, a digest of the
   rendered child. The digest says which intent was applied last; the server removed every field
   an earlier intent set and this one does not (the fields specdeploy owned and stopped applying).
-- ``in_sync``: the live child carries the digest of the new intent, and specdeploy's Apply entry
-  in ``managedFields`` still covers every field of it. A user or controller that changed one of
+- ``in_sync``: the live child carries the digest of the new intent, and specdeploy's entry in
+  ``managedFields`` (``own_entry``: its Apply entry, or the Update entry of the create that made the
+  child) still covers every field of it. A user or controller that changed one of
   those fields (``kubectl edit``, a merge patch, a forced apply) took its ownership from
   specdeploy (structured-merge-diff ``Updater.update``), so the entry no longer covers it and the
   child is applied again. The walk reads the server's own ``fieldsV1`` (``k:`` keys of
@@ -23,10 +24,12 @@ write, and how to take over children written by versions before server-side appl
   ``in_sync`` and ``takeover_patch`` read (specdeploy's Apply entry; every entry of an object a
   takeover would rewrite), so 1000 CRs and their children do not hold every manager's field sets.
 - ``takeover_patch``: children created and merge-patched by an earlier version are owned by
-  Update entries (manager ``specdeploy``, or the Python client's default ``OpenAPI-Generator``).
-  Their fields move into specdeploy's Apply entry, as kubectl does when it upgrades
-  client-side apply (k8s.io/client-go/util/csaupgrade ``UpgradeManagedFields``), so the first
-  apply removes what the old version set and the new one does not.
+  Update entries (manager ``specdeploy``, or the Python client's default ``OpenAPI-Generator``),
+  and so is a child the executor created (a create is an Update operation: POST refuses a name
+  that is taken, which server-side apply cannot). Their fields move into specdeploy's Apply
+  entry, as kubectl does when it upgrades client-side apply (k8s.io/client-go/util/csaupgrade
+  ``UpgradeManagedFields``), before the first apply that changes the child, so that apply
+  neither conflicts with specdeploy's own Update entry nor leaves what it stops applying behind.
 """
 
 from __future__ import annotations
@@ -96,25 +99,54 @@ def apply_entry(live: dict) -> dict | None:
     return None
 
 
+def _created(e: dict) -> bool:
+    """specdeploy's own Update entry: the create that made the child (or a pre-server-side-apply write)."""
+    return e.get("manager") == FIELD_MANAGER and e.get("operation") == "Update" and not e.get("subresource")
+
+
+def own_entry(live: dict) -> dict | None:
+    """The entry whose fields specdeploy owns on a child it applied or created: the Apply entry, else (a child
+    created by the executor and not changed since) the create's Update entry, when the child carries a digest."""
+    entry = apply_entry(live)
+    if entry is not None:
+        return entry
+    meta = live.get("metadata") or {}
+    if APPLIED_ANNOTATION not in (meta.get("annotations") or {}):
+        return None
+    return next((e for e in meta.get("managedFields") or [] if isinstance(e, dict) and _created(e)), None)
+
+
 def _legacy(e: dict) -> bool:
     return e.get("manager") in LEGACY_MANAGERS and e.get("operation") == "Update" and not e.get("subresource")
+
+
+def _takeover_pending(meta: dict, entries: list) -> bool:
+    """Update entries a takeover would move into the Apply entry: a legacy one on a child of a version before
+    server-side apply (no digest), or specdeploy's own (the create's) on a child that carries one."""
+    if APPLIED_ANNOTATION not in (meta.get("annotations") or {}):
+        return any(isinstance(e, dict) and _legacy(e) for e in entries)
+    return any(isinstance(e, dict) and _created(e) for e in entries)
 
 
 def for_cache(obj: dict) -> dict:
     """``obj`` as the caches keep it: of ``managedFields`` only what ``in_sync`` and ``takeover_patch`` read.
 
     That is specdeploy's Apply entry, with its ``fieldsV1`` as JSON text (a tenth of the memory of the
-    decoded field set; ``in_sync`` decodes it), or every entry as it is while a takeover is pending (no
-    digest annotation, a legacy Update entry: the takeover writes them all back). Both functions answer
-    the same on the result as on ``obj``; ``obj`` is not modified (a shallow copy when anything changes).
+    decoded field set; ``in_sync`` decodes it), or every entry while a takeover is pending (``_takeover_pending``:
+    the takeover writes them all back): as they are on a child of a version before server-side apply, with
+    each ``fieldsV1`` as JSON text on a child the executor created (specdeploy's Update entry until its first
+    change). Both functions answer the same on the result as on ``obj``; ``obj`` is not modified (a shallow
+    copy when anything changes).
     """
     meta = obj.get("metadata")
     entries = meta.get("managedFields") if isinstance(meta, dict) else None
     if not entries or not isinstance(entries, list):
         return obj
-    if APPLIED_ANNOTATION not in (meta.get("annotations") or {}) and any(isinstance(e, dict) and _legacy(e)
-                                                                         for e in entries):
-        return obj
+    if _takeover_pending(meta, entries):
+        if APPLIED_ANNOTATION not in (meta.get("annotations") or {}) or not any(
+                isinstance(e, dict) and isinstance(e.get("fieldsV1"), dict) for e in entries):
+            return obj  # a child of a version before server-side apply (rare: kept as it is)
+        return {**obj, "metadata": {**meta, "managedFields": [_as_text(e) for e in entries]}}
     mine = apply_entry(obj)
     if mine is not None and not isinstance(mine.get("fieldsV1"), str):
         mine = {"manager": FIELD_MANAGER, "operation": "Apply", "apiVersion": mine.get("apiVersion"),
@@ -124,10 +156,24 @@ def for_cache(obj: dict) -> dict:
     return {**obj, "metadata": {**meta, "managedFields": [mine] if mine is not None else []}}
 
 
+def _as_text(entry: Any) -> Any:
+    """An entry with its ``fieldsV1`` as JSON text (as the cache keeps field sets)."""
+    if isinstance(entry, dict) and isinstance(entry.get("fieldsV1"), dict):
+        return {**entry, "fieldsV1": json.dumps(entry["fieldsV1"], separators=(",", ":"))}
+    return entry
+
+
 def _fields(entry: dict) -> dict:
     """An entry's ``fieldsV1``, decoded when the cache keeps it as JSON text (``for_cache``)."""
     fields = entry.get("fieldsV1") or {}
     return json.loads(fields) if isinstance(fields, str) else fields
+
+
+def _as_sent(entry: Any) -> Any:
+    """An entry as a write sends it back: ``fieldsV1`` decoded."""
+    if isinstance(entry, dict) and isinstance(entry.get("fieldsV1"), str):
+        return {**entry, "fieldsV1": _fields(entry)}
+    return entry
 
 
 def in_sync(live: dict, body: dict, d: str) -> bool:
@@ -138,7 +184,7 @@ def in_sync(live: dict, body: dict, d: str) -> bool:
     meta = live.get("metadata") or {}
     if (meta.get("annotations") or {}).get(APPLIED_ANNOTATION) != d:
         return False
-    entry = apply_entry(live)
+    entry = own_entry(live)
     if entry is None:
         return False
     fields = _fields(entry)
@@ -190,25 +236,25 @@ def _merge_fields(into: dict, other: dict) -> dict:
 
 
 def takeover_patch(live: dict) -> list[dict] | None:
-    """A JSON patch moving the fields of pre-server-side-apply managers into specdeploy's Apply entry.
+    """A JSON patch moving the fields of specdeploy's Update entries into its Apply entry: those of the
+    managers before server-side apply (a child without the digest annotation), or the create's (a child
+    the executor created: it carries the digest).
 
-    None when there is nothing to take over: the child was applied by this version already (it
-    carries the digest annotation) or no legacy Update entry owns anything on the main resource.
+    None when there is nothing to take over: no such Update entry owns anything on the main resource.
     """
     meta = live.get("metadata") or {}
-    if APPLIED_ANNOTATION in (meta.get("annotations") or {}):
-        return None
     entries = meta.get("managedFields") or []
-    legacy = [e for e in entries if _legacy(e)]
-    if not legacy:
+    if not _takeover_pending(meta, entries):
         return None
+    digest = APPLIED_ANNOTATION in (meta.get("annotations") or {})
+    legacy = [e for e in entries if isinstance(e, dict) and (_created(e) if digest else _legacy(e))]
     mine = apply_entry(live)
     merged = copy.deepcopy(_fields(mine or {}))
     for e in legacy:
-        _merge_fields(merged, e.get("fieldsV1") or {})
+        _merge_fields(merged, _fields(e))
     entry = {"manager": FIELD_MANAGER, "operation": "Apply", "apiVersion": (mine or legacy[0]).get("apiVersion"),
              "time": legacy[-1].get("time"), "fieldsType": "FieldsV1", "fieldsV1": merged}
-    kept = [e for e in entries if e is not mine and not any(e is x for x in legacy)]
+    kept = [_as_sent(e) for e in entries if e is not mine and not any(e is x for x in legacy)]
     return [{"op": "test", "path": "/metadata/resourceVersion", "value": meta.get("resourceVersion")},
             {"op": "replace", "path": "/metadata/managedFields", "value": [entry, *kept]}]
 
