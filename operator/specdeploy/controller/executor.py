@@ -1,7 +1,8 @@
 """The executor: carries a plan (controller/plan.py) out through the API client.
 
-The only code of the reconcile path that talks to the API server: server-side apply of the
-children with the ownership checks of ownership.py (no request while a child is in sync),
+The only code of the reconcile path that talks to the API server: creation of the children the
+watch cache does not hold (a POST, refused when the name is taken) and server-side apply of the
+others, with the ownership checks of ownership.py (no request while a child is in sync),
 deletion of obsolete children, the tuning Job, the status patch, Events, API discovery and
 the PVC labels the tenancy policy reads. What it learns it writes back into the caches
 (controller/cache.py), so that the watch delivering it later changes nothing.
