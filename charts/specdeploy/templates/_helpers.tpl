@@ -137,11 +137,11 @@ exists, with the code that needs it (operator/specdeploy/controller/):
 - apiGroups: ["specdeploy.io"]
   resources: ["speculativedeployments"]
   verbs: ["list", "watch"]
-# Status: Controller._write_status merge-patches the status subresource (conditions, resolved).
+# Status: Executor.write_status merge-patches the status subresource (conditions, resolved).
 - apiGroups: ["specdeploy.io"]
   resources: ["speculativedeployments/status"]
   verbs: ["patch"]
-# Children carry ownerReferences with blockOwnerDeletion=true (core/render.py, the inspector Job);
+# Children carry ownerReferences with blockOwnerDeletion=true (core/render/, the inspector Job);
 # with the OwnerReferencesPermissionEnforcement admission plugin that needs update on the owner's
 # finalizers subresource. The operator adds no finalizer itself.
 - apiGroups: ["specdeploy.io"]
@@ -164,50 +164,51 @@ exists, with the code that needs it (operator/specdeploy/controller/):
   verbs: ["update"]
 # ConfigMaps: watched (handlers.on_configmap: the target/drafter config.json sources and the engine
 # ConfigMap child); get on a cache miss (Resolver._from_configmap, and the admission webhook's
-# OperatorConfigs._configmap); server-side apply (patch, and create when it creates) and delete of the
-# engine ConfigMap child (Controller._apply_child, Controller._apply).
+# OperatorConfigs._configmap); create (Executor.create_child, when not cached), server-side apply (patch)
+# and delete of the engine ConfigMap child (Executor.apply_child, Executor.apply).
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
-# Services: the engine Service child; watched (handlers.on_service), server-side apply (patch, create when
-# missing) and delete in Controller._apply; get: is the name taken by a Service it does not control
-# (Executor.claim on a watch-cache miss, BenchmarkController._claim; docs/concepts/security.md).
+# Services: the engine Service child; watched (handlers.on_service), created, server-side applied and deleted
+# in Executor.apply; get: is the name taken by a Service it does not control (Executor.claim on a watch-cache
+# miss, BenchmarkController._claim; docs/concepts/security.md).
 - apiGroups: [""]
   resources: ["services"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
-# Deployments: the single-node engine workload; watched (handlers.on_deployment), server-side apply and
-# delete in Controller._apply (deleted when the CR switches to multi-node). A benchmark's variant
+# Deployments: the single-node engine workload; watched (handlers.on_deployment), created, server-side applied and
+# deleted in Executor.apply (deleted when the CR switches to multi-node). A benchmark's variant
 # Deployment: get (is it Ready?), server-side apply and delete (BenchmarkController._step, _delete_variant);
 # the serving Deployment: get only (spec.useServingDeployment, BenchmarkController._measure_serving).
 - apiGroups: ["apps"]
   resources: ["deployments"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
-# PodDisruptionBudgets: the engine PDB child; watched (handlers.on_pdb), server-side apply and delete in
-# Controller._apply; get: is the name taken by one it does not control (Executor.claim on a cache miss).
+# PodDisruptionBudgets: the engine PDB child; watched (handlers.on_pdb), created, server-side applied and
+# deleted in Executor.apply; get: is the name taken by one it does not control (Executor.claim on a cache miss).
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # NetworkPolicies: the engine NetworkPolicy child (engineNetworkPolicy.enabled); watched (handlers.on_networkpolicy)
-# so that one left over after the value is turned off is deleted, server-side apply and delete in Controller._apply;
-# get: the ownership check on a cache miss (Executor.claim).
+# so that one left over after the value is turned off is deleted; created, server-side applied and deleted in
+# Executor.apply; get: the ownership check on a cache miss (Executor.claim).
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # LeaderWorkerSets: the multi-node engine workload (spec.nodes > 1); watched (handlers.on_leaderworkerset),
-# server-side apply and delete in Controller._apply; get: the ownership check on a cache miss (Executor.claim).
+# created, server-side applied and deleted in Executor.apply; get: the ownership check on a cache miss
+# (Executor.claim).
 # Harmless when the LWS CRD is not installed.
 - apiGroups: ["leaderworkerset.x-k8s.io"]
   resources: ["leaderworkersets"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # PodMonitors: the engine's prometheus-operator scrape config, created only when the CRD is served;
-# watched (handlers.on_podmonitor), server-side apply and delete in Controller._apply; get: the ownership
-# check on a cache miss (Executor.claim).
+# watched (handlers.on_podmonitor), created, server-side applied and deleted in Executor.apply; get: the
+# ownership check on a cache miss (Executor.claim).
 - apiGroups: ["monitoring.coreos.com"]
   resources: ["podmonitors"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # Jobs: the config inspector that reads config.json from a PVC (Resolver._from_pvc: get, create, and
 # delete when its inputs changed); watched so its completion requeues the owner (handlers.on_inspector_job).
-# The kernel-tuning Job: get, and created once (Controller._tuning; a Job's template is immutable).
+# The kernel-tuning Job: get, and created once (Executor.tuning; a Job's template is immutable).
 - apiGroups: ["batch"]
   resources: ["jobs"]
   verbs: ["get", "list", "watch", "create", "delete"]
@@ -223,12 +224,12 @@ exists, with the code that needs it (operator/specdeploy/controller/):
 - apiGroups: [""]
   resources: ["pods/log"]
   verbs: ["get"]
-# PersistentVolumeClaims: Controller._policy reads a claim's labels for the tenancy policy's pvcLabel
+# PersistentVolumeClaims: Executor.policy_labels reads a claim's labels for the tenancy policy's pvcLabel
 # rule (core/policy.py). get only: no list, no watch, no write.
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
   verbs: ["get"]
-# Events: Controller._event posts core/v1 Events on condition transitions (kopf's own posting is off).
+# Events: Executor.event posts core/v1 Events on condition transitions (kopf's own posting is off).
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
