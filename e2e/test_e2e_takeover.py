@@ -13,8 +13,8 @@ import json
 
 import pytest
 
-from e2e_support import (QWEN, apply, configmap, embedded_only, events_for, example_cr, example_doc, exists, get,
-                         wait_for)
+from e2e_support import (QWEN, apply, child_names, configmap, embedded_only, events_for, example_cr, example_doc,
+                         exists, get, wait_for)
 
 ATTACKER_IMAGE = "docker.io/attacker/anything:latest"
 
@@ -92,8 +92,12 @@ def test_a_child_name_taken_by_an_unowned_object_is_left_alone(cluster, tag, kin
     assert f"/{vname} (not owned by specdeploy)" in cond["message"], cond["message"]
     warnings = [e for e in events_for(c, name) if e["reason"] == "ChildConflict"]
     assert warnings and warnings[-1]["type"] == "Warning" and vname in warnings[-1]["message"]
-    # all or nothing: the workload would mount (or be exposed by) what is not ours
+    # all or nothing: the workload would mount (or be exposed by) what is not ours, and a child the pass created
+    # before it met the taken name (the engine ConfigMap is created first) was deleted again
     assert not exists(c, "deployment", name)
+    for other, cname in child_names(name).items():
+        if (other, cname) != (kind, vname):
+            wait_for(lambda: not exists(c, other, cname), 30, f"{other}/{cname} to be absent")
     assert_untouched(before, get(c, kind, vname))
     # the CR goes; the victim stays (before issue 24 it was garbage-collected with it)
     c.kubectl("delete", "specdeploy", name, "-n", c.namespace, "--wait=true", timeout=60)
