@@ -100,8 +100,8 @@ class Executor:
         conflicts: list[str] = []
         live: dict[tuple[str, str], dict | None] = {}
         children = self.cache.children
-        fresh = {(o["kind"], o["metadata"]["name"]) for o in desired if (o["kind"], ns, o["metadata"]["name"]) not in children}
         owners = {(o["kind"], o["metadata"]["name"]): ownership.owner_uid(o) or uid for o in desired}
+        fresh = {(kind, cname) for kind, cname in owners if (kind, ns, cname) not in children}  # to be created
         wanted = [(kind, cname, owner) for (kind, cname), owner in owners.items() if (kind, cname) not in fresh] \
             + [(kind, cname, uid) for kind, cname in claims if (kind, cname) not in owners]
         fetched = await self.fetch(ns, [(kind, cname) for kind, cname, _ in wanted])
@@ -123,8 +123,9 @@ class Executor:
                 # the name is taken: another's object, or this CR's child not in the cache yet
                 actual, why = await self.claim(kind, ns, cname, owners[(kind, cname)])
                 if why is not None:
-                    return await self._undo(ns, name, created, [f"{kind}/{cname} ({why})"] + await self._taken(
-                        ns, [(k, c, owners[(k, c)]) for k, c in fresh if (k, c) != (kind, cname) and (k, c) not in created]))
+                    rest = [(k, c, o) for (k, c), o in owners.items()  # in the desired order
+                            if (k, c) in fresh and (k, c) != (kind, cname) and (k, c) not in created]
+                    return await self._undo(ns, name, created, [f"{kind}/{cname} ({why})"] + await self._taken(ns, rest))
             else:
                 actual = live[(kind, cname)]
             applied = await self.apply_child(ns, obj, actual)
