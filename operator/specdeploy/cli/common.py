@@ -217,6 +217,7 @@ def policy_args(args: argparse.Namespace):
                               ("--allow-trust-remote-code-model", "allow_trust_remote_code_model",
                                "trust_remote_code_models"),
                               ("--allowed-code-arg", "allowed_code_arg", "code_args"),
+                              ("--allowed-egress-arg", "allowed_egress_arg", "egress_args"),
                               ("--allowed-toleration-key", "allowed_toleration_key", "toleration_keys"),
                               ("--allowed-node-selector-key", "allowed_node_selector_key", "node_selector_keys"),
                               ("--allowed-priority-class", "allowed_priority_class", "priority_classes")):
@@ -226,7 +227,7 @@ def policy_args(args: argparse.Namespace):
         for v in values:
             if any(ch.isspace() or ch in "\x00=," for ch in v) or len(v) > 316:
                 raise UsageError(f"{flag} {v!r}: expected a name without spaces, '=' or ','")
-            if attr == "allowed_code_arg" and not v.startswith("--"):
+            if attr in ("allowed_code_arg", "allowed_egress_arg") and not v.startswith("--"):
                 raise UsageError(f"{flag} {v!r}: expected an engine flag such as --chat-template")
         kwargs[field] = tuple(v for v in values if v)  # '' alone: none allowed
     return TenancyPolicy(engine_service_account=args.engine_service_account,
@@ -266,6 +267,10 @@ def add_policy_args(pol) -> None:
     pol.add_argument("--allowed-code-arg", action="append", metavar="FLAG",
                      help="engine flag that loads code or opens pod files (data/codeflags.json, e.g. --chat-template) "
                      "spec.engine.extraArgs may use (repeatable; default: none; chart value policy.allowedCodeArgs)")
+    pol.add_argument("--allowed-egress-arg", action="append", metavar="FLAG",
+                     help="engine flag that connects out of the pod (loads: egress in data/codeflags.json, e.g. "
+                     "--otlp-traces-endpoint) spec.engine.extraArgs may use (repeatable; default: none; chart value "
+                     "policy.allowedEgressArgs)")
     pol.add_argument("--allowed-toleration-key", action="append", metavar="KEY|PREFIX*|*",
                      help="taint key spec.pod.tolerations may name (repeatable; default: *, the control-plane taints "
                      "only when listed by name; '' alone: none; chart value policy.allowedTolerationKeys)")

@@ -16,6 +16,7 @@ what an administrator allowed (chart values -> operator flags -> ``SPECDEPLOY_PO
 | token Secret key | `spec.{target,drafter}.tokenSecretRef.key` | `hub.tokenSecretKeys` / `--allowed-token-secret-key` | `token` |
 | remote code | `spec.target.trustRemoteCode: true` | `policy.allowTrustRemoteCode.namespaces` / `--allow-trust-remote-code-namespace`, `.modelPrefixes` / `--allow-trust-remote-code-model` | nowhere |
 | engine flags that load code or open pod files | `spec.engine.extraArgs` | `policy.allowedCodeArgs` / `--allowed-code-arg` (flag names; the flags are listed per engine in data/codeflags.json) | none |
+| engine flags that connect out of the pod (OTLP, tool servers, KV-event publishers, encoder/weight peers) | `spec.engine.extraArgs` | `policy.allowedEgressArgs` / `--allowed-egress-arg` (flag names; `loads: egress` in data/codeflags.json) | none |
 | tolerations | `spec.pod.tolerations[*].key` | `policy.allowedTolerationKeys` / `--allowed-toleration-key` | any key but the control-plane taints; never a toleration without a key |
 | node selector | `spec.pod.nodeSelector` keys | `policy.allowedNodeSelectorKeys` / `--allowed-node-selector-key` | any key but the control-plane node roles |
 | priority class | `spec.pod.priorityClassName` | `policy.allowedPriorityClasses` / `--allowed-priority-class` | any but `system-*` |
@@ -65,6 +66,7 @@ class TenancyPolicy:
     trust_remote_code_namespaces: tuple[str, ...] = ()  # "*": every namespace
     trust_remote_code_models: tuple[str, ...] = ()  # model prefixes (a path boundary: "org/" or "org")
     code_args: tuple[str, ...] = ()  # engine flags that load code or open files, allowed by name
+    egress_args: tuple[str, ...] = ()  # engine flags that connect out of the pod, allowed by name
     toleration_keys: tuple[str, ...] = ("*",)
     node_selector_keys: tuple[str, ...] = ("*",)
     priority_classes: tuple[str, ...] = ("*",)
@@ -81,7 +83,7 @@ class TenancyPolicy:
             return cls()
         d = json.loads(text)
         lists = {k: tuple(d[k]) for k in ("token_secret_keys", "trust_remote_code_namespaces", "trust_remote_code_models",
-                                          "code_args", "toleration_keys", "node_selector_keys", "priority_classes")
+                                          "code_args", "egress_args", "toleration_keys", "node_selector_keys", "priority_classes")
                  if k in d}
         return cls(**lists, image_prefixes=tuple(d.get("image_prefixes") or ()),
                    engine_service_account=d.get("engine_service_account"),
@@ -162,8 +164,8 @@ def _risky_dests(engine: str, version: str, snapshot: str) -> tuple[Any, dict[st
 
 
 def code_arg_uses(spec) -> list[tuple[int, str, str]]:
-    """(index in extraArgs, the engine's flag, code|file|unreviewed) for each extraArgs flag that loads code or
-    opens files of the pod (core/codeflags.py), resolved with the release's parser where one is recorded
+    """(index in extraArgs, the engine's flag, code|file|egress|unreviewed) for each extraArgs flag that loads code,
+    opens files of the pod or connects out of it (core/codeflags.py), resolved with the release's parser where one is recorded
     (abbreviations and other spellings of the same destination included), else by name."""
     from . import codeflags, engines as eng
     from .extraargs import _is_flag
@@ -252,6 +254,13 @@ def check_policy(spec, policy: TenancyPolicy, pvc_labels: Mapping[str, Mapping[s
                "or model in the chart value policy.allowTrustRemoteCode (namespaces, modelPrefixes; operator flags "
                "--allow-trust-remote-code-namespace, --allow-trust-remote-code-model)")
     for i, flag, kind in code_arg_uses(spec):
+        if kind == "egress":
+            if flag not in policy.egress_args:
+                refuse("PolicyEgressArgNotAllowed", f"spec.engine.extraArgs[{i}]",
+                       f"{flag} makes the engine connect to an address or URL its value names, out of the pod (allowed "
+                       f"such flags: {', '.join(policy.egress_args) or 'none'}). Remove it, or ask an administrator to "
+                       "add it to the chart value policy.allowedEgressArgs (operator flag --allowed-egress-arg)")
+            continue
         if flag in policy.code_args:
             continue
         what = {"code": "makes the engine import or run code named by its value",
