@@ -51,7 +51,7 @@ def test_the_listed_values_pass():
     ({"target": {"tokenSecretRef": {"name": "hf", "key": "password"}}}, "PolicyTokenSecretKeyNotAllowed",
      "spec.target.tokenSecretRef.key"),
     ({"target": {"pvc": {"claimName": "other"}}}, "PolicyClaimNotAllowed", "spec.target.pvc.claimName"),
-    ({"cache": {"type": "nodePath", "nodePath": "ssd"}}, "CacheNodePathNotAllowed", "spec.cache.nodePath"),
+    ({"cache": {"type": "nodePath", "nodePath": "ssd"}}, "PolicyCacheNodePathNotAllowed", "spec.cache.nodePath"),
     ({"target": {"model": "moonshotai-evil/x"}}, "PolicyTrustRemoteCodeNotAllowed", "spec.target.trustRemoteCode"),
     ({"engine": {"extraArgs": ["--tool-parser-plugin", "/p.py"]}}, "PolicyCodeArgNotAllowed",
      "spec.engine.extraArgs[0]"),
@@ -67,10 +67,6 @@ def test_each_allow_list_refuses_an_unlisted_value(change, code, path):
     for k, v in change.items():
         for kk, vv in v.items():
             spec.setdefault(k, {})[kk] = vv if not isinstance(vv, dict) else {**spec.get(k, {}).get(kk, {}), **vv}
-    if code == "CacheNodePathNotAllowed":
-        got = [(f.code, f.path) for f in check_policy(cr(**spec).spec, LISTED, namespace="team-b")]
-        assert len(got) == 1 and got[0][1] == path, got
-        return
     assert codes(check_policy(cr(**spec).spec, LISTED, namespace="team-b")) == [(code, path)]
 
 

@@ -200,6 +200,17 @@ def policy_args(args: argparse.Namespace):
             raise UsageError(f"--cache-node-path {item!r}: PATH must be an absolute directory without '.' or '..' "
                              "segments, and not /")
         node_paths.append((name, path))
+    bindings: dict[str, tuple[str, ...]] = {}
+    for item in getattr(args, "cache_node_path_namespaces", None) or []:
+        name, eq, listed = item.partition("=")
+        namespaces = tuple(n for n in listed.split(",") if n)
+        if not eq or name not in dict(node_paths):
+            raise UsageError(f"--cache-node-path-namespaces {item!r}: expected NAME=NS[,NS...] with NAME a "
+                             "--cache-node-path name")
+        for n in namespaces:
+            if n != "*" and (not re.fullmatch(NAME_PATTERN, n) or len(n) > 63):
+                raise UsageError(f"--cache-node-path-namespaces {item!r}: {n!r} is not a namespace name (or *)")
+        bindings[name] = bindings.get(name, ()) + namespaces  # NAME= alone: no namespace
     default = None
     if getattr(args, "default_cache", None) and args.default_cache != "emptyDir":
         kind, slash, ref = args.default_cache.partition("/")
@@ -233,7 +244,8 @@ def policy_args(args: argparse.Namespace):
     return TenancyPolicy(engine_service_account=args.engine_service_account,
                          service_accounts=tuple(args.allowed_service_account or ()),
                          token_secrets=tuple(args.allowed_token_secret or ()), pvcs=tuple(args.allowed_pvc or ()),
-                         pvc_label=label, cache_node_paths=tuple(node_paths), default_cache=default, **kwargs)
+                         pvc_label=label, cache_node_paths=tuple(node_paths),
+                         cache_node_path_namespaces=tuple(sorted(bindings.items())), default_cache=default, **kwargs)
 
 
 def add_policy_args(pol) -> None:
@@ -252,6 +264,10 @@ def add_policy_args(pol) -> None:
     pol.add_argument("--cache-node-path", action="append", metavar="NAME=PATH",
                      help="a node-local directory engine pods may use as their hub cache, named NAME "
                      "(spec.cache.nodePath: NAME); repeatable; chart value cache.nodePaths")
+    pol.add_argument("--cache-node-path-namespaces", action="append", metavar="NAME=NS[,NS...]",
+                     help="bind the node path NAME to these namespaces (a spec in another namespace is refused, the "
+                     "default cache falls back to emptyDir there; '*': every namespace; NAME= alone: none); repeatable; "
+                     "without it a node path is shared by every namespace; chart value cache.nodePaths.NAME.namespaces")
     pol.add_argument("--default-cache", metavar="emptyDir|pvc/CLAIM|nodePath/NAME",
                      help="hub cache of engine pods whose spec has no cache (default emptyDir); chart value "
                      "cache.default")
