@@ -132,3 +132,13 @@ def test_the_binding_flag_builds_the_policy_and_round_trips():
                 ["--cache-node-path", "nvme=/x", "--cache-node-path-namespaces", "nvme"]):
         with pytest.raises(UsageError, match="--cache-node-path-namespaces"):
             _parse(*bad)
+
+
+def test_a_dot_segment_never_passes_the_path_rule():
+    """The API refuses '..' in a model (types.py); the policy rule does not lean on it."""
+    from specdeploy.core.policy import model_path_allowed
+
+    spec = cr("team-a", cache={"type": "nodePath", "nodePath": "nvme"}).spec
+    assert model_path_allowed(SNAP, spec, BOUND, "team-a")
+    assert not model_path_allowed(f"{HF_HOME}/../../etc", spec, BOUND, "team-a")
+    assert not model_path_allowed(f"{HF_HOME}/./x", spec, BOUND, "team-a")
