@@ -26,7 +26,8 @@ LISTED = TenancyPolicy(image_prefixes=("registry.example.com/ml",), engine_servi
                        service_accounts=("team-a",), token_secrets=("hf",), token_secret_keys=("token",),
                        pvcs=("models",), cache_node_paths=(("nvme", "/mnt/nvme"),),
                        trust_remote_code_namespaces=("team-a",), trust_remote_code_models=("moonshotai",),
-                       code_args=("--chat-template",), egress_args=("--otlp-traces-endpoint",), toleration_keys=("gpu",), node_selector_keys=("zone",),
+                       code_args=("--chat-template",), egress_args=("--otlp-traces-endpoint",),
+                       toleration_keys=("gpu",), node_selector_keys=("zone",),
                        priority_classes=("high",))
 OK_SPEC = {"engine": {"image": "registry.example.com/ml/v:1",
                       "extraArgs": ["--chat-template", "/t.jinja", "--otlp-traces-endpoint", "otel:4317"]},
