@@ -67,6 +67,14 @@ ATTACKS = [
      "PolicyPriorityClassNotAllowed"),
     ("the control-plane nodes", {"pod.nodeSelector": {"node-role.kubernetes.io/control-plane": ""}},
      "spec.pod.nodeSelector", "PolicyNodeSelectorNotAllowed"),
+    # issue 37: a qualified class name found by code path, a flag that connects out, a path of the pod as the model
+    ("an executor class", {"engine.extraArgs": ["--distributed-executor-backend", "evil.Executor"]},
+     "spec.engine.extraArgs[0]", "PolicyCodeArgNotAllowed"),
+    ("traces to a foreign collector", {"engine.extraArgs": ["--otlp-traces-endpoint", "http://203.0.113.9:4317"]},
+     "spec.engine.extraArgs[0]", "PolicyEgressArgNotAllowed"),
+    ("another tenant's cached model by path",
+     {"target.model": "/var/cache/huggingface/hub/models--other--private/snapshots/0123456789abcdef0123456789abcdef01234567"},
+     "spec.target.model", "PolicyModelPathNotAllowed"),
 ]
 
 

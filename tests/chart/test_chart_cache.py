@@ -33,9 +33,25 @@ def test_node_paths_and_default_reach_the_policy():
     assert policy_from(container(render({"cache": {"default": "pvc/hf-cache"}}))["args"]).default_cache == ("pvc", "hf-cache")
 
 
+def test_node_paths_bound_to_namespaces_reach_the_policy():
+    """The structured shape {path, namespaces} binds a node path; the plain path keeps its meaning (every namespace)."""
+    args = container(render({"cache": {"default": "nodePath/nvme", "nodePaths": {
+        "nvme": {"path": "/mnt/nvme/hf", "namespaces": ["team-a", "team-b"]}, "ssd": "/data/hf",
+        "none": {"path": "/data/none", "namespaces": []}}}}))["args"]
+    assert sorted(arg_value(args, "--cache-node-path")) == ["none=/data/none", "nvme=/mnt/nvme/hf", "ssd=/data/hf"]
+    assert sorted(arg_value(args, "--cache-node-path-namespaces")) == ["none=", "nvme=team-a,team-b"]
+    p = policy_from(args)
+    assert p.node_path_namespaces("nvme") == ("team-a", "team-b") and p.node_path_namespaces("ssd") is None
+    assert p.node_path_allowed("nvme", "team-b") and not p.node_path_allowed("nvme", "team-c")
+    assert p.node_path_allowed("ssd", "team-c") and not p.node_path_allowed("none", "team-a")
+
+
 @pytest.mark.parametrize("values", [{"cache": {"default": "/etc"}}, {"cache": {"default": "hostPath/x"}},
                                     {"cache": {"nodePaths": {"nvme": "relative"}}},
-                                    {"cache": {"nodePaths": {"Bad_Name": "/x"}}}])
+                                    {"cache": {"nodePaths": {"Bad_Name": "/x"}}},
+                                    {"cache": {"nodePaths": {"nvme": {"path": "/x"}}}},
+                                    {"cache": {"nodePaths": {"nvme": {"path": "/x", "namespaces": ["Team_A"]}}}},
+                                    {"cache": {"nodePaths": {"nvme": {"path": "x", "namespaces": ["a"]}}}}])
 def test_schema_refuses_bad_cache_values(values):
     p = run_helm("helm3", "template", "x", str(CHART), "-f", values_file(values), check=False)
     assert p.returncode != 0 and "cache" in p.stderr

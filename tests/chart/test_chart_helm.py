@@ -319,6 +319,7 @@ def test_tenancy_policy_values_become_operator_flags():
     v = {"hub": {"tokenSecrets": ["hf-token", "hf-gated"]},
          "policy": {"allowedImagePrefixes": ["registry.example.com/ml/"], "allowedServiceAccounts": ["reader"],
                     "allowedPVCs": ["models"], "pvcLabel": "specdeploy.io/models=true",
+                    "allowedCodeArgs": ["--chat-template"], "allowedEgressArgs": ["--otlp-traces-endpoint"],
                     "engineServiceAccount": {"name": "engines"}}}
     args = container(render(v))["args"]
     assert arg_value(args, "--allowed-token-secret") == ["hf-token", "hf-gated"]
@@ -335,6 +336,8 @@ def test_tenancy_policy_values_become_operator_flags():
     pol = _policy_args(ns)
     assert pol.token_secrets == ("hf-token", "hf-gated") and pol.pvc_label == ("specdeploy.io/models", "true")
     assert pol.engine_service_account == "engines" and pol.image_prefixes == ("registry.example.com/ml/",)
+    assert pol.code_args == ("--chat-template",) and pol.egress_args == ("--otlp-traces-endpoint",)
+    assert _policy_args(build_parser().parse_args(container(render())["args"])).egress_args == ()
 
 
 @pytest.mark.parametrize("values", sorted(VALUE_SETS))

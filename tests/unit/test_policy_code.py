@@ -26,9 +26,11 @@ LISTED = TenancyPolicy(image_prefixes=("registry.example.com/ml",), engine_servi
                        service_accounts=("team-a",), token_secrets=("hf",), token_secret_keys=("token",),
                        pvcs=("models",), cache_node_paths=(("nvme", "/mnt/nvme"),),
                        trust_remote_code_namespaces=("team-a",), trust_remote_code_models=("moonshotai",),
-                       code_args=("--chat-template",), toleration_keys=("gpu",), node_selector_keys=("zone",),
+                       code_args=("--chat-template",), egress_args=("--otlp-traces-endpoint",),
+                       toleration_keys=("gpu",), node_selector_keys=("zone",),
                        priority_classes=("high",))
-OK_SPEC = {"engine": {"image": "registry.example.com/ml/v:1", "extraArgs": ["--chat-template", "/t.jinja"]},
+OK_SPEC = {"engine": {"image": "registry.example.com/ml/v:1",
+                      "extraArgs": ["--chat-template", "/t.jinja", "--otlp-traces-endpoint", "otel:4317"]},
            "pod": {"serviceAccountName": "team-a", "tolerations": [{"key": "gpu", "operator": "Exists"}],
                    "nodeSelector": {"zone": "a"}, "priorityClassName": "high"},
            "target": {"model": "moonshotai/Kimi-K2.6", "trustRemoteCode": True,
@@ -50,9 +52,11 @@ def test_the_listed_values_pass():
     ({"target": {"tokenSecretRef": {"name": "hf", "key": "password"}}}, "PolicyTokenSecretKeyNotAllowed",
      "spec.target.tokenSecretRef.key"),
     ({"target": {"pvc": {"claimName": "other"}}}, "PolicyClaimNotAllowed", "spec.target.pvc.claimName"),
-    ({"cache": {"type": "nodePath", "nodePath": "ssd"}}, "CacheNodePathNotAllowed", "spec.cache.nodePath"),
+    ({"cache": {"type": "nodePath", "nodePath": "ssd"}}, "PolicyCacheNodePathNotAllowed", "spec.cache.nodePath"),
     ({"target": {"model": "moonshotai-evil/x"}}, "PolicyTrustRemoteCodeNotAllowed", "spec.target.trustRemoteCode"),
     ({"engine": {"extraArgs": ["--tool-parser-plugin", "/p.py"]}}, "PolicyCodeArgNotAllowed",
+     "spec.engine.extraArgs[0]"),
+    ({"engine": {"extraArgs": ["--tool-server", "http://x:1"]}}, "PolicyEgressArgNotAllowed",
      "spec.engine.extraArgs[0]"),
     ({"pod": {"tolerations": [{"key": "spot", "operator": "Exists"}]}}, "PolicyTolerationNotAllowed",
      "spec.pod.tolerations[0].key"),
@@ -64,10 +68,6 @@ def test_each_allow_list_refuses_an_unlisted_value(change, code, path):
     for k, v in change.items():
         for kk, vv in v.items():
             spec.setdefault(k, {})[kk] = vv if not isinstance(vv, dict) else {**spec.get(k, {}).get(kk, {}), **vv}
-    if code == "CacheNodePathNotAllowed":
-        got = [(f.code, f.path) for f in check_policy(cr(**spec).spec, LISTED, namespace="team-b")]
-        assert len(got) == 1 and got[0][1] == path, got
-        return
     assert codes(check_policy(cr(**spec).spec, LISTED, namespace="team-b")) == [(code, path)]
 
 
@@ -182,8 +182,14 @@ def test_code_args_allowed_by_name_only():
 
 
 ISSUE_FLAGS = {"vllm": ["--tool-parser-plugin", "--logits-processors", "--worker-extension-cls", "--middleware",
-                        "--allowed-local-media-path", "--logging-config", "--chat-template"],
-               "sglang": ["--enable-custom-logit-processor", "--custom-weight-loader"]}
+                        "--allowed-local-media-path", "--logging-config", "--chat-template",
+                        "--distributed-executor-backend"],
+               "sglang": ["--enable-custom-logit-processor", "--custom-weight-loader", "--sidecar"]}
+# issue 37: flags that make the engine connect out of the pod
+EGRESS_FLAGS = {"vllm": ["--otlp-traces-endpoint", "--kv-events-config", "--tool-server", "--data-parallel-address"],
+                "sglang": ["--otlp-traces-endpoint", "--kv-events-config", "--tool-server", "--encoder-urls",
+                           "--encoder-register-urls", "--decoupled-spec-connect-endpoints",
+                           "--remote-instance-weight-loader-seed-instance-ip", "--modelexpress-config"]}
 
 
 def test_every_candidate_flag_of_every_snapshot_is_classified():
@@ -209,7 +215,7 @@ def test_each_entry_is_cited_and_exists_in_a_snapshot():
     for engine, rows in table.items():
         for flag, row in rows.items():
             assert flag in options[engine], f"{engine} {flag}: in no parser snapshot (stale)"
-            assert row["loads"] in ("code", "file", "none")
+            assert row["loads"] in ("code", "file", "egress", "none")
             if row["loads"] == "none":
                 assert row.get("why"), flag
             else:
@@ -217,6 +223,119 @@ def test_each_entry_is_cited_and_exists_in_a_snapshot():
     for engine, flags in ISSUE_FLAGS.items():
         for f in flags:
             assert table[engine][f]["loads"] in ("code", "file"), (engine, f)
+    for engine, flags in EGRESS_FLAGS.items():
+        for f in flags:
+            assert table[engine][f]["loads"] == "egress", (engine, f)
+
+
+# ----------------------------------------------------------------- code flags found by code path (issue 37)
+
+PINNED = {"vllm": "0.33.0", "sglang": "0.5.23"}  # the releases whose wheels e2e/flagdrift/record-code-sites.sh read
+
+
+def test_every_code_flag_names_a_recorded_call_site():
+    """A code entry's ``site`` is a dynamic-import call site recorded from the pinned wheel (data/codesites/):
+    a citation that names no such site (renamed, or never there) fails here."""
+    for engine, version in PINNED.items():
+        rec = codeflags.code_sites(engine, version)
+        assert rec is not None and rec["engine"] == engine and rec["version"] == version and rec["sites"]
+        for flag, row in codeflags.table()[engine].items():
+            if row["loads"] != "code":
+                assert "site" not in row, (engine, flag)
+                continue
+            if row.get("site") is None:
+                assert row.get("no_site"), f"{engine} {flag}: cite its call site (data/codesites) or say why none"
+                continue
+            assert row["site"] in rec["sites"], f"{engine} {flag}: {row['site']} is not a recorded site"
+            path, _, func = row["site"].partition(":")
+            assert path in row["cite"] and func.rpartition(".")[2] in row["cite"], (engine, flag)
+
+
+def test_flags_derived_from_the_code_path_are_classified():
+    """Every flag whose value the recorder followed into a dynamic import is in the table, and the ones found only
+    that way (their names say nothing) are code: vLLM --distributed-executor-backend (issue 37)."""
+    table = codeflags.table()
+    for engine, version in PINNED.items():
+        derived = codeflags.code_sites(engine, version)["derived"]
+        assert derived, engine
+        for flag, sites in derived.items():
+            row = table[engine].get(flag)
+            assert row is not None, f"{engine} {flag}: reaches {sites}; classify it"
+            if row["loads"] == "none":
+                assert "code path" in row["why"] or "owned" in row["why"], (engine, flag)
+            elif row["loads"] == "code":
+                assert row.get("site") is None or row["site"] in sites, (engine, flag)
+    vllm = codeflags.code_sites("vllm", "0.33.0")["derived"]
+    assert vllm["--distributed-executor-backend"] == ["vllm/v1/executor/abstract.py:Executor.get_class"]
+    assert table["vllm"]["--distributed-executor-backend"]["loads"] == "code"
+    assert "--distributed-executor-backend" in codeflags.candidates(
+        {"options": {"--distributed-executor-backend": {}}, "derived": vllm})
+    assert not codeflags.CANDIDATE.search("--distributed-executor-backend")  # found by its code path, not its name
+
+
+def _code_sites_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("code_sites", ROOT / "e2e" / "flagdrift" / "code_sites.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_recorder_follows_a_flag_into_an_import(tmp_path):
+    pkg = tmp_path / "eng" / "sub"
+    pkg.mkdir(parents=True)
+    (pkg / "a.py").write_text(
+        "import importlib, pickle\n"
+        "class Executor:\n"
+        "    @staticmethod\n"
+        "    def get_class(distributed_executor_backend):\n"
+        "        return resolve_obj_by_qualname(distributed_executor_backend)\n"
+        "def load(cfg):\n"
+        "    path = cfg.connector_module_path\n"
+        "    return importlib.import_module(path)\n"
+        "def fixed(data):\n"
+        "    importlib.import_module('json')\n"
+        "    return pickle.loads(data)\n"
+        "def unrelated(max_num_seqs):\n"
+        "    return max_num_seqs\n")
+    got = _code_sites_module().scan(tmp_path, "eng", {"distributed_executor_backend": "--distributed-executor-backend",
+                                                      "connector_module_path": "--connector-module-path",
+                                                      "max_num_seqs": "--max-num-seqs"})
+    assert got["sites"] == {"eng/sub/a.py:Executor.get_class": ["resolve_obj_by_qualname"],
+                            "eng/sub/a.py:load": ["import_module"], "eng/sub/a.py:fixed": ["pickle.loads"]}
+    assert got["derived"] == {"--connector-module-path": ["eng/sub/a.py:load"],
+                              "--distributed-executor-backend": ["eng/sub/a.py:Executor.get_class"]}
+
+
+@pytest.mark.parametrize("engine, args, want", [
+    ("vllm", ["--otlp-traces-endpoint", "http://x:4317"], [(0, "--otlp-traces-endpoint", "egress")]),
+    ("vllm", ["--otlp-traces=x"], [(0, "--otlp-traces-endpoint", "egress")]),  # an abbreviation
+    ("vllm", ["--kv-events-config", "{}", "--tool-server", "a:1"],
+     [(0, "--kv-events-config", "egress"), (2, "--tool-server", "egress")]),
+    ("vllm", ["--distributed-executor-backend", "evil.Executor"], [(0, "--distributed-executor-backend", "code")]),
+    ("sglang", ["--encoder-urls", "http://e:1", "--sidecar", "m"],
+     [(0, "--encoder-urls", "egress"), (2, "--sidecar", "code")]),
+    ("sglang", ["--remote-instance-weight-loader-seed-instance-ip", "10.0.0.1"],
+     [(0, "--remote-instance-weight-loader-seed-instance-ip", "egress")]),
+])
+def test_egress_and_code_path_flags_are_found(engine, args, want):
+    version = PINNED[engine]
+    spec = cr(engine={"name": engine, "version": version, "extraArgs": args}, gpu={"type": "b300", "count": 1}).spec
+    assert code_arg_uses(spec) == want
+
+
+def test_egress_flags_allowed_by_their_own_list():
+    spec = cr(engine={"extraArgs": ["--otlp-traces-endpoint", "otel:4317", "--chat-template", "/t"]}).spec
+    assert codes(check_policy(spec, TenancyPolicy(code_args=("--chat-template", "--otlp-traces-endpoint")))) == [
+        ("PolicyEgressArgNotAllowed", "spec.engine.extraArgs[0]")]  # the code list does not allow egress
+    assert codes(check_policy(spec, TenancyPolicy(egress_args=("--otlp-traces-endpoint", "--chat-template")))) == [
+        ("PolicyCodeArgNotAllowed", "spec.engine.extraArgs[2]")]  # nor the egress list code
+    assert check_policy(spec, TenancyPolicy(code_args=("--chat-template",),
+                                            egress_args=("--otlp-traces-endpoint",))) == []
+    [f] = check_policy(cr(engine={"extraArgs": ["--tool-server", "x:1"]}).spec, TenancyPolicy())
+    assert f.code == "PolicyEgressArgNotAllowed" and "policy.allowedEgressArgs" in f.message
+    assert "--allowed-egress-arg" in f.message and "--tool-server" in f.message
 
 
 def test_refresh_adds_new_candidates_as_unreviewed():
@@ -248,12 +367,17 @@ def test_operator_flags_build_the_policy_and_round_trip_the_env():
     assert _parse() == TenancyPolicy()
     p = _parse("--allowed-token-secret-key", "HF_TOKEN", "--allow-trust-remote-code-namespace", "team-a",
                "--allow-trust-remote-code-model", "moonshotai", "--allowed-code-arg=--chat-template",
+               "--allowed-egress-arg=--tool-server",
                "--allowed-toleration-key=", "--allowed-node-selector-key=zone", "--allowed-priority-class=high")
     assert (p.token_secret_keys, p.trust_remote_code_namespaces, p.trust_remote_code_models, p.code_args,
             p.toleration_keys, p.node_selector_keys, p.priority_classes) == (
         ("HF_TOKEN",), ("team-a",), ("moonshotai",), ("--chat-template",), (), ("zone",), ("high",))
+    assert p.egress_args == ("--tool-server",)
     assert TenancyPolicy.from_env(p.to_env()) == p
     from specdeploy.cli.common import UsageError
+
+    with pytest.raises(UsageError):
+        _parse("--allowed-egress-arg=tool-server")
 
     with pytest.raises(UsageError):
         _parse("--allowed-code-arg=chat-template")

@@ -200,6 +200,17 @@ def policy_args(args: argparse.Namespace):
             raise UsageError(f"--cache-node-path {item!r}: PATH must be an absolute directory without '.' or '..' "
                              "segments, and not /")
         node_paths.append((name, path))
+    bindings: dict[str, tuple[str, ...]] = {}
+    for item in getattr(args, "cache_node_path_namespaces", None) or []:
+        name, eq, listed = item.partition("=")
+        namespaces = tuple(n for n in listed.split(",") if n)
+        if not eq or name not in dict(node_paths):
+            raise UsageError(f"--cache-node-path-namespaces {item!r}: expected NAME=NS[,NS...] with NAME a "
+                             "--cache-node-path name")
+        for n in namespaces:
+            if n != "*" and (not re.fullmatch(NAME_PATTERN, n) or len(n) > 63):
+                raise UsageError(f"--cache-node-path-namespaces {item!r}: {n!r} is not a namespace name (or *)")
+        bindings[name] = bindings.get(name, ()) + namespaces  # NAME= alone: no namespace
     default = None
     if getattr(args, "default_cache", None) and args.default_cache != "emptyDir":
         kind, slash, ref = args.default_cache.partition("/")
@@ -217,6 +228,7 @@ def policy_args(args: argparse.Namespace):
                               ("--allow-trust-remote-code-model", "allow_trust_remote_code_model",
                                "trust_remote_code_models"),
                               ("--allowed-code-arg", "allowed_code_arg", "code_args"),
+                              ("--allowed-egress-arg", "allowed_egress_arg", "egress_args"),
                               ("--allowed-toleration-key", "allowed_toleration_key", "toleration_keys"),
                               ("--allowed-node-selector-key", "allowed_node_selector_key", "node_selector_keys"),
                               ("--allowed-priority-class", "allowed_priority_class", "priority_classes")):
@@ -226,13 +238,14 @@ def policy_args(args: argparse.Namespace):
         for v in values:
             if any(ch.isspace() or ch in "\x00=," for ch in v) or len(v) > 316:
                 raise UsageError(f"{flag} {v!r}: expected a name without spaces, '=' or ','")
-            if attr == "allowed_code_arg" and not v.startswith("--"):
+            if attr in ("allowed_code_arg", "allowed_egress_arg") and not v.startswith("--"):
                 raise UsageError(f"{flag} {v!r}: expected an engine flag such as --chat-template")
         kwargs[field] = tuple(v for v in values if v)  # '' alone: none allowed
     return TenancyPolicy(engine_service_account=args.engine_service_account,
                          service_accounts=tuple(args.allowed_service_account or ()),
                          token_secrets=tuple(args.allowed_token_secret or ()), pvcs=tuple(args.allowed_pvc or ()),
-                         pvc_label=label, cache_node_paths=tuple(node_paths), default_cache=default, **kwargs)
+                         pvc_label=label, cache_node_paths=tuple(node_paths),
+                         cache_node_path_namespaces=tuple(sorted(bindings.items())), default_cache=default, **kwargs)
 
 
 def add_policy_args(pol) -> None:
@@ -251,6 +264,10 @@ def add_policy_args(pol) -> None:
     pol.add_argument("--cache-node-path", action="append", metavar="NAME=PATH",
                      help="a node-local directory engine pods may use as their hub cache, named NAME "
                      "(spec.cache.nodePath: NAME); repeatable; chart value cache.nodePaths")
+    pol.add_argument("--cache-node-path-namespaces", action="append", metavar="NAME=NS[,NS...]",
+                     help="bind the node path NAME to these namespaces (a spec in another namespace is refused, the "
+                     "default cache falls back to emptyDir there; '*': every namespace; NAME= alone: none); repeatable; "
+                     "without it a node path is shared by every namespace; chart value cache.nodePaths.NAME.namespaces")
     pol.add_argument("--default-cache", metavar="emptyDir|pvc/CLAIM|nodePath/NAME",
                      help="hub cache of engine pods whose spec has no cache (default emptyDir); chart value "
                      "cache.default")
@@ -266,6 +283,10 @@ def add_policy_args(pol) -> None:
     pol.add_argument("--allowed-code-arg", action="append", metavar="FLAG",
                      help="engine flag that loads code or opens pod files (data/codeflags.json, e.g. --chat-template) "
                      "spec.engine.extraArgs may use (repeatable; default: none; chart value policy.allowedCodeArgs)")
+    pol.add_argument("--allowed-egress-arg", action="append", metavar="FLAG",
+                     help="engine flag that connects out of the pod (loads: egress in data/codeflags.json, e.g. "
+                     "--otlp-traces-endpoint) spec.engine.extraArgs may use (repeatable; default: none; chart value "
+                     "policy.allowedEgressArgs)")
     pol.add_argument("--allowed-toleration-key", action="append", metavar="KEY|PREFIX*|*",
                      help="taint key spec.pod.tolerations may name (repeatable; default: *, the control-plane taints "
                      "only when listed by name; '' alone: none; chart value policy.allowedTolerationKeys)")

@@ -54,16 +54,25 @@ class CacheError(ValueError):
         self.finding = finding
 
 
-def node_path_refusal(name: str, policy=None) -> Finding:
+def node_path_refusal(name: str, policy=None, namespace: str | None = None) -> Finding:
     listed = ", ".join(n for n, _ in policy.cache_node_paths) if policy is not None else ""
+    bound = policy.node_path_namespaces(name) if policy is not None and policy.node_path(name) is not None else None
+    if bound is not None:
+        return Finding(Severity.ERROR, "PolicyCacheNodePathNotAllowed", Source.SPEC, "spec.cache.nodePath",
+                       f"node cache path {name!r} is bound to the namespaces {', '.join(bound) or 'none'}, not "
+                       f"{namespace or 'this one'}: it may hold their private models. Use type pvc or emptyDir, or ask "
+                       f"an administrator to add this namespace to the chart value cache.nodePaths.{name}.namespaces "
+                       "(operator flag --cache-node-path-namespaces NAME=NS,...)")
     return Finding(Severity.ERROR, "PolicyCacheNodePathNotAllowed", Source.SPEC, "spec.cache.nodePath",
                    f"node cache path {name!r} is not one an administrator listed (listed: {listed or 'none'}). Name a "
                    "listed one, use type pvc or emptyDir, or ask an administrator to add it to the chart value "
                    "cache.nodePaths (operator flag --cache-node-path NAME=PATH)")
 
 
-def plan_cache(spec, policy=None) -> CachePlan:
-    """The cache of ``spec`` under ``policy`` (core/policy.py TenancyPolicy; None: no default, no node paths)."""
+def plan_cache(spec, policy=None, namespace: str | None = None) -> CachePlan:
+    """The cache of ``spec`` in ``namespace`` under ``policy`` (core/policy.py TenancyPolicy; None: no default, no node
+    paths). A node path bound to other namespaces is refused when the spec names it, and replaced by an emptyDir when
+    it is the administrator's default."""
     cache = getattr(spec, "cache", None)
     if cache is not None:
         kind, claim, name, default = cache.type, cache.pvc.claim_name if cache.pvc else None, cache.node_path, False
@@ -76,8 +85,10 @@ def plan_cache(spec, policy=None) -> CachePlan:
         return CachePlan(PVC, claim=claim, from_default=default)
     if kind == NODE_PATH:
         path = policy.node_path(name) if policy is not None else None
-        if path is None:
-            raise CacheError(node_path_refusal(name, policy))
+        if path is None or not policy.node_path_allowed(name, namespace):
+            if default and path is not None:
+                return CachePlan(EMPTY_DIR, from_default=True)  # the default's node path is other namespaces'
+            raise CacheError(node_path_refusal(name, policy, namespace))
         return CachePlan(NODE_PATH, node_path_name=name, host_path=path, from_default=default)
     return CachePlan(EMPTY_DIR, from_default=default)
 

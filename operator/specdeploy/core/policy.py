@@ -12,10 +12,12 @@ what an administrator allowed (chart values -> operator flags -> ``SPECDEPLOY_PO
 | hub token Secret | `spec.{target,drafter}.tokenSecretRef` | `hub.tokenSecrets` / `--allowed-token-secret` | none |
 | engine API key Secret | `spec.engine.apiKey.secretKeyRef` | the same list as hub token Secrets | none |
 | model claim | `spec.{target,drafter}.pvc`, `spec.tuning.pvc`, `spec.cache.pvc` | `policy.allowedPVCs` / `--allowed-pvc`, or claims labelled `policy.pvcLabel` / `--pvc-label` | none |
-| node-local hub cache | `spec.cache.nodePath` (a name, never a path) | `cache.nodePaths` / `--cache-node-path NAME=PATH` | none |
+| node-local hub cache | `spec.cache.nodePath` (a name, never a path) | `cache.nodePaths` / `--cache-node-path NAME=PATH`, bound to namespaces by `cache.nodePaths.NAME.namespaces` / `--cache-node-path-namespaces NAME=NS,...` (unbound: every namespace, a shared cache) | none |
+| absolute model path | `spec.{target,drafter}.model` starting with `/` without a `pvc` | only under the hub cache mount when the cache is a claim or a node path bound to this namespace by name | nowhere else |
 | token Secret key | `spec.{target,drafter}.tokenSecretRef.key` | `hub.tokenSecretKeys` / `--allowed-token-secret-key` | `token` |
 | remote code | `spec.target.trustRemoteCode: true` | `policy.allowTrustRemoteCode.namespaces` / `--allow-trust-remote-code-namespace`, `.modelPrefixes` / `--allow-trust-remote-code-model` | nowhere |
 | engine flags that load code or open pod files | `spec.engine.extraArgs` | `policy.allowedCodeArgs` / `--allowed-code-arg` (flag names; the flags are listed per engine in data/codeflags.json) | none |
+| engine flags that connect out of the pod (OTLP, tool servers, KV-event publishers, encoder/weight peers) | `spec.engine.extraArgs` | `policy.allowedEgressArgs` / `--allowed-egress-arg` (flag names; `loads: egress` in data/codeflags.json) | none |
 | tolerations | `spec.pod.tolerations[*].key` | `policy.allowedTolerationKeys` / `--allowed-toleration-key` | any key but the control-plane taints; never a toleration without a key |
 | node selector | `spec.pod.nodeSelector` keys | `policy.allowedNodeSelectorKeys` / `--allowed-node-selector-key` | any key but the control-plane node roles |
 | priority class | `spec.pod.priorityClassName` | `policy.allowedPriorityClasses` / `--allowed-priority-class` | any but `system-*` |
@@ -26,7 +28,8 @@ never through a pattern: a default that admits them would let a tenant schedule 
 control plane or preempt cluster-critical pods.
 
 The cache a spec without `spec.cache` gets (`cache.default` / `--default-cache`) is the
-administrator's choice and is not checked against the lists above. A host path is only ever one an
+administrator's choice and is not checked against the lists above, except a node path's namespace
+binding: a namespace the default's node path is not bound to gets an emptyDir. A host path is only ever one an
 administrator listed: a spec names it, it cannot spell one (a hostPath volume of its own choosing
 would let it read or overwrite any directory of the node).
 
@@ -60,11 +63,14 @@ class TenancyPolicy:
     pvcs: tuple[str, ...] = ()
     pvc_label: tuple[str, str] | None = None
     cache_node_paths: tuple[tuple[str, str], ...] = ()  # (name, absolute node path)
+    # (name, namespaces that may use it; "*": every namespace); a listed name without a row: every namespace
+    cache_node_path_namespaces: tuple[tuple[str, tuple[str, ...]], ...] = ()
     default_cache: tuple[str, str] | None = None  # ("pvc", claim) | ("nodePath", name); None: emptyDir
     token_secret_keys: tuple[str, ...] = DEFAULT_TOKEN_SECRET_KEYS
     trust_remote_code_namespaces: tuple[str, ...] = ()  # "*": every namespace
     trust_remote_code_models: tuple[str, ...] = ()  # model prefixes (a path boundary: "org/" or "org")
     code_args: tuple[str, ...] = ()  # engine flags that load code or open files, allowed by name
+    egress_args: tuple[str, ...] = ()  # engine flags that connect out of the pod, allowed by name
     toleration_keys: tuple[str, ...] = ("*",)
     node_selector_keys: tuple[str, ...] = ("*",)
     priority_classes: tuple[str, ...] = ("*",)
@@ -81,7 +87,7 @@ class TenancyPolicy:
             return cls()
         d = json.loads(text)
         lists = {k: tuple(d[k]) for k in ("token_secret_keys", "trust_remote_code_namespaces", "trust_remote_code_models",
-                                          "code_args", "toleration_keys", "node_selector_keys", "priority_classes")
+                                          "code_args", "egress_args", "toleration_keys", "node_selector_keys", "priority_classes")
                  if k in d}
         return cls(**lists, image_prefixes=tuple(d.get("image_prefixes") or ()),
                    engine_service_account=d.get("engine_service_account"),
@@ -89,11 +95,26 @@ class TenancyPolicy:
                    pvcs=tuple(d.get("pvcs") or ()),
                    pvc_label=tuple(d["pvc_label"]) if d.get("pvc_label") else None,  # type: ignore[arg-type]
                    cache_node_paths=tuple(tuple(x) for x in d.get("cache_node_paths") or ()),  # type: ignore[misc]
+                   cache_node_path_namespaces=tuple((n, tuple(ns)) for n, ns in d.get("cache_node_path_namespaces") or ()),
                    default_cache=tuple(d["default_cache"]) if d.get("default_cache") else None)  # type: ignore[arg-type]
 
     def node_path(self, name: str) -> str | None:
         """The node directory an administrator listed under ``name``, or None."""
         return dict(self.cache_node_paths).get(name)
+
+    def node_path_namespaces(self, name: str) -> tuple[str, ...] | None:
+        """The namespaces bound to node path ``name`` (``*``: every one), or None: not bound (every namespace)."""
+        return dict(self.cache_node_path_namespaces).get(name)
+
+    def node_path_allowed(self, name: str, namespace: str | None, by_name: bool = False) -> bool:
+        """``namespace`` may use the listed node path ``name``; ``by_name``: only when bound to it by its name (not
+        through ``*`` or an unbound, shared path: every namespace writes there)."""
+        if self.node_path(name) is None:
+            return False
+        bound = self.node_path_namespaces(name)
+        if bound is None or "*" in bound:
+            return not by_name
+        return namespace is not None and namespace in bound
 
 
 def normalize_image(ref: str) -> str:
@@ -162,8 +183,8 @@ def _risky_dests(engine: str, version: str, snapshot: str) -> tuple[Any, dict[st
 
 
 def code_arg_uses(spec) -> list[tuple[int, str, str]]:
-    """(index in extraArgs, the engine's flag, code|file|unreviewed) for each extraArgs flag that loads code or
-    opens files of the pod (core/codeflags.py), resolved with the release's parser where one is recorded
+    """(index in extraArgs, the engine's flag, code|file|egress|unreviewed) for each extraArgs flag that loads code,
+    opens files of the pod or connects out of it (core/codeflags.py), resolved with the release's parser where one is recorded
     (abbreviations and other spellings of the same destination included), else by name."""
     from . import codeflags, engines as eng
     from .extraargs import _is_flag
@@ -252,6 +273,13 @@ def check_policy(spec, policy: TenancyPolicy, pvc_labels: Mapping[str, Mapping[s
                "or model in the chart value policy.allowTrustRemoteCode (namespaces, modelPrefixes; operator flags "
                "--allow-trust-remote-code-namespace, --allow-trust-remote-code-model)")
     for i, flag, kind in code_arg_uses(spec):
+        if kind == "egress":
+            if flag not in policy.egress_args:
+                refuse("PolicyEgressArgNotAllowed", f"spec.engine.extraArgs[{i}]",
+                       f"{flag} makes the engine connect to an address or URL its value names, out of the pod (allowed "
+                       f"such flags: {', '.join(policy.egress_args) or 'none'}). Remove it, or ask an administrator to "
+                       "add it to the chart value policy.allowedEgressArgs (operator flag --allowed-egress-arg)")
+            continue
         if flag in policy.code_args:
             continue
         what = {"code": "makes the engine import or run code named by its value",
@@ -300,8 +328,20 @@ def check_policy(spec, policy: TenancyPolicy, pvc_labels: Mapping[str, Mapping[s
     cache = getattr(spec, "cache", None)
     if cache is not None and cache.pvc is not None:
         claims.append(("spec.cache.pvc.claimName", cache.pvc.claim_name))
-    if cache is not None and cache.node_path is not None and policy.node_path(cache.node_path) is None:
-        out.append(node_path_refusal(cache.node_path, policy))
+    if cache is not None and cache.node_path is not None and not policy.node_path_allowed(cache.node_path, namespace):
+        out.append(node_path_refusal(cache.node_path, policy, namespace))
+    for role, src in spec.model_sources():
+        if src.pvc is None and is_model_path(src.model) and not model_path_allowed(src.model, spec, policy, namespace):
+            from .render.children import HF_HOME
+
+            refuse("PolicyModelPathNotAllowed", f"spec.{role}.model",
+                   f"model {src.model!r} is a path of the engine pod, not a hub repository id (ORG/NAME): it would serve "
+                   "whatever lies there (another "
+                   "tenant's model in a shared node cache, files of the image). Name a hub repository, or serve the "
+                   f"path from a claim (spec.{role}.pvc: the path is then inside the claim); a path under the hub "
+                   f"cache ({HF_HOME}/) is served only from a claim cache or a node path an administrator bound to this "
+                   "namespace by name (chart value cache.nodePaths.NAME.namespaces, operator flag "
+                   "--cache-node-path-namespaces)")
     for path, claim in claims:
         if claim in policy.pvcs:
             continue
@@ -321,6 +361,31 @@ def check_policy(spec, policy: TenancyPolicy, pvc_labels: Mapping[str, Mapping[s
                f"{how.capitalize()}ask an administrator to add it to the chart value policy.allowedPVCs (operator flag "
                "--allowed-pvc) or to set policy.pvcLabel (--pvc-label)")
     return out
+
+
+def is_model_path(model: str) -> bool:
+    """A model reference the engine reads as a directory of the pod, not a hub repository id: absolute, or more
+    '/'-separated segments than ORG/NAME (a relative path from the engine's working directory)."""
+    return model.startswith("/") or model.count("/") > 1
+
+
+def model_path_allowed(model: str, spec, policy: TenancyPolicy, namespace: str | None) -> bool:
+    """An absolute model path without a claim is served only from the pod's hub cache mount (``HF_HOME``) and only
+    when that cache is this namespace's own: a claim (the claim rule applies to it) or a node path bound to this
+    namespace by name. Anything else is a path of the image or of a cache other namespaces write."""
+    from .cache import NODE_PATH, PVC, CacheError, plan_cache
+    from .render.children import HF_HOME
+
+    parts = model.split("/")
+    if any(p in (".", "..") for p in parts) or not model.startswith(HF_HOME + "/"):
+        return False
+    try:
+        plan = plan_cache(spec, policy, namespace)
+    except CacheError:
+        return False
+    if plan.kind == PVC:
+        return True
+    return plan.kind == NODE_PATH and policy.node_path_allowed(plan.node_path_name or "", namespace, by_name=True)
 
 
 def _shown(patterns: tuple[str, ...]) -> str:

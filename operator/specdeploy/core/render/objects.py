@@ -571,7 +571,7 @@ def render(cr, target_doc: Any, drafter_doc: Any, *, pod_monitor: bool = False,
         analysis.findings.append(warning)
     baked = baked_row is not None
     try:
-        cache = plan_cache(spec, policy)
+        cache = plan_cache(spec, policy, cr.metadata.namespace)
     except CacheError as e:
         raise RenderError(analysis.findings + [e.finding], analysis.accepted) from None
     guard_plan = plan_guard(spec, analysis.derived, guard)
