@@ -28,12 +28,20 @@ BENCH["metadata"].update({"namespace": NS, "uid": "bench-uid", "generation": 1})
 
 
 class Api:
-    """Objects by (kind, ns, name); writes recorded in order."""
+    """Objects by (kind, ns, name); writes recorded in order (a create refused with 409 is recorded as
+    ``create-409``: the server wrote nothing). Every object gets a uid; a delete with a uid precondition that
+    does not match is refused with 409, as the API server does."""
 
     def __init__(self):
         self.objs: dict[tuple[str, str, str], dict] = {}
         self.writes: list[tuple[str, str, str]] = []
         self.logs: dict[str, str] = {}
+        self.deletes: list[tuple[str, str, str | None]] = []  # (kind, name, the uid precondition)
+        self._uids = 0
+
+    def _uid(self) -> str:
+        self._uids += 1
+        return f"uid-{self._uids}"
 
     async def get(self, kind, ns, name):
         o = self.objs.get((kind, ns, name))
@@ -47,18 +55,26 @@ class Api:
     async def apply(self, obj, force=False):
         key = (obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])
         self.writes.append(("apply", key[0], key[2]))
-        self.objs[key] = {**copy.deepcopy(self.objs.get(key, {})), **copy.deepcopy(obj)}
-        return obj
+        old = self.objs.get(key) or {"metadata": {"uid": self._uid()}}
+        self.objs[key] = {**copy.deepcopy(old), **copy.deepcopy(obj),
+                          "metadata": {**copy.deepcopy(obj["metadata"]), "uid": old["metadata"]["uid"]}}
+        return copy.deepcopy(self.objs[key])
 
     async def create(self, obj):
         key = (obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])
-        self.writes.append(("create", key[0], key[2]))
         if key in self.objs:
+            self.writes.append(("create-409", key[0], key[2]))
             raise KubeError(409, "AlreadyExists", "exists")
-        self.objs[key] = copy.deepcopy(obj)
-        return obj
+        self.writes.append(("create", key[0], key[2]))
+        self.objs[key] = {**copy.deepcopy(obj), "metadata": {**copy.deepcopy(obj["metadata"]), "uid": self._uid()}}
+        return copy.deepcopy(self.objs[key])
 
-    async def delete(self, kind, ns, name, propagation="Background"):
+    async def delete(self, kind, ns, name, propagation="Background", uid=None):
+        self.deletes.append((kind, name, uid))
+        o = self.objs.get((kind, ns, name))
+        if o is not None and uid is not None and (o.get("metadata") or {}).get("uid") != uid:
+            raise KubeError(409, "Conflict", f"Precondition failed: UID in precondition: {uid}, "
+                            f"UID in object meta: {o['metadata'].get('uid')}")
         self.writes.append(("delete", kind, name))
         self.objs.pop((kind, ns, name), None)
 
@@ -125,9 +141,10 @@ def result(variant: str, tau: float | None, tps: float, digests=("a" * 64,) * 4)
 def test_a_benchmark_runs_variant_after_variant_and_completes():
     api = Api()
     bc, body = controller(api)
-    assert step(bc) > 0  # baseline: engine objects applied
-    assert [w[1:] for w in api.writes if w[0] == "apply"] == [
-        ("ConfigMap", "tiny-sweep-baseline-engine"), ("Deployment", "tiny-sweep-baseline"), ("Service", "tiny-sweep-baseline")]
+    assert step(bc) > 0  # baseline: engine objects created (a POST each, the workload last), never applied over a GET
+    assert [w for w in api.writes if w[1] != "SpeculativeBenchmark"] == [
+        ("create", "ConfigMap", "tiny-sweep-baseline-engine"), ("create", "Service", "tiny-sweep-baseline"),
+        ("create", "Deployment", "tiny-sweep-baseline")]
     assert body["status"]["phase"] == "Running" and body["status"]["current"] == "baseline: starting the engine"
     dep = api.objs[("Deployment", NS, "tiny-sweep-baseline")]
     assert dep["metadata"]["ownerReferences"][0]["uid"] == "bench-uid"
@@ -288,27 +305,54 @@ def test_ttl_deletes_the_finished_benchmark():
     assert step(bc) > 60 and api.writes == []
 
 
-def test_configmap_prompts_travel_with_the_plan_or_fail_naming_the_configmap():
+PROMPTS_MARK = {"specdeploy.io/prompts": "true"}
+
+
+def _prompts_run(cm: dict | None) -> tuple[Api, dict]:
+    """A benchmark whose spec.prompts.configMapRef names my-prompts, run to its client step."""
     api = Api()
+    if cm is not None:
+        api.objs[("ConfigMap", NS, "my-prompts")] = cm
     bc, body = controller(api)
     body["spec"]["prompts"] = {"configMapRef": {"name": "my-prompts"}}
     step(bc)
     ready(api, "baseline")
     step(bc)
+    return api, body
+
+
+def _prompts_cm(labels: dict | None, data: dict) -> dict:
+    return {"kind": "ConfigMap", "metadata": {"name": "my-prompts", "namespace": NS, "uid": "cm-uid",
+                                              **({"labels": labels} if labels is not None else {})}, "data": data}
+
+
+def test_configmap_prompts_travel_with_the_plan_or_fail_naming_the_configmap():
+    api, body = _prompts_run(_prompts_cm(PROMPTS_MARK, {"other": "x"}))
     cond = body["status"]["conditions"][0]
     assert cond["reason"] == "PromptsNotFound" and "ConfigMap my-prompts has no key prompts.jsonl" in cond["message"]
     assert not [k for k in api.objs if k[0] in ("Deployment", "Job")]
-    api = Api()
-    api.objs[("ConfigMap", NS, "my-prompts")] = {"kind": "ConfigMap", "metadata": {"name": "my-prompts"},
-                                                 "data": {"prompts.jsonl": '{"prompt": "hi"}\n'}}
-    bc, body = controller(api)
-    body["spec"]["prompts"] = {"configMapRef": {"name": "my-prompts"}}
-    step(bc)
-    ready(api, "baseline")
-    step(bc)
+    api, body = _prompts_run(_prompts_cm(PROMPTS_MARK, {"prompts.jsonl": '{"prompt": "hi"}\n'}))
     cm = api.objs[("ConfigMap", NS, "tiny-sweep-baseline-plan")]
     assert cm["data"]["prompts.jsonl"] == '{"prompt": "hi"}\n'
     assert json.loads(cm["data"]["plan.json"])["prompts"] == {"kind": "file", "path": "/etc/specdeploy/bench/prompts.jsonl"}
+
+
+@pytest.mark.parametrize("labels", [None, {"specdeploy.io/prompts": "false"}, {"specdeploy.io/prompt": "true"}],
+                         ids=["unlabelled", "false", "another-label"])
+def test_only_configmaps_marked_as_prompts_are_copied(labels):
+    """Issue 37: spec.prompts.configMapRef copied any ConfigMap key of the namespace into the operator-owned plan
+    ConfigMap (and the client's requests). Only one labelled specdeploy.io/prompts=true is read; any other answers
+    as an absent one does (no oracle of the namespace's ConfigMaps), naming the field and the label."""
+    secret = '{"prompt": "db-password=hunter2"}\n'
+    api, body = _prompts_run(_prompts_cm(labels, {"prompts.jsonl": secret}))
+    cond = body["status"]["conditions"][0]
+    assert body["status"]["phase"] == "Failed" and cond["reason"] == "PromptsNotFound", cond
+    assert "spec.prompts.configMapRef" in cond["message"] and "specdeploy.io/prompts=true" in cond["message"]
+    assert "hunter2" not in json.dumps([v for k, v in api.objs.items() if k[2] != "my-prompts"])
+    assert ("ConfigMap", NS, "tiny-sweep-baseline-plan") not in api.objs and ("Job", NS, "tiny-sweep-baseline-client") \
+        not in api.objs and ("Deployment", NS, "tiny-sweep-baseline") not in api.objs
+    _, absent = _prompts_run(None)  # the same answer for a ConfigMap that does not exist
+    assert absent["status"]["conditions"][0]["message"] == cond["message"]
 
 
 def test_benchmarks_of_one_deployment_run_one_at_a_time():
