@@ -510,9 +510,10 @@ def test_a_client_job_past_its_deadline_fails_whatever_status_says():
     assert ("Job", NS, "tiny-sweep-baseline-client") not in api.objs
 
 
-def _foreign(kind: str, name: str, refs: list | None = None, **extra) -> dict:
+def _foreign(kind: str, name: str, refs: list | None = None, labels: dict | None = None, **extra) -> dict:
     return {"kind": kind, "metadata": {"name": name, "namespace": NS, "uid": "victim",
-                                       **({"ownerReferences": refs} if refs is not None else {})}, **extra}
+                                       **({"ownerReferences": refs} if refs is not None else {}),
+                                       **({"labels": labels} if labels is not None else {})}, **extra}
 
 
 FOREIGN = [
@@ -643,3 +644,170 @@ def test_a_drafter_method_variant_resolves_and_gates_its_own_drafter():
     finally:
         TINY.pop("tiny/eagle3-test/config.json", None)
         TINY.pop("tiny/eagle3-wrong/config.json", None)
+
+
+# ----------------------------------------------------------------- issue 37: the executor's create-only path
+
+
+class RacingApi(Api):
+    """The name of ``kind/name`` is taken by a tenant's object between the benchmark's read and its write: at
+    the create (``on="create"``) or at the delete (``on="delete"``: ours deleted and theirs created under the name
+    since the read)."""
+
+    def __init__(self, kind: str, name: str, on: str):
+        super().__init__()
+        self.race, self.on, self.victim = (kind, name), on, None
+
+    def _plant(self, kind, name):
+        if (kind, name) == self.race and self.victim is None:
+            self.victim = _foreign(kind, name, labels={"specdeploy.io/benchmark": "tiny-sweep"})
+            self.objs[(kind, NS, name)] = copy.deepcopy(self.victim)
+
+    async def create(self, obj):
+        if self.on == "create":
+            self._plant(obj["kind"], obj["metadata"]["name"])
+        return await super().create(obj)
+
+    async def delete(self, kind, ns, name, propagation="Background", uid=None):
+        if self.on == "delete" and (kind, ns, name) in self.objs:
+            self._plant(kind, name)
+        return await super().delete(kind, ns, name, propagation, uid)
+
+
+def _writes(api: Api) -> list[tuple[str, str, str]]:
+    return [w for w in api.writes if w[1] != "SpeculativeBenchmark"]
+
+
+def test_a_variant_name_taken_at_the_create_is_left_and_the_pass_is_undone():
+    """The claim found the Deployment's name free; a tenant's Deployment takes it before the POST: the server
+    refuses the create (409), the benchmark fails as ChildConflict, the tenant's Deployment is neither applied to
+    nor deleted, and the ConfigMap and Service this pass created are deleted again (nothing half-applied)."""
+    api = RacingApi("Deployment", "tiny-sweep-baseline", on="create")
+    bc, body = controller(api)
+    step(bc)
+    cond = body["status"]["conditions"][0]
+    assert body["status"]["phase"] == "Failed" and cond["reason"] == "ChildConflict", cond
+    assert "Deployment/tiny-sweep-baseline (not owned by specdeploy)" in cond["message"]
+    assert api.objs[("Deployment", NS, "tiny-sweep-baseline")] == api.victim
+    assert [w for w in _writes(api) if w[0] == "apply" or w[2] == "tiny-sweep-baseline" and w[1] == "Deployment"] == [
+        ("create-409", "Deployment", "tiny-sweep-baseline")]
+    assert not [k for k in api.objs if k[2] != "tiny-sweep-baseline" or k[0] != "Deployment"], api.objs
+    # each undo delete names the object this pass created (its uid), never the name alone
+    assert {(k, n) for k, n, _ in api.deletes} >= {("ConfigMap", "tiny-sweep-baseline-engine"),
+                                                  ("Service", "tiny-sweep-baseline")}
+    assert all(uid and uid.startswith("uid-") for _, _, uid in api.deletes), api.deletes
+
+
+@pytest.mark.parametrize("kind, name", [("Job", "tiny-sweep-baseline-client"), ("ConfigMap", "tiny-sweep-baseline-plan")])
+def test_a_client_name_taken_at_the_create_is_left(kind, name):
+    api = RacingApi(kind, name, on="create")
+    bc, body = controller(api)
+    step(bc)
+    ready(api, "baseline")
+    step(bc)
+    cond = body["status"]["conditions"][0]
+    assert cond["reason"] == "ChildConflict" and f"{kind}/{name}" in cond["message"], cond
+    assert api.objs[(kind, NS, name)] == api.victim
+    assert not [w for w in _writes(api) if w[2] == name and w[0] not in ("create-409",)], api.writes
+    assert ("Deployment", NS, "tiny-sweep-baseline") not in api.objs  # the benchmark's own variant: cleaned up
+
+
+@pytest.mark.parametrize("kind, name", [("Deployment", "tiny-sweep-baseline"), ("Service", "tiny-sweep-baseline"),
+                                        ("ConfigMap", "tiny-sweep-baseline-engine"),
+                                        ("Job", "tiny-sweep-baseline-client"), ("ConfigMap", "tiny-sweep-baseline-plan")])
+def test_an_object_recreated_under_a_childs_name_since_the_read_is_not_deleted(kind, name):
+    """The benchmark read its own child, then someone deleted it and created theirs under the name: the delete
+    carries the uid of the object read, the server refuses it (409), the new object stays."""
+    api = RacingApi(kind, name, on="delete")
+    bc, body = controller(api)
+    step(bc)
+    ready(api, "baseline")
+    step(bc)
+    finish_job(api, "baseline", failed=True, log="error: boom\n")
+    step(bc)  # ClientFailed: the variant is deleted (then _cleanup)
+    assert body["status"]["phase"] == "Failed"
+    assert api.victim is not None and api.objs[(kind, NS, name)] == api.victim
+    assert ("delete", kind, name) not in api.writes
+    assert (kind, name) in {(k, n) for k, n, _ in api.deletes}  # tried, as the object read only
+
+
+def test_every_delete_of_a_child_carries_the_uid_of_the_object_read():
+    api = Api()
+    bc, body = controller(api)
+    bc.network_policy = ()
+    for v, tau in (("baseline", None), ("k3", 3.0)):
+        step(bc)
+        ready(api, v)
+        step(bc)
+        finish_job(api, v, result(v, tau, 100))
+        step(bc)
+    step(bc)
+    assert body["status"]["phase"] == "Complete"
+    children = [d for d in api.deletes if d[0] != "SpeculativeBenchmark"]
+    assert {k for k, _, _ in children} == {"Job", "ConfigMap", "Deployment", "Service", "NetworkPolicy"}
+    assert all(uid and uid.startswith("uid-") for _, _, uid in children), children
+
+
+def test_a_tenants_object_created_under_a_variants_name_after_its_delete_is_untouched():
+    """The baseline was measured and deleted; a tenant then creates a Deployment of that name, with the benchmark's
+    label (a label never makes an object ours). The benchmark failing later deletes only what it controls."""
+    api = Api()
+    bc, body = controller(api)
+    step(bc)
+    ready(api, "baseline")
+    step(bc)
+    finish_job(api, "baseline", result("baseline", None, 100))
+    step(bc)  # measured: the baseline's objects deleted
+    victim = _foreign("Deployment", "tiny-sweep-baseline", labels={"specdeploy.io/benchmark": "tiny-sweep"})
+    api.objs[("Deployment", NS, "tiny-sweep-baseline")] = copy.deepcopy(victim)
+    step(bc)  # k3 starts
+    bc.deployments.clear()  # the SpeculativeDeployment goes away: Failed, cleanup
+    step(bc)
+    assert body["status"]["phase"] == "Failed"
+    assert api.objs[("Deployment", NS, "tiny-sweep-baseline")] == victim
+    assert ("Deployment", NS, "tiny-sweep-k3") not in api.objs
+
+
+# ----------------------------------------------------------------- issue 37: the variants' NetworkPolicy
+
+
+def test_with_the_engine_network_policy_each_variant_gets_one_created_before_its_engine_and_deleted_with_it():
+    api = Api()
+    bc, body = controller(api)
+    bc.network_policy = ("monitoring", NS)
+    step(bc)
+    assert _writes(api) == [("create", "ConfigMap", "tiny-sweep-baseline-engine"),
+                            ("create", "Service", "tiny-sweep-baseline"),
+                            ("create", "NetworkPolicy", "tiny-sweep-baseline"),
+                            ("create", "Deployment", "tiny-sweep-baseline")]
+    np = api.objs[("NetworkPolicy", NS, "tiny-sweep-baseline")]
+    assert np["metadata"]["ownerReferences"][0]["uid"] == "bench-uid"
+    pod_labels = api.objs[("Deployment", NS, "tiny-sweep-baseline")]["spec"]["template"]["metadata"]["labels"]
+    assert all(pod_labels.get(k) == v for k, v in np["spec"]["podSelector"]["matchLabels"].items())
+    ready(api, "baseline")
+    step(bc)
+    client = api.objs[("Job", NS, "tiny-sweep-baseline-client")]["spec"]["template"]["metadata"]["labels"]
+    [rule] = np["spec"]["ingress"]
+    assert all(client.get(k) == v for k, v in rule["from"][0]["podSelector"]["matchLabels"].items())
+    assert rule["from"][1:] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    finish_job(api, "baseline", result("baseline", None, 100))
+    step(bc)
+    assert ("NetworkPolicy", NS, "tiny-sweep-baseline") not in api.objs
+    # off (the default): none
+    api = Api()
+    bc, _ = controller(api)
+    step(bc)
+    assert not [k for k in api.objs if k[0] == "NetworkPolicy"]
+
+
+def test_a_tenants_network_policy_under_a_variants_name_fails_the_benchmark_untouched():
+    api = Api()
+    victim = _foreign("NetworkPolicy", "tiny-sweep-baseline", spec={"podSelector": {}, "ingress": [{}]})
+    api.objs[("NetworkPolicy", NS, "tiny-sweep-baseline")] = copy.deepcopy(victim)
+    bc, body = controller(api)
+    bc.network_policy = ()
+    step(bc)
+    cond = body["status"]["conditions"][0]
+    assert cond["reason"] == "ChildConflict" and "NetworkPolicy/tiny-sweep-baseline" in cond["message"], cond
+    assert api.objs[("NetworkPolicy", NS, "tiny-sweep-baseline")] == victim
+    assert not [w for w in _writes(api) if w[0] in ("apply", "create", "delete")], api.writes
