@@ -604,7 +604,8 @@ def test_unwatched_executor_reads_every_claim_and_keeps_nothing():
     got, _ = asyncio.run(ex.claim("Deployment", "ns", "b", "u1"))
     assert got["status"] == {"readyReplicas": 1}
     asyncio.run(ex.apply("ns", "b", [_child("ConfigMap", "b-x", _OURS)], [], uid="u1"))
-    assert kube.writes == [("create", "ConfigMap", "b-x")] and dict(ex.cache.children) == {} and dict(ex.cache.verified) == {}
+    assert kube.writes == [("create", "ConfigMap", "b-x")]
+    assert dict(ex.cache.children) == {} and dict(ex.cache.verified) == {}
 
 
 def test_kube_get_many_answers_in_order_none_when_absent():

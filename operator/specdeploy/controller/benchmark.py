@@ -428,8 +428,8 @@ class BenchmarkController:
                     await self._delete_variant(ns, name, v.name)
                     raise BenchFailed("PromptsNotFound", f"spec.prompts.configMapRef: no ConfigMap {ref.name} labelled "
                                       f"{N.PROMPTS_LABEL}={N.PROMPTS_LABEL_VALUE} in namespace {ns}; only ConfigMaps "
-                                      "marked as prompt sets are read: create it, and label it (kubectl label configmap "
-                                      f"{ref.name} {N.PROMPTS_LABEL}={N.PROMPTS_LABEL_VALUE} -n {ns}), or use "
+                                      "marked as prompt sets are read: create it, and label it (kubectl label "
+                                      f"configmap {ref.name} {N.PROMPTS_LABEL}={N.PROMPTS_LABEL_VALUE} -n {ns}), or use "
                                       "spec.prompts.bundled or generated")
                 prompts_jsonl = ((cm or {}).get("data") or {}).get(ref.key)
                 if prompts_jsonl is None:
@@ -450,7 +450,7 @@ class BenchmarkController:
             await self._put(ns, name, [cm], owner)
             made = await self.executor.create_child(ns, build_client_job(owner, v.name, image, api_key=api_key,
                                                                          service_account=None))
-            if made is None:  # the name was taken since the claim above: ours (an earlier attempt) waits, another's fails
+            if made is None:  # the name was taken since the claim: ours (an earlier attempt) waits, another's fails
                 await self._claim("Job", ns, job_name, owner)
             current = f"{v.name}: client running"
             await self._status(key, body, {"phase": "Running", "progress": progress,

@@ -3,9 +3,12 @@
 The only code of the reconcile path that talks to the API server: creation of the children the
 watch cache does not hold (a POST, refused when the name is taken) and server-side apply of the
 others, with the ownership checks of ownership.py (no request while a child is in sync),
-deletion of obsolete children, the tuning Job, the status patch, Events, API discovery and
-the PVC labels the tenancy policy reads. What it learns it writes back into the caches
-(controller/cache.py), so that the watch delivering it later changes nothing.
+deletion of obsolete children (each delete names the object read: its uid as the precondition),
+the tuning Job, the status patch, Events, API discovery and the PVC labels the tenancy policy reads.
+What it learns it writes back into the caches (controller/cache.py), so that the watch delivering it
+later changes nothing. The benchmark controller (controller/benchmark.py) writes and deletes its
+children through the same functions, with ``Unwatched`` caches (nothing kept: every claim reads the
+live object).
 """
 
 from __future__ import annotations
@@ -163,7 +166,9 @@ class Executor:
         """Delete a child when the CR ``uid`` controls it (``claim``); whether it was deleted. Absent, or
         another's: nothing is deleted."""
         actual, why = await self.claim(kind, ns, cname, uid)
-        return await self.delete_owned(ns, {**actual, "kind": kind}, uid) if actual is not None and why is None else False
+        if actual is None or why is not None:
+            return False
+        return await self.delete_owned(ns, {**actual, "kind": kind}, uid)
 
     async def delete_owned(self, ns: str, actual: dict, uid: str | None) -> bool:
         """Delete ``actual`` (a live object as read: its ``kind`` set) when the CR ``uid`` controls it, and only

@@ -236,7 +236,8 @@ def build_variant_network_policy(owner: BenchOwner, vo: VariantObjects, namespac
     of the namespace: a variant serves only its client."""
     [dep] = [o for o in vo.objects if o["kind"] == "Deployment"]
     variant = dep["metadata"]["labels"][VARIANT_LABEL]
-    client = {k: v for k, v in client_labels(owner, variant).items() if k in (N.LABEL_COMPONENT, BENCH_LABEL, VARIANT_LABEL)}
+    client = {k: v for k, v in client_labels(owner, variant).items()
+              if k in (N.LABEL_COMPONENT, BENCH_LABEL, VARIANT_LABEL)}
     peers: list[dict] = [{"podSelector": {"matchLabels": client}}]
     peers += [{"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: ns}}}
               for ns in sorted(set(namespaces)) if ns != owner.namespace]
@@ -248,5 +249,6 @@ def build_variant_network_policy(owner: BenchOwner, vo: VariantObjects, namespac
                      "policyTypes": ["Ingress"], "ingress": [{"from": peers}]}}
 
 
-__all__ = ["BenchOwner", "build_variant_network_policy", "VariantObjects", "RenderError", "render_variant", "build_client_job",
-           "build_client_configmap", "variant_object_name", "BENCH_LABEL", "VARIANT_LABEL"]
+__all__ = ["BenchOwner", "VariantObjects", "RenderError", "render_variant", "build_client_job",
+           "build_client_configmap", "build_variant_network_policy", "variant_object_name", "BENCH_LABEL",
+           "VARIANT_LABEL"]
