@@ -300,6 +300,11 @@ def test_ttl_deletes_the_finished_benchmark():
     body["spec"]["ttlSecondsAfterFinished"] = 60
     body["status"] = {"phase": "Complete", "finishedAt": "2020-01-01T00:00:00Z"}
     assert step(bc) is None and api.writes == [("delete", "SpeculativeBenchmark", "tiny-sweep")]
+    assert api.deletes == [("SpeculativeBenchmark", "tiny-sweep", "bench-uid")]  # only the one that finished
+    # a benchmark created again under the name since the watch delivered the finished one: left alone
+    again = {"kind": "SpeculativeBenchmark", "metadata": {"name": "tiny-sweep", "namespace": NS, "uid": "new-uid"}}
+    api.objs[("SpeculativeBenchmark", NS, "tiny-sweep")] = again
+    assert step(bc) is None and api.objs[("SpeculativeBenchmark", NS, "tiny-sweep")] == again
     api.writes.clear()
     body["status"]["finishedAt"] = "2999-01-01T00:00:00Z"  # not yet: requeued for the time left
     assert step(bc) > 60 and api.writes == []

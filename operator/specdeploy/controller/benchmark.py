@@ -214,7 +214,11 @@ class BenchmarkController:
         left = ttl - _age((body.get("status") or {}).get("finishedAt"))
         if left > 0:
             return left
-        await self.kube.delete("SpeculativeBenchmark", key[0], key[1])
+        try:  # only the benchmark that finished: one created again under its name since is not deleted
+            await self.kube.delete("SpeculativeBenchmark", key[0], key[1], uid=(body.get("metadata") or {}).get("uid"))
+        except KubeError as e:
+            if e.status != 409:
+                raise
         return None
 
     async def _step(self, key: Key, body: dict) -> float | None:
