@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from specdeploy.core.names import PROMPTS_LABEL, PROMPTS_LABEL_VALUE
 from specdeploy_dev.harness import BIN, HarnessError, wait_for
 from specdeploy_dev.realloop import cpu_cr
 
@@ -51,7 +52,9 @@ def test_benchmark_of_the_trained_pair_on_real_vllm(loop):
     # tokens would measure the drafter off its training distribution
     prompts = "".join(json.dumps({"prompt": p}) + "\n" for p in loop.trained_manifest["prompts"])
     loop.cluster.kubectl("apply", "-n", loop.namespace, "-f", "-", input=json.dumps({
-        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "lang-prompts"}, "data": {"prompts.jsonl": prompts}}))
+        "apiVersion": "v1", "kind": "ConfigMap", "data": {"prompts.jsonl": prompts},
+        # marked as a prompt set: the only ConfigMaps spec.prompts.configMapRef may name (issue 37)
+        "metadata": {"name": "lang-prompts", "labels": {PROMPTS_LABEL: PROMPTS_LABEL_VALUE}}}))
     loop.cluster.kubectl("apply", "-n", loop.namespace, "-f", "-", input=json.dumps({
         "apiVersion": "specdeploy.io/v1alpha1", "kind": "SpeculativeBenchmark", "metadata": {"name": NAME},
         "spec": {"deploymentRef": {"name": DEP},

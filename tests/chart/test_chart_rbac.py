@@ -45,9 +45,12 @@ def _calls() -> dict[str, set[tuple]]:
         "Executor.apply_child:apply": {(g, r, v, "watched") for g, r in managed for v in ("create", "patch")},
         # the one-time move of a pre-SSA child's managedFields (a JSON patch)
         "Executor.apply_child:patch": {(g, r, "patch", "watched") for g, r in managed},
-        "Executor.apply:delete": {(g, r, "delete", "watched") for g, r in managed},
-        "Executor.create_child:create": {(g, r, "create", "watched") for g, r in managed},  # an uncached child
-        "Executor._undo:delete": {(g, r, "delete", "watched") for g, r in managed},  # what a refused pass created
+        # an uncached child (and the benchmark's children, its client Job among them: the benchmark controller
+        # writes through an Executor with Unwatched caches, issue 37)
+        "Executor.create_child:create": {(g, r, "create", "watched") for g, r in managed + [gr("Job")]},
+        # every delete of a child, with the object's uid as its precondition: obsolete children, what a refused
+        # pass created, a benchmark's variant objects and client Jobs (issue 37)
+        "Executor._delete:delete": {(g, r, "delete", "watched") for g, r in managed + [gr("Job")]},
         # the ownership check before any write (issue 24): a child's name may be taken by an object the watches
         # (labelled children only) never saw; also the tuning Job and its ConfigMap
         "Executor.claim:get": {(g, r, "get", "watched") for g, r in managed + [gr("Job")]},
@@ -89,26 +92,15 @@ def _calls() -> dict[str, set[tuple]]:
         # SpeculativeBenchmark (controller/benchmark.py): variants, client Jobs, their logs, the results ConfigMap
         "BenchmarkController._expire:delete": {("specdeploy.io", "speculativebenchmarks", "delete", "watched")},
         "BenchmarkController._status:patch": {("specdeploy.io", "speculativebenchmarks/status", "patch", "watched")},
-        # the ownership check of every child before it is read, written or deleted (issue 24)
-        "BenchmarkController._claim:get": {(*gr(k), "get", "watched") for k in ("ConfigMap", "Deployment", "Service", "Job")},
-        "BenchmarkController._delete_owned:get": {(*gr(k), "get", "watched")
-                                                  for k in ("Job", "ConfigMap", "Deployment", "Service")},
-        "BenchmarkController._delete_owned:delete": {(*gr(k), "delete", "watched")
-                                                     for k in ("Job", "ConfigMap", "Deployment", "Service")},
-        "BenchmarkController._step:apply": {(*gr(k), v, "watched") for k in ("ConfigMap", "Deployment", "Service")
-                                            for v in ("create", "patch")},
+        # its children (variant objects and NetworkPolicy, plan and results ConfigMaps, client Jobs) are claimed,
+        # created, applied and deleted by the Executor calls above (issue 37)
         "BenchmarkController._measure_serving:get": {(*gr("Deployment"), "get", "watched")},
         "BenchmarkController._client:get": {(*gr("ConfigMap"), "get", "watched")},  # spec.prompts.configMapRef
-        "BenchmarkController._client:apply": {(*gr("ConfigMap"), v, "watched") for v in ("create", "patch")},
-        "BenchmarkController._client:create": {(*gr("Job"), "create", "watched")},
         "BenchmarkController._client_log:list": {(*gr("Pod"), "list", "watched")},
         "BenchmarkController._crashing:list": {(*gr("Pod"), "list", "watched")},
-        "BenchmarkController._cleanup:list": {(*gr(k), "list", "watched") for k in ("Job", "Deployment", "Service", "ConfigMap")},
-        "BenchmarkController._cleanup:delete": {(*gr(k), "delete", "watched")
-                                                for k in ("Job", "Deployment", "Service", "ConfigMap")},
+        "BenchmarkController._cleanup:list": {(*gr(k), "list", "watched")
+                                              for k in ("Job", "Deployment", "Service", "ConfigMap", "NetworkPolicy")},
         "BenchmarkController._client_log:log": {("", "pods/log", "get", "watched")},
-        "BenchmarkController._record:apply": {(*gr("ConfigMap"), v, "watched") for v in ("create", "patch")},
-        "BenchmarkController._finish:apply": {(*gr("ConfigMap"), v, "watched") for v in ("create", "patch")},
     }
 
 

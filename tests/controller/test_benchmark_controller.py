@@ -28,12 +28,20 @@ BENCH["metadata"].update({"namespace": NS, "uid": "bench-uid", "generation": 1})
 
 
 class Api:
-    """Objects by (kind, ns, name); writes recorded in order."""
+    """Objects by (kind, ns, name); writes recorded in order (a create refused with 409 is recorded as
+    ``create-409``: the server wrote nothing). Every object gets a uid; a delete with a uid precondition that
+    does not match is refused with 409, as the API server does."""
 
     def __init__(self):
         self.objs: dict[tuple[str, str, str], dict] = {}
         self.writes: list[tuple[str, str, str]] = []
         self.logs: dict[str, str] = {}
+        self.deletes: list[tuple[str, str, str | None]] = []  # (kind, name, the uid precondition)
+        self._uids = 0
+
+    def _uid(self) -> str:
+        self._uids += 1
+        return f"uid-{self._uids}"
 
     async def get(self, kind, ns, name):
         o = self.objs.get((kind, ns, name))
@@ -47,18 +55,26 @@ class Api:
     async def apply(self, obj, force=False):
         key = (obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])
         self.writes.append(("apply", key[0], key[2]))
-        self.objs[key] = {**copy.deepcopy(self.objs.get(key, {})), **copy.deepcopy(obj)}
-        return obj
+        old = self.objs.get(key) or {"metadata": {"uid": self._uid()}}
+        self.objs[key] = {**copy.deepcopy(old), **copy.deepcopy(obj),
+                          "metadata": {**copy.deepcopy(obj["metadata"]), "uid": old["metadata"]["uid"]}}
+        return copy.deepcopy(self.objs[key])
 
     async def create(self, obj):
         key = (obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])
-        self.writes.append(("create", key[0], key[2]))
         if key in self.objs:
+            self.writes.append(("create-409", key[0], key[2]))
             raise KubeError(409, "AlreadyExists", "exists")
-        self.objs[key] = copy.deepcopy(obj)
-        return obj
+        self.writes.append(("create", key[0], key[2]))
+        self.objs[key] = {**copy.deepcopy(obj), "metadata": {**copy.deepcopy(obj["metadata"]), "uid": self._uid()}}
+        return copy.deepcopy(self.objs[key])
 
-    async def delete(self, kind, ns, name, propagation="Background"):
+    async def delete(self, kind, ns, name, propagation="Background", uid=None):
+        self.deletes.append((kind, name, uid))
+        o = self.objs.get((kind, ns, name))
+        if o is not None and uid is not None and (o.get("metadata") or {}).get("uid") != uid:
+            raise KubeError(409, "Conflict", f"Precondition failed: UID in precondition: {uid}, "
+                            f"UID in object meta: {o['metadata'].get('uid')}")
         self.writes.append(("delete", kind, name))
         self.objs.pop((kind, ns, name), None)
 
@@ -125,9 +141,10 @@ def result(variant: str, tau: float | None, tps: float, digests=("a" * 64,) * 4)
 def test_a_benchmark_runs_variant_after_variant_and_completes():
     api = Api()
     bc, body = controller(api)
-    assert step(bc) > 0  # baseline: engine objects applied
-    assert [w[1:] for w in api.writes if w[0] == "apply"] == [
-        ("ConfigMap", "tiny-sweep-baseline-engine"), ("Deployment", "tiny-sweep-baseline"), ("Service", "tiny-sweep-baseline")]
+    assert step(bc) > 0  # baseline: engine objects created (a POST each, the workload last), never applied over a GET
+    assert [w for w in api.writes if w[1] != "SpeculativeBenchmark"] == [
+        ("create", "ConfigMap", "tiny-sweep-baseline-engine"), ("create", "Service", "tiny-sweep-baseline"),
+        ("create", "Deployment", "tiny-sweep-baseline")]
     assert body["status"]["phase"] == "Running" and body["status"]["current"] == "baseline: starting the engine"
     dep = api.objs[("Deployment", NS, "tiny-sweep-baseline")]
     assert dep["metadata"]["ownerReferences"][0]["uid"] == "bench-uid"
@@ -283,32 +300,64 @@ def test_ttl_deletes_the_finished_benchmark():
     body["spec"]["ttlSecondsAfterFinished"] = 60
     body["status"] = {"phase": "Complete", "finishedAt": "2020-01-01T00:00:00Z"}
     assert step(bc) is None and api.writes == [("delete", "SpeculativeBenchmark", "tiny-sweep")]
+    assert api.deletes == [("SpeculativeBenchmark", "tiny-sweep", "bench-uid")]  # only the one that finished
+    # a benchmark created again under the name since the watch delivered the finished one: left alone
+    again = {"kind": "SpeculativeBenchmark", "metadata": {"name": "tiny-sweep", "namespace": NS, "uid": "new-uid"}}
+    api.objs[("SpeculativeBenchmark", NS, "tiny-sweep")] = again
+    assert step(bc) is None and api.objs[("SpeculativeBenchmark", NS, "tiny-sweep")] == again
     api.writes.clear()
     body["status"]["finishedAt"] = "2999-01-01T00:00:00Z"  # not yet: requeued for the time left
     assert step(bc) > 60 and api.writes == []
 
 
-def test_configmap_prompts_travel_with_the_plan_or_fail_naming_the_configmap():
+PROMPTS_MARK = {"specdeploy.io/prompts": "true"}
+
+
+def _prompts_run(cm: dict | None) -> tuple[Api, dict]:
+    """A benchmark whose spec.prompts.configMapRef names my-prompts, run to its client step."""
     api = Api()
+    if cm is not None:
+        api.objs[("ConfigMap", NS, "my-prompts")] = cm
     bc, body = controller(api)
     body["spec"]["prompts"] = {"configMapRef": {"name": "my-prompts"}}
     step(bc)
     ready(api, "baseline")
     step(bc)
+    return api, body
+
+
+def _prompts_cm(labels: dict | None, data: dict) -> dict:
+    return {"kind": "ConfigMap", "metadata": {"name": "my-prompts", "namespace": NS, "uid": "cm-uid",
+                                              **({"labels": labels} if labels is not None else {})}, "data": data}
+
+
+def test_configmap_prompts_travel_with_the_plan_or_fail_naming_the_configmap():
+    api, body = _prompts_run(_prompts_cm(PROMPTS_MARK, {"other": "x"}))
     cond = body["status"]["conditions"][0]
     assert cond["reason"] == "PromptsNotFound" and "ConfigMap my-prompts has no key prompts.jsonl" in cond["message"]
     assert not [k for k in api.objs if k[0] in ("Deployment", "Job")]
-    api = Api()
-    api.objs[("ConfigMap", NS, "my-prompts")] = {"kind": "ConfigMap", "metadata": {"name": "my-prompts"},
-                                                 "data": {"prompts.jsonl": '{"prompt": "hi"}\n'}}
-    bc, body = controller(api)
-    body["spec"]["prompts"] = {"configMapRef": {"name": "my-prompts"}}
-    step(bc)
-    ready(api, "baseline")
-    step(bc)
+    api, body = _prompts_run(_prompts_cm(PROMPTS_MARK, {"prompts.jsonl": '{"prompt": "hi"}\n'}))
     cm = api.objs[("ConfigMap", NS, "tiny-sweep-baseline-plan")]
     assert cm["data"]["prompts.jsonl"] == '{"prompt": "hi"}\n'
     assert json.loads(cm["data"]["plan.json"])["prompts"] == {"kind": "file", "path": "/etc/specdeploy/bench/prompts.jsonl"}
+
+
+@pytest.mark.parametrize("labels", [None, {"specdeploy.io/prompts": "false"}, {"specdeploy.io/prompt": "true"}],
+                         ids=["unlabelled", "false", "another-label"])
+def test_only_configmaps_marked_as_prompts_are_copied(labels):
+    """Issue 37: spec.prompts.configMapRef copied any ConfigMap key of the namespace into the operator-owned plan
+    ConfigMap (and the client's requests). Only one labelled specdeploy.io/prompts=true is read; any other answers
+    as an absent one does (no oracle of the namespace's ConfigMaps), naming the field and the label."""
+    secret = '{"prompt": "db-password=hunter2"}\n'
+    api, body = _prompts_run(_prompts_cm(labels, {"prompts.jsonl": secret}))
+    cond = body["status"]["conditions"][0]
+    assert body["status"]["phase"] == "Failed" and cond["reason"] == "PromptsNotFound", cond
+    assert "spec.prompts.configMapRef" in cond["message"] and "specdeploy.io/prompts=true" in cond["message"]
+    assert "hunter2" not in json.dumps([v for k, v in api.objs.items() if k[2] != "my-prompts"])
+    assert ("ConfigMap", NS, "tiny-sweep-baseline-plan") not in api.objs and ("Job", NS, "tiny-sweep-baseline-client") \
+        not in api.objs and ("Deployment", NS, "tiny-sweep-baseline") not in api.objs
+    _, absent = _prompts_run(None)  # the same answer for a ConfigMap that does not exist
+    assert absent["status"]["conditions"][0]["message"] == cond["message"]
 
 
 def test_benchmarks_of_one_deployment_run_one_at_a_time():
@@ -466,9 +515,10 @@ def test_a_client_job_past_its_deadline_fails_whatever_status_says():
     assert ("Job", NS, "tiny-sweep-baseline-client") not in api.objs
 
 
-def _foreign(kind: str, name: str, refs: list | None = None, **extra) -> dict:
+def _foreign(kind: str, name: str, refs: list | None = None, labels: dict | None = None, **extra) -> dict:
     return {"kind": kind, "metadata": {"name": name, "namespace": NS, "uid": "victim",
-                                       **({"ownerReferences": refs} if refs is not None else {})}, **extra}
+                                       **({"ownerReferences": refs} if refs is not None else {}),
+                                       **({"labels": labels} if labels is not None else {})}, **extra}
 
 
 FOREIGN = [
@@ -599,3 +649,170 @@ def test_a_drafter_method_variant_resolves_and_gates_its_own_drafter():
     finally:
         TINY.pop("tiny/eagle3-test/config.json", None)
         TINY.pop("tiny/eagle3-wrong/config.json", None)
+
+
+# ----------------------------------------------------------------- issue 37: the executor's create-only path
+
+
+class RacingApi(Api):
+    """The name of ``kind/name`` is taken by a tenant's object between the benchmark's read and its write: at
+    the create (``on="create"``) or at the delete (``on="delete"``: ours deleted and theirs created under the name
+    since the read)."""
+
+    def __init__(self, kind: str, name: str, on: str):
+        super().__init__()
+        self.race, self.on, self.victim = (kind, name), on, None
+
+    def _plant(self, kind, name):
+        if (kind, name) == self.race and self.victim is None:
+            self.victim = _foreign(kind, name, labels={"specdeploy.io/benchmark": "tiny-sweep"})
+            self.objs[(kind, NS, name)] = copy.deepcopy(self.victim)
+
+    async def create(self, obj):
+        if self.on == "create":
+            self._plant(obj["kind"], obj["metadata"]["name"])
+        return await super().create(obj)
+
+    async def delete(self, kind, ns, name, propagation="Background", uid=None):
+        if self.on == "delete" and (kind, ns, name) in self.objs:
+            self._plant(kind, name)
+        return await super().delete(kind, ns, name, propagation, uid)
+
+
+def _writes(api: Api) -> list[tuple[str, str, str]]:
+    return [w for w in api.writes if w[1] != "SpeculativeBenchmark"]
+
+
+def test_a_variant_name_taken_at_the_create_is_left_and_the_pass_is_undone():
+    """The claim found the Deployment's name free; a tenant's Deployment takes it before the POST: the server
+    refuses the create (409), the benchmark fails as ChildConflict, the tenant's Deployment is neither applied to
+    nor deleted, and the ConfigMap and Service this pass created are deleted again (nothing half-applied)."""
+    api = RacingApi("Deployment", "tiny-sweep-baseline", on="create")
+    bc, body = controller(api)
+    step(bc)
+    cond = body["status"]["conditions"][0]
+    assert body["status"]["phase"] == "Failed" and cond["reason"] == "ChildConflict", cond
+    assert "Deployment/tiny-sweep-baseline (not owned by specdeploy)" in cond["message"]
+    assert api.objs[("Deployment", NS, "tiny-sweep-baseline")] == api.victim
+    assert [w for w in _writes(api) if w[0] == "apply" or w[2] == "tiny-sweep-baseline" and w[1] == "Deployment"] == [
+        ("create-409", "Deployment", "tiny-sweep-baseline")]
+    assert not [k for k in api.objs if k[2] != "tiny-sweep-baseline" or k[0] != "Deployment"], api.objs
+    # each undo delete names the object this pass created (its uid), never the name alone
+    assert {(k, n) for k, n, _ in api.deletes} >= {("ConfigMap", "tiny-sweep-baseline-engine"),
+                                                  ("Service", "tiny-sweep-baseline")}
+    assert all(uid and uid.startswith("uid-") for _, _, uid in api.deletes), api.deletes
+
+
+@pytest.mark.parametrize("kind, name", [("Job", "tiny-sweep-baseline-client"), ("ConfigMap", "tiny-sweep-baseline-plan")])
+def test_a_client_name_taken_at_the_create_is_left(kind, name):
+    api = RacingApi(kind, name, on="create")
+    bc, body = controller(api)
+    step(bc)
+    ready(api, "baseline")
+    step(bc)
+    cond = body["status"]["conditions"][0]
+    assert cond["reason"] == "ChildConflict" and f"{kind}/{name}" in cond["message"], cond
+    assert api.objs[(kind, NS, name)] == api.victim
+    assert not [w for w in _writes(api) if w[2] == name and w[0] not in ("create-409",)], api.writes
+    assert ("Deployment", NS, "tiny-sweep-baseline") not in api.objs  # the benchmark's own variant: cleaned up
+
+
+@pytest.mark.parametrize("kind, name", [("Deployment", "tiny-sweep-baseline"), ("Service", "tiny-sweep-baseline"),
+                                        ("ConfigMap", "tiny-sweep-baseline-engine"),
+                                        ("Job", "tiny-sweep-baseline-client"), ("ConfigMap", "tiny-sweep-baseline-plan")])
+def test_an_object_recreated_under_a_childs_name_since_the_read_is_not_deleted(kind, name):
+    """The benchmark read its own child, then someone deleted it and created theirs under the name: the delete
+    carries the uid of the object read, the server refuses it (409), the new object stays."""
+    api = RacingApi(kind, name, on="delete")
+    bc, body = controller(api)
+    step(bc)
+    ready(api, "baseline")
+    step(bc)
+    finish_job(api, "baseline", failed=True, log="error: boom\n")
+    step(bc)  # ClientFailed: the variant is deleted (then _cleanup)
+    assert body["status"]["phase"] == "Failed"
+    assert api.victim is not None and api.objs[(kind, NS, name)] == api.victim
+    assert ("delete", kind, name) not in api.writes
+    assert (kind, name) in {(k, n) for k, n, _ in api.deletes}  # tried, as the object read only
+
+
+def test_every_delete_of_a_child_carries_the_uid_of_the_object_read():
+    api = Api()
+    bc, body = controller(api)
+    bc.network_policy = ()
+    for v, tau in (("baseline", None), ("k3", 3.0)):
+        step(bc)
+        ready(api, v)
+        step(bc)
+        finish_job(api, v, result(v, tau, 100))
+        step(bc)
+    step(bc)
+    assert body["status"]["phase"] == "Complete"
+    children = [d for d in api.deletes if d[0] != "SpeculativeBenchmark"]
+    assert {k for k, _, _ in children} == {"Job", "ConfigMap", "Deployment", "Service", "NetworkPolicy"}
+    assert all(uid and uid.startswith("uid-") for _, _, uid in children), children
+
+
+def test_a_tenants_object_created_under_a_variants_name_after_its_delete_is_untouched():
+    """The baseline was measured and deleted; a tenant then creates a Deployment of that name, with the benchmark's
+    label (a label never makes an object ours). The benchmark failing later deletes only what it controls."""
+    api = Api()
+    bc, body = controller(api)
+    step(bc)
+    ready(api, "baseline")
+    step(bc)
+    finish_job(api, "baseline", result("baseline", None, 100))
+    step(bc)  # measured: the baseline's objects deleted
+    victim = _foreign("Deployment", "tiny-sweep-baseline", labels={"specdeploy.io/benchmark": "tiny-sweep"})
+    api.objs[("Deployment", NS, "tiny-sweep-baseline")] = copy.deepcopy(victim)
+    step(bc)  # k3 starts
+    bc.deployments.clear()  # the SpeculativeDeployment goes away: Failed, cleanup
+    step(bc)
+    assert body["status"]["phase"] == "Failed"
+    assert api.objs[("Deployment", NS, "tiny-sweep-baseline")] == victim
+    assert ("Deployment", NS, "tiny-sweep-k3") not in api.objs
+
+
+# ----------------------------------------------------------------- issue 37: the variants' NetworkPolicy
+
+
+def test_with_the_engine_network_policy_each_variant_gets_one_created_before_its_engine_and_deleted_with_it():
+    api = Api()
+    bc, body = controller(api)
+    bc.network_policy = ("monitoring", NS)
+    step(bc)
+    assert _writes(api) == [("create", "ConfigMap", "tiny-sweep-baseline-engine"),
+                            ("create", "Service", "tiny-sweep-baseline"),
+                            ("create", "NetworkPolicy", "tiny-sweep-baseline"),
+                            ("create", "Deployment", "tiny-sweep-baseline")]
+    np = api.objs[("NetworkPolicy", NS, "tiny-sweep-baseline")]
+    assert np["metadata"]["ownerReferences"][0]["uid"] == "bench-uid"
+    pod_labels = api.objs[("Deployment", NS, "tiny-sweep-baseline")]["spec"]["template"]["metadata"]["labels"]
+    assert all(pod_labels.get(k) == v for k, v in np["spec"]["podSelector"]["matchLabels"].items())
+    ready(api, "baseline")
+    step(bc)
+    client = api.objs[("Job", NS, "tiny-sweep-baseline-client")]["spec"]["template"]["metadata"]["labels"]
+    [rule] = np["spec"]["ingress"]
+    assert all(client.get(k) == v for k, v in rule["from"][0]["podSelector"]["matchLabels"].items())
+    assert rule["from"][1:] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    finish_job(api, "baseline", result("baseline", None, 100))
+    step(bc)
+    assert ("NetworkPolicy", NS, "tiny-sweep-baseline") not in api.objs
+    # off (the default): none
+    api = Api()
+    bc, _ = controller(api)
+    step(bc)
+    assert not [k for k in api.objs if k[0] == "NetworkPolicy"]
+
+
+def test_a_tenants_network_policy_under_a_variants_name_fails_the_benchmark_untouched():
+    api = Api()
+    victim = _foreign("NetworkPolicy", "tiny-sweep-baseline", spec={"podSelector": {}, "ingress": [{}]})
+    api.objs[("NetworkPolicy", NS, "tiny-sweep-baseline")] = copy.deepcopy(victim)
+    bc, body = controller(api)
+    bc.network_policy = ()
+    step(bc)
+    cond = body["status"]["conditions"][0]
+    assert cond["reason"] == "ChildConflict" and "NetworkPolicy/tiny-sweep-baseline" in cond["message"], cond
+    assert api.objs[("NetworkPolicy", NS, "tiny-sweep-baseline")] == victim
+    assert not [w for w in _writes(api) if w[0] in ("apply", "create", "delete")], api.writes

@@ -556,6 +556,58 @@ def test_a_create_refused_for_the_crs_own_uncached_child_applies_it_instead():
                            ("create", "Deployment", "m")]
 
 
+class _PreconditionKube(_BatchKube):
+    """_BatchKube whose delete honours a uid precondition as the server does (409 when the name holds another)."""
+
+    async def delete(self, kind, ns, name, propagation="Background", uid=None):
+        from specdeploy.controller.kube import KubeError
+
+        held = self.objs.get((kind, name))
+        if held is not None and uid is not None and held["metadata"].get("uid") != uid:
+            self.writes.append(("delete refused", kind, name))
+            raise KubeError(409, "Conflict", "Precondition failed: UID in precondition")
+        self.writes.append(("delete", kind, name, uid))
+        self.objs.pop((kind, name), None)
+
+
+def test_an_obsolete_child_is_deleted_only_as_the_object_read():
+    """Issue 37: every delete of a child carries the uid of the object the ownership check read; a tenant's object
+    created under the name since (the watch cache still holding ours) is never deleted."""
+    from specdeploy.controller.cache import Caches
+    from specdeploy.controller.executor import Executor
+
+    ours = {**_child("PodMonitor", "m", _OURS)}
+    ours["metadata"]["uid"] = "c1"
+    caches = Caches()
+    caches.children[("PodMonitor", "ns", "m")] = ours
+    kube = _PreconditionKube(ours)
+    asyncio.run(Executor(kube, caches).apply("ns", "m", [], [("PodMonitor", "m")], uid="u1"))
+    assert kube.writes == [("delete", "PodMonitor", "m", "c1")] and ("PodMonitor", "ns", "m") not in caches.children
+    theirs = {**_child("PodMonitor", "m"), "spec": {"tenant": True}}
+    theirs["metadata"]["uid"] = "t1"
+    caches.children[("PodMonitor", "ns", "m")] = ours  # the cache has not seen the replacement yet
+    kube = _PreconditionKube(theirs)
+    asyncio.run(Executor(kube, caches).apply("ns", "m", [], [("PodMonitor", "m")], uid="u1"))
+    assert kube.writes == [("delete refused", "PodMonitor", "m")] and kube.objs[("PodMonitor", "m")] is theirs
+
+
+def test_unwatched_executor_reads_every_claim_and_keeps_nothing():
+    """The benchmark controller's executor (no watches of its children): each claim is a GET (a Deployment's
+    readiness is never a cached copy), and a child it creates is not remembered."""
+    from specdeploy.controller.executor import Executor
+
+    kube = _PreconditionKube(_child("Deployment", "b", _OURS))
+    ex = Executor(kube)
+    got, why = asyncio.run(ex.claim("Deployment", "ns", "b", "u1"))
+    assert why is None and "status" not in got
+    kube.objs[("Deployment", "b")] = {**_child("Deployment", "b", _OURS), "status": {"readyReplicas": 1}}
+    got, _ = asyncio.run(ex.claim("Deployment", "ns", "b", "u1"))
+    assert got["status"] == {"readyReplicas": 1}
+    asyncio.run(ex.apply("ns", "b", [_child("ConfigMap", "b-x", _OURS)], [], uid="u1"))
+    assert kube.writes == [("create", "ConfigMap", "b-x")]
+    assert dict(ex.cache.children) == {} and dict(ex.cache.verified) == {}
+
+
 def test_kube_get_many_answers_in_order_none_when_absent():
     from specdeploy.controller import kube as km
 

@@ -1,6 +1,7 @@
 """Issue 24, item 6, scanned by checkov: with the engine NetworkPolicy on, every engine pod the operator renders has
 a NetworkPolicy selecting it (checkov's graph check CKV2_K8S_6, "Minimize the admission of pods which lack an
-associated NetworkPolicy"); the same pods rendered without one fail it (so the scan can fail). Pods with
+associated NetworkPolicy"); the same pods rendered without one fail it (so the scan can fail). Issue 37: a
+SpeculativeBenchmark's variant engine pods too, with their own NetworkPolicy (build_variant_network_policy). Pods with
 spec.engine.apiKey keep passing the restricted-profile checks of test_pod_security.py."""
 
 from __future__ import annotations
@@ -42,6 +43,28 @@ def scanned_objects() -> tuple[dict[str, list[dict]], list[str], list[str]]:
                                  "spec": tmpl["spec"]})
                     (guarded if label == "guarded" else unguarded).append(name)
             files[f"{base}-{label}"] = objs
+    # issue 37: a SpeculativeBenchmark's variant engines, with their NetworkPolicy (guarded) and without (another
+    # benchmark's name: other labels)
+    from specdeploy.core.benchplan import Variant
+    from specdeploy.core.benchrender import BenchOwner, build_variant_network_policy, render_variant
+
+    path, doc, t, d = next(e for e in examples() if "qwen3.6-27b-b300-vllm" in e[0])
+    for label, guard in (("guarded", True), ("unguarded", False)):
+        owner = BenchOwner(f"sweep-{label}", "models", "0b6c7a52-5d0e-4a55-9f57-3c3c1c7d0a12")
+        objs = []
+        for v in (Variant("baseline", False), Variant("k3", True, 3)):
+            cr = variant(doc, engine={**doc["spec"]["engine"], "apiKey": {"secretKeyRef": {"name": "engine-key"}}})
+            vo = render_variant(cr, t, d, owner, v)
+            if guard:
+                objs.append(build_variant_network_policy(owner, vo, ("monitoring",)))
+            for obj in vo.objects:
+                for role, tmpl in pod_templates(obj):
+                    name = f"bench-{v.name}-{label}-{role}"
+                    objs.append({"apiVersion": "v1", "kind": "Pod",
+                                 "metadata": {"name": name, "namespace": "models", "labels": tmpl["metadata"]["labels"]},
+                                 "spec": tmpl["spec"]})
+                    (guarded if guard else unguarded).append(name)
+        files[f"benchmark-{label}"] = objs
     return files, guarded, unguarded
 
 

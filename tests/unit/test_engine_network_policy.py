@@ -55,3 +55,45 @@ def test_operator_setting_from_the_environment():
     assert engine_network_policy_from_env({"SPECDEPLOY_ENGINE_NETWORK_POLICY": ""}) == ()
     env = {"SPECDEPLOY_ENGINE_NETWORK_POLICY": "monitoring,obs", "POD_NAMESPACE": "specdeploy-system"}
     assert engine_network_policy_from_env(env) == ("monitoring", "obs", "specdeploy-system")
+
+
+# ----------------------------------------------------------------- issue 37: benchmark variants
+
+
+def _matches(selector: dict, labels: dict) -> bool:
+    """matchLabels as the API server reads it: an empty selector selects every pod."""
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def _pod_labels(obj: dict) -> dict:
+    return obj["spec"]["template"]["metadata"]["labels"]
+
+
+def test_a_benchmark_variant_takes_connections_from_its_own_client_and_the_listed_namespaces_only():
+    from test_benchrender import OWNER, variant
+    from specdeploy.core.benchplan import Variant
+    from specdeploy.core.benchrender import build_client_job, build_variant_network_policy
+
+    cr, vo = variant()
+    _, other = variant(v=Variant("k4", True, 4))
+    np = build_variant_network_policy(OWNER, vo, ("monitoring", "models", "specdeploy-system"))
+    assert (np["metadata"]["name"], np["metadata"]["namespace"]) == ("sweep-k3", "models")
+    [owner] = np["metadata"]["ownerReferences"]
+    assert owner["kind"] == "SpeculativeBenchmark" and owner["uid"] == "bench-uid-1" and owner["controller"] is True
+    assert np["spec"]["policyTypes"] == ["Ingress"]
+    # selects this variant's engine pod only: not another variant's, not the deployment's own engine pods
+    sel = np["spec"]["podSelector"]["matchLabels"]
+    dep = next(o for o in vo.objects if o["kind"] == "Deployment")
+    assert _matches(sel, _pod_labels(dep))
+    assert not _matches(sel, _pod_labels(next(o for o in other.objects if o["kind"] == "Deployment")))
+    own = next(o for o in do_render(cr).objects if o["kind"] == "Deployment")
+    assert not _matches(sel, _pod_labels(own))
+    # admits this variant's client pods and the listed namespaces (the benchmark's own is not opened to all its pods)
+    [rule] = np["spec"]["ingress"]
+    client, *namespaces = rule["from"]
+    assert list(client) == ["podSelector"]
+    assert _matches(client["podSelector"]["matchLabels"], _pod_labels(build_client_job(OWNER, "k3", "img")))
+    assert not _matches(client["podSelector"]["matchLabels"], _pod_labels(build_client_job(OWNER, "k4", "img")))
+    assert not _matches(client["podSelector"]["matchLabels"], _pod_labels(own))
+    assert namespaces == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}
+                          for ns in ("monitoring", "specdeploy-system")]

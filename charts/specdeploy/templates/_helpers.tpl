@@ -171,13 +171,14 @@ exists, with the code that needs it (operator/specdeploy/controller/):
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # Services: the engine Service child; watched (handlers.on_service), created, server-side applied and deleted
 # in Executor.apply; get: is the name taken by a Service it does not control (Executor.claim on a watch-cache
-# miss, BenchmarkController._claim; docs/concepts/security.md).
+# miss, the benchmark's claims through it; docs/concepts/security.md).
 - apiGroups: [""]
   resources: ["services"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # Deployments: the single-node engine workload; watched (handlers.on_deployment), created, server-side applied and
 # deleted in Executor.apply (deleted when the CR switches to multi-node). A benchmark's variant
-# Deployment: get (is it Ready?), server-side apply and delete (BenchmarkController._step, _delete_variant);
+# Deployment: get (is it Ready?), created and deleted through the same Executor (BenchmarkController._put,
+# _delete_variant: Executor.create_child, Executor._delete with a uid precondition);
 # the serving Deployment: get only (spec.useServingDeployment, BenchmarkController._measure_serving).
 - apiGroups: ["apps"]
   resources: ["deployments"]
@@ -189,7 +190,8 @@ exists, with the code that needs it (operator/specdeploy/controller/):
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # NetworkPolicies: the engine NetworkPolicy child (engineNetworkPolicy.enabled); watched (handlers.on_networkpolicy)
 # so that one left over after the value is turned off is deleted; created, server-side applied and deleted in
-# Executor.apply; get: the ownership check on a cache miss (Executor.claim).
+# Executor.apply; get: the ownership check on a cache miss (Executor.claim). A benchmark variant's NetworkPolicy
+# (same value): created, claimed and deleted through the Executor; list: BenchmarkController._cleanup.
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
@@ -208,7 +210,8 @@ exists, with the code that needs it (operator/specdeploy/controller/):
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # Jobs: the config inspector that reads config.json from a PVC (Resolver._from_pvc: get, create, and
 # delete when its inputs changed); watched so its completion requeues the owner (handlers.on_inspector_job).
-# The kernel-tuning Job: get, and created once (Executor.tuning; a Job's template is immutable).
+# The kernel-tuning Job: get, and created once (Executor.tuning; a Job's template is immutable). A benchmark's
+# client Job: claimed (get), created once (Executor.create_child) and deleted (Executor._delete, uid precondition).
 - apiGroups: ["batch"]
   resources: ["jobs"]
   verbs: ["get", "list", "watch", "create", "delete"]

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 from pydantic.alias_generators import to_camel
 
 from ..core.checker import MAX_BLOCK_SIZE
-from ..core.names import BENCH_KIND, GROUP_VERSION
+from ..core.names import BENCH_KIND, GROUP_VERSION, PROMPTS_LABEL, PROMPTS_LABEL_VALUE
 from ..core import methods as M
 from .types import NAME_PATTERN, Condition, DraftSteps, Method, ModelSource, NGram, ObjectMeta
 
@@ -205,7 +205,9 @@ class Prompts(_Model):
         "(prompts cut or repeated to each context length), or the request sets `tool-call` (function tools, "
         "multi-turn tool results) and `structured-output` (JSON schema and JSON object response formats), replayed as "
         "they are like `configMapRef.format: requests`.")
-    config_map_ref: Optional[PromptConfigMapRef] = Field(default=None, description="Your own prompts from a ConfigMap.")
+    config_map_ref: Optional[PromptConfigMapRef] = Field(
+        default=None, description=f"Your own prompts from a ConfigMap labelled `{PROMPTS_LABEL}: \"{PROMPTS_LABEL_VALUE}\"` "
+        "(any other fails the benchmark: PromptsNotFound; docs/concepts/security.md, \"Benchmark prompt sets\").")
     generated: Optional[GeneratedPrompts] = Field(default=None, description="Random-token prompts (the default).")
 
     @model_validator(mode="after")

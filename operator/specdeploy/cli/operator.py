@@ -174,7 +174,8 @@ def add_parsers(sub) -> None:
                       "certificate is kept in memory only")
     orun.add_argument("--engine-network-policy", action="store_true",
                       help="give every SpeculativeDeployment a NetworkPolicy: its engine pods take connections only "
-                      "from pods of its namespace, of the operator's and of --engine-ingress-namespace "
+                      "from pods of its namespace, of the operator's and of --engine-ingress-namespace; and every "
+                      "SpeculativeBenchmark variant one admitting only its client Job's pods and those namespaces "
                       "(docs/concepts/security.md, \"Engine network\")")
     orun.add_argument("--engine-ingress-namespace", action="append", metavar="NS",
                       help="with --engine-network-policy: pods of this namespace may reach engine pods too (e.g. the "

@@ -15,9 +15,14 @@ waited for, not created again). Every failure ends in ``phase: Failed`` with a c
 message says what failed and what to do; the variant's objects are deleted (nothing is left
 running), the results measured so far stay in the ConfigMap.
 
-Only what this benchmark controls is read, written or deleted (``_claim``, ``_delete_owned``): an
-object of a child's name that is not controlled by this SpeculativeBenchmark (its uid in a controller
-ownerReference) ends the benchmark as ``Failed``, reason ``ChildConflict``, naming it, untouched. No
+Only what this benchmark controls is read, written or deleted, through the reconciler's executor
+(controller/executor.py, with ``Unwatched`` caches: every claim reads the live object): ``_claim`` is
+``Executor.claim``; a child not there is created with a POST (``_put``: ``Executor.apply``; refused when the
+name is taken, never an apply after a GET), one this benchmark controls is applied; every delete
+(``_delete_owned``, ``_cleanup``: ``Executor.delete_owned``) carries the object's uid as its precondition, so an
+object created under the same name since it was read is never deleted. An object of a child's name that is
+not controlled by this SpeculativeBenchmark (its uid in a controller ownerReference) ends the benchmark as
+``Failed``, reason ``ChildConflict``, naming it, untouched (what the refused pass created is deleted again). No
 decision reads ``status`` back for what the operator chose: the deadlines count from the
 ``creationTimestamp`` of the owned variant Deployment and client Job, the serving client's image comes
 from rendering the SpeculativeDeployment (never its ``status.resolved.image``). ``status.phase`` still
@@ -36,15 +41,15 @@ import dataclasses
 import json
 import logging
 import os
-from typing import Any
+from typing import Any, Sequence
 
 from ..api import benchmark as B
 from ..api.validation import INVALID_SPEC, problems_message, validate as validate_deployment
 from ..core.benchprompts import PromptError, parse_requests_jsonl
 from ..core.benchplan import BenchPlan, PlanError, Point, Variant, build_client_plan, plan_benchmark
 from ..core.benchreco import equal_to_baseline, recommend
-from ..core.benchrender import (BENCH_LABEL, BenchOwner, build_client_configmap, build_client_job, render_variant,
-                                variant_object_name)
+from ..core.benchrender import (BENCH_LABEL, BenchOwner, VariantObjects, build_client_configmap, build_client_job,
+                                build_variant_network_policy, render_variant, variant_object_name)
 from ..core.checker import analyze
 from ..core import gpus
 from ..core import names as N
@@ -52,6 +57,7 @@ from ..core.findings import errors as error_findings
 from ..core.render import RenderError
 from . import status as st
 from . import ownership
+from .executor import Executor
 from .status import age_seconds, now_rfc3339
 from .kube import Kube, KubeError
 from .queue import WorkQueue
@@ -68,6 +74,7 @@ LOG_TAIL_LINES = 2000
 CRASH_RESTARTS = int(os.environ.get("SPECDEPLOY_BENCH_CRASH_RESTARTS", "3"))  # a variant container failing this often fails the benchmark
 CONFIGMAP_BUDGET = 900 * 1024  # a ConfigMap holds ~1 MiB
 CONDITIONS = (N.RUNNING, N.COMPLETE, N.FAILED)
+CHILD_KINDS = ("Job", "Deployment", "Service", "ConfigMap", "NetworkPolicy")  # what _cleanup looks for
 
 
 _age = age_seconds
@@ -94,8 +101,13 @@ class Waiting(Exception):
 
 class BenchmarkController:
     def __init__(self, kube: Kube, resolver: Resolver, *, deployments: dict | None = None, policy=None, event=None,
-                 workers: int = 2):
+                 workers: int = 2, network_policy: Sequence[str] | None = None):
         self.kube, self.resolver, self.policy = kube, resolver, policy
+        # the children's one ownership path (claim, create-only, uid-preconditioned deletes); nothing cached
+        self.executor = Executor(kube, note=lambda key, change: log.info("benchmark %s/%s: %s", *key, change))
+        # the engine NetworkPolicy setting (reconciler.Settings.engine_network_policy): None, none; else the
+        # namespaces besides the benchmark's that may reach a variant (build_variant_network_policy)
+        self.network_policy = network_policy
         # the SpeculativeDeployment bodies the reconciler's watch keeps ((namespace, name) -> body): read, never written
         self.deployments: dict = deployments if deployments is not None else {}
         self.event = event  # async (body, type, reason, message): Executor.event
@@ -202,7 +214,11 @@ class BenchmarkController:
         left = ttl - _age((body.get("status") or {}).get("finishedAt"))
         if left > 0:
             return left
-        await self.kube.delete("SpeculativeBenchmark", key[0], key[1])
+        try:  # only the benchmark that finished: one created again under its name since is not deleted
+            await self.kube.delete("SpeculativeBenchmark", key[0], key[1], uid=(body.get("metadata") or {}).get("uid"))
+        except KubeError as e:
+            if e.status != 409:
+                raise
         return None
 
     async def _step(self, key: Key, body: dict) -> float | None:
@@ -246,11 +262,11 @@ class BenchmarkController:
                 f.one_line() for f in error_findings(e.findings)))
         except ValueError as e:
             raise BenchFailed("VariantNotRenderable", f"variant {v.name}: {e}")
-        live = {obj["kind"]: await self._claim(obj["kind"], ns, obj["metadata"]["name"], owner) for obj in vo.objects}
+        objects = self._variant_objects(owner, vo)
+        live = {obj["kind"]: await self._claim(obj["kind"], ns, obj["metadata"]["name"], owner) for obj in objects}
         dep = live.get("Deployment")
         if dep is None:
-            for obj in vo.objects:  # force: over our own fields only (_claim checked every object is ours)
-                await self.kube.apply(obj, force=True)
+            await self._put(ns, name, objects, owner)
             current = f"{v.name}: starting the engine"
             await self._status(key, body, {"phase": "Running", "progress": progress, "variants": [x.name for x in plan.variants],
                                            "current": current, "startedAt": now_rfc3339()},
@@ -375,21 +391,32 @@ class BenchmarkController:
             raise BenchFailed("DeploymentNotServable", f"SpeculativeDeployment {dcr.metadata.name} does not render: "
                               + "; ".join(f.one_line() for f in error_findings(e.findings))) from None
 
+    def _variant_objects(self, owner: BenchOwner, vo: VariantObjects) -> list[dict]:
+        """The variant's objects, with its NetworkPolicy when the engine NetworkPolicy is on."""
+        if self.network_policy is None:
+            return list(vo.objects)
+        return [*vo.objects, build_variant_network_policy(owner, vo, self.network_policy)]
+
     async def _claim(self, kind: str, ns: str, name: str, owner: BenchOwner) -> dict | None:
         """The live object of a child's name when this benchmark controls it (None: absent). Any other object
         of that name (unowned, another's, owned without the controller flag) ends the benchmark untouched."""
-        obj = await self.kube.get(kind, ns, name)
-        why = ownership.conflict(obj, owner.uid)
+        obj, why = await self.executor.claim(kind, ns, name, owner.uid)
         if why is not None:
-            raise BenchFailed("ChildConflict", f"{kind}/{name} exists and is {why}; the benchmark neither reads, "
-                              f"writes nor deletes it: rename or delete that {kind}, or give the benchmark another name")
+            raise BenchFailed("ChildConflict", _taken([f"{kind}/{name} ({why})"]))
         return obj
 
+    async def _put(self, ns: str, bench: str, objects: list[dict], owner: BenchOwner) -> None:
+        """Write children on the executor's create-only path (``Executor.apply``): one not there is created with a
+        POST (the server refuses a name taken meanwhile: claimed, and what this call created is deleted again),
+        one this benchmark controls is applied. Any name another object holds ends the benchmark, untouched."""
+        conflicts = await self.executor.apply(ns, bench, objects, [], owner.uid)
+        if conflicts:
+            raise BenchFailed("ChildConflict", _taken(conflicts))
+
     async def _delete_owned(self, kind: str, ns: str, name: str, uid: str | None) -> None:
-        """Delete a child only when this benchmark (``uid``) controls it."""
-        obj = await self.kube.get(kind, ns, name)
-        if obj is not None and ownership.conflict(obj, uid) is None:
-            await self.kube.delete(kind, ns, name)
+        """Delete a child only when this benchmark (``uid``) controls it, and only the object read (its uid the
+        delete's precondition): ``Executor.delete_child``."""
+        await self.executor.delete_child(ns, kind, name, uid)
 
     async def _client(self, key, body, cr, owner: BenchOwner, plan: BenchPlan, v: Variant, progress: str, *, image: str,
                       base_url: str, model: str, engine: str, engine_version: str, api_key=None) -> float | None:
@@ -401,6 +428,13 @@ class BenchmarkController:
             ref = cr.spec.prompts.config_map_ref
             if ref is not None:
                 cm = await self.kube.get("ConfigMap", ns, ref.name)
+                if not prompts_marked(cm):  # absent or not marked: the same answer (no oracle of other ConfigMaps)
+                    await self._delete_variant(ns, name, v.name)
+                    raise BenchFailed("PromptsNotFound", f"spec.prompts.configMapRef: no ConfigMap {ref.name} labelled "
+                                      f"{N.PROMPTS_LABEL}={N.PROMPTS_LABEL_VALUE} in namespace {ns}; only ConfigMaps "
+                                      "marked as prompt sets are read: create it, and label it (kubectl label "
+                                      f"configmap {ref.name} {N.PROMPTS_LABEL}={N.PROMPTS_LABEL_VALUE} -n {ns}), or use "
+                                      "spec.prompts.bundled or generated")
                 prompts_jsonl = ((cm or {}).get("data") or {}).get(ref.key)
                 if prompts_jsonl is None:
                     await self._delete_variant(ns, name, v.name)
@@ -417,13 +451,11 @@ class BenchmarkController:
                                     prompts=cr.spec.prompts.plan(), points=plan.points_of(v.name))
             cm = build_client_configmap(owner, v.name, doc, prompts_jsonl)
             await self._claim("ConfigMap", ns, cm["metadata"]["name"], owner)
-            await self.kube.apply(cm, force=True)
-            try:
-                await self.kube.create(build_client_job(owner, v.name, image, api_key=api_key,
-                                                        service_account=None))
-            except KubeError as e:
-                if e.status != 409:  # created by an earlier attempt (or just now by another): the next step claims it
-                    raise
+            await self._put(ns, name, [cm], owner)
+            made = await self.executor.create_child(ns, build_client_job(owner, v.name, image, api_key=api_key,
+                                                                         service_account=None))
+            if made is None:  # the name was taken since the claim: ours (an earlier attempt) waits, another's fails
+                await self._claim("Job", ns, job_name, owner)
             current = f"{v.name}: client running"
             await self._status(key, body, {"phase": "Running", "progress": progress,
                                            "variants": [x.name for x in plan.variants],
@@ -490,7 +522,7 @@ class BenchmarkController:
         cm = await self._claim("ConfigMap", owner.namespace, f"{owner.name}-results", owner)
         data = dict(((cm or {}).get("data")) or {})
         data[f"variant-{v.name}.json"] = text
-        await self.kube.apply(self._results_cm(owner, data), force=True)
+        await self._put(owner.namespace, owner.name, [self._results_cm(owner, data)], owner)
 
     def _results_cm(self, owner: BenchOwner, data: dict[str, str]) -> dict:
         meta: dict[str, Any] = {"name": f"{owner.name}-results", "namespace": owner.namespace,
@@ -511,6 +543,7 @@ class BenchmarkController:
             await self._delete_owned("Deployment", ns, name, uid)
             await self._delete_owned("Service", ns, name, uid)
             await self._delete_owned("ConfigMap", ns, f"{name}-engine", uid)
+            await self._delete_owned("NetworkPolicy", ns, name, uid)
 
     async def _finish(self, key: Key, body: dict, cr, plan: BenchPlan, done: dict[str, dict]) -> None:
         ns, name = key
@@ -536,7 +569,7 @@ class BenchmarkController:
         data[RESULTS_KEY] = text
         if len(json.dumps(data).encode()) > CONFIGMAP_BUDGET:
             data = {RESULTS_KEY: text}
-        await self.kube.apply(self._results_cm(owner, data), force=True)
+        await self._put(ns, name, [self._results_cm(owner, data)], owner)
         compact = [{k: v for k, v in {
             "variant": p["variant"], "context": p["context"], "concurrency": p["concurrency"],
             "outputTokensPerSecond": _r(p.get("outputTokensPerSecond")),
@@ -564,13 +597,14 @@ class BenchmarkController:
 
     async def _cleanup(self, ns: str, bench: str) -> None:
         """Delete every variant object and client Job of this benchmark (the results ConfigMap stays): those with
-        its label that it controls (a label alone never makes an object ours)."""
+        its label that it controls (a label alone never makes an object ours), each only as the object listed (its
+        uid the delete's precondition)."""
         uid = self._uid(ns, bench)
-        for kind in ("Job", "Deployment", "Service", "ConfigMap"):
+        for kind in CHILD_KINDS:
             for obj in await self.kube.list(kind, ns, N.selector({BENCH_LABEL: bench})):
                 labels = (obj.get("metadata") or {}).get("labels") or {}
-                if labels.get(N.LABEL_COMPONENT) != N.COMPONENT_BENCH_RESULTS and ownership.conflict(obj, uid) is None:
-                    await self.kube.delete(kind, ns, obj["metadata"]["name"])
+                if labels.get(N.LABEL_COMPONENT) != N.COMPONENT_BENCH_RESULTS:
+                    await self.executor.delete_owned(ns, {**obj, "kind": kind}, uid)
 
     async def _status(self, key: Key, body: dict, fields: dict[str, Any],
                       condition: tuple[str, str, str, str] | None = None,
@@ -611,6 +645,20 @@ class BenchmarkController:
                 meta.get("namespace"), meta.get("name"), reason, message)
         if self.event is not None:
             await self.event(body, kind, reason, message)
+
+
+def prompts_marked(configmap: dict | None) -> bool:
+    """Whether a ConfigMap may be read as a benchmark's prompt set (spec.prompts.configMapRef): one its namespace's
+    admins labelled ``specdeploy.io/prompts: "true"``. Any other ConfigMap of the namespace may hold what the
+    benchmark's author may not read; the operator would copy it into the plan ConfigMap and the client's requests."""
+    labels = ((configmap or {}).get("metadata") or {}).get("labels") or {}
+    return configmap is not None and labels.get(N.PROMPTS_LABEL) == N.PROMPTS_LABEL_VALUE
+
+
+def _taken(conflicts: list[str]) -> str:
+    """The ChildConflict message: the names (``Kind/name (why)``) held by objects this benchmark does not control."""
+    return (f"{', '.join(conflicts)}: the name is taken by an object this benchmark does not control; the benchmark "
+            "neither reads, writes nor deletes it: rename or delete that object, or give the benchmark another name")
 
 
 def _pruned(x: Any) -> Any:

@@ -3,9 +3,12 @@
 The only code of the reconcile path that talks to the API server: creation of the children the
 watch cache does not hold (a POST, refused when the name is taken) and server-side apply of the
 others, with the ownership checks of ownership.py (no request while a child is in sync),
-deletion of obsolete children, the tuning Job, the status patch, Events, API discovery and
-the PVC labels the tenancy policy reads. What it learns it writes back into the caches
-(controller/cache.py), so that the watch delivering it later changes nothing.
+deletion of obsolete children (each delete names the object read: its uid as the precondition),
+the tuning Job, the status patch, Events, API discovery and the PVC labels the tenancy policy reads.
+What it learns it writes back into the caches (controller/cache.py), so that the watch delivering it
+later changes nothing. The benchmark controller (controller/benchmark.py) writes and deletes its
+children through the same functions, with ``Unwatched`` caches (nothing kept: every claim reads the
+live object).
 """
 
 from __future__ import annotations
@@ -28,11 +31,32 @@ Note = Callable[[Key, str], None]  # (key, what changed): the reconcile's one lo
 _UNREAD = object()  # claim: no GET made for it yet
 
 
+class _Forgetful(dict):
+    """A cache that keeps nothing: every lookup misses, every store is dropped."""
+
+    def __setitem__(self, key, value) -> None:
+        pass
+
+
+class Unwatched:
+    """The caches of a controller without watches of its children (the benchmark controller): nothing is kept,
+    so every ``claim`` reads the live object (its status included) and every desired child is created with a
+    POST first (``apply``); the ownership gates are the same."""
+
+    def __init__(self):
+        self.children: dict = _Forgetful()
+        self.verified: dict = _Forgetful()
+
+    def owner_body(self, obj: dict) -> dict | None:
+        return None
+
+
 class Executor:
-    def __init__(self, kube: Kube, cache: Caches, *, note: Note | None = None, capability_ttl: float = 60.0,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(self, kube: Kube, cache: Caches | Unwatched | None = None, *, note: Note | None = None,
+                 capability_ttl: float = 60.0, clock: Callable[[], float] = time.monotonic):
+        """``cache``: the reconciler's watch-fed caches; None: ``Unwatched`` (nothing cached)."""
         self.kube = kube
-        self.cache = cache
+        self.cache = cache if cache is not None else Unwatched()
         self.note: Note = note or (lambda key, change: None)
         self.capability_ttl = capability_ttl
         self.clock = clock
@@ -111,13 +135,13 @@ class Executor:
                 conflicts.append(f"{kind}/{cname} ({why})")
         if conflicts:
             return conflicts
-        created: list[tuple[str, str]] = []
+        created: dict[tuple[str, str], str | None] = {}  # what this pass created -> its uid
         for obj in sorted(desired, key=lambda o: o["kind"] in WORKLOAD_KINDS):  # the workload last
             kind, cname = obj["kind"], obj["metadata"]["name"]
             if (kind, cname) in fresh:
                 made = await self.create_child(ns, obj)
                 if made is not None:
-                    created.append((kind, cname))
+                    created[(kind, cname)] = (made.get("metadata") or {}).get("uid")
                     self.note((ns, name), f"created {kind}/{cname}")
                     continue
                 # the name is taken: another's object, or this CR's child not in the cache yet
@@ -134,13 +158,40 @@ class Executor:
             elif applied is not actual:  # a request was made: the child was created or changed
                 self.note((ns, name), f"{'created' if actual is None else 'updated'} {kind}/{cname}")
         for kind, cname in obsolete:
-            actual, why = await self.claim(kind, ns, cname, uid)
-            if actual is None or why is not None:
-                continue  # gone already, or not ours: never deleted
-            await self.kube.delete(kind, ns, cname)
-            children.pop((kind, ns, cname), None)
-            self.note((ns, name), f"deleted obsolete {kind}/{cname}")
+            if await self.delete_child(ns, kind, cname, uid):
+                self.note((ns, name), f"deleted obsolete {kind}/{cname}")
         return conflicts
+
+    async def delete_child(self, ns: str, kind: str, cname: str, uid: str | None) -> bool:
+        """Delete a child when the CR ``uid`` controls it (``claim``); whether it was deleted. Absent, or
+        another's: nothing is deleted."""
+        actual, why = await self.claim(kind, ns, cname, uid)
+        if actual is None or why is not None:
+            return False
+        return await self.delete_owned(ns, {**actual, "kind": kind}, uid)
+
+    async def delete_owned(self, ns: str, actual: dict, uid: str | None) -> bool:
+        """Delete ``actual`` (a live object as read: its ``kind`` set) when the CR ``uid`` controls it, and only
+        that object: its uid is the delete's precondition, so an object created under the same name since it was
+        read (by anyone) is never deleted (the server answers 409 and nothing happens)."""
+        if ownership.conflict(actual, uid) is not None:
+            return False
+        kind, meta = actual["kind"], actual.get("metadata") or {}
+        cname = meta["name"]
+        self.cache.children.pop((kind, ns, cname), None)
+        self.cache.verified.pop((kind, ns, cname), None)
+        return await self._delete(kind, ns, cname, meta.get("uid"))
+
+    async def _delete(self, kind: str, ns: str, cname: str, uid: str | None) -> bool:
+        """One DELETE with the object's uid as its precondition; False when the name holds another object now."""
+        try:
+            await self.kube.delete(kind, ns, cname, uid=uid)
+        except KubeError as e:
+            if e.status == 409:
+                log.info("%s %s/%s not deleted: the name holds another object now", kind, ns, cname)
+                return False
+            raise
+        return True
 
     async def create_child(self, ns: str, obj: dict) -> dict | None:
         """A child the cache does not hold, created with its applied digest (``ownership.intent``); None when the
@@ -169,13 +220,14 @@ class Executor:
                 out.append(f"{kind}/{cname} ({why})")
         return out
 
-    async def _undo(self, ns: str, name: str, created: list[tuple[str, str]], conflicts: list[str]) -> list[str]:
+    async def _undo(self, ns: str, name: str, created: dict[tuple[str, str], str | None],
+                    conflicts: list[str]) -> list[str]:
         """A name turned out taken after this pass created other children: those are deleted again (all or
         nothing), each only as the object this pass created (its uid as the delete's precondition)."""
-        for kind, cname in created:
-            made = self.cache.children.pop((kind, ns, cname), None)
+        for (kind, cname), made_uid in created.items():
+            self.cache.children.pop((kind, ns, cname), None)
             self.cache.verified.pop((kind, ns, cname), None)
-            await self.kube.delete(kind, ns, cname, uid=((made or {}).get("metadata") or {}).get("uid"))
+            await self._delete(kind, ns, cname, made_uid)
             self.note((ns, name), f"deleted {kind}/{cname} again: {conflicts[0]}")
         return conflicts
 

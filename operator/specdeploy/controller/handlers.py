@@ -129,7 +129,8 @@ async def on_startup(settings: kopf.OperatorSettings, **_) -> None:
 
     _controller.benchmark_controller = BenchmarkController(kube, resolver, deployments=_controller.bodies,
                                                  policy=_controller.settings.policy,
-                                                 event=_controller.executor.event)
+                                                 event=_controller.executor.event,
+                                                 network_policy=_controller.settings.engine_network_policy)
     interval = float(os.environ.get(INTERVAL_ENV) or DEFAULT_INTERVAL)
     if interval > 0:  # 0: no acceptance monitoring
         _controller.attach_monitor(interval, kube=base)  # base: reads the engine API key Secret for the canary probe

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from . import gpus
 from . import names as N
@@ -30,6 +30,7 @@ from .engineconfig import EngineConfig
 from .podsecurity import container_security_context, harden_pod
 from .render import (RUNTIME_COMMAND, RenderError, build_configmap, build_deployment, build_service, render,
                      strip_speculation_args)
+from .render.objects import NAMESPACE_NAME_LABEL
 from .names import BENCH_KIND, BENCH_LABEL, VARIANT_LABEL  # noqa: F401 (benchrender.BENCH_LABEL for its readers)
 
 COMPONENT = N.COMPONENT_BENCH_ENGINE
@@ -227,5 +228,27 @@ def build_client_job(owner: BenchOwner, variant: str, image: str, *, env: dict[s
                      "template": {"metadata": {"labels": labels}, "spec": pod_spec}}}
 
 
+def build_variant_network_policy(owner: BenchOwner, vo: VariantObjects, namespaces: Sequence[str] = ()) -> dict:
+    """With the engine NetworkPolicy on (operator flag --engine-network-policy): ingress to the variant's engine pod
+    only from this benchmark's client Job pods of that variant and from pods of ``namespaces`` (the operator's, the
+    monitoring namespace: --engine-ingress-namespace) other than the benchmark's own; owned by the benchmark, named
+    like the variant (docs/concepts/security.md, "Engine network"). Unlike a deployment's, it does not admit every pod
+    of the namespace: a variant serves only its client."""
+    [dep] = [o for o in vo.objects if o["kind"] == "Deployment"]
+    variant = dep["metadata"]["labels"][VARIANT_LABEL]
+    client = {k: v for k, v in client_labels(owner, variant).items()
+              if k in (N.LABEL_COMPONENT, BENCH_LABEL, VARIANT_LABEL)}
+    peers: list[dict] = [{"podSelector": {"matchLabels": client}}]
+    peers += [{"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: ns}}}
+              for ns in sorted(set(namespaces)) if ns != owner.namespace]
+    meta: dict[str, Any] = {"name": vo.name, "namespace": owner.namespace, "labels": dict(dep["metadata"]["labels"])}
+    if owner.reference():
+        meta["ownerReferences"] = owner.reference()
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": meta,
+            "spec": {"podSelector": {"matchLabels": dict(dep["spec"]["selector"]["matchLabels"])},
+                     "policyTypes": ["Ingress"], "ingress": [{"from": peers}]}}
+
+
 __all__ = ["BenchOwner", "VariantObjects", "RenderError", "render_variant", "build_client_job",
-           "build_client_configmap", "variant_object_name", "BENCH_LABEL", "VARIANT_LABEL"]
+           "build_client_configmap", "build_variant_network_policy", "variant_object_name", "BENCH_LABEL",
+           "VARIANT_LABEL"]

@@ -28,6 +28,9 @@ ENGINE_LABEL = f"{API_GROUP}/engine"  # the engine (vllm, sglang) of an engine o
 TUNING_KEY_LABEL = f"{API_GROUP}/tuning-key"  # the short key of a kernel-tuning Job's inputs
 BENCH_LABEL = f"{API_GROUP}/benchmark"  # the SpeculativeBenchmark a benchmark child belongs to
 VARIANT_LABEL = f"{API_GROUP}/variant"  # the benchmark variant of a benchmark child
+# a ConfigMap its namespace's admins marked as a benchmark prompt set: spec.prompts.configMapRef names only these
+PROMPTS_LABEL = f"{API_GROUP}/prompts"
+PROMPTS_LABEL_VALUE = "true"
 DEV_KUBELET_LABEL = f"{API_GROUP}/dev-kubelet"  # the dev kubelet's Node (dev rig only)
 TRACK_LABEL = f"{API_GROUP}/track"  # canary Deployment, its selector and pods: TRACK_CANARY (stable objects have none)
 TRACK_CANARY = "canary"
