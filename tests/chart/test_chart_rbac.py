@@ -97,6 +97,8 @@ def _calls() -> dict[str, set[tuple]]:
                                                      for k in ("Job", "ConfigMap", "Deployment", "Service")},
         "BenchmarkController._step:apply": {(*gr(k), v, "watched") for k in ("ConfigMap", "Deployment", "Service")
                                             for v in ("create", "patch")},
+        # tenancy policy: a claim's labels (policy.pvcLabel) for the deployment's and the method drafters' claims
+        "BenchmarkController._claim_labels:get": {(*gr("PersistentVolumeClaim"), "get", "watched")},
         "BenchmarkController._measure_serving:get": {(*gr("Deployment"), "get", "watched")},
         "BenchmarkController._client:get": {(*gr("ConfigMap"), "get", "watched")},  # spec.prompts.configMapRef
         "BenchmarkController._client:apply": {(*gr("ConfigMap"), v, "watched") for v in ("create", "patch")},

@@ -71,8 +71,16 @@ class Api:
 
 
 class Resolver:
-    async def resolve(self, cr, role):
+    def __init__(self):
+        self.calls: list[tuple[str, str]] = []  # (role, model): what was resolved, in order
+
+    async def resolve(self, admitted, role):
+        from specdeploy.core.render import Admitted
+
+        assert isinstance(admitted, Admitted)  # the controller resolves an admitted spec only
+        cr = admitted.cr
         src = cr.spec.target if role == "target" else cr.spec.drafter
+        self.calls.append((role, src.model))
         return SimpleNamespace(doc=json.loads(TINY[f"{src.model}/config.json"]))
 
 

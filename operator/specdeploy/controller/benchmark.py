@@ -49,7 +49,8 @@ from ..core.checker import analyze
 from ..core import gpus
 from ..core import names as N
 from ..core.findings import errors as error_findings
-from ..core.render import RenderError
+from ..core.policy import TenancyPolicy, policy_needs_claims
+from ..core.render import PolicyRefused, RenderError, admit, benchmark_claims, benchmark_refusals, refusal_text, with_drafter
 from . import status as st
 from . import ownership
 from .status import age_seconds, now_rfc3339
@@ -95,7 +96,10 @@ class Waiting(Exception):
 class BenchmarkController:
     def __init__(self, kube: Kube, resolver: Resolver, *, deployments: dict | None = None, policy=None, event=None,
                  workers: int = 2):
-        self.kube, self.resolver, self.policy = kube, resolver, policy
+        self.kube, self.resolver = kube, resolver
+        # the tenancy policy the reconciler applies (core/policy.py): the deployment as stored and every method drafter
+        # pass it before anything is read or created (core/render/gate.py)
+        self.policy: TenancyPolicy = policy if policy is not None else TenancyPolicy()
         # the SpeculativeDeployment bodies the reconciler's watch keeps ((namespace, name) -> body): read, never written
         self.deployments: dict = deployments if deployments is not None else {}
         self.event = event  # async (body, type, reason, message): Executor.event
@@ -233,14 +237,20 @@ class BenchmarkController:
             if v.drafter:
                 from ..api.types import ModelSource
 
-                vdcr = dcr.model_copy(deep=True)
-                vdcr.spec.drafter = ModelSource.model_validate(v.drafter)
+                vdcr = with_drafter(dcr, ModelSource.model_validate(v.drafter))
+                try:  # the variant's spec as it will run: admitted before its token or claim is touched
+                    admitted = admit(vdcr, self.policy, await self._claim_labels(
+                        ns, policy_needs_claims(vdcr.spec, self.policy)), namespace=ns)
+                except PolicyRefused as e:
+                    raise BenchFailed("PolicyRefused", f"variant {v.name}: {refusal_text(e.findings)}") from None
                 try:
-                    drafter_doc = (await self.resolver.resolve(vdcr, "drafter")).doc
+                    drafter_doc = (await self.resolver.resolve(admitted, "drafter")).doc
                 except ResolutionError as e:
                     raise Waiting(e.reason, f"variant {v.name}: {e.message}", e.delay or 15.0) from None
         try:
             vo = render_variant(dcr, target.doc, drafter_doc, owner, v, policy=self.policy)
+        except PolicyRefused as e:  # the variant's own spec (core/render/gate.py): nothing of it is created
+            raise BenchFailed("PolicyRefused", f"variant {v.name}: {refusal_text(e.findings)}") from None
         except RenderError as e:
             raise BenchFailed("VariantNotRenderable", f"variant {v.name}: " + "; ".join(
                 f.one_line() for f in error_findings(e.findings)))
@@ -314,9 +324,17 @@ class BenchmarkController:
         if dcr is None:
             raise BenchFailed("DeploymentInvalid", f"SpeculativeDeployment {ref}: {problems_message(problems)}")
         dcr.metadata.namespace = ns
+        # the tenancy policy first, as the reconciler applies it: the deployment as stored (a benchmark of a refused
+        # deployment would run what was refused) and every spec.matrix.methods[].drafter as its variant carries it;
+        # nothing is read (a token Secret, a claim) or created for a refused benchmark
+        claims = await self._claim_labels(ns, benchmark_claims(cr.spec, dcr, self.policy))
+        refused = benchmark_refusals(cr.spec, dcr, self.policy, claims, namespace=ns)
+        if refused:
+            raise BenchFailed("PolicyRefused", refusal_text(refused))
+        admitted = admit(dcr, self.policy, claims, namespace=ns)
         try:
-            target = await self.resolver.resolve(dcr, "target")
-            drafter = await self.resolver.resolve(dcr, "drafter")
+            target = await self.resolver.resolve(admitted, "target")
+            drafter = await self.resolver.resolve(admitted, "drafter")
         except ResolutionError as e:
             raise Waiting(e.reason, f"SpeculativeDeployment {ref}: {e.message}", e.delay or 15.0) from None
         analysis = analyze(drafter.doc, target.doc, dcr.spec.options())
@@ -364,6 +382,14 @@ class BenchmarkController:
                                   base_url=f"http://{ref}.{ns}.svc:{port}", model=model, engine=dcr.spec.engine.name,
                                   engine_version=dcr.spec.engine.version, api_key=dcr.spec.engine.api_key)
 
+    async def _claim_labels(self, ns: str, claims: list[str]) -> dict[str, dict | None]:
+        """The labels of the claims the tenancy policy's label rule needs (None: the claim does not exist)."""
+        out: dict[str, dict | None] = {}
+        for claim in claims:
+            pvc = await self.kube.get("PersistentVolumeClaim", ns, claim)
+            out[claim] = ((pvc.get("metadata") or {}).get("labels") or {}) if pvc else None
+        return out
+
     def _serving_image(self, dcr, target, drafter) -> str | None:
         """The image the serving deployment runs, from rendering its spec as the reconciler does (never read
         back from its status: whoever may write ``/status`` would choose the image the client Job runs)."""
@@ -371,6 +397,9 @@ class BenchmarkController:
 
         try:
             return render(dcr, target.doc, drafter.doc, policy=self.policy).image or None
+        except PolicyRefused as e:
+            raise BenchFailed("PolicyRefused", f"SpeculativeDeployment {dcr.metadata.name}: "
+                              + refusal_text(e.findings)) from None
         except RenderError as e:
             raise BenchFailed("DeploymentNotServable", f"SpeculativeDeployment {dcr.metadata.name} does not render: "
                               + "; ".join(f.one_line() for f in error_findings(e.findings))) from None

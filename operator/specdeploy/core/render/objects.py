@@ -82,6 +82,11 @@ class RenderError(Exception):
         super().__init__("; ".join(f.one_line() for f in findings if f.severity.value == "error"))
 
 
+class PolicyRefused(RenderError):
+    """The tenancy policy refused the spec (core/render/gate.py): nothing may be read, created or rendered on its
+    behalf. ``findings`` are the policy's (codes ``Policy*``, core/catalog.py)."""
+
+
 @dataclass
 class Rendered:
     analysis: Analysis
@@ -547,13 +552,24 @@ def render(cr, target_doc: Any, drafter_doc: Any, *, pod_monitor: bool = False,
            image_table: tuple[eng.BakedDrafterImage, ...] | None = None, policy=None,
            guard: "gd.GuardLimit | None" = None, pod_monitor_labels: Mapping[str, str] | None = None,
            network_policy: Sequence[str] | None = None,
-           commits: tuple[str | None, str | None] = (None, None)) -> Rendered:
+           commits: tuple[str | None, str | None] = (None, None),
+           pvc_labels: Mapping[str, Mapping[str, str] | None] | None = None) -> Rendered:
     """Every child object for a SpeculativeDeployment; raises RenderError when the check fails. ``guard``: the
     controller's resolution of ``spec.speculation.guard.fromBenchmark`` (the render reads no benchmark itself).
     ``network_policy``: None, no NetworkPolicy; else the namespaces besides the CR's own that may reach the engine
     pods (build_network_policy). ``commits``: the resolved commits of the target and the drafter (the resolver's);
     under spec.rollout Canary the engine is pinned to them and the pod template carries the rollout revision
-    (``Rendered.revision``); under RollingUpdate they change nothing."""
+    (``Rendered.revision``); under RollingUpdate they change nothing.
+
+    ``policy``: the tenancy policy, applied first (core/render/gate.py): a spec it refuses raises ``PolicyRefused``
+    before anything is built (``pvc_labels``: claim -> labels for its label rule; None: that rule is left to the
+    caller that reads claims). None: no policy (offline tools and tests only; the operator always passes one)."""
+    if policy is not None:
+        from ..policy import check_policy
+
+        refused = check_policy(cr.spec, policy, pvc_labels, namespace=cr.metadata.namespace)
+        if refused:
+            raise PolicyRefused(refused)
     canary = cr.spec.rollout is not None and cr.spec.rollout.strategy == "Canary"
     if canary:
         cr = pin_commits(cr, *commits)
