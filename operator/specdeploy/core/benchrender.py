@@ -8,8 +8,9 @@ SpeculativeDeployment, whose own workload is never touched), labelled
 SpeculativeDeployment reconciler and the acceptance monitor leave them alone.
 
 - ``baseline``: every speculative flag removed (``render.strip_speculation_args``): the target served
-  alone. The preflight init container is left out: it checks the drafter/target pair and the
-  speculative flags, and there are none.
+  alone, preflighted like every engine pod for what applies to it (``preflight --no-speculation``: the
+  target's config digest, an argv without any speculative flag, the release's flag snapshot, the
+  target's weights into a persistent cache with the deployment's own token).
 - ``k<N>[-w<window>][-<backend>]``: ``spec.speculation`` overridden (blockSize N + 1, draftWindow,
   draftAttentionBackend) and checked and rendered exactly as a deployment with those settings.
 
@@ -34,7 +35,6 @@ from .names import BENCH_KIND, BENCH_LABEL, VARIANT_LABEL  # noqa: F401 (benchre
 COMPONENT = N.COMPONENT_BENCH_ENGINE
 CLIENT_COMPONENT = N.COMPONENT_BENCH_CLIENT
 CLIENT_DEADLINE_SECONDS = 6 * 3600
-KEEP_ENV_OFFLINE = "HF_HUB_OFFLINE"
 
 
 @dataclass(frozen=True)
@@ -127,15 +127,8 @@ def render_variant(cr, target_doc: Any, drafter_doc: Any, owner: BenchOwner, var
     cm = build_configmap(vcr, ec, rendered.analysis)
     dep = build_deployment(vcr, ec, prof, rendered.image, config_hash, baked=rendered.baked_drafter is not None,
                            service_account=policy.engine_service_account if policy is not None else None,
-                           cache=rendered.cache)
+                           cache=rendered.cache, target_only=not variant.speculation)
     svc = build_service(vcr, ec)
-    pod = dep["spec"]["template"]["spec"]
-    if not variant.speculation:
-        pod["initContainers"] = [c for c in pod.get("initContainers", []) if c["name"] != "preflight"]
-        if not pod["initContainers"]:
-            pod.pop("initContainers")
-        for c in pod["containers"]:
-            c["env"] = [e for e in c.get("env", []) if e.get("name") != KEEP_ENV_OFFLINE]
     for obj in (cm, dep, svc):
         _relabel(obj["metadata"].get("labels"), owner, variant.name)
         obj["metadata"]["ownerReferences"] = owner.reference()
