@@ -32,7 +32,6 @@ client starting, it being measured, a wait, and the end (Measured, or the failur
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import logging
 import os
@@ -41,12 +40,11 @@ from typing import Any
 from ..api import benchmark as B
 from ..api.validation import INVALID_SPEC, problems_message, validate as validate_deployment
 from ..core.benchprompts import PromptError, parse_requests_jsonl
-from ..core.benchplan import BenchPlan, PlanError, Point, Variant, build_client_plan, plan_benchmark
+from ..core.benchobjects import BenchRefused, plan_for, serving_model
+from ..core.benchplan import BenchPlan, Variant, build_client_plan
 from ..core.benchreco import equal_to_baseline, recommend
 from ..core.benchrender import (BENCH_LABEL, BenchOwner, build_client_configmap, build_client_job, render_variant,
                                 variant_object_name)
-from ..core.checker import analyze
-from ..core import gpus
 from ..core import names as N
 from ..core.findings import errors as error_findings
 from ..core.policy import TenancyPolicy, policy_needs_claims
@@ -337,31 +335,10 @@ class BenchmarkController:
             drafter = await self.resolver.resolve(admitted, "drafter")
         except ResolutionError as e:
             raise Waiting(e.reason, f"SpeculativeDeployment {ref}: {e.message}", e.delay or 15.0) from None
-        analysis = analyze(drafter.doc, target.doc, dcr.spec.options())
-        if not analysis.ok or analysis.derived is None:
-            raise BenchFailed("DeploymentNotServable", f"SpeculativeDeployment {ref} fails its check: " + "; ".join(
-                f.one_line() for f in error_findings(analysis.findings)))
-        d = analysis.derived
-        # the drafter's trained block bounds the sweep, not a blockSize the deployment lowered it to
-        trained = analyze(drafter.doc, target.doc, dataclasses.replace(dcr.spec.options(), block_size=None)).derived
-        try:
-            plan = plan_benchmark(cr.spec.matrix, engine=dcr.spec.engine.name, engine_version=dcr.spec.engine.version,
-                                  block_size=(trained or d).block_size, served_context=d.served_context,
-                                  deployment_tokens=d.num_speculative_tokens,
-                                  cpu_pool=not gpus.get_profile(dcr.spec.gpu.type).accelerator,
-                                  deployment_method=dcr.spec.speculation.method)
-        except PlanError as e:
-            raise BenchFailed("InvalidMatrix", str(e)) from None
-        guard = dcr.spec.speculation.guard
-        if cr.spec.matrix.guarded and (guard is None or guard.max_concurrency is None):
-            raise BenchFailed("InvalidMatrix", "spec.matrix.guarded: SpeculativeDeployment "
-                              f"{dcr.metadata.name} has no spec.speculation.guard.maxConcurrency to measure; set one, "
-                              "or remove guarded")
-        if cr.spec.use_serving_deployment:
-            serving = [Point(p.id.replace(p.variant, "serving", 1), "serving", p.context, p.concurrency, p.num_prompts,
-                             p.max_output_tokens, p.new_engine) for p in plan.points_of(plan.variants[-1].name)]
-            plan = BenchPlan(plan.variants + (Variant("serving", True),), plan.points + tuple(serving), plan.block_size,
-                             plan.notes)
+        try:  # the pure planning (core/benchobjects.py; `specdeploy render` of a benchmark plans the same)
+            plan = plan_for(cr.spec, dcr, target.doc, drafter.doc)
+        except BenchRefused as e:
+            raise BenchFailed(e.reason, e.message) from None
         return dcr, target, drafter, plan
 
     async def _measure_serving(self, key, body, cr, dcr, owner, plan, v, progress, target, drafter) -> float | None:
@@ -377,7 +354,7 @@ class BenchmarkController:
         from ..core import engines as eng
 
         port = eng.get_engine(dcr.spec.engine.name).port
-        model = dcr.spec.target.model if dcr.spec.target.pvc is None else f"/models/target/{dcr.spec.target.model.lstrip('/')}"
+        model = serving_model(dcr)
         return await self._client(key, body, cr, owner, plan, v, progress, image=image,
                                   base_url=f"http://{ref}.{ns}.svc:{port}", model=model, engine=dcr.spec.engine.name,
                                   engine_version=dcr.spec.engine.version, api_key=dcr.spec.engine.api_key)
