@@ -16,6 +16,11 @@ What is checked (docs/concepts/admission.md):
 - when both configs are known: the full drafter/target check (``analyze``);
 - otherwise: admitted with a warning that the drafter/target check runs before rollout.
 
+A SpeculativeBenchmark (``_benchmark_flow``) is validated and checked against the tenancy policy with the
+SpeculativeDeployment it measures as stored: the flow asks for it (``_DeploymentStep``), answered by
+``deployment_lookup(namespace, name)`` or the configs lookup's ``deployment`` method (the operator's watch cache);
+without one, or when it is missing, invalid or refused, the benchmark is refused (core/render/gate.py).
+
 Errors reject (HTTP 200, ``allowed: false``, ``status.code`` 422) with every finding and its path;
 warnings go to ``response.warnings``. Malformed reviews get ``allowed: false`` with code 400.
 The mutating webhook only adds the documented defaults (api/types.py) that are absent from

@@ -1,6 +1,8 @@
 """SpeculativeBenchmark reconcile: one step per call, every state in the API (restart-safe).
 
-parse -> resolve the deployment and its configs -> plan (core/benchplan.py) -> for the first
+parse -> the tenancy policy on the deployment as stored and on each method drafter (core/render/gate.py:
+``Failed``, reason ``PolicyRefused``, nothing read or created) -> resolve the deployment and its configs ->
+plan (core/benchobjects.plan_for, core/benchplan.py) -> for the first
 variant without a result: apply its Deployment/Service/ConfigMap (core/benchrender.py), wait
 until it is Ready, write the client plan ConfigMap and create the client Job, wait for it, read
 its pod's log and parse the last ``SPECDEPLOY_BENCH_RESULT`` line (core/benchresult.py), store the
