@@ -106,9 +106,14 @@ def _write_termination(path: str, text: str) -> None:
 
 
 def cmd_preflight(args: argparse.Namespace) -> int:
-    from .preflight import PreflightResult, fetch_hub_configs, prefetch_hub_weights, run_preflight
+    from .preflight import PreflightResult, fetch_hub_configs, prefetch_hub_weights, run_preflight, run_target_only
 
+    if args.no_speculation and (args.drafter_dir is not None or args.drafter_model is not None or args.expect_baked):
+        raise SystemExit(f"{PROG} preflight: error: --no-speculation checks the target alone: drop --drafter-dir, "
+                         "--drafter-model and --expect-baked")
     for role in ("target", "drafter"):
+        if role == "drafter" and args.no_speculation:
+            continue
         given = (getattr(args, f"{role}_dir") is not None) + (getattr(args, f"{role}_model") is not None)
         if given > 1 or (given == 0 and role == "target"):
             raise SystemExit(f"{PROG} preflight: error: give exactly one of --{role}-dir (mounted model) and "
@@ -118,7 +123,10 @@ def cmd_preflight(args: argparse.Namespace) -> int:
     hub = {role: (getattr(args, f"{role}_model"), getattr(args, f"{role}_revision"))
            for role in ("target", "drafter") if getattr(args, f"{role}_model")}
     dirs = fetch_hub_configs(args.download_dir, res, **hub) if hub else {}
-    if len(dirs) == len(hub):
+    if len(dirs) == len(hub) and args.no_speculation:
+        res = run_target_only(args.target_dir or dirs["target"], args.engine_config,
+                              strict_digest=not args.allow_digest_mismatch, res=res)
+    elif len(dirs) == len(hub):
         res = run_preflight(args.target_dir or dirs["target"], args.drafter_dir or dirs.get("drafter"), args.engine_config,
                             strict_digest=not args.allow_digest_mismatch, expect_baked=args.expect_baked, res=res)
     if args.weights_cache and hub and res.ok:
@@ -406,6 +414,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "are not downloaded again")
     pf.add_argument("--expect-baked", action="store_true",
                     help="the drafter is baked into the image: require its BAKED.json and check its digest")
+    pf.add_argument("--no-speculation", action="store_true",
+                    help="speculation is off in this pod (a benchmark's baseline variant): check the target alone and "
+                    "that the engine argv carries no speculative flag")
     pf.add_argument("--engine-config", default=DEFAULT_ENGINE_CONFIG, metavar="FILE")
     pf.add_argument("--termination-log", default=TERMINATION_LOG, metavar="FILE")
     pf.add_argument("--allow-digest-mismatch", action="store_true",

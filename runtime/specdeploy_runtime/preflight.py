@@ -20,6 +20,10 @@ from what the files imply. Preflight re-reads the mounted files and:
    num_speculative_tokens) and the V2 model runner env for drafters that mix sliding
    and full layers.
 
+Speculation off (``run_target_only``, ``preflight --no-speculation``: a SpeculativeBenchmark's baseline variant
+serves the target alone) checks what applies to a target-only pod: the target config's digest (1.), an engine
+argv without any speculative flag, the release's flag snapshot and the engine's entrypoint (4.).
+
 A failure exits non-zero with a one-screen message that is also written to the
 termination log, so ``kubectl describe pod`` shows it on the init container.
 
@@ -529,6 +533,44 @@ def run_preflight(target_dir: str, drafter_dir: str | None, engine_config: str, 
         f"layers {''.join('S' if x == 'sliding_attention' else 'F' for x in d.layer_types)}"
         + (f"; env {', '.join(f'{k}={v}' for k, v in d.engine_env.items())}" if d.engine_env else ""),
     ]
+    return res
+
+
+def run_target_only(target_dir: str, engine_config: str, *, strict_digest: bool = True,
+                    res: PreflightResult | None = None) -> PreflightResult:
+    """The preflight of an engine pod with speculation off (a benchmark's baseline variant): the mounted or fetched
+    target config is the one the operator checked, the argv carries no speculative flag (it serves the target
+    alone), the release's parser accepts it, and the command is the engine's entrypoint."""
+    res = res if res is not None else PreflightResult()
+    ec = load_engine_config(engine_config, res)
+    t = read_config(target_dir, "target", res)
+    if ec is None or t is None:
+        return res
+    target_doc, tfile = t
+    _check_digests(ec.model_copy(update={"drafter": None}), target_doc, None, {"target": tfile}, res, strict_digest)
+
+    from specdeploy.core import engines as eng
+    from specdeploy.core.render import strip_speculation_args
+
+    info = eng.get_engine(ec.engine)
+    arg_lists = [("engine args", ec.args)] + ([("worker args", ec.worker_args)] if ec.worker_args else [])
+    for where, argv in arg_lists:
+        try:
+            bare = strip_speculation_args(ec.engine, ec.engine_version, list(argv))
+        except ValueError as e:
+            res.add("error", "EngineReleaseUnknown", where, str(e))
+            continue
+        extra = [a for a in argv if a.startswith("-") and a not in bare]
+        if bare != list(argv):
+            res.add("error", "SpeculationNotOff", where,
+                    f"speculation is off for this pod (--no-speculation) but the argv carries {' '.join(extra[:4])}: "
+                    "the engine would load a drafter the preflight did not check")
+        if ec.nodes == 1:
+            _check_flag_snapshot(ec, argv, where, res)
+    if list(ec.command) != list(info.entrypoint):
+        res.add("warning", "EntrypointUnexpected", "engine command",
+                f"command {ec.command} is not {info.display_name}'s entrypoint {list(info.entrypoint)}")
+    res.summary = [f"engine {ec.engine} {ec.engine_version}; target {tfile}; speculation off (no drafter)"]
     return res
 
 

@@ -94,6 +94,8 @@ def _calls() -> dict[str, set[tuple]]:
         "BenchmarkController._status:patch": {("specdeploy.io", "speculativebenchmarks/status", "patch", "watched")},
         # its children (variant objects and NetworkPolicy, plan and results ConfigMaps, client Jobs) are claimed,
         # created, applied and deleted by the Executor calls above (issue 37)
+        # tenancy policy: a claim's labels (policy.pvcLabel) for the deployment's and the method drafters' claims
+        "BenchmarkController._claim_labels:get": {(*gr("PersistentVolumeClaim"), "get", "watched")},
         "BenchmarkController._measure_serving:get": {(*gr("Deployment"), "get", "watched")},
         "BenchmarkController._client:get": {(*gr("ConfigMap"), "get", "watched")},  # spec.prompts.configMapRef
         "BenchmarkController._client_log:list": {(*gr("Pod"), "list", "watched")},

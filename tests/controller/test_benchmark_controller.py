@@ -87,8 +87,16 @@ class Api:
 
 
 class Resolver:
-    async def resolve(self, cr, role):
+    def __init__(self):
+        self.calls: list[tuple[str, str]] = []  # (role, model): what was resolved, in order
+
+    async def resolve(self, admitted, role):
+        from specdeploy.core.render import Admitted
+
+        assert isinstance(admitted, Admitted)  # the controller resolves an admitted spec only
+        cr = admitted.cr
         src = cr.spec.target if role == "target" else cr.spec.drafter
+        self.calls.append((role, src.model))
         return SimpleNamespace(doc=json.loads(TINY[f"{src.model}/config.json"]))
 
 
@@ -816,3 +824,81 @@ def test_a_tenants_network_policy_under_a_variants_name_fails_the_benchmark_unto
     assert cond["reason"] == "ChildConflict" and "NetworkPolicy/tiny-sweep-baseline" in cond["message"], cond
     assert api.objs[("NetworkPolicy", NS, "tiny-sweep-baseline")] == victim
     assert not [w for w in _writes(api) if w[0] in ("apply", "create", "delete")], api.writes
+
+
+# ----------------------------------------------------------------- issue 37: the tenancy policy at reconcile
+
+from specdeploy.core.policy import TenancyPolicy  # noqa: E402
+
+POLICY = TenancyPolicy(token_secrets=("hf-token",), pvcs=("models",))
+
+
+def policed(api: Api, policy: TenancyPolicy = POLICY, dep_change=None, methods=None):
+    dep = {**copy.deepcopy(DEP), "metadata": {"name": "tiny", "namespace": NS}}
+    if dep_change is not None:
+        dep_change(dep["spec"])
+    bc = BenchmarkController(api, Resolver(), deployments={(NS, "tiny"): dep}, policy=policy)
+    body = copy.deepcopy(BENCH)
+    if methods is not None:
+        body["spec"]["matrix"]["methods"] = methods
+    bc.bodies[(NS, BENCH["metadata"]["name"])] = body
+    return bc, body
+
+
+def refused_with(bc, body, api) -> list[str]:
+    """The benchmark ended Failed/PolicyRefused having created, applied and resolved nothing: the codes."""
+    cond = body["status"]["conditions"][0]
+    assert body["status"]["phase"] == "Failed" and cond["reason"] == "PolicyRefused", cond
+    assert [w for w in api.writes if w[0] in ("apply", "create")] == [], api.writes
+    assert bc.resolver.calls == []  # no token Secret read, no inspector Job, no hub fetch on its behalf
+    import re
+
+    return re.findall(r"\[(Policy\w+)\]", cond["message"])
+
+
+@pytest.mark.parametrize("drafter,code", [
+    ({"model": "z/d", "tokenSecretRef": {"name": "prod-db", "key": "token"}}, "PolicyTokenSecretNotAllowed"),
+    ({"model": "z/d", "tokenSecretRef": {"name": "hf-token", "key": "aws-secret"}}, "PolicyTokenSecretKeyNotAllowed"),
+    ({"model": "d", "pvc": {"claimName": "other-team"}}, "PolicyClaimNotAllowed"),
+], ids=["unlisted-secret", "unlisted-key", "unlisted-claim"])
+def test_a_method_drafter_the_policy_refuses_fails_the_benchmark_before_anything_runs(drafter, code):
+    api = Api()
+    bc, body = policed(api, methods=[{"method": "eagle3", "drafter": drafter}])
+    assert step(bc) is None
+    assert refused_with(bc, body, api) == [code]
+    assert "spec.matrix.methods[0].drafter." in body["status"]["conditions"][0]["message"]
+
+
+def test_the_claim_label_rule_is_decided_with_the_claims_labels():
+    label = ("specdeploy.io/models", "true")
+    for labels, allowed in (({"specdeploy.io/models": "true"}, True), ({"team": "b"}, False), (None, False)):
+        api = Api()
+        if labels is not None:
+            api.objs[("PersistentVolumeClaim", NS, "team-models")] = {"metadata": {"name": "team-models",
+                                                                                  "labels": labels}}
+        bc, body = policed(api, TenancyPolicy(pvc_label=label),
+                           methods=[{"method": "eagle3", "drafter": {"model": "d", "pvc": {"claimName": "team-models"}}}])
+        step(bc)
+        if allowed:  # measured: the baseline first
+            assert body["status"]["phase"] == "Running" and ("apply", "Deployment", "tiny-sweep-baseline") in api.writes
+        else:
+            assert refused_with(bc, body, api) == ["PolicyClaimNotAllowed"]
+
+
+@pytest.mark.parametrize("change,code", [
+    (lambda s: s["engine"].update(image="evil.io/miner:1"), "PolicyImageNotAllowed"),
+    (lambda s: s["pod"].update(serviceAccountName="cluster-admin-sa"), "PolicyServiceAccountNotAllowed"),
+    (lambda s: s["pod"].update(tolerations=[{"operator": "Exists"}]), "PolicyTolerationNotAllowed"),
+    (lambda s: s["pod"].update(priorityClassName="system-node-critical"), "PolicyPriorityClassNotAllowed"),
+    (lambda s: s["target"].update(trustRemoteCode=True), "PolicyTrustRemoteCodeNotAllowed"),
+    (lambda s: s["engine"].update(extraArgs=["--enforce-eager", "--worker-cls", "evil.Worker"]),
+     "PolicyCodeArgNotAllowed"),
+    (lambda s: s["target"].update(pvc={"claimName": "other-team"}), "PolicyClaimNotAllowed"),
+], ids=["image", "service-account", "toleration", "priority-class", "trust-remote-code", "code-flag", "claim"])
+def test_a_benchmark_of_a_deployment_the_policy_refuses_runs_nothing(change, code):
+    """Hole 2: the variants and the client Job would run the refused deployment's image, account, tolerations..."""
+    api = Api()
+    bc, body = policed(api, dep_change=change)
+    assert step(bc) is None
+    assert refused_with(bc, body, api) == [code]
+    assert "SpeculativeDeployment tiny spec." in body["status"]["conditions"][0]["message"]

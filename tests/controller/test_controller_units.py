@@ -216,13 +216,39 @@ def test_inspection_round_trip(tmp_path):
     assert e.value.reason == "InspectionInvalid"
 
 
+def _admitted(cr):
+    """``cr`` through the one gate (core/render/gate.admit) under a policy listing its claim."""
+    from specdeploy.core.policy import TenancyPolicy
+    from specdeploy.core.render import admit
+
+    return admit(cr, TenancyPolicy(pvcs=("models",)))
+
+
+def test_a_raw_cr_is_neither_resolved_nor_inspected():
+    """The resolver and the inspector Job take an admitted spec only: nothing reads a token or mounts a claim for a
+    spec the tenancy policy did not pass (issue 37 hole 1)."""
+    from specdeploy.controller.resolve import Resolver
+    from specdeploy.core.policy import TenancyPolicy
+    from specdeploy.core.render import PolicyRefused, admit
+
+    cr = _pvc_cr()
+    kube = _Kube()
+    with pytest.raises(TypeError, match="Admitted"):
+        asyncio.run(Resolver(kube).resolve(cr, "target"))
+    with pytest.raises(TypeError, match="Admitted"):
+        build_inspector_job(cr, "target", "img:1")
+    with pytest.raises(PolicyRefused) as e:  # the claim is not listed
+        admit(cr, TenancyPolicy())
+    assert [f.code for f in e.value.findings] == ["PolicyClaimNotAllowed"] and kube.writes == []
+
+
 def test_inspector_job_is_read_only_and_owned():
     cr = SpeculativeDeployment.model_validate({
         "apiVersion": "specdeploy.io/v1alpha1", "kind": "SpeculativeDeployment",
         "metadata": {"name": "m", "namespace": "ns", "uid": "u1"},
         "spec": {"engine": {"name": "vllm", "version": "0.33.0"}, "target": {"model": "qwen/27b", "pvc": {"claimName": "models"}},
                  "drafter": {"model": "z/d"}, "gpu": {"type": "b300"}}})
-    job = build_inspector_job(cr, "target", cr.spec.target, "img:1")
+    job = build_inspector_job(_admitted(cr), "target", "img:1")
     pod = job["spec"]["template"]["spec"]
     assert job["metadata"]["name"] == "m-inspect-target" and job["metadata"]["ownerReferences"][0]["uid"] == "u1"
     assert pod["volumes"][0]["persistentVolumeClaim"] == {"claimName": "models", "readOnly": True}
@@ -314,7 +340,7 @@ def test_an_inspector_job_not_ours_is_neither_read_nor_replaced(refs):
 
     kube = _Kube(_job(refs, status={"succeeded": 1}))
     with pytest.raises(ResolutionError) as e:
-        asyncio.run(Resolver(kube).resolve(_pvc_cr(), "target"))
+        asyncio.run(Resolver(kube).resolve(_admitted(_pvc_cr()), "target"))
     assert e.value.reason == "ChildConflict" and e.value.conflict.startswith("Job/m-inspect-target (")
     assert "m-inspect-target" in e.value.message and kube.writes == []
 
@@ -324,18 +350,18 @@ def test_an_own_inspector_job_that_never_finishes_times_out_and_is_replaced_late
 
     cr = _pvc_cr()
     image = cr.spec.engine.image or resolve.eng.get_engine("vllm").default_image("0.33.0")
-    want = resolve.build_inspector_job(cr, "target", cr.spec.target, image)
+    want = resolve.build_inspector_job(_admitted(cr), "target", image)
     inputs = want["metadata"]["annotations"]
     kube = _Kube(_job([{"uid": "u1", "controller": True}], annotations=inputs))
     with pytest.raises(ResolutionError) as e:
-        asyncio.run(resolve.Resolver(kube).resolve(cr, "target"))
+        asyncio.run(resolve.Resolver(kube).resolve(_admitted(cr), "target"))
     assert e.value.reason == "InspectionTimedOut" and e.value.delay == resolve.INSPECT_RETRY
     assert f"{resolve.INSPECT_DEADLINE:.0f}s" in e.value.message
     assert kube.writes == [("delete", "Job", "m-inspect-target")]
     # a young one is only pending
     kube = _Kube(_job([{"uid": "u1", "controller": True}], created=st.now_rfc3339(), annotations=inputs))
     with pytest.raises(ResolutionError) as e:
-        asyncio.run(resolve.Resolver(kube).resolve(cr, "target"))
+        asyncio.run(resolve.Resolver(kube).resolve(_admitted(cr), "target"))
     assert e.value.reason == "InspectionPending" and kube.writes == []
 
 
@@ -379,7 +405,7 @@ def test_a_configmap_text_is_parsed_once_and_its_document_is_read_only():
 
     r = Resolver(_Kube())
     r.configmaps[("ns", "t")] = {"data": {"config.json": json.dumps({"num_hidden_layers": 4})}}
-    cr = _cm_cr()
+    cr = _admitted(_cm_cr())
     first = asyncio.run(r.resolve(cr, "target"))
     r.configmaps[("ns", "t")] = {"data": {"config.json": json.dumps({"num_hidden_layers": 4})}}  # same text, new body
     again = asyncio.run(r.resolve(cr, "target"))

@@ -169,3 +169,43 @@ def test_bake_refuses_a_branch_and_a_wrong_digest(tmp_path):
     assert not (tmp_path / "o2" / "BAKED.json").exists()
     p = run_runtime("bake-drafter", "--repo", "", "--out", str(tmp_path / "none"))
     assert p.returncode == 0 and (tmp_path / "none").is_dir()
+
+
+def _baseline(engine: str, version: str):
+    from specdeploy.core.benchplan import Variant
+    from specdeploy.core.benchrender import BenchOwner, render_variant
+
+    d, t = pair("qwen3.6-27b")
+    vo = render_variant(make_cr(engine, version), t, d, BenchOwner("sweep", "default", "u"), Variant("baseline", False))
+    return vo, d, t
+
+
+@pytest.mark.parametrize("engine,version", [("sglang", "0.5.23"), ("vllm", "0.33.0")])
+def test_a_benchmark_baseline_is_preflighted_for_its_target(tmp_path, engine, version):
+    """Issue 37 hole 7: the baseline variant's pod runs the preflight too, target only (--no-speculation): the
+    target's config fetched with the pod's token and compared with the checked one; an argv with speculative flags
+    is refused."""
+    vo, d, t = _baseline(engine, version)
+    r = type("R", (), {"objects": vo.objects, "engine_config": vo.engine_config})
+    argv = pod_argv(r, tmp_path)
+    assert "--no-speculation" in argv and "--drafter-model" not in argv
+    with start_in_thread(repos(d, t, token="hf_secret")) as hub:
+        env = {"HF_ENDPOINT": hub, "HF_HOME": str(tmp_path / "hf")}
+        p = run_runtime(*argv, env={**env, "HF_TOKEN": "hf_secret"})
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert "speculation off" in (tmp_path / "tl").read_text()
+        assert hub.server.count("GET", contains="config.json") == 1  # the target's only
+        p = run_runtime(*argv, env={**env, "HF_TOKEN": ""})  # a private target without the token: refused
+        assert p.returncode == 1 and "ConfigFetchFailed" in (tmp_path / "tl").read_text()
+    # the engine config of a speculative pod under --no-speculation: refused (the argv loads a drafter)
+    moved = copy.deepcopy(t)
+    moved["num_hidden_layers"] = moved.get("num_hidden_layers", 64) + 1
+    spec_r = render(make_cr(engine, version), t, d)
+    (tmp_path / "etc" / "engine-config.json").write_text(spec_r.engine_config.to_json())
+    with start_in_thread(repos(d, t)) as hub:
+        p = run_runtime(*argv, env={"HF_ENDPOINT": hub, "HF_HOME": str(tmp_path / "hf")})
+        assert p.returncode == 1 and "SpeculationNotOff" in (tmp_path / "tl").read_text(), p.stdout + p.stderr
+    with start_in_thread(repos(d, moved)) as hub:  # a moved target revision: the digest differs
+        vo_argv = pod_argv(r, tmp_path)
+        p = run_runtime(*vo_argv, env={"HF_ENDPOINT": hub, "HF_HOME": str(tmp_path / "hf2")})
+        assert p.returncode == 1 and "ConfigDigestMismatch" in (tmp_path / "tl").read_text()

@@ -157,7 +157,11 @@ def rendered_pods() -> tuple[dict[str, dict], list[str], list[str]]:
     add("tuning-pvc/sglang", variant(k, tuning={"enabled": True, "storage": "pvc", "pvc": {"claimName": "tuned"}}),
         kt, kd)
     cr = variant(q, **pvc)
-    job = build_inspector_job(cr, "target", cr.spec.target, eng.get_engine("vllm").default_image("0.33.0"))
+    from specdeploy.core.policy import TenancyPolicy
+    from specdeploy.core.render import admit
+
+    admitted = admit(cr, TenancyPolicy(pvcs=("models",), token_secrets=("hf-token",)))
+    job = build_inspector_job(admitted, "target", eng.get_engine("vllm").default_image("0.33.0"))
     for role, tmpl in pod_templates(job):
         pods[f"inspector-{role}"] = {"apiVersion": "v1", "kind": "Pod",
                                      "metadata": {"name": "inspector", "namespace": "models"}, "spec": tmpl["spec"]}

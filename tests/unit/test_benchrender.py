@@ -63,14 +63,21 @@ def test_owned_by_the_benchmark_labelled_and_out_of_the_engine_selectors():
 
 
 @pytest.mark.parametrize("engine,version", [("vllm", "0.32.0"), ("sglang", "0.5.23")])
-def test_baseline_has_no_speculative_flag_and_no_preflight(engine, version):
+def test_baseline_has_no_speculative_flag_and_a_target_only_preflight(engine, version):
+    """Issue 37 hole 7: the baseline is preflighted like every engine pod, for what applies to it (the target)."""
     _, vo = variant(engine, version, Variant("baseline", False))
     args = engine_args(vo)
     assert not [a for a in args if "speculative" in a or a == "DFLASH"], args
     assert vo.model in args
     pod = vo.objects[1]["spec"]["template"]["spec"]
-    assert "preflight" not in [c["name"] for c in pod.get("initContainers", [])]
+    [pre] = [c for c in pod["initContainers"] if c["name"] == "preflight"]
+    assert "--no-speculation" in pre["args"] and "--target-model" in pre["args"]
+    assert not [a for a in pre["args"] if a.startswith("--drafter") or a == "--expect-baked"], pre["args"]
     assert json.loads(vo.objects[0]["data"]["engine-config.json"])["args"] == args
+    # a speculative variant's preflight checks the pair, as the deployment's does
+    _, k3 = variant(engine, version)
+    [pre] = [c for c in k3.objects[1]["spec"]["template"]["spec"]["initContainers"] if c["name"] == "preflight"]
+    assert "--no-speculation" not in pre["args"] and "--drafter-model" in pre["args"]
 
 
 def test_sglang_window_and_backend_override():

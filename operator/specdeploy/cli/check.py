@@ -184,9 +184,14 @@ def cmd_render(args: argparse.Namespace) -> int:
     policy = policy_args(args)
     where = f"-k {args.kustomize}" if args.kustomize else ("stdin" if args.filename == "-" else args.filename)
     docs = load_kustomization(args.kustomize) if args.kustomize else load_file(args.filename)
+    if any(isinstance(d, dict) and d.get("kind") == "SpeculativeBenchmark" for d in docs):
+        return _render_benchmark(args, policy, where, docs)
+    if args.deployment or args.method_drafter_config:
+        raise UsageError(f"--deployment and --method-drafter-config render a SpeculativeBenchmark; {where} holds none")
     cr = _load_cr(where, docs)
+    cr.metadata.namespace = cr.metadata.namespace or "default"
     # the tenancy policy first, as the webhook and the reconciler apply it (claims by label: undecidable here)
-    refused = check_policy(cr.spec, policy, namespace=cr.metadata.namespace or "default")
+    refused = check_policy(cr.spec, policy, namespace=cr.metadata.namespace)
     if refused:
         print(f"{PROG} render: {cr.metadata.name}: refused by the tenancy policy; nothing rendered", file=sys.stderr)
         _print_findings(refused, sys.stderr)
@@ -227,6 +232,130 @@ def cmd_render(args: argparse.Namespace) -> int:
         print(json.dumps({"apiVersion": "v1", "kind": "List", "items": r.objects}, indent=2))
     else:
         print(yaml.safe_dump_all(r.objects, sort_keys=False, width=1000), end="")
+    return 0
+
+
+def _refused(name: str, findings, output: str, what: str = "refused by the tenancy policy") -> int:
+    import json
+
+    print(f"{PROG} render: {name}: {what}; nothing rendered", file=sys.stderr)
+    _print_findings(findings, sys.stderr)
+    if output == "json":
+        from ..core.findings import report
+
+        print(json.dumps({**report(findings), "rendered": False, "exitCode": 1}, indent=2))
+    return 1
+
+
+def _method_drafter_configs(items: list[str] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items or []:
+        name, eq, path = item.partition("=")
+        if not eq or not name or not path:
+            raise UsageError(f"--method-drafter-config {item!r}: expected VARIANT=FILE (the variant is the method's "
+                             "name, e.g. eagle3, or eagle3-2 for the second eagle3 of spec.matrix.methods)")
+        if name in out:
+            raise UsageError(f"--method-drafter-config {name} is given twice")
+        out[name] = _load_json_config(path, "drafter")
+    return out
+
+
+def _render_benchmark(args: argparse.Namespace, policy, where: str, docs: list) -> int:
+    """``specdeploy render`` of a SpeculativeBenchmark: the tenancy policy on its deployment (as in --deployment or
+    the same file) and each method drafter first (exit 1 with the policy's codes), then every object the operator
+    would create for it, variant after variant (core/benchobjects.render_benchmark)."""
+    import json
+
+    import yaml
+
+    from ..api.benchmark import validate as validate_benchmark
+    from ..api.validation import problems_message
+    from ..core.benchobjects import BenchRefused, render_benchmark
+    from ..core.benchplan import PlanError
+    from ..core.findings import Finding, Severity, Source
+    from ..core.render import PolicyRefused, RenderError, with_drafter
+    from .manifests import config_from_manifests, load_file
+
+    benches = [d for d in docs if isinstance(d, dict) and d.get("kind") == "SpeculativeBenchmark"]
+    if len(benches) != 1:
+        raise UsageError(f"{where} must hold exactly one SpeculativeBenchmark, found {len(benches)}")
+    bench, problems = validate_benchmark(benches[0])
+    if bench is None:
+        raise UsageError(f"{where}: invalid SpeculativeBenchmark: {problems_message(problems)}")
+    ns = bench.metadata.namespace or "default"
+    dep_docs, dep_where = docs, where
+    if args.deployment:
+        dep_where = "stdin" if args.deployment == "-" else args.deployment
+        dep_docs = load_file(args.deployment)
+    ref = bench.spec.deployment_ref.name
+    crs = [d for d in dep_docs if isinstance(d, dict) and d.get("kind") == "SpeculativeDeployment"
+           and (d.get("metadata") or {}).get("name") == ref]
+    if len(crs) != 1:
+        raise UsageError(f"spec.deploymentRef.name is {ref}: {dep_where} must hold that SpeculativeDeployment "
+                         f"(found {len(crs)}); pass it with --deployment SD.yaml")
+    dcr = _load_cr(dep_where, crs)
+    if (dcr.metadata.namespace or ns) != ns:
+        raise UsageError(f"SpeculativeDeployment {ref} is in namespace {dcr.metadata.namespace}, the benchmark in {ns}: "
+                         "a benchmark measures a deployment of its own namespace")
+    dcr.metadata.namespace = ns
+    cms = list(docs) + (list(dep_docs) if dep_docs is not docs else [])
+    configs: dict[str, Any] = {"drafter": None}
+    for role, given in (("drafter", args.drafter_config), ("target", args.target_config)):
+        if getattr(dcr.spec, role) is None:
+            if given:
+                raise UsageError(f"method {dcr.spec.speculation.method} has no drafter: drop --drafter-config")
+            continue
+        doc = _load_json_config(given, role) if given else config_from_manifests(dcr, cms, role, dep_where)
+        if doc is None:
+            raise UsageError(f"spec.{role} of SpeculativeDeployment {ref} has no configFrom ConfigMap: "
+                             f"pass --{role}-config")
+        configs[role] = doc
+    given = _method_drafter_configs(args.method_drafter_config)
+    method_drafters: dict[str, Any] = {}
+    try:
+        from ..core.benchobjects import plan_for
+
+        # the policy first: a refused benchmark reads no method drafter's config
+        from ..core.render import benchmark_refusals
+
+        refused = benchmark_refusals(bench.spec, dcr, policy, namespace=ns)
+        if refused:
+            return _refused(bench.metadata.name, refused, args.output)
+        plan = plan_for(bench.spec, dcr, configs["target"], configs["drafter"])
+        for v in plan.variants:
+            if v.method_speculation is None or not v.drafter:
+                continue
+            if v.name in given:
+                method_drafters[v.name] = given.pop(v.name)
+                continue
+            from ..api.types import ModelSource
+
+            doc = config_from_manifests(with_drafter(dcr, ModelSource.model_validate(v.drafter)), cms, "drafter", where)
+            if doc is None:
+                raise UsageError(f"variant {v.name} (spec.matrix.methods, drafter {v.drafter.get('model')}): pass "
+                                 f"--method-drafter-config {v.name}=FILE, or give its drafter a configFrom ConfigMap "
+                                 f"in {where}")
+            method_drafters[v.name] = doc
+        if given:
+            raise UsageError(f"--method-drafter-config {', '.join(sorted(given))}: no such drafter-method variant "
+                             f"(variants: {', '.join(v.name for v in plan.variants)})")
+        objects = render_benchmark(bench, dcr, configs["target"], configs["drafter"], method_drafters, policy, ns)
+    except PolicyRefused as e:
+        return _refused(bench.metadata.name, e.findings, args.output)
+    except (BenchRefused, PlanError) as e:
+        reason = getattr(e, "reason", "InvalidMatrix")
+        return _refused(bench.metadata.name, [Finding(Severity.ERROR, reason, Source.SPEC, "spec",
+                                                      getattr(e, "message", str(e)))],
+                        args.output, "the benchmark cannot be planned")
+    except RenderError as e:
+        return _refused(bench.metadata.name, e.findings, args.output, "a variant's check failed")
+    except ValueError as e:
+        return _refused(bench.metadata.name, [Finding(Severity.ERROR, "VariantNotRenderable", Source.SPEC, "spec",
+                                                      str(e))], args.output, "a variant does not render")
+    if args.output == "json":
+        print(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}, indent=2))
+    else:
+        print(yaml.safe_dump_all(objects, sort_keys=False, width=1000), end="")
     return 0
 
 
@@ -284,21 +413,29 @@ def add_parsers(sub) -> None:
     c.add_argument("--output", "-o", choices=["text", "json"], default="text")
     c.set_defaults(func=cmd_check)
 
-    r = sub.add_parser("render", help="print the objects the operator would create for a SpeculativeDeployment",
+    r = sub.add_parser("render", help="print the objects the operator would create for a SpeculativeDeployment or a "
+                       "SpeculativeBenchmark",
                        description="Check a SpeculativeDeployment against the tenancy policy (the operator's defaults, "
                        "or the policy flags below, as the chart passes them to the operator: the same verdicts as the "
                        "admission webhook) and its drafter/target pair, and print every object the "
                        "operator would create for it (engine ConfigMap, Deployment or LeaderWorkerSet, Service, "
                        "PodDisruptionBudget, optionally the PodMonitor), as YAML or a JSON List. Warnings go to stderr. "
                        "The drafter's and target's config.json come from --drafter-config/--target-config, else from "
-                       "the ConfigMaps their configFrom names in the -f file or the -k kustomization.",
+                       "the ConfigMaps their configFrom names in the -f file or the -k kustomization. "
+                       "A file holding a SpeculativeBenchmark renders the benchmark: the policy on the deployment it "
+                       "measures (--deployment, or the same file) and on each spec.matrix.methods[].drafter, then each "
+                       "variant's engine ConfigMap, Deployment and Service, client plan ConfigMap and client Job (the "
+                       "operator creates one variant at a time); --drafter-config/--target-config are the deployment's "
+                       "and --method-drafter-config VARIANT=FILE a drafter method's (else its configFrom ConfigMap).",
                        epilog=epilog(["specdeploy render -f examples/qwen3.6-27b-b300-vllm/speculativedeployment.yaml "
                                       "--drafter-config examples/qwen3.6-27b-b300-vllm/drafter.config.json "
                                       "--target-config examples/qwen3.6-27b-b300-vllm/target.config.json",
                                       "specdeploy render -k examples/qwen3.6-27b-b300-vllm",
                                       "cat cr.yaml | specdeploy render -f - --drafter-config d/ --target-config t/ -o json",
                                       "specdeploy render -k examples/kimi-k2.6-rtx-pro-6000-sglang "
-                                      "--allow-trust-remote-code-model moonshotai"],
+                                      "--allow-trust-remote-code-model moonshotai",
+                                      "specdeploy render -f examples/dev/tiny-benchmark.yaml --deployment "
+                                      "examples/dev/tiny-cpu.yaml --drafter-config d/ --target-config t/"],
                                      ok="rendered", findings="the tenancy policy refused the spec or the check failed: "
                                      "nothing rendered (findings on stderr; with -o json also on stdout)",
                                      json_errors=True))
@@ -312,6 +449,11 @@ def add_parsers(sub) -> None:
                    "spec.drafter.configFrom names, from -f/-k; not for mtp, ngram, suffix)")
     r.add_argument("--target-config", metavar="T", help="target config.json or directory (default: the ConfigMap "
                    "spec.target.configFrom names, from -f/-k)")
+    r.add_argument("--deployment", metavar="SD.yaml", help="a SpeculativeBenchmark's SpeculativeDeployment as stored "
+                   "(and the ConfigMaps its configFrom names; default: the -f file)")
+    r.add_argument("--method-drafter-config", action="append", metavar="VARIANT=FILE",
+                   help="a SpeculativeBenchmark's drafter-method variant (eagle3, eagle3-2, ...): its drafter's "
+                   "config.json or directory (default: the ConfigMap its configFrom names; repeatable)")
     r.add_argument("--output", "-o", choices=["yaml", "json"], default="yaml")
     r.add_argument("--pod-monitor", action="store_true", help="include the PodMonitor (prometheus-operator)")
     from .common import add_policy_args

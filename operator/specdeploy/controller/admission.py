@@ -16,6 +16,11 @@ What is checked (docs/concepts/admission.md):
 - when both configs are known: the full drafter/target check (``analyze``);
 - otherwise: admitted with a warning that the drafter/target check runs before rollout.
 
+A SpeculativeBenchmark (``_benchmark_flow``) is validated and checked against the tenancy policy with the
+SpeculativeDeployment it measures as stored: the flow asks for it (``_DeploymentStep``), answered by
+``deployment_lookup(namespace, name)`` or the configs lookup's ``deployment`` method (the operator's watch cache);
+without one, or when it is missing, invalid or refused, the benchmark is refused (core/render/gate.py).
+
 Errors reject (HTTP 200, ``allowed: false``, ``status.code`` 422) with every finding and its path;
 warnings go to ``response.warnings``. Malformed reviews get ``allowed: false`` with code 400.
 The mutating webhook only adds the documented defaults (api/types.py) that are absent from
@@ -445,10 +450,24 @@ def _mutate(req: Request) -> dict:
 # ----------------------------------------------------------------- drivers
 
 
-def _benchmark_review(req: Request) -> dict:
-    """A SpeculativeBenchmark: validated (api/benchmark.validate, the words the operator's status uses),
-    never mutated (its defaults are the CRD schema's). Subresources, DELETE and objects being deleted pass;
-    an update that leaves an invalid spec unchanged passes with warnings (the spec is immutable anyway)."""
+class _DeploymentStep(NamedTuple):
+    """A flow step asking for the stored SpeculativeDeployment ``name`` of ``namespace`` (a benchmark's
+    deploymentRef): answered with its body, None (not found) or the exception the lookup raised."""
+
+    namespace: str
+    name: str
+
+
+_NO_DEPLOYMENT_LOOKUP = ConfigsUnavailable("this webhook has no lookup of stored SpeculativeDeployments")
+
+
+def _benchmark_flow(req: Request, policy: TenancyPolicy | None = None) -> Generator[Any, Any, dict]:
+    """A SpeculativeBenchmark: validated (api/benchmark.validate, the words the operator's status uses), then the
+    tenancy policy (core/render/gate.benchmark_refusals) applied to the deployment it measures AS STORED (looked up:
+    a benchmark of a deployment that is not there, is invalid or is refused is refused with that deployment's
+    findings) and to each spec.matrix.methods[].drafter as its variant would carry it. Never mutated (its defaults
+    are the CRD schema's). Subresources, DELETE and objects being deleted pass; an update that leaves the spec
+    unchanged passes with the refusals as warnings (the spec is immutable; the controller refuses at reconcile)."""
     if req.webhook == "mutate" or req.operation in ("DELETE", "CONNECT") or req.sub_resource:
         return _response(req.uid, True)
     meta = req.obj.get("metadata")
@@ -457,14 +476,41 @@ def _benchmark_review(req: Request) -> dict:
     obj = dict(req.obj)
     if isinstance(meta, dict) and not meta.get("name") and req.name:
         obj["metadata"] = {**meta, "name": req.name}
-    _, problems = validate_benchmark(obj)
-    if not problems:
-        return _response(req.uid, True)
+    ratchet = req.operation == "UPDATE" and isinstance(req.old, dict) and req.old.get("spec") == req.obj.get("spec")
+    bench, problems = validate_benchmark(obj)
     triples = [(p.path, p.message, p.code) for p in problems]
-    if req.operation == "UPDATE" and isinstance(req.old, dict) and req.old.get("spec") == req.obj.get("spec"):
+    if bench is not None:
+        ref = bench.spec.deployment_ref.name
+        got = yield _DeploymentStep(req.namespace, ref)
+        triples = _benchmark_policy(req, bench, ref, got, policy if policy is not None else TenancyPolicy())
+    if not triples:
+        return _response(req.uid, True)
+    if ratchet:
         return _response(req.uid, True, warnings=[_clip(_clean(f"{p}: {m} (spec unchanged by this update)"), WARNING_MAX)
                                                   for p, m, _ in triples][:20])
     return _rejection(req, triples)
+
+
+def _benchmark_policy(req: Request, bench, ref: str, got: Any, policy: TenancyPolicy) -> list[tuple[str, str, str]]:
+    """(path, message, code) of every reason the benchmark may not run: its deployment missing, unreadable, invalid,
+    or refused by the policy, and each method drafter the policy refuses."""
+    from ..api.validation import validate as validate_deployment
+    from ..core.render import benchmark_refusals
+
+    where = "spec.deploymentRef.name"
+    if isinstance(got, BaseException):
+        why = str(got) if isinstance(got, ConfigsUnavailable) else f"{type(got).__name__}"
+        return [(where, f"SpeculativeDeployment {ref} could not be looked up ({_clip(why, 200)}); a benchmark is "
+                 "admitted only against the deployment as stored: retry", "DeploymentUnavailable")]
+    if got is None:
+        return [(where, f"SpeculativeDeployment {ref} does not exist in namespace {req.namespace} (or the operator "
+                 "has not seen it yet): create it first, or fix spec.deploymentRef.name", "DeploymentNotFound")]
+    dcr, problems = validate_deployment(got)
+    if dcr is None:
+        return [(where, f"SpeculativeDeployment {ref} is invalid, nothing of it can be benchmarked: "
+                 + "; ".join(f"{p.path}: {p.message}" for p in problems[:5]), "DeploymentInvalid")]
+    dcr.metadata.namespace = req.namespace
+    return [(_where(f), f.message, f.code) for f in benchmark_refusals(bench.spec, dcr, policy, namespace=req.namespace)]
 
 
 def _start(body: Any, webhook: str, policy: TenancyPolicy | None = None) -> tuple[Request | None, dict | _Flow]:
@@ -472,13 +518,21 @@ def _start(body: Any, webhook: str, policy: TenancyPolicy | None = None) -> tupl
     if isinstance(parsed, dict):
         return None, parsed
     if parsed.kind == BENCH_KIND:
-        return parsed, _benchmark_review(parsed)
+        return parsed, _benchmark_flow(parsed, policy)
     if parsed.webhook == "mutate":
         return parsed, _mutate(parsed)
     return parsed, _validate_flow(parsed, policy)
 
 
-def _call(lookup: ConfigsLookup | None, step: tuple) -> Any:
+def _call(lookup: ConfigsLookup | None, step: tuple, deployments: Callable[..., Any] | None = None) -> Any:
+    if isinstance(step, _DeploymentStep):  # a benchmark's deploymentRef, as stored
+        find = deployments if deployments is not None else getattr(lookup, "deployment", None)
+        if find is None:
+            return _NO_DEPLOYMENT_LOOKUP
+        try:
+            return find(step.namespace, step.name)
+        except Exception as e:  # noqa: BLE001 - a failing lookup: the benchmark is refused, saying so
+            return _detached(e)
     ns, spec, fresh = step
     if lookup is None:
         return None
@@ -496,9 +550,11 @@ def _detached(e: Exception) -> Exception:
 
 
 def review(body: Any, *, configs_lookup: ConfigsLookup | None = None, webhook: str = "validate",
-           policy: TenancyPolicy | None = None) -> dict:
+           policy: TenancyPolicy | None = None, deployment_lookup: Callable[..., Any] | None = None) -> dict:
     """The AdmissionReview v1 response for a request body (dict, bytes or str). Never raises.
-    ``policy``: the tenancy policy (core/policy.py); None: the default policy."""
+    ``policy``: the tenancy policy (core/policy.py); None: the default policy. ``deployment_lookup(namespace,
+    name)``: the stored SpeculativeDeployment body or None (a benchmark's deploymentRef); default: the configs
+    lookup's ``deployment`` method; none: every benchmark is refused (it cannot be checked)."""
     uid: Any = ""
     try:
         req, flow = _start(body, webhook, policy)
@@ -508,7 +564,7 @@ def review(body: Any, *, configs_lookup: ConfigsLookup | None = None, webhook: s
         try:
             step = next(flow)
             while True:
-                got = _call(configs_lookup, step)
+                got = _call(configs_lookup, step, deployment_lookup)
                 if inspect.isawaitable(got):
                     got.close() if hasattr(got, "close") else None  # type: ignore[union-attr]
                     got = TypeError("an async configs lookup needs areview()")
@@ -521,7 +577,7 @@ def review(body: Any, *, configs_lookup: ConfigsLookup | None = None, webhook: s
 
 
 async def areview(body: Any, *, configs_lookup: ConfigsLookup | None = None, webhook: str = "validate",
-                  policy: TenancyPolicy | None = None) -> dict:
+                  policy: TenancyPolicy | None = None, deployment_lookup: Callable[..., Any] | None = None) -> dict:
     """``review`` with a lookup that may be async (the webhook server's). Never raises."""
     uid: Any = ""
     try:
@@ -532,7 +588,7 @@ async def areview(body: Any, *, configs_lookup: ConfigsLookup | None = None, web
         try:
             step = next(flow)
             while True:
-                got = _call(configs_lookup, step)
+                got = _call(configs_lookup, step, deployment_lookup)
                 if inspect.isawaitable(got):
                     try:
                         got = await got

@@ -1,6 +1,8 @@
 """SpeculativeBenchmark reconcile: one step per call, every state in the API (restart-safe).
 
-parse -> resolve the deployment and its configs -> plan (core/benchplan.py) -> for the first
+parse -> the tenancy policy on the deployment as stored and on each method drafter (core/render/gate.py:
+``Failed``, reason ``PolicyRefused``, nothing read or created) -> resolve the deployment and its configs ->
+plan (core/benchobjects.plan_for, core/benchplan.py) -> for the first
 variant without a result: apply its Deployment/Service/ConfigMap (core/benchrender.py), wait
 until it is Ready, write the client plan ConfigMap and create the client Job, wait for it, read
 its pod's log and parse the last ``SPECDEPLOY_BENCH_RESULT`` line (core/benchresult.py), store the
@@ -37,7 +39,6 @@ client starting, it being measured, a wait, and the end (Measured, or the failur
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import logging
 import os
@@ -46,15 +47,15 @@ from typing import Any, Sequence
 from ..api import benchmark as B
 from ..api.validation import INVALID_SPEC, problems_message, validate as validate_deployment
 from ..core.benchprompts import PromptError, parse_requests_jsonl
-from ..core.benchplan import BenchPlan, PlanError, Point, Variant, build_client_plan, plan_benchmark
+from ..core.benchobjects import BenchRefused, plan_for, serving_model
+from ..core.benchplan import BenchPlan, Variant, build_client_plan
 from ..core.benchreco import equal_to_baseline, recommend
 from ..core.benchrender import (BENCH_LABEL, BenchOwner, VariantObjects, build_client_configmap, build_client_job,
                                 build_variant_network_policy, render_variant, variant_object_name)
-from ..core.checker import analyze
-from ..core import gpus
 from ..core import names as N
 from ..core.findings import errors as error_findings
-from ..core.render import RenderError
+from ..core.policy import TenancyPolicy, policy_needs_claims
+from ..core.render import PolicyRefused, RenderError, admit, benchmark_claims, benchmark_refusals, refusal_text, with_drafter
 from . import status as st
 from . import ownership
 from .executor import Executor
@@ -102,7 +103,10 @@ class Waiting(Exception):
 class BenchmarkController:
     def __init__(self, kube: Kube, resolver: Resolver, *, deployments: dict | None = None, policy=None, event=None,
                  workers: int = 2, network_policy: Sequence[str] | None = None):
-        self.kube, self.resolver, self.policy = kube, resolver, policy
+        self.kube, self.resolver = kube, resolver
+        # the tenancy policy the reconciler applies (core/policy.py): the deployment as stored and every method drafter
+        # pass it before anything is read or created (core/render/gate.py)
+        self.policy: TenancyPolicy = policy if policy is not None else TenancyPolicy()
         # the children's one ownership path (claim, create-only, uid-preconditioned deletes); nothing cached
         self.executor = Executor(kube, note=lambda key, change: log.info("benchmark %s/%s: %s", *key, change))
         # the engine NetworkPolicy setting (reconciler.Settings.engine_network_policy): None, none; else the
@@ -249,14 +253,20 @@ class BenchmarkController:
             if v.drafter:
                 from ..api.types import ModelSource
 
-                vdcr = dcr.model_copy(deep=True)
-                vdcr.spec.drafter = ModelSource.model_validate(v.drafter)
+                vdcr = with_drafter(dcr, ModelSource.model_validate(v.drafter))
+                try:  # the variant's spec as it will run: admitted before its token or claim is touched
+                    admitted = admit(vdcr, self.policy, await self._claim_labels(
+                        ns, policy_needs_claims(vdcr.spec, self.policy)), namespace=ns)
+                except PolicyRefused as e:
+                    raise BenchFailed("PolicyRefused", f"variant {v.name}: {refusal_text(e.findings)}") from None
                 try:
-                    drafter_doc = (await self.resolver.resolve(vdcr, "drafter")).doc
+                    drafter_doc = (await self.resolver.resolve(admitted, "drafter")).doc
                 except ResolutionError as e:
                     raise Waiting(e.reason, f"variant {v.name}: {e.message}", e.delay or 15.0) from None
         try:
             vo = render_variant(dcr, target.doc, drafter_doc, owner, v, policy=self.policy)
+        except PolicyRefused as e:  # the variant's own spec (core/render/gate.py): nothing of it is created
+            raise BenchFailed("PolicyRefused", f"variant {v.name}: {refusal_text(e.findings)}") from None
         except RenderError as e:
             raise BenchFailed("VariantNotRenderable", f"variant {v.name}: " + "; ".join(
                 f.one_line() for f in error_findings(e.findings)))
@@ -330,36 +340,23 @@ class BenchmarkController:
         if dcr is None:
             raise BenchFailed("DeploymentInvalid", f"SpeculativeDeployment {ref}: {problems_message(problems)}")
         dcr.metadata.namespace = ns
+        # the tenancy policy first, as the reconciler applies it: the deployment as stored (a benchmark of a refused
+        # deployment would run what was refused) and every spec.matrix.methods[].drafter as its variant carries it;
+        # nothing is read (a token Secret, a claim) or created for a refused benchmark
+        claims = await self._claim_labels(ns, benchmark_claims(cr.spec, dcr, self.policy))
+        refused = benchmark_refusals(cr.spec, dcr, self.policy, claims, namespace=ns)
+        if refused:
+            raise BenchFailed("PolicyRefused", refusal_text(refused))
+        admitted = admit(dcr, self.policy, claims, namespace=ns)
         try:
-            target = await self.resolver.resolve(dcr, "target")
-            drafter = await self.resolver.resolve(dcr, "drafter")
+            target = await self.resolver.resolve(admitted, "target")
+            drafter = await self.resolver.resolve(admitted, "drafter")
         except ResolutionError as e:
             raise Waiting(e.reason, f"SpeculativeDeployment {ref}: {e.message}", e.delay or 15.0) from None
-        analysis = analyze(drafter.doc, target.doc, dcr.spec.options())
-        if not analysis.ok or analysis.derived is None:
-            raise BenchFailed("DeploymentNotServable", f"SpeculativeDeployment {ref} fails its check: " + "; ".join(
-                f.one_line() for f in error_findings(analysis.findings)))
-        d = analysis.derived
-        # the drafter's trained block bounds the sweep, not a blockSize the deployment lowered it to
-        trained = analyze(drafter.doc, target.doc, dataclasses.replace(dcr.spec.options(), block_size=None)).derived
-        try:
-            plan = plan_benchmark(cr.spec.matrix, engine=dcr.spec.engine.name, engine_version=dcr.spec.engine.version,
-                                  block_size=(trained or d).block_size, served_context=d.served_context,
-                                  deployment_tokens=d.num_speculative_tokens,
-                                  cpu_pool=not gpus.get_profile(dcr.spec.gpu.type).accelerator,
-                                  deployment_method=dcr.spec.speculation.method)
-        except PlanError as e:
-            raise BenchFailed("InvalidMatrix", str(e)) from None
-        guard = dcr.spec.speculation.guard
-        if cr.spec.matrix.guarded and (guard is None or guard.max_concurrency is None):
-            raise BenchFailed("InvalidMatrix", "spec.matrix.guarded: SpeculativeDeployment "
-                              f"{dcr.metadata.name} has no spec.speculation.guard.maxConcurrency to measure; set one, "
-                              "or remove guarded")
-        if cr.spec.use_serving_deployment:
-            serving = [Point(p.id.replace(p.variant, "serving", 1), "serving", p.context, p.concurrency, p.num_prompts,
-                             p.max_output_tokens, p.new_engine) for p in plan.points_of(plan.variants[-1].name)]
-            plan = BenchPlan(plan.variants + (Variant("serving", True),), plan.points + tuple(serving), plan.block_size,
-                             plan.notes)
+        try:  # the pure planning (core/benchobjects.py; `specdeploy render` of a benchmark plans the same)
+            plan = plan_for(cr.spec, dcr, target.doc, drafter.doc)
+        except BenchRefused as e:
+            raise BenchFailed(e.reason, e.message) from None
         return dcr, target, drafter, plan
 
     async def _measure_serving(self, key, body, cr, dcr, owner, plan, v, progress, target, drafter) -> float | None:
@@ -375,10 +372,18 @@ class BenchmarkController:
         from ..core import engines as eng
 
         port = eng.get_engine(dcr.spec.engine.name).port
-        model = dcr.spec.target.model if dcr.spec.target.pvc is None else f"/models/target/{dcr.spec.target.model.lstrip('/')}"
+        model = serving_model(dcr)
         return await self._client(key, body, cr, owner, plan, v, progress, image=image,
                                   base_url=f"http://{ref}.{ns}.svc:{port}", model=model, engine=dcr.spec.engine.name,
                                   engine_version=dcr.spec.engine.version, api_key=dcr.spec.engine.api_key)
+
+    async def _claim_labels(self, ns: str, claims: list[str]) -> dict[str, dict | None]:
+        """The labels of the claims the tenancy policy's label rule needs (None: the claim does not exist)."""
+        out: dict[str, dict | None] = {}
+        for claim in claims:
+            pvc = await self.kube.get("PersistentVolumeClaim", ns, claim)
+            out[claim] = ((pvc.get("metadata") or {}).get("labels") or {}) if pvc else None
+        return out
 
     def _serving_image(self, dcr, target, drafter) -> str | None:
         """The image the serving deployment runs, from rendering its spec as the reconciler does (never read
@@ -387,6 +392,9 @@ class BenchmarkController:
 
         try:
             return render(dcr, target.doc, drafter.doc, policy=self.policy).image or None
+        except PolicyRefused as e:
+            raise BenchFailed("PolicyRefused", f"SpeculativeDeployment {dcr.metadata.name}: "
+                              + refusal_text(e.findings)) from None
         except RenderError as e:
             raise BenchFailed("DeploymentNotServable", f"SpeculativeDeployment {dcr.metadata.name} does not render: "
                               + "; ".join(f.one_line() for f in error_findings(e.findings))) from None

@@ -197,7 +197,9 @@ async def _start_webhook(kube: Kube, resolver: Resolver) -> None:
     ws = WebhookSettings.from_env()
     if ws.port:
         watched = [n for n in (os.environ.get("SPECDEPLOY_WATCH_NAMESPACES") or "").split(",") if n]
-        _webhook = WebhookRuntime(ws, kube, OperatorConfigs(kube, resolver, watched=watched or None))
+        deployments = _controller.bodies if _controller is not None else None  # benchmarks: their deployment as stored
+        _webhook = WebhookRuntime(ws, kube, OperatorConfigs(kube, resolver, watched=watched or None,
+                                                            deployments=deployments))
         _webhook.start()
 
 

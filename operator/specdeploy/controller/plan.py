@@ -121,7 +121,7 @@ def _plan_reconcile(cr, target, drafter, *, generation, children, benchmarks, po
                     pod_monitor_labels, network_policy, status=None, rollout=None, now=0.0) -> Plan:
     limit, guard_problem = guard_limit(cr, benchmarks or {})
     try:
-        rendered = render(cr, target.doc, drafter.doc, pod_monitor=pod_monitor, policy=policy or TenancyPolicy(),
+        rendered = render(cr, target.doc, drafter.doc, pod_monitor=pod_monitor, policy=policy,
                           pod_monitor_labels=pod_monitor_labels, network_policy=network_policy,
                           guard=limit, commits=(target.commit or None, drafter.commit or None))
     except RenderError as e:

@@ -23,7 +23,8 @@ from typing import Any
 from ..api.types import Resolved
 from ..api.validation import INVALID_SPEC, problems_message, validate
 from ..core import baseline as bl
-from ..core.policy import TenancyPolicy, check_policy, policy_needs_claims
+from ..core.policy import TenancyPolicy, policy_needs_claims
+from ..core.render import PolicyRefused, admit
 from . import metrics, plan as pl, status as st
 from .cache import MANAGED_KINDS, WORKLOAD_KINDS, Caches, Key, is_child  # noqa: F401 - the RBAC audit reads MANAGED_KINDS here
 from .executor import Executor
@@ -326,15 +327,16 @@ class Controller:
         # tenancy policy: before anything is read or written on the CR's behalf (a hub token Secret included)
         policy = self.settings.policy
         claims = await self.executor.policy_labels(ns, policy_needs_claims(cr.spec, policy))
-        refusals = check_policy(cr.spec, policy, claims, namespace=ns)
-        if refusals:
-            msg = "; ".join(f"{f.path}: {f.message}" for f in refusals)
+        try:  # the one gate (core/render/gate.py): the resolver takes an admitted spec only
+            admitted = admit(cr, policy, claims, namespace=ns)
+        except PolicyRefused as e:
+            msg = "; ".join(f"{f.path}: {f.message}" for f in e.findings)
             return await self._finish(key, body, pl.blocked(gen, "PolicyRefused", msg))
 
         # resolve both configs
         try:
-            target = await self.resolver.resolve(cr, "target")
-            drafter = await self.resolver.resolve(cr, "drafter")
+            target = await self.resolver.resolve(admitted, "target")
+            drafter = await self.resolver.resolve(admitted, "drafter")
         except ResolutionError as e:  # e.conflict: the inspector Job's name is taken (ChildConflict)
             await self._finish(key, body, pl.blocked(gen, e.reason, e.message, unresolved=False),
                                [e.conflict] if e.conflict else None)

@@ -11,7 +11,6 @@ import asyncio
 import base64
 import binascii
 import gzip
-import hashlib
 import json
 import os
 import time
@@ -22,7 +21,7 @@ from ..core import memo, safejson
 from ..core.engineconfig import config_digest
 from ..core import engines as eng
 from ..core import names as N
-from ..core.podsecurity import harden_pod
+from ..core.render import Admitted, build_inspector_job, inspector_job_name  # noqa: F401 (resolve.* for its readers)
 from . import ownership
 from .kube import Kube
 from .status import age_seconds
@@ -74,49 +73,6 @@ def decode_inspection(message: str) -> tuple[Any, str]:
     return doc, env.get("digest") or config_digest(doc)
 
 
-def inspector_job_name(cr_name: str, role: str) -> str:
-    return f"{cr_name}-inspect-{role}"
-
-
-def build_inspector_job(cr, role: str, src, image: str) -> dict:
-    """The short Job that reads config.json from a PVC and reports it in its termination message."""
-    path = f"/models/{role}/{src.model.lstrip('/')}"
-    inputs = hashlib.sha256(f"{src.pvc.claim_name}|{path}|{image}".encode()).hexdigest()[:16]
-    meta: dict[str, Any] = {
-        "name": inspector_job_name(cr.metadata.name, role),
-        "labels": {N.LABEL_MANAGED_BY: N.MANAGED_BY, N.LABEL_INSTANCE: cr.metadata.name,
-                   N.LABEL_COMPONENT: N.COMPONENT_INSPECTOR},
-        "annotations": {N.INSPECT_INPUTS_ANNOTATION: inputs},
-    }
-    if cr.metadata.namespace:
-        meta["namespace"] = cr.metadata.namespace
-    if cr.metadata.uid:
-        meta["ownerReferences"] = [{"apiVersion": N.GROUP_VERSION, "kind": N.KIND,
-                                    "name": cr.metadata.name, "uid": cr.metadata.uid, "controller": True,
-                                    "blockOwnerDeletion": True}]
-    return {
-        "apiVersion": "batch/v1", "kind": "Job", "metadata": meta,
-        "spec": {
-            "backoffLimit": 2, "activeDeadlineSeconds": 600, "ttlSecondsAfterFinished": 3600,
-            "template": {
-                "metadata": {"labels": dict(meta["labels"])},
-                "spec": harden_pod({
-                    "restartPolicy": "Never",
-                    "containers": [{
-                        "name": "inspect", "image": image,
-                        "command": ["specdeploy-runtime", "inspect-config", "--path", path],
-                        "terminationMessagePolicy": "File",
-                        "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
-                        "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
-                        "volumeMounts": [{"name": "model", "mountPath": f"/models/{role}", "readOnly": True}],
-                    }],
-                    "volumes": [{"name": "model", "persistentVolumeClaim": {"claimName": src.pvc.claim_name, "readOnly": True}}],
-                }),  # restricted profile, no token, read-only root (core/podsecurity.py)
-            },
-        },
-    }
-
-
 def _pinned(revision: str | None) -> bool:
     return bool(revision) and len(revision) == 40 and all(c in "0123456789abcdef" for c in revision)
 
@@ -138,7 +94,12 @@ class Resolver:
         # document object that the checker's memo (core/checker/derive.analyze) recognises
         self._parsed: dict[tuple[str, str, str], tuple[str | bytes, Resolved]] = {}
 
-    async def resolve(self, cr, role: str) -> Resolved:
+    async def resolve(self, admitted: Admitted, role: str) -> Resolved:
+        """``spec.<role>``'s config.json for a spec the tenancy policy admitted (core/render/gate.admit): the policy
+        is decided before a token Secret is read or an inspector Job mounts a claim on the spec's behalf."""
+        if not isinstance(admitted, Admitted):
+            raise TypeError("Resolver.resolve takes an Admitted spec (core/render/gate.admit), not a raw CR")
+        cr = admitted.cr
         src = getattr(cr.spec, role)
         if src is None:  # no drafter: methods mtp, ngram, suffix
             return NO_MODEL
@@ -147,7 +108,7 @@ class Resolver:
         if ref is not None:
             return await self._from_configmap(ns, ref.name, ref.key, role)
         if src.pvc is not None:
-            return await self._from_pvc(cr, role, src)
+            return await self._from_pvc(admitted, role, src)
         return await self._from_hub(ns, src, role)
 
     async def _from_configmap(self, ns: str, name: str, key: str, role: str) -> Resolved:
@@ -234,10 +195,11 @@ class Resolver:
         self._hub_cache[(src.model, src.revision, cred)] = (self.clock(), r)
         return r
 
-    async def _from_pvc(self, cr, role: str, src) -> Resolved:
+    async def _from_pvc(self, admitted: Admitted, role: str, src) -> Resolved:
+        cr = admitted.cr
         ns = cr.metadata.namespace or "default"
         image = cr.spec.engine.image or eng.get_engine(cr.spec.engine.name).default_image(cr.spec.engine.version)
-        want = build_inspector_job(cr, role, src, image)
+        want = build_inspector_job(admitted, role, image)
         name = want["metadata"]["name"]
         job = await self.kube.get("Job", ns, name)
         why = ownership.conflict(job, cr.metadata.uid)

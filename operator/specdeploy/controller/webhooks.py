@@ -123,9 +123,12 @@ class OperatorConfigs:
     """``configs_lookup`` for the operator: watch cache or one API GET for ConfigMaps, hub cache only."""
 
     def __init__(self, kube: Kube | None, resolver: Any, timeout: float = LOOKUP_TIMEOUT, parsed_cache: int = 256,
-                 watched: Any = None):
+                 watched: Any = None, deployments: dict | None = None):
         self.kube = kube
         self.resolver = resolver
+        # the SpeculativeDeployment bodies the controller's watch keeps ((namespace, name) -> body): a benchmark is
+        # admitted against its deployment as stored (admission._benchmark_flow); read, never written
+        self.deployments = deployments
         # the operator's namespace scope (None: every namespace): nothing is read for a review outside it
         self.watched = frozenset(watched) if watched else None
         self.timeout = timeout
@@ -143,6 +146,14 @@ class OperatorConfigs:
             d_doc, d_src, d_cached, d_key = await self._one(namespace, spec.drafter, "drafter", fresh)
         key = (t_key, d_key) if t_key is not None and d_key is not None else None
         return Configs(t_doc, d_doc, cached=t_cached or d_cached, sources=(t_src, d_src), key=key)
+
+    def deployment(self, namespace: str, name: str) -> dict | None:
+        """The stored SpeculativeDeployment ``namespace/name`` from the watch cache (None: not there)."""
+        if self.watched is not None and namespace not in self.watched:
+            raise ConfigsUnavailable("the operator does not watch this namespace; nothing was read")
+        if self.deployments is None:
+            raise ConfigsUnavailable("the operator's SpeculativeDeployment cache is not attached")
+        return self.deployments.get((namespace, name))
 
     async def _one(self, ns: str, src: Any, role: str, fresh: bool) -> tuple[Any, str, bool, Any]:
         """(document, where it came from, whether from a cache, a key identifying its content or None)."""

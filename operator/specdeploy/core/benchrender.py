@@ -8,8 +8,9 @@ SpeculativeDeployment, whose own workload is never touched), labelled
 SpeculativeDeployment reconciler and the acceptance monitor leave them alone.
 
 - ``baseline``: every speculative flag removed (``render.strip_speculation_args``): the target served
-  alone. The preflight init container is left out: it checks the drafter/target pair and the
-  speculative flags, and there are none.
+  alone, preflighted like every engine pod for what applies to it (``preflight --no-speculation``: the
+  target's config digest, an argv without any speculative flag, the release's flag snapshot, the
+  target's weights into a persistent cache with the deployment's own token).
 - ``k<N>[-w<window>][-<backend>]``: ``spec.speculation`` overridden (blockSize N + 1, draftWindow,
   draftAttentionBackend) and checked and rendered exactly as a deployment with those settings.
 
@@ -25,10 +26,9 @@ from typing import Any, Sequence
 
 from . import gpus
 from . import names as N
-from .benchplan import CLIENT_PLAN_KEY, CLIENT_PLAN_MOUNT, PROMPTS_KEY, Variant
+from .benchplan import CLIENT_PLAN_KEY, PROMPTS_KEY, Variant
 from .engineconfig import EngineConfig
-from .podsecurity import container_security_context, harden_pod
-from .render import (RUNTIME_COMMAND, RenderError, build_configmap, build_deployment, build_service, render,
+from .render import (RenderError, build_configmap, build_deployment, build_service, client_pod_spec, render,
                      strip_speculation_args)
 from .render.objects import NAMESPACE_NAME_LABEL
 from .names import BENCH_KIND, BENCH_LABEL, VARIANT_LABEL  # noqa: F401 (benchrender.BENCH_LABEL for its readers)
@@ -36,7 +36,6 @@ from .names import BENCH_KIND, BENCH_LABEL, VARIANT_LABEL  # noqa: F401 (benchre
 COMPONENT = N.COMPONENT_BENCH_ENGINE
 CLIENT_COMPONENT = N.COMPONENT_BENCH_CLIENT
 CLIENT_DEADLINE_SECONDS = 6 * 3600
-KEEP_ENV_OFFLINE = "HF_HUB_OFFLINE"
 
 
 @dataclass(frozen=True)
@@ -129,15 +128,8 @@ def render_variant(cr, target_doc: Any, drafter_doc: Any, owner: BenchOwner, var
     cm = build_configmap(vcr, ec, rendered.analysis)
     dep = build_deployment(vcr, ec, prof, rendered.image, config_hash, baked=rendered.baked_drafter is not None,
                            service_account=policy.engine_service_account if policy is not None else None,
-                           cache=rendered.cache)
+                           cache=rendered.cache, target_only=not variant.speculation)
     svc = build_service(vcr, ec)
-    pod = dep["spec"]["template"]["spec"]
-    if not variant.speculation:
-        pod["initContainers"] = [c for c in pod.get("initContainers", []) if c["name"] != "preflight"]
-        if not pod["initContainers"]:
-            pod.pop("initContainers")
-        for c in pod["containers"]:
-            c["env"] = [e for e in c.get("env", []) if e.get("name") != KEEP_ENV_OFFLINE]
     for obj in (cm, dep, svc):
         _relabel(obj["metadata"].get("labels"), owner, variant.name)
         obj["metadata"]["ownerReferences"] = owner.reference()
@@ -191,35 +183,14 @@ def build_client_configmap(owner: BenchOwner, variant: str, plan: dict, prompts_
 
 def build_client_job(owner: BenchOwner, variant: str, image: str, *, env: dict[str, str] | None = None,
                      service_account: str | None = None, api_key=None) -> dict:
-    """The Job that runs the client against one variant (created once; a Job's template is immutable).
-    ``api_key``: the deployment's spec.engine.apiKey; the client sends it from ``OPENAI_API_KEY`` (the variable
-    vLLM's and SGLang's benchmark clients read too), taken from the same Secret."""
-    secret_env = [] if api_key is None else [{"name": "OPENAI_API_KEY", "valueFrom": {"secretKeyRef": {
-        "name": api_key.secret_key_ref.name, "key": api_key.secret_key_ref.key}}}]
+    """The Job that runs the client against one variant (created once; a Job's template is immutable); its pod is
+    built by the render package (core/render/jobs.py: every pod spec is). ``api_key``: the deployment's
+    spec.engine.apiKey; the client sends it from ``OPENAI_API_KEY`` (the variable vLLM's and SGLang's benchmark
+    clients read too), taken from the same Secret."""
     labels = client_labels(owner, variant)
     name = f"{owner.name}-{variant}-client"
-    pod_spec: dict[str, Any] = {
-        "restartPolicy": "Never",
-        "containers": [{
-            "name": "client",
-            "image": image,
-            "imagePullPolicy": "IfNotPresent",
-            "command": [RUNTIME_COMMAND, "bench-client"],
-            "args": ["--plan", f"{CLIENT_PLAN_MOUNT}/{CLIENT_PLAN_KEY}"],
-            "env": [{"name": "HOME", "value": "/tmp"}, {"name": "HF_HOME", "value": "/tmp/hf-home"},
-                    {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
-                    *({"name": k, "value": v} for k, v in sorted((env or {}).items())), *secret_env],
-            "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "2Gi"}},
-            "securityContext": container_security_context(),
-            "volumeMounts": [{"name": "plan", "mountPath": CLIENT_PLAN_MOUNT, "readOnly": True},
-                             {"name": "tmp", "mountPath": "/tmp"}],
-        }],
-        "volumes": [{"name": "plan", "configMap": {"name": f"{owner.name}-{variant}-plan"}},
-                    {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}],
-    }
-    if service_account:
-        pod_spec["serviceAccountName"] = service_account
-    harden_pod(pod_spec)
+    pod_spec = client_pod_spec(f"{owner.name}-{variant}-plan", image, env=env, service_account=service_account,
+                               api_key=api_key)
     meta: dict[str, Any] = {"name": name, "namespace": owner.namespace, "labels": labels}
     if owner.reference():
         meta["ownerReferences"] = owner.reference()

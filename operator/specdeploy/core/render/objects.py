@@ -82,6 +82,11 @@ class RenderError(Exception):
         super().__init__("; ".join(f.one_line() for f in findings if f.severity.value == "error"))
 
 
+class PolicyRefused(RenderError):
+    """The tenancy policy refused the spec (core/render/gate.py): nothing may be read, created or rendered on its
+    behalf. ``findings`` are the policy's (codes ``Policy*``, core/catalog.py)."""
+
+
 @dataclass
 class Rendered:
     analysis: Analysis
@@ -160,19 +165,27 @@ def _container(spec, ec: EngineConfig, image: str, args: list[str], serve_http: 
     return c
 
 
-def prefetches(spec, baked: bool, cache: CachePlan | None) -> bool:
+def prefetches(spec, baked: bool, cache: CachePlan | None, target_only: bool = False) -> bool:
     """Whether the preflight downloads weights: a persistent cache and at least one hub model to fill it with."""
-    hub = [src for role, src in spec.model_sources()
+    hub = [src for role, src in _preflight_sources(spec, target_only)
            if src.pvc is None and not (baked and role == "drafter")]
     return cache is not None and cache.persistent and bool(hub)
 
 
-def preflight_args(spec, ec: EngineConfig, baked: bool = False, cache: CachePlan | None = None) -> list[str]:
+def _preflight_sources(spec, target_only: bool) -> list:
+    """The models the preflight checks: every model source, or the target alone (speculation off: a benchmark's
+    baseline variant serves the target without a drafter)."""
+    return [("target", spec.target)] if target_only else spec.model_sources()
+
+
+def preflight_args(spec, ec: EngineConfig, baked: bool = False, cache: CachePlan | None = None,
+                   target_only: bool = False) -> list[str]:
     """Arguments of the preflight init container: mounted dirs for PVC models (and the baked drafter),
     hub repo ids otherwise (preflight downloads their config.json; with a persistent cache also their
-    weights, into the cache, once)."""
+    weights, into the cache, once). ``target_only``: speculation off (``--no-speculation``): the target's
+    config and weights, and an argv that must carry no speculative flag."""
     a: list[str] = []
-    for role, src in spec.model_sources():
+    for role, src in _preflight_sources(spec, target_only):
         is_baked = baked and role == "drafter"
         if src.pvc is not None or is_baked:
             a += [f"--{role}-dir", model_in_pod(src, role, is_baked)]
@@ -181,22 +194,24 @@ def preflight_args(spec, ec: EngineConfig, baked: bool = False, cache: CachePlan
             if src.revision:
                 a += [f"--{role}-revision", src.revision]
     a += ["--engine-config", f"{ENGINE_CONFIG_MOUNT}/{ENGINE_CONFIG_KEY}", "--download-dir", PREFLIGHT_DOWNLOAD_DIR]
-    if baked:
+    if target_only:
+        a.append("--no-speculation")
+    elif baked:
         a.append("--expect-baked")
-    if prefetches(spec, baked, cache):
+    if prefetches(spec, baked, cache, target_only):
         a += ["--weights-cache", HF_HOME]
     return a
 
 
 def _init_containers(spec, ec: EngineConfig, image: str, baked: bool, tuning: TuningPlan | None,
-                     cache: CachePlan | None = None) -> list[dict]:
+                     cache: CachePlan | None = None, target_only: bool = False) -> list[dict]:
     mounts = [{"name": "engine-config", "mountPath": ENGINE_CONFIG_MOUNT, "readOnly": True},
               {"name": "preflight-scratch", "mountPath": PREFLIGHT_DOWNLOAD_DIR, "subPath": "configs"},
               {"name": "preflight-scratch", "mountPath": "/tmp", "subPath": "tmp"}]
-    for role, src in spec.model_sources():
+    for role, src in _preflight_sources(spec, target_only):
         if src.pvc is not None:
             mounts.append({"name": f"{role}-model", "mountPath": f"{MODEL_ROOT}/{role}", "readOnly": True})
-    fill = prefetches(spec, baked, cache)
+    fill = prefetches(spec, baked, cache, target_only)
     if fill:  # the preflight fills the persistent cache the engine then reads offline
         mounts.append({"name": "hf-cache", "mountPath": HF_HOME})
     env = [{"name": "HOME", "value": "/tmp"}, {"name": "HF_HOME", "value": HF_HOME if fill else "/tmp/hf-home"},
@@ -208,7 +223,7 @@ def _init_containers(spec, ec: EngineConfig, image: str, baked: bool, tuning: Tu
         "image": image,
         "imagePullPolicy": "IfNotPresent",
         "command": [RUNTIME_COMMAND, "preflight"],
-        "args": preflight_args(spec, ec, baked, cache),
+        "args": preflight_args(spec, ec, baked, cache, target_only),
         "env": env,
         "resources": small,
         "securityContext": container_security_context(),
@@ -235,7 +250,8 @@ def _init_containers(spec, ec: EngineConfig, image: str, baked: bool, tuning: Tu
 
 def _pod_template(cr, ec: EngineConfig, prof: gpus.GpuProfile, image: str, args: list[str], config_hash: str,
                   cm_name: str, serve_http: bool, baked: bool = False, tuning: TuningPlan | None = None,
-                  service_account: str | None = None, cache: CachePlan | None = None) -> dict:
+                  service_account: str | None = None, cache: CachePlan | None = None,
+                  target_only: bool = False) -> dict:
     spec = cr.spec
     labels = child_labels(cr, ec.engine)
     annotations = {CONFIG_HASH_ANNOTATION: config_hash}
@@ -265,7 +281,7 @@ def _pod_template(cr, ec: EngineConfig, prof: gpus.GpuProfile, image: str, args:
         **({"tolerations": tolerations} if tolerations else {}),
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
         # the engine container starts only after every init container exited 0
-        "initContainers": _init_containers(spec, ec, image, baked, tuning, cache),
+        "initContainers": _init_containers(spec, ec, image, baked, tuning, cache, target_only),
         "containers": [_container(spec, ec, image, args, serve_http, tuning)],
         "volumes": volumes,
     }
@@ -293,7 +309,9 @@ def build_configmap(cr, ec: EngineConfig, analysis: Analysis, ec_json: str | Non
 
 def build_deployment(cr, ec: EngineConfig, prof, image: str, config_hash: str, *, baked: bool = False,
                      tuning: TuningPlan | None = None, service_account: str | None = None,
-                     cache: CachePlan | None = None) -> dict:
+                     cache: CachePlan | None = None, target_only: bool = False) -> dict:
+    """``target_only``: speculation off (a benchmark's baseline variant): the preflight checks the target alone
+    (``preflight --no-speculation``)."""
     n = names(cr.metadata.name)
     return {
         "apiVersion": "apps/v1",
@@ -307,7 +325,7 @@ def build_deployment(cr, ec: EngineConfig, prof, image: str, config_hash: str, *
             "progressDeadlineSeconds": STARTUP_TIMEOUT_SECONDS,
             "revisionHistoryLimit": 3,
             "template": _pod_template(cr, ec, prof, image, ec.args, config_hash, n["configmap"], True, baked, tuning,
-                                      service_account, cache),
+                                      service_account, cache, target_only),
         },
     }
 
@@ -547,13 +565,24 @@ def render(cr, target_doc: Any, drafter_doc: Any, *, pod_monitor: bool = False,
            image_table: tuple[eng.BakedDrafterImage, ...] | None = None, policy=None,
            guard: "gd.GuardLimit | None" = None, pod_monitor_labels: Mapping[str, str] | None = None,
            network_policy: Sequence[str] | None = None,
-           commits: tuple[str | None, str | None] = (None, None)) -> Rendered:
+           commits: tuple[str | None, str | None] = (None, None),
+           pvc_labels: Mapping[str, Mapping[str, str] | None] | None = None) -> Rendered:
     """Every child object for a SpeculativeDeployment; raises RenderError when the check fails. ``guard``: the
     controller's resolution of ``spec.speculation.guard.fromBenchmark`` (the render reads no benchmark itself).
     ``network_policy``: None, no NetworkPolicy; else the namespaces besides the CR's own that may reach the engine
     pods (build_network_policy). ``commits``: the resolved commits of the target and the drafter (the resolver's);
     under spec.rollout Canary the engine is pinned to them and the pod template carries the rollout revision
-    (``Rendered.revision``); under RollingUpdate they change nothing."""
+    (``Rendered.revision``); under RollingUpdate they change nothing.
+
+    ``policy``: the tenancy policy, applied first (core/render/gate.py): a spec it refuses raises ``PolicyRefused``
+    before anything is built (``pvc_labels``: claim -> labels for its label rule; None: that rule is left to the
+    caller that reads claims). None: no policy (offline tools and tests only; the operator always passes one)."""
+    if policy is not None:
+        from ..policy import check_policy
+
+        refused = check_policy(cr.spec, policy, pvc_labels, namespace=cr.metadata.namespace)
+        if refused:
+            raise PolicyRefused(refused)
     canary = cr.spec.rollout is not None and cr.spec.rollout.strategy == "Canary"
     if canary:
         cr = pin_commits(cr, *commits)
