@@ -880,7 +880,7 @@ def test_the_claim_label_rule_is_decided_with_the_claims_labels():
                            methods=[{"method": "eagle3", "drafter": {"model": "d", "pvc": {"claimName": "team-models"}}}])
         step(bc)
         if allowed:  # measured: the baseline first
-            assert body["status"]["phase"] == "Running" and ("apply", "Deployment", "tiny-sweep-baseline") in api.writes
+            assert body["status"]["phase"] == "Running" and ("create", "Deployment", "tiny-sweep-baseline") in api.writes
         else:
             assert refused_with(bc, body, api) == ["PolicyClaimNotAllowed"]
 
