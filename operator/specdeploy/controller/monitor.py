@@ -135,7 +135,8 @@ MAX_SERIES_LINE = 2048
 _ENGINE_LINE = re.compile(rb"^(?:vllm:|sglang:|process_start_time_seconds[ {])[^\n]*", re.MULTILINE)
 PARSE_THREADS = 2  # the pool engine_series runs in (bounded: at most this many bodies are being picked at once)
 
-Fetch = Callable[[str, float], Awaitable["bytes | str"]]  # (url, timeout seconds) -> body; raises on failure
+# (url, timeout seconds) -> body; raises on failure
+Fetch = Callable[[str, float], Awaitable["bytes | bytearray | str"]]
 Notify = Callable[[Key], Awaitable[None]]  # a key's part of the status changed: reconcile it
 
 
@@ -235,24 +236,23 @@ class ScrapeRejected(Exception):
     """A /metrics answer the monitor will not read (too large, too many series): a failed scrape."""
 
 
-async def read_bounded(content: Any, length: int | None, limit: int = MAX_METRICS_BYTES) -> bytes:
+async def read_bounded(content: Any, length: int | None, limit: int = MAX_METRICS_BYTES) -> bytearray:
     """The body of an aiohttp response (``content``: its StreamReader; ``length``: its Content-Length), at most
-    ``limit`` bytes: ScrapeRejected, read no further, when it says or turns out to be longer."""
+    ``limit`` bytes, in one buffer (no joined copy): ScrapeRejected, read no further, when it says or turns out to
+    be longer."""
     if length is not None and length > limit:
         raise ScrapeRejected(f"the /metrics body is {length} bytes (Content-Length), more than the {limit} a scrape "
                              "reads (MAX_METRICS_BYTES): not read")
-    chunks: list[bytes] = []
-    n = 0
+    buf = bytearray()
     async for chunk in content.iter_any():
-        n += len(chunk)
-        if n > limit:
+        if len(buf) + len(chunk) > limit:
             raise ScrapeRejected(f"the /metrics body is larger than the {limit} bytes a scrape reads "
                                  "(MAX_METRICS_BYTES): not read further")
-        chunks.append(chunk)
-    return b"".join(chunks)
+        buf += chunk
+    return buf
 
 
-def engine_series(body: bytes | str) -> str:
+def engine_series(body: bytes | bytearray | str) -> str:
     """The lines of a /metrics body the monitor reads (named ``vllm:*``, ``sglang:*`` or
     ``process_start_time_seconds``; no histogram buckets, no line over MAX_SERIES_LINE bytes), as text for
     core/acceptance's parser. ScrapeRejected over MAX_METRICS_BYTES or MAX_ENGINE_SERIES such lines. Runs in a
@@ -565,7 +565,7 @@ class AcceptanceMonitor:
             await self._session.close()
             self._session = None
 
-    async def fetch(self, url: str, timeout: float) -> bytes | str:
+    async def fetch(self, url: str, timeout: float) -> bytes | bytearray | str:
         """The body of ``url``, at most MAX_METRICS_BYTES (read_bounded); raises on any failure."""
         if self._fetch is not None:
             return await self._fetch(url, timeout)
