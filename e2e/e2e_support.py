@@ -246,12 +246,25 @@ def engine_pod(cr_name: str, pod_name: str, port: int, engine: str = "vllm",
 
 def play_engine_pod(c: Cluster, cr_name: str, pod_name: str, port: int, engine: str = "vllm",
                     ip: str = "127.0.0.1") -> None:
-    """Play the kubelet for one engine pod: create it with the workload's pod-template annotations (as
-    a ReplicaSet does: the config hash), then set it Running and Ready with ``ip`` as its podIP, so the
-    operator scrapes ``http://<ip>:<port>/metrics`` (a stand-in engine on loopback)."""
+    """Play the ReplicaSet controller and the kubelet for one engine pod: a ReplicaSet controlled by the
+    Deployment (the acceptance monitor trusts a pod through these uids, never its labels alone), the pod
+    controlled by it with the pod template's annotations (the config hash), then Running and Ready with
+    ``ip`` as its podIP, so the operator scrapes ``http://<ip>:<port>/metrics`` (a stand-in engine on loopback)."""
     workload = get(c, "deployment", cr_name) or {}
-    template = ((workload.get("spec") or {}).get("template") or {}).get("metadata") or {}
-    apply(c, engine_pod(cr_name, pod_name, port, engine, template.get("annotations")))
+    spec = workload.get("spec") or {}
+    template = (spec.get("template") or {}).get("metadata") or {}
+    pod = engine_pod(cr_name, pod_name, port, engine, template.get("annotations"))
+    if workload:
+        rs_name = f"{cr_name}-e2e"
+        apply(c, {"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                  "metadata": {"name": rs_name, "labels": dict(template.get("labels") or {}),
+                               "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": cr_name,
+                                                    "uid": workload["metadata"]["uid"], "controller": True}]},
+                  "spec": {"replicas": 0, "selector": spec.get("selector"), "template": spec.get("template")}})
+        rs_uid = get(c, "replicaset", rs_name)["metadata"]["uid"]
+        pod["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": rs_name,
+                                               "uid": rs_uid, "controller": True}]
+    apply(c, pod)
     status = {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}],
               "conditions": [{"type": "Ready", "status": "True"}, {"type": "ContainersReady", "status": "True"}]}
     c.kubectl("patch", "pod", pod_name, "-n", c.namespace, "--subresource=status", "--type=merge",

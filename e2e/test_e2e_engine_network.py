@@ -20,7 +20,8 @@ def cluster():
 
 def keyed_cr(name: str, secret: str) -> list[dict]:
     cr = example_cr(QWEN, name, target_cm=f"{name}-t", drafter_cm=f"{name}-d")
-    cr["spec"]["engine"]["apiKey"] = {"secretKeyRef": {"name": secret, "key": "key"}}
+    # key token: the default policy.allowedApiKeySecretKeys (any other key is refused)
+    cr["spec"]["engine"]["apiKey"] = {"secretKeyRef": {"name": secret, "key": "token"}}
     return [configmap(f"{name}-t", example_doc(QWEN, "target")), configmap(f"{name}-d", example_doc(QWEN, "drafter")),
             cr]
 
@@ -41,7 +42,7 @@ def test_network_policy_child_and_api_key_from_the_secret(cluster):
     assert {"podSelector": {}} in peers
     assert {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}} in peers
     [engine] = [x for x in dep["spec"]["template"]["spec"]["containers"] if x["name"] == "engine"]
-    assert {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {"name": "hub-token", "key": "key"}}} in engine["env"]
+    assert {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {"name": "hub-token", "key": "token"}}} in engine["env"]
     assert not any("api-key" in a for a in engine["args"])
 
 

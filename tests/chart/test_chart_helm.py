@@ -378,3 +378,17 @@ def test_every_value_the_docs_set_exists():
                 missing.append(f"{page}: {key}")
                 break
     assert not missing, missing
+
+
+def test_api_key_secret_keys_become_the_operator_flag():
+    """policy.allowedApiKeySecretKeys -> --allowed-api-key-secret-key (issue 37: spec.engine.apiKey's key rule);
+    an empty list allows no key (not the operator's default)."""
+    from specdeploy.cli import build_parser
+    from specdeploy.cli.operator import _policy_args
+
+    def pol(v=None):
+        return _policy_args(build_parser().parse_args(container(render(v))["args"]))
+
+    assert pol().api_key_secret_keys == ("token",)
+    assert pol({"policy": {"allowedApiKeySecretKeys": ["api-key", "key"]}}).api_key_secret_keys == ("api-key", "key")
+    assert pol({"policy": {"allowedApiKeySecretKeys": []}}).api_key_secret_keys == ()

@@ -18,6 +18,7 @@ from specdeploy.controller.reconciler import Controller, Settings
 from specdeploy.core import acceptance as acc
 from specdeploy.core import baseline as bl
 from specdeploy_dev.engine_standin import EngineStandin
+from owners import adopt, pod_owner_refs
 
 NS, NAME = "team", "qwen"
 KEY = (NS, NAME)
@@ -126,11 +127,14 @@ def cr(engine="vllm", min_length=None, name=NAME):
             "metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}", "generation": 1}, "spec": spec}
 
 
-def pod(name="qwen-0", *, instance=NAME, ip="10.0.0.7", port=8000, ready=True, engine="vllm", uid=None):
+def pod(name="qwen-0", *, instance=NAME, ip="10.0.0.7", port=8000, ready=True, engine="vllm", uid=None,
+        owners=None):
+    """An engine pod of ``instance``'s Deployment (its ReplicaSet's ownerReference: tests/controller/owners.py)."""
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": NS, "uid": uid or f"uid-{name}",
                          "labels": {**ENGINE_POD_LABELS, "app.kubernetes.io/instance": instance,
-                                    "specdeploy.io/engine": engine}},
+                                    "specdeploy.io/engine": engine},
+                         "ownerReferences": pod_owner_refs(NS, instance) if owners is None else owners},
             "spec": {"containers": [{"name": "engine", "ports": [{"name": "http", "containerPort": port}]}]},
             "status": {"podIP": ip, "phase": "Running",
                        "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
@@ -149,6 +153,8 @@ class Rig:
         self.engines: dict[str, EngineStandin | Exception] = {}
         self.fetched: list[str] = []
         self.m = self.c.attach_monitor(30, fetch=self._fetch, clock=lambda: self.t[0], now=self._now)
+        for b in self.c.bodies.values():  # each CR's Deployment and its ReplicaSet, as the watches show them
+            adopt(self.m, self.c.children, b)
         self.n = 0
 
     def _now(self):
@@ -670,6 +676,7 @@ def test_default_fetch_scrapes_a_served_standin():
         c = Controller(FakeKube(), resolver=None, settings=Settings(workers=0))
         c.bodies[KEY] = cr()
         m = AcceptanceMonitor(c.cache, 30, timeout=5)
+        adopt(m, c.children, c.bodies[KEY])
         m.observe_pod("ADDED", pod(ip="127.0.0.1", port=port))
         try:
             await m.tick()

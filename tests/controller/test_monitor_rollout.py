@@ -18,7 +18,9 @@ from specdeploy.controller.monitor import ENGINE_POD_LABELS, canary_health, pod_
 from specdeploy.controller.reconciler import Controller, Settings
 from specdeploy.core import rollout as ro
 from specdeploy.core.names import REVISION_ANNOTATION, TRACK_CANARY, TRACK_LABEL
+from specdeploy.core.policy import TenancyPolicy
 from specdeploy_dev.engine_standin import EngineStandin
+from owners import adopt, pod_owner_refs
 
 NS, NAME = "team", "qwen"
 KEY = (NS, NAME)
@@ -76,9 +78,10 @@ def pod(name: str, *, canary=False, revision=REV, ip="10.0.0.7", port=8000, read
               [{"name": "engine", "ready": ready, "restartCount": 0, "state": {"running": {}}}]}
     if init_statuses is not None:
         status["initContainerStatuses"] = init_statuses
+    owners = pod_owner_refs(NS, mon.canary_name(NAME) if canary else NAME)  # its track's ReplicaSet
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}", "labels": labels,
-                         "annotations": annotations, "creationTimestamp": created},
+                         "annotations": annotations, "creationTimestamp": created, "ownerReferences": owners},
             "spec": {"containers": [{"name": "engine", "command": ["vllm", "serve"], "args": [MODEL, "--port", "8000"],
                                      "ports": [{"name": "http", "containerPort": port}]}]},
             "status": status}
@@ -103,16 +106,32 @@ class Kube:
         return obj
 
 
+# engine-key/key: the Secret and key cr(api_key=True) names, allowed
+POLICY = TenancyPolicy(token_secrets=("engine-key",), api_key_secret_keys=("key",))
+
+
 class Rig:
-    def __init__(self, body=None, kube=None):
+    """One deployment with its stable Deployment (and, from its first canary pod on, its canary Deployment) as the
+    watches show them; admitted by the reconciler unless ``admitted=False``."""
+
+    def __init__(self, body=None, kube=None, policy=POLICY, admitted=True):
         self.c = Controller(Kube(), resolver=None, settings=Settings(workers=0))
-        self.c.bodies[KEY] = body or cr()
+        self.c.bodies[KEY] = body = body or cr()
+        if admitted:
+            self.c.cache.admitted[KEY] = (body["metadata"]["uid"], body["metadata"]["generation"])
         self.t = [100.0]
         self.engines: dict[str, EngineStandin] = {}
         self.fetched: list[str] = []
         self.notified: list = []
         self.m = mon.AcceptanceMonitor(self.c.cache, 30, notify=self._notify, fetch=self._fetch,
-                                       clock=lambda: self.t[0], kube=kube, probe_timeout=5)
+                                       clock=lambda: self.t[0], kube=kube, probe_timeout=5, policy=policy)
+        adopt(self.m, self.c.children, body)
+
+    def delete(self, p: dict) -> None:
+        """The pod goes; with the last canary pod, the canary Deployment too (rolled back or promoted)."""
+        self.m.observe_pod("DELETED", p)
+        if not any(mon.pod_track(q) == TRACK_CANARY for q in self.m.pods.values()):
+            self.c.children.pop(("Deployment", NS, mon.canary_name(NAME)), None)
 
     async def _notify(self, key):
         self.notified.append(key)
@@ -122,6 +141,8 @@ class Rig:
         return self.engines[url].metrics_text(advance=True)
 
     def serve(self, p: dict, standin: EngineStandin | None = None) -> EngineStandin | None:
+        if mon.pod_track(p) == TRACK_CANARY and ("Deployment", NS, mon.canary_name(NAME)) not in self.c.children:
+            adopt(self.m, self.c.children, self.c.bodies[KEY], TRACK_CANARY)
         self.m.observe_pod("ADDED", p)
         if standin is not None:
             self.engines[pod_target(p).url] = standin
@@ -287,14 +308,14 @@ def test_the_canary_going_drops_its_analysis_and_a_new_revision_starts_over():
         await r.tick()
         assert r.rollout["canary"].drafts == 100
         # a second canary revision replaces the first (the spec changed again): a fresh analysis
-        r.m.observe_pod("DELETED", canary)
+        r.delete(canary)
         r.serve(pod("qwen-canary-b", canary=True, ip="10.0.0.10", revision="ffff000011112222"),
                 EngineStandin("vllm", "healthy"))
         assert await r.tick() == [KEY]
         assert r.rollout["revision"] == "ffff000011112222" and r.rollout["since"] == 190.0
         assert r.rollout["canary"].drafts == 0 and r.rollout["stable"].drafts == 0
         # the canary goes (rolled back or promoted): the hand-over goes, the acceptance stays
-        r.m.observe_pod("DELETED", pod("qwen-canary-b", canary=True))
+        r.delete(pod("qwen-canary-b", canary=True))
         assert await r.tick() == [KEY]
         assert "rollout" not in r.part and r.part["acceptance"]["length"] == 3.96
         assert await r.tick() == []
@@ -306,9 +327,8 @@ def test_the_canary_going_drops_its_analysis_and_a_new_revision_starts_over():
 def test_the_canary_deployment_names_the_revision_and_old_canary_pods_are_left_out():
     async def scenario():
         r = Rig()
-        r.c.cache.children[("Deployment", NS, f"{NAME}-canary")] = {
-            "kind": "Deployment", "metadata": {"name": f"{NAME}-canary", "namespace": NS},
-            "spec": {"template": {"metadata": {"annotations": {REVISION_ANNOTATION: REV}}}}}
+        adopt(r.m, r.c.children, r.c.bodies[KEY], TRACK_CANARY,
+              spec={"template": {"metadata": {"annotations": {REVISION_ANNOTATION: REV}}}})
         assert await r.tick() == [KEY]  # the Deployment is there, its pods not yet
         assert r.rollout["revision"] == REV and r.rollout["health"].pods == 0
         r.serve(pod("qwen-a", ip="10.0.0.1"), EngineStandin("vllm", "healthy"))

@@ -28,6 +28,7 @@ from specdeploy.controller.resolve import Resolver
 from specdeploy.core import names as N
 from specdeploy.core import rollout as ro
 from specdeploy_dev.engine_standin import EngineStandin
+from owners import controller_ref, pod_owner
 from ssa_support import Env
 
 NAME = "canary"
@@ -80,11 +81,16 @@ class Operator:
             return engines[url].metrics_text(advance=True)
 
         m = self.ctl.attach_monitor(30, fetch=fetch, clock=lambda: clock[0])
-        for p, standin in ((engine_pod(self.env.ns, "stable-0", "10.0.0.7"), stable),
-                           (engine_pod(self.env.ns, "canary-0", "10.0.0.8", revision), canary)):
+        self.sync()
+        for p, standin, workload in ((engine_pod(self.env.ns, "stable-0", "10.0.0.7"), stable, NAME),
+                                     (engine_pod(self.env.ns, "canary-0", "10.0.0.8", revision), canary, CANARY)):
+            # the pod's ReplicaSet, controlled by the live Deployment (the monitor trusts the uid chain)
+            rs = pod_owner({**self.env.get("Deployment", workload), "kind": "Deployment"})
+            m.observe_owner("ADDED", rs)
+            p["metadata"]["ownerReferences"] = [controller_ref("ReplicaSet", rs["metadata"]["name"],
+                                                               rs["metadata"]["uid"])]
             m.observe_pod("ADDED", p)
             engines[pod_target(p).url] = standin
-        self.sync()
         for _ in range(SCRAPES):
             clock[0] += 30
             self.env.run(m.tick())

@@ -202,6 +202,13 @@ exists, with the code that needs it (operator/specdeploy/controller/):
 - apiGroups: ["leaderworkerset.x-k8s.io"]
   resources: ["leaderworkersets"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# ReplicaSets and StatefulSets: watched only (list, watch; never get or written), by label (the engine pods'
+# ReplicaSets; the LeaderWorkerSet controller's StatefulSets): the acceptance monitor scrapes and probes an engine
+# pod only when its owners' uids lead to the SpeculativeDeployment's own workload (handlers.on_engine_replicaset,
+# handlers.on_lws_statefulset; controller/monitor.py), never on its labels alone.
+- apiGroups: ["apps"]
+  resources: ["replicasets", "statefulsets"]
+  verbs: ["list", "watch"]
 # PodMonitors: the engine's prometheus-operator scrape config, created only when the CRD is served;
 # watched (handlers.on_podmonitor), created, server-side applied and deleted in Executor.apply; get: the
 # ownership check on a cache miss (Executor.claim).

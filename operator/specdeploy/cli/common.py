@@ -223,6 +223,7 @@ def policy_args(args: argparse.Namespace):
     if args.allowed_image_prefix:
         kwargs["image_prefixes"] = tuple(args.allowed_image_prefix)
     for flag, attr, field in (("--allowed-token-secret-key", "allowed_token_secret_key", "token_secret_keys"),
+                              ("--allowed-api-key-secret-key", "allowed_api_key_secret_key", "api_key_secret_keys"),
                               ("--allow-trust-remote-code-namespace", "allow_trust_remote_code_namespace",
                                "trust_remote_code_namespaces"),
                               ("--allow-trust-remote-code-model", "allow_trust_remote_code_model",
@@ -274,6 +275,9 @@ def add_policy_args(pol) -> None:
     pol.add_argument("--allowed-token-secret-key", action="append", metavar="KEY",
                      help="key of an allowed token Secret a tokenSecretRef may name (repeatable; default: token; chart "
                      "value hub.tokenSecretKeys)")
+    pol.add_argument("--allowed-api-key-secret-key", action="append", metavar="KEY",
+                     help="key of an allowed token Secret spec.engine.apiKey.secretKeyRef may name (repeatable; "
+                     "default: token; '' alone: none; chart value policy.allowedApiKeySecretKeys)")
     pol.add_argument("--allow-trust-remote-code-namespace", action="append", metavar="NS",
                      help="namespace whose SpeculativeDeployments may set spec.target.trustRemoteCode ('*': every "
                      "namespace; repeatable; default: none; chart value policy.allowTrustRemoteCode.namespaces)")

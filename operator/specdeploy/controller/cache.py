@@ -41,6 +41,9 @@ class Caches:
         # The acceptance monitor's part of each status: {"acceptance": dict | None, "condition": SpeculationHealthy
         # | None, "profitable": SpeculationProfitable | None}; written by the reconciler's one status path.
         self.speculation: dict[Key, dict[str, Any]] = {}
+        # (uid, generation) of each SpeculativeDeployment the reconciler admitted (valid, and the tenancy policy
+        # passed); the acceptance monitor reads an engine API key Secret for no other (monitor._api_key_refusal)
+        self.admitted: dict[Key, tuple[str | None, int]] = {}
 
     # ------------------------------------------------------------- watch feeds
 
@@ -51,6 +54,7 @@ class Caches:
         if event_type == "DELETED":
             self.bodies.pop(key, None)
             self.speculation.pop(key, None)
+            self.admitted.pop(key, None)
             self._unindex_refs(key)
             metrics.MANAGED.set(len(self.bodies))
             return key, False

@@ -20,7 +20,7 @@ from .. import PLURAL
 from ..api.benchmark import BENCH_PLURAL
 from . import metrics
 from .kube import Kube, load_api_client
-from .monitor import DEFAULT_INTERVAL, ENGINE_POD_LABELS, ENGINE_POD_SELECTOR, INTERVAL_ENV
+from .monitor import DEFAULT_INTERVAL, ENGINE_POD_LABELS, ENGINE_POD_SELECTOR, INTERVAL_ENV, OWNER_SELECTORS
 from .leader import LeaderElectionSettings
 from .reconciler import Controller, Settings, engine_network_policy_from_env, pod_monitor_labels_from_env
 from .resolve import Resolver
@@ -98,6 +98,9 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.queueing.idle_timeout = WORKER_IDLE_SECONDS
     # Engine pods only, filtered by the API server: the acceptance monitor's cache (on_engine_pod).
     settings.watching.label_selectors["v1", "pods"] = ENGINE_POD_SELECTOR
+    # The owners of engine pods (on_engine_owner): the engine ReplicaSets, the LeaderWorkerSets' StatefulSets.
+    for plural, selector in OWNER_SELECTORS.items():
+        settings.watching.label_selectors["apps", plural] = selector
 
 
 @kopf.on.startup()
@@ -261,6 +264,24 @@ async def on_engine_pod(event, **_) -> None:
     monitor = controller().monitor
     if monitor is not None:
         monitor.observe_pod(event.get("type"), event["object"])
+
+
+@kopf.on.event("apps", "v1", "replicasets", labels=ENGINE_POD_LABELS)
+async def on_engine_replicaset(event, **_) -> None:
+    # an engine pod's owner: the monitor trusts a pod through its ReplicaSet's uid, never its labels alone
+    on_engine_owner(event, "ReplicaSet")
+
+
+@kopf.on.event("apps", "v1", "statefulsets", labels={N.LWS_NAME_LABEL: kopf.PRESENT})
+async def on_lws_statefulset(event, **_) -> None:
+    # a multi-node leader pod's owner (the LeaderWorkerSet controller's StatefulSet)
+    on_engine_owner(event, "StatefulSet")
+
+
+def on_engine_owner(event, kind: str) -> None:
+    monitor = controller().monitor
+    if monitor is not None:
+        monitor.observe_owner(event.get("type"), {**event["object"], "kind": kind})
 
 
 @kopf.on.event("batch", "v1", "jobs", labels={**MANAGED, N.LABEL_COMPONENT: N.COMPONENT_TUNING})

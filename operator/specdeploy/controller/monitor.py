@@ -8,7 +8,20 @@ A loop of its own in the operator (started with the Controller; every
    it is Ready, has a ``podIP`` and a container port named ``http`` (the engine's API port,
    which serves ``/metrics`` for both engines; multi-node workers have none and are never
    scraped). No API reads per tick.
-2. **Scrapes** ``http://<podIP>:<http port><metrics path>`` of every target concurrently.
+   **Ownership, not labels** (issue 37): anyone who may create a pod can give it the engine labels, so a
+   labelled pod is scraped, probed or counted in a canary's health only when it is owned, by uid, by one of
+   the SpeculativeDeployment's own workloads: its controller is a ReplicaSet whose controller is the
+   deployment's Deployment (``NAME``; the canary track: ``NAME-canary``), or a StatefulSet whose controller is
+   its LeaderWorkerSet (multi-node leaders), and that workload's controller is the SpeculativeDeployment (its
+   uid). The workloads come from the controller's watch-fed children cache; the ReplicaSets and StatefulSets
+   from watches of their own (``handlers.on_engine_owner``: ReplicaSets with the engine labels their
+   Deployment's template gives them, StatefulSets with the LeaderWorkerSet controller's ``LWS_NAME_LABEL``).
+   A name match is never enough (a tenant may create a ReplicaSet named like ours): every link is a uid.
+2. **Scrapes** ``http://<podIP>:<http port><metrics path>`` of every target, ``SCRAPE_CONCURRENCY`` at a
+   time, reading at most ``MAX_METRICS_BYTES`` of each body (more is a failed scrape, read no further). The
+   engine's series are picked out of the body off the event loop (``engine_series`` in a small thread pool:
+   the lines named ``vllm:*``, ``sglang:*`` and ``process_start_time_seconds``, at most
+   ``MAX_ENGINE_SERIES``); only those are kept and parsed.
    vLLM counters need two scrapes: the previous scrape of each pod (by uid) is kept, and a
    pod's first scrape only primes it. SGLang gauges count from the first scrape.
 3. **Combines** the pods of each SpeculativeDeployment (``acceptance.combine``) and judges
@@ -43,6 +56,9 @@ A loop of its own in the operator (started with the Controller; every
    errors, ``PROBE_ATTEMPTS`` runs at most). Hand-over: ``speculation[key]["rollout"] = {"revision", "stable",
    "canary", "probe", "health", "since"}`` (Totals, Totals, Probe | None, Health, the monotonic start), notified
    when it changed; dropped when the canary goes. In memory only: a new process starts from new scrapes.
+   The engine API key (``spec.engine.apiKey``) is read for the probe only for a spec the reconciler admitted
+   (this generation passed validation and the tenancy policy: ``Caches.admitted``) and whose Secret name and
+   key the policy allows (``core.policy.api_key_allowed``); a refused spec's Secret is never read.
 
 Each tick reads every SpeculativeDeployment once through the API models (``read_deployment``:
 the spec, status.resolved, status.acceptance and the conditions it owns).
@@ -61,7 +77,9 @@ import asyncio
 import base64
 import collections
 import logging
+import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Mapping, Protocol
 
@@ -76,6 +94,7 @@ from ..core.render.children import names
 from ..core import names as N
 from ..core import rollout as ro
 from ..core.names import CONFIG_HASH_ANNOTATION, ENGINE_LABEL, REVISION_ANNOTATION, TRACK_CANARY, TRACK_LABEL
+from ..core.policy import TenancyPolicy, api_key_allowed
 from . import metrics
 from . import probe as pr
 from . import status as st
@@ -96,8 +115,28 @@ MESSAGE_TAIL = 300  # characters of a failed container's termination message in 
 # Waiting reasons of a container that cannot start without a change of the pod (an image that does not exist or
 # cannot be pulled, a missing Secret or ConfigMap key): a canary in one of them fails to start.
 CANNOT_START = ("ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError")
+# A pod's controller kind -> the kind of that controller's controller, which must be one of the deployment's
+# workloads: Deployment -> ReplicaSet -> Pod, LeaderWorkerSet -> (leader) StatefulSet -> Pod.
+POD_OWNERS = {"ReplicaSet": "Deployment", "StatefulSet": "LeaderWorkerSet"}
+OWNER_SELECTORS = {"replicasets": ENGINE_POD_SELECTOR, "statefulsets": N.LWS_NAME_LABEL}  # server-side, per watch
+# Bounds on what one scrape may cost the operator (issue 37: a 200 MB body took it from 319 to 975 MiB and
+# stalled the event loop for 30 s). A real engine's /metrics is well under 1 MiB (vLLM 0.33 with 8 data-parallel
+# engines and 15 draft positions: ~0.3 MiB, most of it histogram buckets); 8 MiB leaves an order of magnitude of
+# room, and SCRAPE_CONCURRENCY bodies at most are held at once (128 MiB in the worst case, under the chart's limit
+# with the rest of the operator).
+MAX_METRICS_BYTES = 8 * 1024 * 1024
+SCRAPE_CONCURRENCY = 16
+# The series the monitor reads (core/acceptance, core/rollout) are the engine's own (``vllm:``, ``sglang:``) and
+# ``process_start_time_seconds`` (an engine restart); histogram buckets are never read. A vLLM with 8 DP engines
+# exports a few hundred such lines; more than MAX_ENGINE_SERIES is not an engine we know (a failed scrape), and a
+# line longer than MAX_SERIES_LINE bytes (labels of kilobytes) is skipped.
+MAX_ENGINE_SERIES = 5000
+MAX_SERIES_LINE = 2048
+_ENGINE_LINE = re.compile(rb"^(?:vllm:|sglang:|process_start_time_seconds[ {])[^\n]*", re.MULTILINE)
+PARSE_THREADS = 2  # the pool engine_series runs in (bounded: at most this many bodies are being picked at once)
 
-Fetch = Callable[[str, float], Awaitable[str]]  # (url, timeout seconds) -> body; raises on failure
+# (url, timeout seconds) -> body; raises on failure
+Fetch = Callable[[str, float], Awaitable["bytes | bytearray | str"]]
 Notify = Callable[[Key], Awaitable[None]]  # a key's part of the status changed: reconcile it
 
 
@@ -105,6 +144,8 @@ class Deployments(Protocol):
     """What the monitor reads and writes of the controller's caches (cache.Caches)."""
 
     bodies: Mapping[Key, dict]  # SpeculativeDeployments, watch-fed
+    children: Mapping[tuple[str, str, str], dict]  # their workloads (Deployment, LeaderWorkerSet), watch-fed
+    admitted: Mapping[Key, tuple[str | None, int]]  # (uid, generation) the reconciler admitted (policy included)
     benchmarks: Mapping[tuple[str, str], dict]  # SpeculativeBenchmarks that a guard's fromBenchmark may name
     speculation: dict[Key, dict[str, Any]]  # the monitor's part of each status (written here, read by the reconciler)
 
@@ -122,6 +163,7 @@ class Target:
     config_hash: str | None = None  # the pod's specdeploy.io/config-hash annotation (core/render)
     track: str = "stable"  # "canary" on a canary pod (TRACK_LABEL), else "stable"
     revision: str | None = None  # the pod's rollout revision (REVISION_ANNOTATION; Canary strategy only)
+    owner: tuple[str, str] | None = None  # (kind, uid) of the pod's controller (ownerReferences)
 
 
 def is_ready(pod: dict) -> bool:
@@ -159,7 +201,87 @@ def pod_target(pod: dict) -> Target | None:
     return Target(namespace=meta.get("namespace") or "default", name=meta.get("name") or "", uid=meta.get("uid") or "",
                   instance=instance, engine=engine, url=f"http://{host}:{port}{path}",
                   config_hash=config_hash if isinstance(config_hash, str) else None,
-                  track=pod_track(pod), revision=pod_revision(pod))
+                  track=pod_track(pod), revision=pod_revision(pod), owner=controller_of(meta))
+
+
+def controller_of(meta: Mapping[str, Any] | None) -> tuple[str, str] | None:
+    """(kind, uid) of an object's controller (the ownerReference with ``controller: true``), or None."""
+    for ref in (meta or {}).get("ownerReferences") or []:
+        if isinstance(ref, dict) and ref.get("controller") is True and isinstance(ref.get("kind"), str) \
+                and isinstance(ref.get("uid"), str) and ref["uid"]:
+            return ref["kind"], ref["uid"]
+    return None
+
+
+def workloads_of(key: Key, body: Mapping[str, Any], children: Mapping[tuple[str, str, str], dict]) \
+        -> dict[str, tuple[str, str]]:
+    """The SpeculativeDeployment's own workloads in the children cache, by uid: (kind, track). Each is named as
+    the render names it (``NAME``, the canary's ``NAME-canary``) and its controller is this SpeculativeDeployment,
+    by uid (an object of that name that another controls, or one of a deleted and re-created CR, is not)."""
+    ns, name = key
+    sd_uid = (body.get("metadata") or {}).get("uid")
+    out: dict[str, tuple[str, str]] = {}
+    if not sd_uid:
+        return out
+    for kind, cname, track in (("Deployment", name, "stable"), ("LeaderWorkerSet", name, "stable"),
+                               ("Deployment", canary_name(name), TRACK_CANARY)):
+        w = children.get((kind, ns, cname))
+        meta = (w or {}).get("metadata") or {}
+        if controller_of(meta) == (N.KIND, sd_uid) and isinstance(meta.get("uid"), str) and meta["uid"]:
+            out[meta["uid"]] = (kind, track)
+    return out
+
+
+class ScrapeRejected(Exception):
+    """A /metrics answer the monitor will not read (too large, too many series): a failed scrape."""
+
+
+async def read_bounded(content: Any, length: int | None, limit: int = MAX_METRICS_BYTES) -> bytearray:
+    """The body of an aiohttp response (``content``: its StreamReader; ``length``: its Content-Length), at most
+    ``limit`` bytes, in one buffer (no joined copy): ScrapeRejected, read no further, when it says or turns out to
+    be longer."""
+    if length is not None and length > limit:
+        raise ScrapeRejected(f"the /metrics body is {length} bytes (Content-Length), more than the {limit} a scrape "
+                             "reads (MAX_METRICS_BYTES): not read")
+    buf = bytearray()
+    async for chunk in content.iter_any():
+        if len(buf) + len(chunk) > limit:
+            raise ScrapeRejected(f"the /metrics body is larger than the {limit} bytes a scrape reads "
+                                 "(MAX_METRICS_BYTES): not read further")
+        buf += chunk
+    return buf
+
+
+def engine_series(body: bytes | bytearray | str) -> str:
+    """The lines of a /metrics body the monitor reads (named ``vllm:*``, ``sglang:*`` or
+    ``process_start_time_seconds``; no histogram buckets, no line over MAX_SERIES_LINE bytes), as text for
+    core/acceptance's parser. ScrapeRejected over MAX_METRICS_BYTES or MAX_ENGINE_SERIES such lines. Runs in a
+    worker thread (the regular expression scans the body in C; only the picked lines are copied)."""
+    data = body.encode("utf-8", errors="replace") if isinstance(body, str) else body
+    if len(data) > MAX_METRICS_BYTES:
+        raise ScrapeRejected(f"the /metrics body is larger than the {MAX_METRICS_BYTES} bytes a scrape reads "
+                             "(MAX_METRICS_BYTES)")
+    out: list[bytes] = []
+    for m in _ENGINE_LINE.finditer(data):
+        line = m.group().rstrip(b"\r")
+        if len(line) > MAX_SERIES_LINE or line.split(b"{", 1)[0].split(b" ", 1)[0].endswith(b"_bucket"):
+            continue
+        out.append(line)
+        if len(out) > MAX_ENGINE_SERIES:
+            raise ScrapeRejected(f"the /metrics body has more than {MAX_ENGINE_SERIES} engine series "
+                                 "(MAX_ENGINE_SERIES): not an engine's exposition")
+    return b"\n".join(out).decode("utf-8", errors="replace")
+
+
+_parse_pool: ThreadPoolExecutor | None = None
+
+
+def parse_pool() -> ThreadPoolExecutor:
+    """The threads ``engine_series`` runs in (one pool per process, made on first use)."""
+    global _parse_pool
+    if _parse_pool is None:
+        _parse_pool = ThreadPoolExecutor(max_workers=PARSE_THREADS, thread_name_prefix="specdeploy-metrics")
+    return _parse_pool
 
 
 def pod_track(pod: dict) -> str:
@@ -178,7 +300,7 @@ def _slim(pod: dict) -> dict:
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     return {"metadata": {k: meta[k] for k in ("name", "namespace", "uid", "labels", "annotations", "creationTimestamp",
-                                               "deletionTimestamp") if k in meta},
+                                               "deletionTimestamp", "ownerReferences") if k in meta},
             "spec": {"containers": [{k: c[k] for k in ("name", "command", "args", "ports") if k in c}
                                     for c in spec.get("containers") or [] if isinstance(c, dict)]},
             "status": pod.get("status") or {}}
@@ -330,8 +452,12 @@ class AcceptanceMonitor:
     def __init__(self, deployments: Deployments, interval: float = DEFAULT_INTERVAL, *, notify: Notify | None = None,
                  fetch: Fetch | None = None, clock: Callable[[], float] = time.monotonic,
                  now: Callable[[], str] = now_rfc3339, timeout: float | None = None, kube: Any = None,
-                 probe_request: pr.Request | None = None, probe_timeout: float = pr.DEFAULT_TIMEOUT):
+                 probe_request: pr.Request | None = None, probe_timeout: float = pr.DEFAULT_TIMEOUT,
+                 policy: TenancyPolicy | None = None):
         self.deployments = deployments
+        # the tenancy policy: the engine API key Secret is read only when it allows its name and key (None: the
+        # defaults, which allow no Secret)
+        self.policy = policy if policy is not None else TenancyPolicy()
         self.notify = notify
         self.interval = float(interval)
         self.timeout = timeout if timeout is not None else min(10.0, max(1.0, self.interval))
@@ -352,6 +478,10 @@ class AcceptanceMonitor:
         # Canary rollouts (spec.rollout Canary): every engine pod as the watch shows it, ready or not (the canary's
         # health reads the ones that are not), and the analysis of each deployment while it has a canary.
         self.pods: dict[tuple[str, str], dict] = {}  # (namespace, pod) -> the pod (_slim)
+        # ReplicaSets and StatefulSets that may own engine pods (handlers.on_engine_owner): uid -> (kind, namespace,
+        # their controller's kind, its uid); the links of the ownership chain a pod is trusted through
+        self.owners: dict[str, tuple[str, str, str, str]] = {}
+        self.untrusted: dict[Key, int] = {}  # labelled ready pods not owned by the key's workloads (last tick)
         self._canaries: dict[Key, _Canary] = {}
         self.kube = kube  # reads the engine API key Secret for the probe (spec.engine.apiKey); None: no Secret reads
         self.probe_request, self.probe_timeout = probe_request, probe_timeout
@@ -374,6 +504,32 @@ class AcceptanceMonitor:
                     c.acc.forget_pod(uid)
         else:
             self.pods[pk] = _slim(pod)
+
+    def observe_owner(self, event_type: str | None, body: dict) -> None:
+        """A ReplicaSet or StatefulSet event (``body["kind"]`` set by the handler): kept while its controller is a
+        Deployment (a ReplicaSet's) or a LeaderWorkerSet (a StatefulSet's); whether it is one of ours is decided
+        at each tick (workloads_of), by uid."""
+        meta = body.get("metadata") or {}
+        uid, kind = meta.get("uid"), body.get("kind")
+        if not isinstance(uid, str) or not uid:
+            return
+        ctl = controller_of(meta)
+        if event_type == "DELETED" or kind not in POD_OWNERS or ctl is None or ctl[0] != POD_OWNERS[kind]:
+            self.owners.pop(uid, None)
+            return
+        self.owners[uid] = (kind, meta.get("namespace") or "default", ctl[0], ctl[1])
+
+    def owned(self, namespace: str, owner: tuple[str, str] | None, track: str,
+              workloads: Mapping[str, tuple[str, str]]) -> bool:
+        """Whether a pod of ``namespace`` whose controller is ``owner`` (kind, uid) belongs, through uids, to one
+        of ``workloads`` (workloads_of) of its ``track``: Pod -> ReplicaSet -> Deployment, or Pod -> StatefulSet
+        -> LeaderWorkerSet, all in the pod's namespace."""
+        if owner is None:
+            return False
+        o = self.owners.get(owner[1])
+        if o is None or o[0] != owner[0] or o[1] != namespace:
+            return False
+        return workloads.get(o[3]) == (o[2], track)
 
     def forget(self, key: Key) -> None:
         """The SpeculativeDeployment is gone: drop its series and state."""
@@ -409,7 +565,8 @@ class AcceptanceMonitor:
             await self._session.close()
             self._session = None
 
-    async def fetch(self, url: str, timeout: float) -> str:
+    async def fetch(self, url: str, timeout: float) -> bytes | bytearray | str:
+        """The body of ``url``, at most MAX_METRICS_BYTES (read_bounded); raises on any failure."""
         if self._fetch is not None:
             return await self._fetch(url, timeout)
         import aiohttp
@@ -420,13 +577,17 @@ class AcceptanceMonitor:
                                      timeout=aiohttp.ClientTimeout(total=timeout)) as r:
             if r.status != 200:
                 raise RuntimeError(f"HTTP {r.status}")
-            return await r.text(errors="replace")
+            return await read_bounded(r.content, r.content_length)
 
     async def _scrape(self, t: Target) -> tuple[Target, str | None, str | None]:
+        """(target, the engine's series as text, None) or (target, None, why the scrape failed)."""
         try:
-            return t, await self.fetch(t.url, self.timeout), None
+            body = await self.fetch(t.url, self.timeout)
+            return t, await asyncio.get_running_loop().run_in_executor(parse_pool(), engine_series, body), None
         except asyncio.CancelledError:
             raise
+        except ScrapeRejected as e:
+            return t, None, str(e)
         except Exception as e:  # noqa: BLE001 - unreachable pod, timeout, HTTP error
             return t, None, f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
 
@@ -440,19 +601,26 @@ class AcceptanceMonitor:
         for key in [k for k in self._series if k not in bodies]:
             self._unexport(key)
         views = {key: read_deployment(body) for key, body in list(bodies.items())}  # each body parsed once per tick
+        children = getattr(self.deployments, "children", None) or {}
+        workloads = {key: workloads_of(key, body, children) for key, body in list(bodies.items())}
         canary_pods: dict[Key, list[dict]] = {}
         for p in self.pods.values():
             meta = p["metadata"]
             if pod_track(p) == TRACK_CANARY and not meta.get("deletionTimestamp"):
                 key = (meta.get("namespace") or "default", (meta.get("labels") or {}).get(INSTANCE))
-                canary_pods.setdefault(key, []).append(p)
+                if key in workloads and self.owned(key[0], controller_of(meta), TRACK_CANARY, workloads[key]):
+                    canary_pods.setdefault(key, []).append(p)
         # key -> (revision, its canary pods) or None
         canaries = {key: self._canary_of(key, canary_pods.get(key, [])) for key in bodies}
         by_key: dict[Key, list[Target]] = {}  # stable pods: the deployment's acceptance, baseline and guard
         canary_targets: dict[Key, list[Target]] = {}  # ready canary pods of the revision under analysis
+        self.untrusted = {}
         for t in self.targets.values():
             key = (t.namespace, t.instance)
             if key not in bodies:
+                continue
+            if not self.owned(t.namespace, t.owner, t.track, workloads[key]):
+                self.untrusted[key] = self.untrusted.get(key, 0) + 1  # labelled, not ours: never scraped
                 continue
             if t.track != TRACK_CANARY:
                 by_key.setdefault(key, []).append(t)
@@ -465,7 +633,13 @@ class AcceptanceMonitor:
             by_key[key] = [t for t in by_key.get(key, []) if t.engine in (None, engine)]
             canary_targets[key] = [t for t in canary_targets.get(key, []) if t.engine in (None, engine)]
             wanted += by_key[key] + canary_targets[key]
-        scraped = await asyncio.gather(*(self._scrape(t) for t in wanted))
+        limit = asyncio.Semaphore(SCRAPE_CONCURRENCY)
+
+        async def scrape(t: Target) -> tuple[Target, str | None, str | None]:
+            async with limit:
+                return await self._scrape(t)
+
+        scraped = await asyncio.gather(*(scrape(t) for t in wanted))
         results = {t.uid: (text, err) for t, text, err in scraped}
         for key, view in views.items():
             body = bodies.get(key)
@@ -518,8 +692,12 @@ class AcceptanceMonitor:
             self._unexport(key)
             if prev_cond is None:
                 return False  # never judged: nothing to say (and nothing to write)
+            ignored = self.untrusted.get(key, 0)
+            why = f" ({ignored} labelled engine pod(s) not owned by its Deployment or LeaderWorkerSet ignored)" \
+                if ignored else ""
             new = {"acceptance": {"baseline": baseline.to_status()} if baseline is not None else None,
-                   "condition": st.speculation_unknown(st.NO_READY_PODS, "no ready engine pod to read acceptance from")}
+                   "condition": st.speculation_unknown(st.NO_READY_PODS,
+                                                       f"no ready engine pod to read acceptance from{why}")}
         else:
             items: list[acc.Acceptance] = []
             reporting: list[Target] = []
@@ -675,6 +853,8 @@ class AcceptanceMonitor:
         if not enabled or c.probe_task is not None or c.probe_runs >= PROBE_ATTEMPTS \
                 or (c.probe is not None and c.probe.errors == 0):
             return
+        if self._api_key_refusal(key, body) is not None:
+            return  # not admitted (yet, or refused): no Secret read, no run counted; the next tick asks again
         s, k = self._probe_pod(stable), self._probe_pod(canary)
         if s is None or k is None:
             return
@@ -709,11 +889,32 @@ class AcceptanceMonitor:
             if self.notify is not None:
                 await self.notify(key)
 
+    def _api_key_refusal(self, key: Key, body: dict) -> str | None:
+        """Why the engine API key Secret of ``body`` may not be read (None: it may, or there is none): only for the
+        generation the reconciler admitted (validation and tenancy policy passed: ``Caches.admitted``) and a
+        Secret name and key the policy allows (``api_key_allowed``, the admission rule asked again)."""
+        ref = pr.api_key_ref(body)
+        if ref is None:
+            return None
+        meta = body.get("metadata") or {}
+        gen = meta.get("generation") or 1
+        admitted = (getattr(self.deployments, "admitted", None) or {}).get(key)
+        if admitted != (meta.get("uid"), gen):
+            return (f"the engine API key is not read: generation {gen} of the spec is not admitted (not yet "
+                    "reconciled, or refused: see the Progressing condition)")
+        if not api_key_allowed(self.policy, ref[0], ref[1]):
+            return (f"the engine API key is not read: Secret {ref[0]!r} key {ref[1]!r} (spec.engine.apiKey) is not "
+                    "allowed by the tenancy policy (hub.tokenSecrets, policy.allowedApiKeySecretKeys)")
+        return None
+
     async def _api_key(self, key: Key, body: dict) -> tuple[str | None, str | None]:
         """(the engine API key, None) or (None, why it cannot be read); (None, None) without spec.engine.apiKey."""
         ref = pr.api_key_ref(body)
         if ref is None:
             return None, None
+        refusal = self._api_key_refusal(key, body)
+        if refusal is not None:
+            return None, refusal
         where = f"Secret {key[0]}/{ref[0]} key {ref[1]!r} (spec.engine.apiKey)"
         if self.kube is None:
             return None, f"the engine API key cannot be read: the monitor has no API client to read {where}"

@@ -126,6 +126,7 @@ class Controller:
 
     def attach_monitor(self, interval: float, **kwargs) -> AcceptanceMonitor:
         """The acceptance monitor, reading the shared caches and queueing a key when its part of a status changed."""
+        kwargs.setdefault("policy", self.settings.policy)  # its engine API key rule (monitor._api_key_refusal)
         self.monitor = AcceptanceMonitor(self.cache, interval, notify=self.enqueue, **kwargs)
         return self.monitor
 
@@ -321,6 +322,7 @@ class Controller:
         # Progressing=False, reason InvalidSpec; nothing is resolved or applied
         cr, problems = validate(body)
         if cr is None:
+            self.cache.admitted.pop(key, None)
             return await self._finish(key, body, pl.blocked(gen, INVALID_SPEC, problems_message(problems)))
         cr.metadata.namespace = ns
 
@@ -330,8 +332,10 @@ class Controller:
         try:  # the one gate (core/render/gate.py): the resolver takes an admitted spec only
             admitted = admit(cr, policy, claims, namespace=ns)
         except PolicyRefused as e:
+            self.cache.admitted.pop(key, None)
             msg = "; ".join(f"{f.path}: {f.message}" for f in e.findings)
             return await self._finish(key, body, pl.blocked(gen, "PolicyRefused", msg))
+        self.cache.admitted[key] = ((body.get("metadata") or {}).get("uid"), gen)  # the monitor's Secret rule
 
         # resolve both configs
         try:

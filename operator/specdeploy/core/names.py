@@ -34,6 +34,9 @@ PROMPTS_LABEL_VALUE = "true"
 DEV_KUBELET_LABEL = f"{API_GROUP}/dev-kubelet"  # the dev kubelet's Node (dev rig only)
 TRACK_LABEL = f"{API_GROUP}/track"  # canary Deployment, its selector and pods: TRACK_CANARY (stable objects have none)
 TRACK_CANARY = "canary"
+# Read, never written: the LeaderWorkerSet controller's label on the leader StatefulSet it creates (its value: the
+# LeaderWorkerSet's name); the acceptance monitor watches those StatefulSets to trust a leader pod by uid.
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 
 # app.kubernetes.io/name values
 NAME_OPERATOR = "specdeploy"

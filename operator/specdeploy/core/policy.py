@@ -10,7 +10,8 @@ what an administrator allowed (chart values -> operator flags -> ``SPECDEPLOY_PO
 | image | `spec.engine.image` | `policy.allowedImagePrefixes` / `--allowed-image-prefix` | the project's runtime images |
 | pod ServiceAccount | `spec.pod.serviceAccountName` | `policy.allowedServiceAccounts` / `--allowed-service-account`; `policy.engineServiceAccount` / `--engine-service-account` is always allowed and the default | none other |
 | hub token Secret | `spec.{target,drafter}.tokenSecretRef` | `hub.tokenSecrets` / `--allowed-token-secret` | none |
-| engine API key Secret | `spec.engine.apiKey.secretKeyRef` | the same list as hub token Secrets | none |
+| engine API key Secret | `spec.engine.apiKey.secretKeyRef.name` | the same list as hub token Secrets | none |
+| engine API key Secret key | `spec.engine.apiKey.secretKeyRef.key` | `policy.allowedApiKeySecretKeys` / `--allowed-api-key-secret-key` | `token` |
 | model claim | `spec.{target,drafter}.pvc`, `spec.tuning.pvc`, `spec.cache.pvc` | `policy.allowedPVCs` / `--allowed-pvc`, or claims labelled `policy.pvcLabel` / `--pvc-label` | none |
 | node-local hub cache | `spec.cache.nodePath` (a name, never a path) | `cache.nodePaths` / `--cache-node-path NAME=PATH`, bound to namespaces by `cache.nodePaths.NAME.namespaces` / `--cache-node-path-namespaces NAME=NS,...` (unbound: every namespace, a shared cache) | none |
 | absolute model path | `spec.{target,drafter}.model` starting with `/` without a `pvc` | only under the hub cache mount when the cache is a claim or a node path bound to this namespace by name | nowhere else |
@@ -52,6 +53,9 @@ POLICY_ENV = "SPECDEPLOY_POLICY"
 CONTROL_PLANE_KEYS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
 SYSTEM_PRIORITY_PREFIX = "system-"
 DEFAULT_TOKEN_SECRET_KEYS = ("token",)
+# spec.engine.apiKey's keys: a list of its own (an administrator may keep API keys and hub tokens under different
+# keys of one Secret, and allow one use without the other); the default is the field's own default key.
+DEFAULT_API_KEY_SECRET_KEYS = ("token",)
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,7 @@ class TenancyPolicy:
     toleration_keys: tuple[str, ...] = ("*",)
     node_selector_keys: tuple[str, ...] = ("*",)
     priority_classes: tuple[str, ...] = ("*",)
+    api_key_secret_keys: tuple[str, ...] = DEFAULT_API_KEY_SECRET_KEYS  # spec.engine.apiKey.secretKeyRef.key
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def to_env(self) -> str:
@@ -87,7 +92,8 @@ class TenancyPolicy:
             return cls()
         d = json.loads(text)
         lists = {k: tuple(d[k]) for k in ("token_secret_keys", "trust_remote_code_namespaces", "trust_remote_code_models",
-                                          "code_args", "egress_args", "toleration_keys", "node_selector_keys", "priority_classes")
+                                          "code_args", "egress_args", "toleration_keys", "node_selector_keys",
+                                          "priority_classes", "api_key_secret_keys")
                  if k in d}
         return cls(**lists, image_prefixes=tuple(d.get("image_prefixes") or ()),
                    engine_service_account=d.get("engine_service_account"),
@@ -225,6 +231,13 @@ def code_arg_uses(spec) -> list[tuple[int, str, str]]:
     return out
 
 
+def api_key_allowed(policy: TenancyPolicy, secret: str, key: str) -> bool:
+    """Whether ``spec.engine.apiKey`` may name ``key`` of Secret ``secret``: the Secret is a hub token Secret and
+    the key an allowed API key key (check_policy's rule; the acceptance monitor asks it again before it reads the
+    Secret for the canary probe)."""
+    return secret in policy.token_secrets and key in policy.api_key_secret_keys
+
+
 def check_policy(spec, policy: TenancyPolicy, pvc_labels: Mapping[str, Mapping[str, str] | None] | None = None,
                  namespace: str | None = None) -> list[Finding]:
     """Policy refusals for a spec. ``pvc_labels``: claim name -> its labels (None: the claim does not exist);
@@ -321,6 +334,13 @@ def check_policy(spec, policy: TenancyPolicy, pvc_labels: Mapping[str, Mapping[s
                f"Secret {key.secret_key_ref.name!r} is not one the operator may hand to engines (allowed: {allowed}; the "
                "hub token Secrets): its key would be put into the engine's environment. Use an allowed Secret, or ask "
                "an administrator to add it to the chart value hub.tokenSecrets (operator flag --allowed-token-secret)")
+    elif key is not None and not api_key_allowed(policy, key.secret_key_ref.name, key.secret_key_ref.key):
+        allowed = ", ".join(policy.api_key_secret_keys) or "none"
+        refuse("PolicyApiKeySecretKeyNotAllowed", "spec.engine.apiKey.secretKeyRef.key",
+               f"key {key.secret_key_ref.key!r} of Secret {key.secret_key_ref.name!r} is not an engine API key key "
+               f"(allowed: {allowed}): any other key of an allowed Secret would be put into the engine's environment "
+               "and sent by the operator's canary probe. Use an allowed key, or ask an administrator to add it to the "
+               "chart value policy.allowedApiKeySecretKeys (operator flag --allowed-api-key-secret-key)")
     claims = [(f"spec.{r}.pvc.claimName", s.pvc.claim_name) for r, s in spec.model_sources()
               if s.pvc is not None]
     if spec.tuning.pvc is not None:
