@@ -20,9 +20,10 @@ from __future__ import annotations
 import json
 import re
 import sys
-from functools import lru_cache
 from importlib import resources
 from typing import Any, Mapping
+
+from .memo import MiB, bounded
 
 DATA_PACKAGE = "specdeploy.data"
 DATA_FILE = "codeflags.json"
@@ -34,7 +35,7 @@ CANDIDATE = re.compile(r"plugin|-cls$|middleware|logits?-processor|weight-loader
 SNAPSHOT_ENGINE = {"vllm": "vllm", "vllm-cpu": "vllm", "sglang": "sglang"}
 
 
-@lru_cache(maxsize=1)
+@bounded("codeflags.table", 1, 4 * MiB)
 def table() -> Mapping[str, Mapping[str, Mapping[str, str]]]:
     """engine -> flag -> {"loads": code|file|none|unreviewed, "cite" | "why": text}."""
     text = resources.files(DATA_PACKAGE).joinpath(DATA_FILE).read_text(encoding="utf-8")
@@ -46,7 +47,7 @@ def risky_flags(engine: str) -> dict[str, str]:
     return dict(_risky(engine))
 
 
-@lru_cache(maxsize=16)  # admission asks per review; the table does not change while running
+@bounded("codeflags.risky", 16, 1 * MiB)  # admission asks per review; the table does not change while running
 def _risky(engine: str) -> tuple[tuple[str, str], ...]:
     return tuple((f, e["loads"]) for f, e in table().get(engine, {}).items() if e.get("loads") in RISKY)
 

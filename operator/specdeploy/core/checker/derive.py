@@ -108,7 +108,7 @@ def _remembered(drafter_doc: Any, target_doc: Any, o: Options) -> Analysis:
         out.items = [f for f in out.items if f.code != "MethodNeedsV2Runner"]
     if any(f.code in ("MtpLayersMissing", "MtpUnsupportedByEngine") for f in out.items):
         out.items = [f for f in out.items if f.code != "MtpLayersUnknown"]  # the MTP gate's error says it
-    findings, accepted = apply_accept(one_per_root_cause(out.items), o.accept)
+    findings, accepted = apply_accept(one_per_root_cause(out.limited()), o.accept)
     return Analysis(findings=sort_findings(findings), derived=derived, drafter=d, target=t, accepted=accepted,
                     options=o, family=family if family is not None and family.name != "unknown" else None)
 

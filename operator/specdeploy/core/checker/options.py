@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import lru_cache
 
 from .. import engines as eng
 from .. import gpus, methods
 from ..findings import Finding, Severity, sort_findings
+from ..memo import MiB, bounded
 from ..versions import parse_version
 from .results import S, _Out
 
@@ -164,7 +164,7 @@ def _options_checked(o: Options) -> _Checked:
         return _options_checked_now(o)
 
 
-@lru_cache(maxsize=256)
+@bounded("checker.options", 256, 16 * MiB)  # an Options value holds up to 128 x 4 KiB extraArgs
 def _options_checked_exact(o: Options, _types: tuple[type, ...]) -> _Checked:
     return _options_checked_now(o)
 
@@ -172,7 +172,7 @@ def _options_checked_exact(o: Options, _types: tuple[type, ...]) -> _Checked:
 def _options_checked_now(o: Options) -> _Checked:
     out = _Out()
     info, row, prof = _run_checks(o, out)
-    return info, row, prof, tuple(out.items)
+    return info, row, prof, tuple(out.limited())
 
 
 def _run_checks(o: Options, out: _Out) -> tuple[eng.EngineInfo | None, eng.EngineRelease | None, gpus.GpuProfile | None]:
