@@ -240,8 +240,8 @@ class _Memo(BoundedLRU):
 
 
 # docs/concepts/security.md "Bounded memory": an Options value holds the spec's extraArgs (up to 128 x 4 KiB)
-_OPTIONS_MEMO = _Memo("admission.options", 2048, 16 * MiB)  # Options -> check_options findings
-_PAIR_MEMO = _Memo("admission.pair", 512, 16 * MiB)  # (Configs.key, Options) -> analyze findings
+_OPTIONS_MEMO = _Memo("admission.options", 2048, 8 * MiB)  # Options -> check_options findings
+_PAIR_MEMO = _Memo("admission.pair", 512, 8 * MiB)  # (Configs.key, Options) -> analyze findings
 
 
 def _check_options(opts: Options) -> list[Finding]:

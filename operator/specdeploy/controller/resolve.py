@@ -33,9 +33,9 @@ HUB_BRANCH_TTL = 900.0  # a branch or tag is re-resolved after this many seconds
 INSPECT_DEADLINE = float(os.environ.get("SPECDEPLOY_INSPECT_SECONDS", "900"))
 INSPECT_RETRY = 300.0  # then a new inspector starts after this many seconds
 # the resolver's caches (docs/concepts/security.md "Bounded memory"): entries, and bytes the entries keep alive
-PARSED_ENTRIES, PARSED_BYTES = 256, 32 * memo.MiB
-HUB_CACHE_ENTRIES, HUB_CACHE_BYTES = 256, 32 * memo.MiB
-SECRET_CREDS_ENTRIES, SECRET_CREDS_BYTES = 4096, 4 * memo.MiB
+PARSED_ENTRIES, PARSED_BYTES = 256, 24 * memo.MiB
+HUB_CACHE_ENTRIES, HUB_CACHE_BYTES = 256, 24 * memo.MiB
+SECRET_CREDS_ENTRIES, SECRET_CREDS_BYTES = 4096, 2 * memo.MiB
 
 
 @dataclass(frozen=True)

@@ -122,7 +122,7 @@ class OperatorConfigs:
     """``configs_lookup`` for the operator: watch cache or one API GET for ConfigMaps, hub cache only."""
 
     def __init__(self, kube: Kube | None, resolver: Any, timeout: float = LOOKUP_TIMEOUT, parsed_cache: int = 256,
-                 watched: Any = None, parsed_bytes: int = 32 * memo.MiB):
+                 watched: Any = None, parsed_bytes: int = 24 * memo.MiB):
         self.kube = kube
         self.resolver = resolver
         # the operator's namespace scope (None: every namespace): nothing is read for a review outside it

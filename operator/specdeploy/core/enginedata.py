@@ -49,7 +49,7 @@ def _listing(package: str) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(out))  # cached: the package's data files do not change while running
 
 
-@bounded("enginedata.read", 64, 16 * MiB)  # version: from specs
+@bounded("enginedata.read", 64, 8 * MiB)  # version: from specs
 def _read(package: str, engine: str, version: str) -> str | None:
     try:
         ref = resources.files(package).joinpath(f"{engine}-{version}.json")
@@ -94,7 +94,7 @@ def _facts_listing() -> tuple[tuple[str, str], ...]:
     return tuple(sorted(_listing(FACTS_PACKAGE), key=lambda ev: (ev[0], parse_version(ev[1]) or (0, 0, 0))))
 
 
-@bounded("enginedata.facts", 64, 16 * MiB)
+@bounded("enginedata.facts", 64, 4 * MiB)
 def _facts(engine: str, version: str) -> dict | None:
     text = _read(FACTS_PACKAGE, engine, version)
     return None if text is None else json.loads(text)

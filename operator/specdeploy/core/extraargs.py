@@ -184,7 +184,7 @@ def check_extra_args(engine: str, version: str, args: Sequence[str], snapshot: s
     return out, True
 
 
-@bounded("extraargs.compiled", 64, 16 * MiB)
+@bounded("extraargs.compiled", 64, 8 * MiB)
 def _compiled(engine: str, version: str, snapshot: str) -> _Resolver:
     """The parser snapshot of (snapshot key, version) read, decoded and indexed once, with the destinations the
     operator owns in ``engine`` ``version``; LookupError when no snapshot is recorded (not cached: cheap, and

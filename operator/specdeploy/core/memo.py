@@ -211,15 +211,17 @@ def bounded(name: str, max_entries: int, max_bytes: int) -> Callable[[F], F]:
 
 
 READ_ONLY_ENTRIES = 512
-READ_ONLY_BYTES = 64 * MiB
+READ_ONLY_BYTES = 48 * MiB
+
+
+_tokens = itertools.count(1)
 
 
 class _Registry:
     """id -> (object, token, size): the registry holds each object (its id is not reused while here)."""
 
-    def __init__(self) -> None:
-        self.lru = BoundedLRU("memo.read_only", READ_ONLY_ENTRIES, READ_ONLY_BYTES, sizeof=lambda k, v: v[2])
-        self._tokens = itertools.count(1)
+    def __init__(self, max_entries: int = READ_ONLY_ENTRIES, max_bytes: int = READ_ONLY_BYTES) -> None:
+        self.lru = BoundedLRU("memo.read_only", max_entries, max_bytes, sizeof=lambda k, v: v[2])
 
     def peek(self, i: int) -> tuple | None:
         return self.lru.peek(i)
@@ -230,7 +232,7 @@ class _Registry:
             self.lru.get(id(doc))  # most recently used
             return
         size = approx_size(doc) if nbytes is None else nbytes
-        self.lru.put(id(doc), (doc, next(self._tokens), size), size)
+        self.lru.put(id(doc), (doc, next(_tokens), size), size)
 
 
 _READ_ONLY = _Registry()
@@ -261,14 +263,14 @@ def _token(a: Any) -> int | None:
 
 
 _BY_ID = object()  # marks an argument matched by identity in a memo key (no argument value can hold it)
-BY_IDENTITY_BYTES = 16 * MiB
+BY_IDENTITY_BYTES = 2 * MiB  # small results (a family, a digest, an estimate); larger ones say theirs
 
 
 def by_identity(size: int = 64, copy: Callable[[Any], Any] | None = None, max_bytes: int = BY_IDENTITY_BYTES,
                 name: str | None = None) -> Callable[[F], F]:
     def wrap(fn: F) -> F:
         # key -> result; a key holds read-only arguments' tokens (never the objects) and the other arguments' values
-        memo = BoundedLRU(name or f"memo.by_identity:{fn.__module__}.{fn.__qualname__}", size, max_bytes)
+        memo = BoundedLRU(name or f"{fn.__module__.removeprefix('specdeploy.')}.{fn.__qualname__}", size, max_bytes)
         missing = object()
 
         @functools.wraps(fn)

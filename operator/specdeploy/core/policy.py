@@ -142,7 +142,7 @@ def trust_remote_code_allowed(policy: TenancyPolicy, namespace: str | None, mode
     return ns_ok or model_prefix_allowed(model, policy.trust_remote_code_models)
 
 
-@bounded("policy.risky_dests", 64, 16 * MiB)
+@bounded("policy.risky_dests", 64, 8 * MiB)
 def _risky_dests(engine: str, version: str, snapshot: str) -> tuple[Any, dict[str, tuple[str, str]]]:
     """(the release's parser or None, destination -> (risky flag, kind)): read once per release (pure inputs: the
     recorded data files do not change while running)."""

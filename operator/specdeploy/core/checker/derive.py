@@ -8,7 +8,7 @@ from typing import Any
 
 from .. import methods
 from ..findings import Finding, sort_findings
-from ..memo import by_identity
+from ..memo import MiB, by_identity
 from ..modelconfig import FULL, SLIDING, DrafterConfig, TargetConfig, _not_object
 from .accept import apply_accept, one_per_root_cause
 from .engine import _check_backend, _check_engine_release, _check_hidden_act
@@ -74,7 +74,7 @@ def analyze(drafter_doc: Any, target_doc: Any, options: Options | None = None) -
 
 # the same documents (by identity: core/memo.py) and options give the same analysis; each caller gets its own
 # findings lists (render appends to them)
-@by_identity(64, copy=_own_lists)
+@by_identity(64, copy=_own_lists, max_bytes=16 * MiB)
 def _remembered(drafter_doc: Any, target_doc: Any, o: Options) -> Analysis:
     out = _Out()
     info, row, prof = _check_options(o, out)

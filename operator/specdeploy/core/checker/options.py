@@ -164,7 +164,7 @@ def _options_checked(o: Options) -> _Checked:
         return _options_checked_now(o)
 
 
-@bounded("checker.options", 256, 16 * MiB)  # an Options value holds up to 128 x 4 KiB extraArgs
+@bounded("checker.options", 256, 8 * MiB)  # an Options value holds up to 128 x 4 KiB extraArgs
 def _options_checked_exact(o: Options, _types: tuple[type, ...]) -> _Checked:
     return _options_checked_now(o)
 
