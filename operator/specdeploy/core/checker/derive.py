@@ -74,7 +74,7 @@ def analyze(drafter_doc: Any, target_doc: Any, options: Options | None = None) -
 
 # the same documents (by identity: core/memo.py) and options give the same analysis; each caller gets its own
 # findings lists (render appends to them)
-@by_identity(64, copy=_own_lists, max_bytes=16 * MiB)
+@by_identity(64, copy=_own_lists, max_bytes=16 * MiB, name="checker.analyze")
 def _remembered(drafter_doc: Any, target_doc: Any, o: Options) -> Analysis:
     out = _Out()
     info, row, prof = _check_options(o, out)

@@ -17,7 +17,7 @@ from .parsed import drafter_of, target_of
 from .results import S, _Out
 
 
-@by_identity(64)  # the same document object: the same family (core/memo.py)
+@by_identity(64, name="checker.family")  # the same document object: the same family (core/memo.py)
 def family_of(drafter_doc: Any) -> Family | None:
     return detect_family(drafter_doc) if isinstance(drafter_doc, dict) else None
 
