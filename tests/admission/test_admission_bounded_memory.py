@@ -64,8 +64,11 @@ def test_distinct_reviews_against_a_one_mib_drafter_stay_within_every_bound():
         info = cache.info()
         assert info.currsize <= info.maxsize and info.nbytes <= info.max_bytes, cache.name
         held += info.nbytes
-    # the option-keyed memos evicted by bytes long before their entry bounds
-    for cache in (admission._PAIR_MEMO, admission._OPTIONS_MEMO):
+    # the option-keyed memos evicted by bytes long before their entry bounds, and what they hold, walked, is within
+    # the bound too (their sizes are estimated without a walk: options_bytes, findings_bytes)
+    for cache in (admission._PAIR_MEMO, admission._OPTIONS_MEMO, *(c for c in memo.caches()
+                                                                   if c.name in ("checker.options", "checker.analyze"))):
         assert 0 < len(cache) < REVIEWS and cache.nbytes <= cache.max_bytes <= 16 * memo.MiB, cache.info()
+        assert memo.approx_size(cache.items()) <= cache.max_bytes * 1.25, cache.name
     assert held <= BUDGET
     assert sum(c.max_bytes for c in memo.caches()) <= BUDGET  # the bounds themselves fit the budget

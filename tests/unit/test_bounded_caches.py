@@ -20,7 +20,8 @@ from specdeploy.controller.webhooks import OperatorConfigs
 from specdeploy.core import codeflags, enginedata, extraargs, memo, policy  # noqa: F401 (their caches)
 from specdeploy.core.checker import Options, analyze
 from specdeploy.core.checker.results import _Out
-from specdeploy.core.findings import PER_CODE_MAX, Finding, Severity, Source, limit_findings
+from specdeploy.core.checker.options import options_bytes
+from specdeploy.core.findings import PER_CODE_MAX, Finding, Severity, Source, findings_bytes, limit_findings
 from specdeploy.core.modelconfig import LIST_MAX, parse_drafter
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -159,7 +160,7 @@ def test_the_read_only_registry_is_bounded_in_entries_and_bytes(monkeypatch):
 def test_the_admission_memo_is_bounded_in_bytes():
     m = admission._Memo("test.admission", 2048, 2 * MiB)
     for i in range(20):
-        m.remember(("k", "v" * 500_000 + str(i)), lambda: (i,))
+        m.remember(("k", "v" * 500_000 + str(i)), lambda: ())
     assert len(m) < 20 and m.nbytes <= 2 * MiB
     assert m.remember(["unhashable"], lambda: 7) == 7 and len(m) < 20
 
@@ -232,6 +233,14 @@ def test_a_repeated_finding_is_kept_up_to_its_bound_then_counted():
     assert [f.code for f in out].count("A") == PER_CODE_MAX + 1
     assert [f.message for f in out if f.code == "A"][-1].startswith("and 30 more A findings")
     assert all(len(f.message) <= 1024 for f in out) and len(out) == PER_CODE_MAX + 2
+
+
+def test_the_size_estimates_without_a_walk_are_not_below_the_walk():
+    fs = [_f("A", i, "m" * (i * 37)) for i in range(200)]
+    assert memo.approx_size(fs) <= findings_bytes(fs) <= 2 * memo.approx_size(fs)
+    o = Options(engine="vllm", engine_version="0.33.0", extra_args=tuple(f"--a{i}={'x' * 4000}" for i in range(128)),
+                accept=("RemoteCodeNotTrusted",))
+    assert memo.approx_size(o) <= options_bytes(o) <= 2 * memo.approx_size(o)
 
 
 def test_the_checker_collector_counts_past_the_bound_without_keeping():

@@ -40,9 +40,10 @@ from ..api.benchmark import validate as validate_benchmark
 from ..api.types import SpeculativeDeployment, SpeculativeDeploymentSpec
 from ..api.validation import parse as parse_spec
 from ..core.checker import Options, analyze, check_options
+from ..core.checker.options import options_bytes
 from ..core.policy import TenancyPolicy, check_policy
-from ..core.findings import Finding, Severity, Source, has_errors
-from ..core.memo import MiB, BoundedLRU
+from ..core.findings import Finding, Severity, Source, findings_bytes, has_errors
+from ..core.memo import MiB, BoundedLRU, approx_size
 from ..core.names import GROUP_VERSION
 
 log = logging.getLogger("specdeploy.admission")
@@ -224,7 +225,7 @@ class _Memo(BoundedLRU):
     """A thread-safe LRU for pure checks (findings are immutable), bounded in entries and bytes (core/memo.py)."""
 
     def __init__(self, name: str, size: int, max_bytes: int):
-        super().__init__(name, size, max_bytes)
+        super().__init__(name, size, max_bytes, sizeof=lambda key, findings: _key_bytes(key) + findings_bytes(findings))
         self._missing = object()
 
     def remember(self, key: Hashable, compute: Callable[[], Any]) -> Any:
@@ -237,6 +238,13 @@ class _Memo(BoundedLRU):
         value = compute()
         self.put(key, value)
         return value
+
+
+def _key_bytes(key: Any) -> int:
+    """An Options value, or (Configs.key, Options): the options at their length (options_bytes), the rest walked."""
+    if isinstance(key, tuple) and len(key) == 2 and isinstance(key[1], Options):
+        return approx_size(key[0]) + options_bytes(key[1]) + 64
+    return options_bytes(key)
 
 
 # docs/concepts/security.md "Bounded memory": an Options value holds the spec's extraArgs (up to 128 x 4 KiB)

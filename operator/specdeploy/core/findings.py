@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import Iterable
@@ -65,6 +66,12 @@ def report(findings: Iterable[Finding]) -> dict:
 # and no message is longer than MESSAGE_MAX (a message may quote the document's values). docs/concepts/security.md
 PER_CODE_MAX = 20
 MESSAGE_MAX = 1024
+
+
+def findings_bytes(findings: Iterable[Finding]) -> int:
+    """What a collection of findings holds, estimated without walking it (memo sizes: core/memo.py): each finding's
+    strings, its object and its slot in the collection (the severity, source and code strings are shared)."""
+    return 64 + sum(sys.getsizeof(f.message) + sys.getsizeof(f.path) + 400 for f in findings)
 
 
 def clip_message(message: str, limit: int = MESSAGE_MAX) -> str:

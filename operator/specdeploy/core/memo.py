@@ -122,14 +122,17 @@ class BoundedLRU:
         return default if hit is None else hit[0]
 
     def get(self, key: Hashable, default: Any = None) -> Any:
-        with self._lock:
-            hit = self._d.get(key)
-            if hit is None:
-                self.misses += 1
-                return default
+        # no lock: each dict operation is atomic, and a hit evicted meanwhile by another thread is still the answer
+        hit = self._d.get(key)
+        if hit is None:
+            self.misses += 1
+            return default
+        try:
             self._d.move_to_end(key)
-            self.hits += 1
-            return hit[0]
+        except KeyError:
+            pass
+        self.hits += 1
+        return hit[0]
 
     def put(self, key: Hashable, value: Any, nbytes: int | None = None) -> bool:
         """Keep ``value`` under ``key``; False when it alone is over the byte bound (then nothing is kept under
@@ -182,19 +185,27 @@ def caches() -> list[BoundedLRU]:
     return sorted(_ALL, key=lambda c: c.name)
 
 
-def bounded(name: str, max_entries: int, max_bytes: int) -> Callable[[F], F]:
+def bounded(name: str, max_entries: int, max_bytes: int,
+            sizeof: Callable[[Any, Any], int] | None = None) -> Callable[[F], F]:
     """``functools.lru_cache`` for a function of hashable arguments, with an entry and a byte bound. Exceptions are
-    not remembered. ``fn.cache`` is the BoundedLRU; ``cache_info``/``cache_clear`` as lru_cache's."""
+    not remembered. ``fn.cache`` is the BoundedLRU; ``cache_info``/``cache_clear`` as lru_cache's. ``sizeof(args,
+    result)``: the bytes an entry holds (default ``approx_size`` of both)."""
 
     def wrap(fn: F) -> F:
-        cache = BoundedLRU(name, max_entries, max_bytes)
-        missing = object()
+        cache = BoundedLRU(name, max_entries, max_bytes, sizeof)
+        entries = cache._d
 
         @functools.wraps(fn)
         def remembered(*args: Any) -> Any:
-            hit = cache.get(args, missing)
-            if hit is not missing:
-                return hit
+            hit = entries.get(args)  # BoundedLRU.get inlined: some of these are asked tens of times per check
+            if hit is not None:
+                try:
+                    entries.move_to_end(args)
+                except KeyError:  # evicted meanwhile by another thread
+                    pass
+                cache.hits += 1
+                return hit[0]
+            cache.misses += 1
             result = fn(*args)
             cache.put(args, result)
             return result
@@ -267,10 +278,13 @@ BY_IDENTITY_BYTES = 2 * MiB  # small results (a family, a digest, an estimate); 
 
 
 def by_identity(size: int = 64, copy: Callable[[Any], Any] | None = None, max_bytes: int = BY_IDENTITY_BYTES,
-                name: str | None = None) -> Callable[[F], F]:
+                name: str | None = None, sizeof: Callable[[Any, Any], int] | None = None) -> Callable[[F], F]:
+    """``sizeof(key, result)``: the bytes an entry holds (default ``approx_size`` of both)."""
+
     def wrap(fn: F) -> F:
         # key -> result; a key holds read-only arguments' tokens (never the objects) and the other arguments' values
-        memo = BoundedLRU(name or f"{fn.__module__.removeprefix('specdeploy.')}.{fn.__qualname__}", size, max_bytes)
+        memo = BoundedLRU(name or f"{fn.__module__.removeprefix('specdeploy.')}.{fn.__qualname__}", size, max_bytes,
+                          sizeof)
         missing = object()
 
         @functools.wraps(fn)
