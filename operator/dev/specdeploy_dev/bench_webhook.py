@@ -3,6 +3,7 @@
     python -m specdeploy_dev.bench_webhook [--clients 50] [--requests 40] [--compare REV [--runs 2]]
     python -m specdeploy_dev.bench_webhook --server-tree DIR   # another checkout's server, these clients
     python -m specdeploy_dev.bench_webhook --floor   # also the HTTP+TLS stack alone (reviews answered at once)
+    python -m specdeploy_dev.bench_webhook --memory [--reviews 1000]   # server RSS after N distinct reviews
 
 The webhook server (the operator's own ``WebhookServer`` with a self-signed certificate) runs in
 a child process, so clients and server do not share an interpreter. Two workloads:
@@ -20,6 +21,11 @@ check), under the object-level workload. It is what the HTTP and TLS stack alone
 review on this machine, the part of the figures that no work in the checks can remove. The clients wait for each
 answer before sending the next, so each client's latency is about clients x the server's time per review: at 50
 clients, 400 us of server CPU per review is a 20 ms mean.
+
+``--memory`` measures memory instead (issue 37 hole 3): the server's RSS (``VmRSS``) after 0, 100, 250, 500 and
+1000 distinct reviews, one at a time, each a new option set (128 distinct extraArgs of 4 KiB: the CRD's limits)
+against a drafter config.json of 1 MiB in a ConfigMap (the Qwen drafter with 4000 out-of-range target_layer_ids and
+an extra field of 20000 entries); every review is refused. It prints the load average before and after.
 
 Latency is measured per request from send to parsed response, over kept-alive TLS connections
 (as kube-apiserver reuses them). Prints p50/p90/p99/max and throughput per workload, and the
@@ -104,6 +110,18 @@ def _fixed_answer() -> None:
     webhooks.admission.areview = answer  # type: ignore[assignment]
 
 
+BIG_DRAFTER_CM = "bench-1mib-drafter-config"
+
+
+def big_drafter(example: Path = QWEN) -> dict:
+    """The example's drafter config.json padded to ~1 MiB: 4000 out-of-range target_layer_ids (a finding each, once)
+    and an extra field that no rule reads."""
+    d = json.loads((example / "drafter.config.json").read_text())
+    d["dflash_config"]["target_layer_ids"] = list(range(64, 64 + 4000))
+    d["padding"] = {f"field-{i}": f"value-{i}" * 4 for i in range(20_000)}
+    return d
+
+
 def serve(port_file: str, ca_file: str, floor: bool = False) -> None:
     from specdeploy.controller import certs
     from specdeploy.controller.webhooks import OperatorConfigs, WebhookServer, settle_gc
@@ -126,6 +144,9 @@ def serve(port_file: str, ca_file: str, floor: bool = False) -> None:
                 cache.configmaps[("default", name)] = {
                     "metadata": {"name": name, "namespace": "default", "uid": name, "resourceVersion": "1"},
                     "data": {"config.json": (example / f"{role}.config.json").read_text()}}
+    cache.configmaps[("default", BIG_DRAFTER_CM)] = {
+        "metadata": {"name": BIG_DRAFTER_CM, "namespace": "default", "uid": BIG_DRAFTER_CM, "resourceVersion": "1"},
+        "data": {"config.json": json.dumps(big_drafter())}}
     m = certs.new_material(["localhost"], ["127.0.0.1"])
 
     async def main() -> None:
@@ -247,6 +268,77 @@ def _server_command(tree: Path, port_file: Path, ca_file: Path, floor: bool = Fa
         {"cwd": tree, "env": compare.child_env(tree)}
 
 
+def _rss_mib(pid: int) -> float | None:
+    """Resident memory of a process in MiB (Linux /proc), or None elsewhere."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _load() -> str:
+    try:
+        return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "load average unknown"
+
+
+def _memory_cr(i: int) -> dict:
+    cr = _cr(QWEN)
+    cr["spec"]["drafter"]["configFrom"]["configMapKeyRef"]["name"] = BIG_DRAFTER_CM
+    cr["spec"]["engine"]["extraArgs"] = [f"pad-{i}-{j}-{'x' * 4000}" for j in range(128)]
+    return cr
+
+
+async def _memory_run(port: int, ca_pem: bytes, pid: int, reviews: int, marks: tuple[int, ...]) -> list[tuple]:
+    ctx = ssl.create_default_context(cadata=ca_pem.decode())
+    conn = await _Conn.open(port, ctx, "/validate")
+    out = [(0, _rss_mib(pid), 0.0)]
+    t0 = time.perf_counter()
+    try:
+        for i in range(reviews):
+            status, raw = await conn.post(json.dumps(_review(_memory_cr(i))).encode())
+            resp = json.loads(raw)["response"]
+            causes = (resp.get("status") or {}).get("details", {}).get("causes", [])
+            assert status == 200 and resp["allowed"] is False and \
+                any("is outside the target's" in c["message"] for c in causes), str(resp)[:500]
+            if i + 1 in marks:
+                out.append((i + 1, _rss_mib(pid), time.perf_counter() - t0))
+    finally:
+        conn.close()
+    return out
+
+
+def memory(reviews: int) -> int:
+    """Server RSS after N distinct reviews against the 1 MiB drafter (``--memory``)."""
+    marks = tuple(n for n in (100, 250, 500, 1000) if n < reviews) + (reviews,)
+    limit = "512Mi"  # charts/specdeploy/values.yaml resources.limits.memory
+    print(f"webhook memory: RSS of the server process after N distinct reviews against a 1 MiB drafter config "
+          f"(chart limit {limit}; {os.cpu_count()} CPUs; {_load()})", flush=True)
+    tmp = Path(tempfile.mkdtemp(prefix="specdeploy-bench-webhook-"))
+    port_file, ca_file = tmp / "port", tmp / "ca.pem"
+    cmd, where = _server_command(ROOT, port_file, ca_file)
+    proc = subprocess.Popen(cmd, **where)
+    try:
+        deadline = time.monotonic() + 30
+        while not port_file.exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                print("bench_webhook: the server did not start", file=sys.stderr)
+                return 1
+            time.sleep(0.05)
+        port, ca = int(port_file.read_text()), ca_file.read_bytes()
+        for n, rss, took in asyncio.run(_memory_run(port, ca, proc.pid, reviews, marks)):
+            print(f"  after {n:5d} reviews: RSS {rss:6.1f} MiB" + (f"  ({took:.1f} s)" if n else ""), flush=True)
+    finally:
+        stop_process(proc, 10)
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"  ({_load()})")
+    return 0
+
+
 def _cpu_seconds(pid: int) -> float | None:
     """User + system CPU time of a process (Linux /proc), or None elsewhere."""
     try:
@@ -267,12 +359,17 @@ def main(argv: list[str] | None = None) -> int:
                     "module's --serve, its own code); the clients are always this tree's (what --compare uses)")
     ap.add_argument("--floor", action="store_true", help="also measure the server with every review answered at "
                     "once by a fixed answer (the HTTP and TLS stack alone), under the object-level workload")
+    ap.add_argument("--memory", action="store_true", help="measure the server's RSS after N distinct reviews against "
+                    "a 1 MiB drafter config instead of latency")
+    ap.add_argument("--reviews", type=int, default=1000, help="with --memory: how many reviews (default 1000)")
     ap.add_argument("--serve", nargs=2, metavar=("PORT_FILE", "CA_FILE"), help=argparse.SUPPRESS)
     ap.add_argument("--serve-floor", nargs=2, metavar=("PORT_FILE", "CA_FILE"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.serve or args.serve_floor:
         serve(*(args.serve or args.serve_floor), floor=bool(args.serve_floor))
         return 0
+    if args.memory:
+        return memory(args.reviews)
     if args.floor and (args.compare or args.server_tree):
         ap.error("--floor measures this tree's server: run it without --compare and --server-tree")
     if args.compare:

@@ -106,6 +106,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.compare:
         return bench.compare(args.compare, args.runs, [args.what, "--repeat", str(args.repeat), "--resync-seconds",
                                                        str(args.resync_seconds), *(["--crs", args.crs] if args.crs else [])])
+    if args.what == "memory":
+        from . import bench_webhook
+
+        return bench_webhook.memory(args.reviews)
     return bench.run(args.what, args.repeat, counts, args.resync_seconds)
 
 

@@ -187,11 +187,14 @@ def add_dev_parser(sub) -> None:
     b = dsub.add_parser("bench", help="print benchmark figures",
                         description="Print benchmark figures (docs/benchmarks.md keeps them with the command).",
                         epilog=epilog(["specdeploy dev bench core --repeat 200",
-                                       "specdeploy dev bench operator --crs 200"], ok="printed"))
-    b.add_argument("what", choices=["core", "operator"], help="core: check+render and CLI start-up; operator: scale")
+                                       "specdeploy dev bench operator --crs 200",
+                                       "specdeploy dev bench memory --reviews 1000"], ok="printed"))
+    b.add_argument("what", choices=["core", "operator", "memory"], help="core: check+render and CLI start-up; operator: "
+                   "scale; memory: the webhook's RSS after N distinct reviews against a 1 MiB drafter config")
     b.add_argument("--repeat", type=positive_int, default=200)
     b.add_argument("--crs", metavar="N,N", help="operator: CR counts (default 200,1000)")
     b.add_argument("--resync-seconds", type=float, default=30.0, metavar="S", help="operator: resync period")
+    b.add_argument("--reviews", type=positive_int, default=1000, metavar="N", help="memory: distinct reviews (default 1000)")
     b.add_argument("--compare", metavar="REV", help="also run git revision REV (checked out in a temporary worktree), "
                    "alternating with this tree, and print both figures with the load average")
     b.add_argument("--runs", type=positive_int, default=2, metavar="N", help="with --compare: runs of each (default 2)")

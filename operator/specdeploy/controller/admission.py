@@ -33,9 +33,7 @@ import base64
 import inspect
 import json
 import logging
-import threading
 import typing
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generator, Hashable, NamedTuple
 
@@ -47,8 +45,10 @@ from ..api.benchmark import validate as validate_benchmark
 from ..api.types import SpeculativeDeployment, SpeculativeDeploymentSpec
 from ..api.validation import parse as parse_spec
 from ..core.checker import Options, analyze, check_options
+from ..core.checker.options import options_bytes
 from ..core.policy import TenancyPolicy, check_policy
-from ..core.findings import Finding, Severity, Source, has_errors
+from ..core.findings import Finding, Severity, Source, findings_bytes, has_errors
+from ..core.memo import MiB, BoundedLRU, approx_size
 from ..core.names import GROUP_VERSION
 
 log = logging.getLogger("specdeploy.admission")
@@ -226,43 +226,45 @@ def _short(v: Any) -> str:
 # ----------------------------------------------------------------- validation
 
 
-class _Memo:
-    """A small thread-safe LRU for pure checks (findings are immutable)."""
+class _Memo(BoundedLRU):
+    """A thread-safe LRU for pure checks (findings are immutable), bounded in entries and bytes (core/memo.py)."""
 
-    def __init__(self, size: int):
-        self.size = size
-        self._d: OrderedDict = OrderedDict()
-        self._lock = threading.Lock()
+    def __init__(self, name: str, size: int, max_bytes: int):
+        super().__init__(name, size, max_bytes, sizeof=lambda key, findings: _key_bytes(key) + findings_bytes(findings))
+        self._missing = object()
 
-    def get(self, key: Hashable, compute: Callable[[], Any]) -> Any:
+    def remember(self, key: Hashable, compute: Callable[[], Any]) -> Any:
         try:
-            hash(key)
-        except TypeError:
+            hit = self.get(key, self._missing)
+        except TypeError:  # an unhashable key: not remembered
             return compute()
-        with self._lock:
-            if key in self._d:
-                self._d.move_to_end(key)
-                return self._d[key]
+        if hit is not self._missing:
+            return hit
         value = compute()
-        with self._lock:
-            self._d[key] = value
-            if len(self._d) > self.size:
-                self._d.popitem(last=False)
+        self.put(key, value)
         return value
 
 
-_OPTIONS_MEMO = _Memo(2048)  # Options -> check_options findings
-_PAIR_MEMO = _Memo(512)  # (Configs.key, Options) -> analyze findings
+def _key_bytes(key: Any) -> int:
+    """An Options value, or (Configs.key, Options): the options at their length (options_bytes), the rest walked."""
+    if isinstance(key, tuple) and len(key) == 2 and isinstance(key[1], Options):
+        return approx_size(key[0]) + options_bytes(key[1]) + 64
+    return options_bytes(key)
+
+
+# docs/concepts/security.md "Bounded memory": an Options value holds the spec's extraArgs (up to 128 x 4 KiB)
+_OPTIONS_MEMO = _Memo("admission.options", 2048, 8 * MiB)  # Options -> check_options findings
+_PAIR_MEMO = _Memo("admission.pair", 512, 8 * MiB)  # (Configs.key, Options) -> analyze findings
 
 
 def _check_options(opts: Options) -> list[Finding]:
-    return list(_OPTIONS_MEMO.get(opts, lambda: tuple(check_options(opts))))
+    return list(_OPTIONS_MEMO.remember(opts, lambda: tuple(check_options(opts))))
 
 
 def _analyze(configs: "Configs", opts: Options) -> list[Finding]:
     if configs.key is None:
         return analyze(configs.drafter, configs.target, opts).findings
-    return list(_PAIR_MEMO.get((configs.key, opts), lambda: tuple(analyze(configs.drafter, configs.target, opts).findings)))
+    return list(_PAIR_MEMO.remember((configs.key, opts), lambda: tuple(analyze(configs.drafter, configs.target, opts).findings)))
 
 
 def _parse_cr(req: Request) -> tuple[SpeculativeDeployment | None, list[tuple[str, str, str]]]:

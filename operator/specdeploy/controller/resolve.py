@@ -13,6 +13,7 @@ import binascii
 import gzip
 import json
 import os
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +31,10 @@ HUB_BRANCH_TTL = 900.0  # a branch or tag is re-resolved after this many seconds
 # an inspector Job not finished this long after its creation is deleted and the resolution says so
 INSPECT_DEADLINE = float(os.environ.get("SPECDEPLOY_INSPECT_SECONDS", "900"))
 INSPECT_RETRY = 300.0  # then a new inspector starts after this many seconds
+# the resolver's caches (docs/concepts/security.md "Bounded memory"): entries, and bytes the entries keep alive
+PARSED_ENTRIES, PARSED_BYTES = 256, 24 * memo.MiB
+HUB_CACHE_ENTRIES, HUB_CACHE_BYTES = 256, 24 * memo.MiB
+SECRET_CREDS_ENTRIES, SECRET_CREDS_BYTES = 4096, 2 * memo.MiB
 
 
 @dataclass(frozen=True)
@@ -85,14 +90,17 @@ class Resolver:
         self.hub_fetch = hub_fetch
         self.hub_endpoint = hub_endpoint
         self.clock = clock
+        # Bounded in entries and bytes (docs/concepts/security.md "Bounded memory"):
         # (model, revision, hub.credential_id(token)) -> (when, Resolved)
-        self._hub_cache: dict[tuple, tuple[float, Resolved]] = {}
+        self._hub_cache = memo.BoundedLRU("resolver.hub", HUB_CACHE_ENTRIES, HUB_CACHE_BYTES)
         # (namespace, Secret, key) of a tokenSecretRef -> the credential it held when last read (for the webhook)
-        self._secret_creds: dict[tuple[str, str, str], str] = {}
-        self.configmaps: dict[tuple[str, str], dict] = {}  # (ns, name) -> body, fed by the watch
+        self._secret_creds = memo.BoundedLRU("resolver.secret_credentials", SECRET_CREDS_ENTRIES, SECRET_CREDS_BYTES)
+        # (ns, name) -> body, fed by the watch of the ConfigMaps that CRs reference (controller/cache.py): the
+        # cluster's objects, at most one per referenced ConfigMap, not a memo
+        self.configmaps: dict[tuple[str, str], dict] = {}
         # (ns, name, key) -> (the key's text, its Resolved): one parse and digest per ConfigMap text, and one
         # document object that the checker's memo (core/checker/derive.analyze) recognises
-        self._parsed: dict[tuple[str, str, str], tuple[str | bytes, Resolved]] = {}
+        self._parsed = memo.BoundedLRU("resolver.parsed", PARSED_ENTRIES, PARSED_BYTES)
 
     async def resolve(self, admitted: Admitted, role: str) -> Resolved:
         """``spec.<role>``'s config.json for a spec the tenancy policy admitted (core/render/gate.admit): the policy
@@ -135,9 +143,8 @@ class Resolver:
             return hit[1]
         doc = memo.read_only(_parse_json(text, f"ConfigMap {ns}/{name} key {key!r}"))
         resolved = Resolved(doc, config_digest(doc), f"configmap:{ns}/{name}#{key}")
-        if len(self._parsed) >= 256:  # ConfigMaps come and go: never more than this many remembered
-            self._parsed.clear()
-        self._parsed[(ns, name, key)] = (text, resolved)
+        # the text is the watch cache's (held there anyway), counted all the same
+        self._parsed.put((ns, name, key), (text, resolved), sys.getsizeof(text) + memo.size_of(doc) + 512)
         return resolved
 
     async def _token(self, ns: str, src) -> str | None:
@@ -183,7 +190,7 @@ class Resolver:
         token = await self._token(ns, src)
         cred = credential_id(token)
         if src.token_secret_ref is not None:
-            self._secret_creds[(ns, src.token_secret_ref.name, src.token_secret_ref.key)] = cred
+            self._secret_creds.put((ns, src.token_secret_ref.name, src.token_secret_ref.key), cred)
         hit = self.hub_cached(ns, src, token)
         if hit is not None:
             return hit
@@ -192,7 +199,7 @@ class Resolver:
         except HubResolutionError as e:
             raise ResolutionError(e.reason, e.message, retryable=e.retryable) from None
         r = Resolved(memo.read_only(got.doc), got.digest, f"hub:{got.repo_id}@{got.commit}", got.commit)
-        self._hub_cache[(src.model, src.revision, cred)] = (self.clock(), r)
+        self._hub_cache.put((src.model, src.revision, cred), (self.clock(), r), memo.size_of(r.doc) + 1024)
         return r
 
     async def _from_pvc(self, admitted: Admitted, role: str, src) -> Resolved:

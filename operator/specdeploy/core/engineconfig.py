@@ -79,7 +79,7 @@ class EngineConfig(_Doc):
         return hashlib.sha256(self.to_json().encode()).hexdigest()
 
 
-@by_identity(64)  # the same document object: the same digest (core/memo.py)
+@by_identity(64, name="engineconfig.digest")  # the same document object: the same digest (core/memo.py)
 def config_digest(doc: object) -> str:
     """Digest of a config.json document, independent of key order and whitespace."""
     return "sha256:" + hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import json
 import re
-from functools import lru_cache
 from importlib import resources
 
+from .memo import MiB, bounded
 from .versions import parse_version
 
 _NAME = re.compile(r"^(?P<engine>[a-z][a-z0-9_-]*?)-(?P<version>[0-9][A-Za-z0-9.+_-]*)\.json$")
@@ -35,7 +35,7 @@ def normalize_version(version: str) -> str:
     return version[1:] if version[:1] in ("v", "V") else version
 
 
-@lru_cache(maxsize=None)
+@bounded("enginedata.listing", 16, 1 * MiB)
 def _listing(package: str) -> tuple[tuple[str, str], ...]:
     out = []
     try:
@@ -49,7 +49,7 @@ def _listing(package: str) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(out))  # cached: the package's data files do not change while running
 
 
-@lru_cache(maxsize=None)
+@bounded("enginedata.read", 64, 8 * MiB)  # version: from specs
 def _read(package: str, engine: str, version: str) -> str | None:
     try:
         ref = resources.files(package).joinpath(f"{engine}-{version}.json")
@@ -88,13 +88,13 @@ def available_facts() -> list[tuple[str, str]]:
     return list(_facts_listing())
 
 
-@lru_cache(maxsize=None)
+@bounded("enginedata.facts_listing", 1, 1 * MiB)
 def _facts_listing() -> tuple[tuple[str, str], ...]:
     """``available_facts``, sorted once (the package's data files do not change while running)."""
     return tuple(sorted(_listing(FACTS_PACKAGE), key=lambda ev: (ev[0], parse_version(ev[1]) or (0, 0, 0))))
 
 
-@lru_cache(maxsize=None)
+@bounded("enginedata.facts", 64, 4 * MiB)
 def _facts(engine: str, version: str) -> dict | None:
     text = _read(FACTS_PACKAGE, engine, version)
     return None if text is None else json.loads(text)
@@ -106,7 +106,7 @@ def load_facts(engine: str, version: str) -> dict | None:
     return _facts(*key) if key is not None else None
 
 
-@lru_cache(maxsize=256)  # bounded: engine and version come from specs
+@bounded("enginedata.facts_key", 256, 1 * MiB)  # bounded: engine and version come from specs
 def _facts_key(engine: str, version: str) -> tuple[str, str] | None:
     """The recorded (engine, version) file ``load_facts`` reads for this release, or None."""
     v = parse_version(normalize_version(version))

@@ -20,11 +20,11 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
 from . import engines as eng
 from .enginedata import load_snapshot
+from .memo import MiB, bounded
 
 _NUMBER = re.compile(r"^-?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$")
 
@@ -184,7 +184,7 @@ def check_extra_args(engine: str, version: str, args: Sequence[str], snapshot: s
     return out, True
 
 
-@lru_cache(maxsize=64)
+@bounded("extraargs.compiled", 64, 8 * MiB)
 def _compiled(engine: str, version: str, snapshot: str) -> _Resolver:
     """The parser snapshot of (snapshot key, version) read, decoded and indexed once, with the destinations the
     operator owns in ``engine`` ``version``; LookupError when no snapshot is recorded (not cached: cheap, and

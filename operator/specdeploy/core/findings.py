@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import Iterable
@@ -58,3 +59,47 @@ def sort_findings(findings: Iterable[Finding]) -> list[Finding]:
 def report(findings: Iterable[Finding]) -> dict:
     fs = sort_findings(findings)
     return {"ok": not has_errors(fs), "findings": [f.to_dict() for f in fs]}
+
+
+# A document can repeat one mistake without end (150000 out-of-range target_layer_ids in a 1 MiB config.json made
+# 150000 findings, ~60 MiB, per check): the first few of a code are reported, then one finding counts the rest,
+# and no message is longer than MESSAGE_MAX (a message may quote the document's values). docs/concepts/security.md
+PER_CODE_MAX = 20
+MESSAGE_MAX = 1024
+
+
+def findings_bytes(findings: Iterable[Finding]) -> int:
+    """What a collection of findings holds, estimated without walking it (memo sizes: core/memo.py): each finding's
+    strings, its object and its slot in the collection (the severity, source and code strings are shared)."""
+    return 64 + sum(sys.getsizeof(f.message) + sys.getsizeof(f.path) + 400 for f in findings)
+
+
+def clip_message(message: str, limit: int = MESSAGE_MAX) -> str:
+    return message if len(message) <= limit else message[: limit - 3].rstrip() + "..."
+
+
+def limit_findings(findings: Iterable[Finding], dropped: dict[str, int] | None = None,
+                   per_code: int = PER_CODE_MAX) -> list[Finding]:
+    """At most ``per_code`` findings of each code, in order, each message clipped, then one finding per code that
+    had more saying how many more (``dropped``: code -> findings already left out before this call)."""
+    kept: list[Finding] = []
+    seen: dict[str, int] = {}
+    more: dict[str, int] = dict(dropped or {})
+    last: dict[str, Finding] = {}
+    for f in findings:
+        n = seen.get(f.code, 0)
+        if n >= per_code:
+            more[f.code] = more.get(f.code, 0) + 1
+            continue
+        seen[f.code] = n + 1
+        if len(f.message) > MESSAGE_MAX:
+            f = Finding(f.severity, f.code, f.source, f.path, clip_message(f.message))
+        kept.append(f)
+        last[f.code] = f
+    for code, n in more.items():
+        if n and code in last:
+            f = last[code]
+            kept.append(Finding(f.severity, code, f.source, f.path,
+                                f"and {n} more {code} finding{'s' if n != 1 else ''} like the ones above (the first "
+                                f"{per_code} are listed); fix those and check again"))
+    return kept

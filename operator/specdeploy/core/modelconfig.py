@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Generic, Iterable, TypeVar
 
-from .findings import Finding, Severity, Source
+from .findings import PER_CODE_MAX, Finding, Severity, Source, limit_findings
 
 T = TypeVar("T")
 
@@ -53,16 +53,28 @@ def jpath(base: str, key: str | int) -> str:
     return f"{base}[{key!r}]"
 
 
+# Longest list read from a config.json (layer_types, target_layer_ids, ...: one entry per layer; the largest models
+# have a few hundred layers). A longer list is a type problem, not parsed (docs/concepts/security.md "Bounded memory").
+LIST_MAX = 4096
+
+
 class _Reader:
     """Typed reads from a JSON document; type problems become findings, never exceptions."""
 
     def __init__(self, source: Source):
         self.source = source
         self.findings: list[Finding] = []
+        self.dropped: dict[str, int] = {}  # past PER_CODE_MAX: counted only (findings.limit_findings)
 
-    def _bad(self, path: str, want: str, got: Any) -> None:
+    def limited(self, more: list[Finding] = ()) -> list[Finding]:  # type: ignore[assignment]
+        return limit_findings(self.findings + list(more), self.dropped)
+
+    def _bad(self, path: str, want: str, got: Any, shown: str | None = None) -> None:
+        if len(self.findings) >= PER_CODE_MAX:  # every finding here is InvalidFieldType
+            self.dropped["InvalidFieldType"] = self.dropped.get("InvalidFieldType", 0) + 1
+            return
         try:
-            shown = repr(got)
+            shown = repr(got) if shown is None else shown
         except (ValueError, RecursionError):  # ints past sys.get_int_max_str_digits, deep nesting
             shown = f"a {type(got).__name__}"
         if len(shown) > 60:
@@ -140,6 +152,9 @@ class _Reader:
         if not isinstance(v.value, list):
             self._bad(v.path, "a list of integers", v.value)
             return None
+        if len(v.value) > LIST_MAX:  # a layer list: one entry per layer (the parsed view keeps each with its path)
+            self._bad(v.path, f"a list of at most {LIST_MAX} integers", None, f"{len(v.value)} entries")
+            return None
         items: list[Val[int]] = []
         ok = True
         for i, x in enumerate(v.value):
@@ -155,6 +170,9 @@ class _Reader:
             return None
         if not isinstance(v.value, list):
             self._bad(v.path, "a list of strings", v.value)
+            return None
+        if len(v.value) > LIST_MAX:  # a layer list: one entry per layer (the parsed view keeps each with its path)
+            self._bad(v.path, f"a list of at most {LIST_MAX} strings", None, f"{len(v.value)} entries")
             return None
         items: list[Val[str]] = []
         ok = True
@@ -276,7 +294,7 @@ def parse_target(doc: Any) -> tuple[TargetConfig | None, list[Finding]]:
         text=text,
         wrapper=doc,
     )
-    return cfg, r.findings + defaulted
+    return cfg, r.limited(defaulted)
 
 
 # --------------------------------------------------------------------------- drafter
@@ -538,7 +556,7 @@ def parse_drafter(doc: Any) -> tuple[DrafterConfig | None, list[Finding]]:
     top_lt = doc.get("layer_types")
     cfg.raw_top_layer_types = [x for x in top_lt if isinstance(x, str)] if isinstance(top_lt, list) else None
     cfg.raw = doc
-    return cfg, r.findings
+    return cfg, r.limited()
 
 
 # --------------------------------------------------------------------------- context length

@@ -42,12 +42,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from functools import lru_cache
 from typing import Any, Mapping
 
 from .cache import node_path_refusal
 from .engines import RUNTIME_IMAGE_REPO
 from .findings import Finding, Severity, Source
+from .memo import MiB, bounded
 
 POLICY_ENV = "SPECDEPLOY_POLICY"
 CONTROL_PLANE_KEYS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
@@ -169,7 +169,7 @@ def trust_remote_code_allowed(policy: TenancyPolicy, namespace: str | None, mode
     return ns_ok or model_prefix_allowed(model, policy.trust_remote_code_models)
 
 
-@lru_cache(maxsize=64)
+@bounded("policy.risky_dests", 64, 8 * MiB)
 def _risky_dests(engine: str, version: str, snapshot: str) -> tuple[Any, dict[str, tuple[str, str]]]:
     """(the release's parser or None, destination -> (risky flag, kind)): read once per release (pure inputs: the
     recorded data files do not change while running)."""

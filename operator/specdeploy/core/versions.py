@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+
+from .memo import MiB, bounded
 
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.+-]?(post|rc|dev|a|b)?\.?(\d+)?)?$")
 
@@ -18,7 +19,7 @@ def parse_version(text: str) -> tuple[int, int, int] | None:
     return _parse(text)
 
 
-@lru_cache(maxsize=4096)
+@bounded("versions.parse", 4096, 2 * MiB)  # spec.engine.version has no length limit
 def _parse(text: str) -> tuple[int, int, int] | None:
     """parse_version of a string (pure; cached: the capability table parses the same strings on every check)."""
     m = _VERSION.match(text.strip())

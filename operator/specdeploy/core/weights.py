@@ -107,7 +107,7 @@ def _linear_bytes(params: float, module: str, quant: _Quant | None, dtype_bytes:
     return params * (quant.bytes_for(module, dtype_bytes) if quant else dtype_bytes)
 
 
-@by_identity(64)  # a read-only TargetConfig (checker/parsed.py): the same estimate (core/memo.py)
+@by_identity(64, name="weights.target_bytes")  # a read-only TargetConfig (checker/parsed.py): the same estimate (core/memo.py)
 def estimate_target_bytes(t: TargetConfig) -> float | None:
     """Weight bytes of the target, or None when the config lacks the geometry to tell."""
     if not (t.hidden_size and t.num_hidden_layers and t.vocab_size):

@@ -7,8 +7,8 @@ import dataclasses
 from typing import Any
 
 from .. import methods
-from ..findings import Finding, sort_findings
-from ..memo import by_identity
+from ..findings import Finding, findings_bytes, sort_findings
+from ..memo import MiB, approx_size, by_identity, size_of
 from ..modelconfig import FULL, SLIDING, DrafterConfig, TargetConfig, _not_object
 from .accept import apply_accept, one_per_root_cause
 from .engine import _check_backend, _check_engine_release, _check_hidden_act
@@ -17,7 +17,7 @@ from .gates import family_mismatch, family_of
 from .method import check_method
 from .methodplan import derive_method
 from .layers import _check_drafter, _check_duplicates, _check_engine_layer_rules, _check_target, _layer_view
-from .options import Options, _check_options
+from .options import Options, _check_options, options_bytes
 from .parsed import drafter_of, target_of
 from .results import D, S, Analysis, Derived, _Out
 from .window import _block, _check_context, _plan_window
@@ -67,6 +67,15 @@ def _own_lists(a: Analysis) -> Analysis:
     return dataclasses.replace(a, findings=list(a.findings), accepted=list(a.accepted))
 
 
+def _analysis_bytes(key: tuple, a: Analysis) -> int:
+    """What a remembered analysis holds, estimated without walking the tables it points at: the key (the options),
+    the findings, the derived settings, and the parsed views (read-only: their registered size)."""
+    d = a.derived
+    derived = 0 if d is None else 4096 + 64 * (len(d.layer_types) + len(d.target_layer_ids)) + approx_size(d.engine_env)
+    return (256 + sum(options_bytes(k) for k in key if not isinstance(k, tuple)) + findings_bytes(a.findings) + findings_bytes(a.accepted) + derived
+            + (size_of(a.drafter) if a.drafter is not None else 0) + (size_of(a.target) if a.target is not None else 0))
+
+
 def analyze(drafter_doc: Any, target_doc: Any, options: Options | None = None) -> Analysis:
     """Every check for a drafter/target pair under the given options, and the derived settings."""
     return _remembered(drafter_doc, target_doc, options or Options())
@@ -74,7 +83,7 @@ def analyze(drafter_doc: Any, target_doc: Any, options: Options | None = None) -
 
 # the same documents (by identity: core/memo.py) and options give the same analysis; each caller gets its own
 # findings lists (render appends to them)
-@by_identity(64, copy=_own_lists)
+@by_identity(64, copy=_own_lists, max_bytes=16 * MiB, name="checker.analyze", sizeof=_analysis_bytes)
 def _remembered(drafter_doc: Any, target_doc: Any, o: Options) -> Analysis:
     out = _Out()
     info, row, prof = _check_options(o, out)
@@ -108,7 +117,7 @@ def _remembered(drafter_doc: Any, target_doc: Any, o: Options) -> Analysis:
         out.items = [f for f in out.items if f.code != "MethodNeedsV2Runner"]
     if any(f.code in ("MtpLayersMissing", "MtpUnsupportedByEngine") for f in out.items):
         out.items = [f for f in out.items if f.code != "MtpLayersUnknown"]  # the MTP gate's error says it
-    findings, accepted = apply_accept(one_per_root_cause(out.items), o.accept)
+    findings, accepted = apply_accept(one_per_root_cause(out.limited()), o.accept)
     return Analysis(findings=sort_findings(findings), derived=derived, drafter=d, target=t, accepted=accepted,
                     options=o, family=family if family is not None and family.name != "unknown" else None)
 

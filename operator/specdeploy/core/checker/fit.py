@@ -66,7 +66,7 @@ def _estimate(fn, cfg) -> float | None:
 
 
 # a read-only TargetConfig (checker/parsed.py) and tensor-parallel size: the same KV shape (core/memo.py)
-_target_kv = by_identity(64)(mem.target_kv)
+_target_kv = by_identity(64, name="checker.target_kv")(mem.target_kv)
 
 
 def _check_memory(d: DrafterConfig, t: TargetConfig | None, o: Options, prof, types: tuple[str, ...],

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..findings import Finding
 from ..memo import by_identity
+from ..modelconfig import LIST_MAX
 from .dflashfamily import check_dflash_capture, check_dflash_family
 from .eagle3 import check_eagle3
 from .family import Family, detect_family, method_family_problem
@@ -16,7 +17,7 @@ from .parsed import drafter_of, target_of
 from .results import S, _Out
 
 
-@by_identity(64)  # the same document object: the same family (core/memo.py)
+@by_identity(64, name="checker.family")  # the same document object: the same family (core/memo.py)
 def family_of(drafter_doc: Any) -> Family | None:
     return detect_family(drafter_doc) if isinstance(drafter_doc, dict) else None
 
@@ -35,7 +36,7 @@ def family_mismatch(drafter_doc: Any, method: str) -> Finding | None:
 def _layer_ids(doc: dict) -> list[int] | None:
     dc = doc.get("dflash_config") if isinstance(doc.get("dflash_config"), dict) else {}
     v = dc.get("target_layer_ids", doc.get("target_layer_ids"))
-    if isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+    if isinstance(v, list) and len(v) <= LIST_MAX and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
         return list(v)
     return None
 
@@ -69,4 +70,4 @@ def run_gates(drafter_doc: Any, target_doc: Any, o, info=None, row=None, *, dfla
         n = t.num_hidden_layers.value if (t is not None and t.num_hidden_layers) else None
         check_dflash_family(drafter_doc, fam, o, n, _layer_ids(drafter_doc), out)
         derived.update(check_dflash_capture(fam, t, o, out))
-    return out.items, fam, derived
+    return out.limited(), fam, derived

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from typing import Any
 
 from .. import engines as eng
 from .. import gpus, methods
-from ..findings import Finding, Severity, sort_findings
+from ..findings import Finding, Severity, findings_bytes, sort_findings
+from ..memo import MiB, approx_size, bounded
 from ..versions import parse_version
 from .results import S, _Out
 
@@ -73,6 +74,27 @@ class Options:
     ngram_min: int | None = None
     ngram_max: int | None = None
     ngram_tokens: int | None = None
+
+
+def options_bytes(o: Any) -> int:
+    """What an Options value holds, estimated without walking it (a memo key: core/memo.py): the object and its
+    fields, each string and tuple of strings (extraArgs: up to 128 x 4 KiB) at its length; anything else walked."""
+    if not isinstance(o, Options):
+        return approx_size(o)
+    last = _last_sized
+    if last[0] is o:  # one review sizes its Options for four memos
+        return last[1]
+    n = 1024
+    for v in vars(o).values():
+        if isinstance(v, str):
+            n += len(v) + 64
+        elif isinstance(v, tuple):
+            n += 64 + sum(len(x) + 72 if isinstance(x, str) else approx_size(x) for x in v)
+    globals()["_last_sized"] = (o, n)
+    return n
+
+
+_last_sized: tuple[Any, int] = (None, 0)  # the last Options sized (one entry)
 
 
 def _engine_release(o: Options, out: _Out) -> tuple[eng.EngineInfo | None, eng.EngineRelease | None]:
@@ -164,7 +186,8 @@ def _options_checked(o: Options) -> _Checked:
         return _options_checked_now(o)
 
 
-@lru_cache(maxsize=256)
+# an Options value holds up to 128 x 4 KiB extraArgs; the engine, release and GPU rows are the tables' own
+@bounded("checker.options", 256, 8 * MiB, sizeof=lambda args, r: options_bytes(args[0]) + 256 + findings_bytes(r[3]))
 def _options_checked_exact(o: Options, _types: tuple[type, ...]) -> _Checked:
     return _options_checked_now(o)
 
@@ -172,7 +195,7 @@ def _options_checked_exact(o: Options, _types: tuple[type, ...]) -> _Checked:
 def _options_checked_now(o: Options) -> _Checked:
     out = _Out()
     info, row, prof = _run_checks(o, out)
-    return info, row, prof, tuple(out.items)
+    return info, row, prof, tuple(out.limited())
 
 
 def _run_checks(o: Options, out: _Out) -> tuple[eng.EngineInfo | None, eng.EngineRelease | None, gpus.GpuProfile | None]:

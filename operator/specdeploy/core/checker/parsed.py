@@ -33,13 +33,13 @@ def drafter_of(doc: Any) -> tuple[DrafterConfig | None, list[Finding]]:
     return cfg, list(findings)
 
 
-@memo.by_identity(64)
+@memo.by_identity(64, max_bytes=12 * memo.MiB, name="checker.parsed_target")
 def _shared_target(doc: Any) -> tuple[TargetConfig | None, tuple[Finding, ...]]:
     cfg, findings = parse_target(doc)
     return memo.read_only(cfg), tuple(findings)
 
 
-@memo.by_identity(64)
+@memo.by_identity(64, max_bytes=12 * memo.MiB, name="checker.parsed_drafter")
 def _shared_drafter(doc: Any) -> tuple[DrafterConfig | None, tuple[Finding, ...]]:
     cfg, findings = parse_drafter(doc)
     return memo.read_only(cfg), tuple(findings)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..findings import Finding, Severity, Source, has_errors
+from ..findings import PER_CODE_MAX, Finding, Severity, Source, clip_message, has_errors, limit_findings
 from ..modelconfig import DrafterConfig, TargetConfig
 
 
@@ -82,11 +82,25 @@ class Analysis:
 
 
 class _Out:
+    """Where the rules write their findings: past PER_CODE_MAX of one code only a count is kept (core/findings.py
+    ``limit_findings`` reports it), so a document that repeats a mistake costs neither memory nor time per repeat."""
+
     def __init__(self) -> None:
         self.items: list[Finding] = []
+        self.counts: dict[str, int] = {}
+        self.dropped: dict[str, int] = {}
 
     def add(self, sev: Severity, code: str, src: Source, path: str, msg: str) -> None:
-        self.items.append(Finding(sev, code, src, path, msg))
+        n = self.counts.get(code, 0)
+        self.counts[code] = n + 1
+        if n >= PER_CODE_MAX:
+            self.dropped[code] = self.dropped.get(code, 0) + 1
+            return
+        self.items.append(Finding(sev, code, src, path, clip_message(msg)))
+
+    def limited(self) -> list[Finding]:
+        """The items, at most PER_CODE_MAX of a code (those added directly too), and a count of the rest."""
+        return limit_findings(self.items, self.dropped)
 
     def err(self, code: str, src: Source, path: str, msg: str) -> None:
         self.add(Severity.ERROR, code, src, path, msg)
