@@ -115,14 +115,16 @@ class Client:
     """Blocking HTTPS client with a kept-alive connection; verifies the chain and host name."""
 
     def __init__(self, port: int, ca_pem: bytes, host: str = "127.0.0.1", server_hostname: str | None = None,
-                 timeout: float = 10):
+                 timeout: float = 10, source: str | None = None):
         self.port, self.host, self.timeout = port, host, timeout
+        self.source = source  # the client's own address (another loopback address: another client)
         self.ctx = client_context(ca_pem)
         self.server_hostname = server_hostname
         self.conn: http.client.HTTPSConnection | None = None
 
     def _connect(self) -> http.client.HTTPSConnection:
-        return _HTTPS(self.host, self.port, timeout=self.timeout, context=self.ctx, sni=self.server_hostname)
+        return _HTTPS(self.host, self.port, timeout=self.timeout, context=self.ctx, sni=self.server_hostname,
+                      source_address=(self.source, 0) if self.source else None)
 
     def post(self, path: str, body: Any, headers: dict | None = None) -> tuple[int, Any]:
         data = body if isinstance(body, (bytes, bytearray)) else json.dumps(body).encode()

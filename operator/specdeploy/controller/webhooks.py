@@ -217,12 +217,20 @@ class ServerLimits:
     The API server sends a whole review at once and waits ``timeoutSeconds`` (default 5, at most 30)
     for the answer, so every limit is generous for it and short for a client that trickles bytes."""
 
-    header_timeout: float = 10.0  # TLS handshake, and each request's headers from their first byte
+    header_timeout: float = 10.0  # TLS handshake; the first request's headers from the connection's start, and
+    #                               each later request's headers from their first byte
     body_timeout: float = 10.0  # the whole body, from the end of the headers
-    idle_timeout: float = 60.0  # a connection with no request in progress (kept alive or never used)
+    idle_timeout: float = 60.0  # a kept-alive connection with no request in progress
     max_body: int = MAX_BODY  # larger bodies: a refusal with the review's uid when readable, else HTTP 413
-    max_connections: int = 128  # open connections; the next one is closed at once
+    max_connections: int = 128  # open connections (TLS handshakes in progress included)
+    # of those, what one client address may hold: the rest stays for the others (the API server). At the total
+    # cap a new client's connection takes the place of an idle one of the client that holds the most.
+    max_connections_per_client: int = 32
     max_concurrent_reviews: int = 16  # reviews checked at once; the others wait their turn
+
+    def __post_init__(self) -> None:
+        if not 0 < self.max_connections_per_client < self.max_connections:
+            raise ValueError("max_connections_per_client must be below max_connections: a share stays for others")
 
 
 UID_PREFIX = 64 << 10  # how much of an oversized body is read to find the review's uid
@@ -236,25 +244,73 @@ def uid_from_prefix(data: bytes) -> str:
     return m.group(1).decode("ascii") if m else ""
 
 
+class _Conn:
+    """One accepted TCP connection, counted against its client's share from accept to close."""
+
+    __slots__ = ("peer", "transport", "handler", "released")
+
+    def __init__(self, peer: str, transport: asyncio.BaseTransport):
+        self.peer = peer
+        self.transport = transport
+        self.handler: _LimitedHandler | None = None  # None while the TLS handshake runs
+        self.released = False
+
+    def idle(self) -> bool:
+        """No request in progress: mid-handshake, or waiting for a (first or kept-alive) request's first byte."""
+        h = self.handler
+        return h is None or (h._current_request is None and not h._messages)
+
+
+def _peer(transport: asyncio.BaseTransport) -> str:
+    """The client's address (an IPv4-mapped IPv6 address as its IPv4 form)."""
+    name = transport.get_extra_info("peername")
+    host = str(name[0]) if isinstance(name, (tuple, list)) and name else str(name or "?")
+    return host[7:] if host.startswith("::ffff:") and "." in host else host
+
+
+class _Gate(asyncio.Protocol):
+    """The protocol of an accepted TCP connection: counts it against its client's share before anything is read,
+    runs the TLS handshake under ``header_timeout``, then hands the connection to aiohttp's handler."""
+
+    def __init__(self, server: "_LimitedServer"):
+        self.server = server
+        self.conn: _Conn | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        conn = self.server.admit(transport)
+        if conn is None:
+            transport.abort()  # type: ignore[attr-defined]
+            return
+        self.conn = conn
+        transport.pause_reading()  # type: ignore[attr-defined]  # nothing is read before the handover
+        self.server.start_connection(conn)
+
+    def connection_lost(self, exc: BaseException | None) -> None:  # closed before the handover
+        if self.conn is not None:
+            self.server.release(self.conn)
+
+    def data_received(self, data: bytes) -> None:  # not reached: reading is paused until the handover
+        pass
+
+
 class _LimitedHandler(web.RequestHandler):
-    """aiohttp's connection handler plus a header deadline and a connection cap.
+    """aiohttp's connection handler plus header deadlines; its connection was counted at accept (``_Gate``).
 
     aiohttp closes a connection whose handler waits for a request longer than ``keepalive_timeout``
     (counted from the connection's start and from each response), which is our idle timeout; it has
-    no deadline for headers that arrive a byte at a time, so each request's headers get one here."""
+    no deadline for headers that arrive a byte at a time, so each request's headers get one here, and a new
+    connection must send its first request's headers within ``header_timeout`` of the handshake."""
 
     def __init__(self, manager: "_LimitedServer", **kwargs: Any):
         super().__init__(manager, **kwargs)
         self._limits = manager.limits
         self._header_deadline: asyncio.TimerHandle | None = None
+        self._conn: _Conn | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        manager = self._manager
         super().connection_made(transport)
-        if manager is not None and len(manager.connections) > self._limits.max_connections:
-            log.warning("webhook: closing a connection: %d are open (limit %d)", len(manager.connections) - 1,
-                        self._limits.max_connections)
-            self.force_close()
+        # the first request's headers: due header_timeout after the handshake, not idle_timeout
+        self._header_deadline = self._loop.call_later(self._limits.header_timeout, self._headers_late)
 
     def data_received(self, data: bytes) -> None:
         before = self._request_count
@@ -277,18 +333,126 @@ class _LimitedHandler(web.RequestHandler):
             self._header_deadline = None
 
     def connection_lost(self, exc: BaseException | None) -> None:
+        manager = self._manager
         self._disarm()
         super().connection_lost(exc)
+        if self._conn is not None and isinstance(manager, _LimitedServer):
+            manager.release(self._conn)
 
 
 class _LimitedServer(web.Server):
-    def __init__(self, handler: Any, limits: ServerLimits, **kwargs: Any):
+    """aiohttp's server plus the connection accounting: ``gate`` is the TCP protocol factory."""
+
+    def __init__(self, handler: Any, limits: ServerLimits, ssl_context: ssl.SSLContext | None = None, **kwargs: Any):
         super().__init__(handler, **kwargs)
         self.limits = limits
+        self.ssl_context = ssl_context
         self._handler_kwargs = kwargs
+        self.clients: dict[str, set[_Conn]] = {}
+        self.open = 0
+        self._handshakes: set[asyncio.Task] = set()
+        self._last_warning = -1e9
 
     def __call__(self) -> _LimitedHandler:
         return _LimitedHandler(self, loop=self._loop, **self._handler_kwargs)
+
+    def gate(self) -> _Gate:
+        return _Gate(self)
+
+    def _warn(self, msg: str, *args: Any) -> None:
+        now = self._loop.time()
+        if now - self._last_warning >= 10.0:  # at most one line per 10 s while a client is refused
+            self._last_warning = now
+            log.warning(msg, *args)
+
+    def admit(self, transport: asyncio.BaseTransport) -> _Conn | None:
+        """Count a new connection, or None: its client holds its share, or every connection is taken and none
+        is idle at a client that holds more than this one."""
+        lim = self.limits
+        peer = _peer(transport)
+        held = self.clients.get(peer, ())
+        if len(held) >= lim.max_connections_per_client:
+            self._warn("webhook: closing a connection from %s: it holds %d (limit per client %d)", peer, len(held),
+                       lim.max_connections_per_client)
+            return None
+        if self.open >= lim.max_connections and not self._make_room(peer, len(held)):
+            self._warn("webhook: closing a connection from %s: %d are open (limit %d)", peer, self.open,
+                       lim.max_connections)
+            return None
+        conn = _Conn(peer, transport)
+        self.clients.setdefault(peer, set()).add(conn)
+        self.open += 1
+        return conn
+
+    def _make_room(self, peer: str, held: int) -> bool:
+        """Close an idle connection of the client holding the most (more than ``peer`` would after this one)."""
+        top = max((c for c in self.clients.items() if c[0] != peer), key=lambda c: len(c[1]), default=None)
+        if top is None or len(top[1]) <= held + 1:
+            return False
+        victim = next((c for c in top[1] if c.idle()), None)
+        if victim is None:
+            return False
+        self._warn("webhook: closing an idle connection of %s (it holds %d) for a connection from %s", top[0],
+                   len(top[1]), peer)
+        self.release(victim)
+        victim.transport.abort()  # type: ignore[attr-defined]
+        return True
+
+    def release(self, conn: _Conn) -> None:
+        if conn.released:
+            return
+        conn.released = True
+        self.open -= 1
+        held = self.clients.get(conn.peer)
+        if held is not None:
+            held.discard(conn)
+            if not held:
+                del self.clients[conn.peer]
+
+    def start_connection(self, conn: _Conn) -> None:
+        handler = self()
+        handler._conn = conn
+        if self.ssl_context is None:
+            self._hand_over(conn, handler, conn.transport)
+            return
+        task = self._loop.create_task(self._handshake(conn, handler))
+        self._handshakes.add(task)
+        task.add_done_callback(self._handshakes.discard)
+
+    async def _handshake(self, conn: _Conn, handler: _LimitedHandler) -> None:
+        raw = conn.transport
+        try:
+            tls = await self._loop.start_tls(raw, handler, self.ssl_context, server_side=True,  # type: ignore[arg-type]
+                                             ssl_handshake_timeout=self.limits.header_timeout)
+        except asyncio.CancelledError:
+            self.release(conn)
+            raw.abort()  # type: ignore[attr-defined]
+            raise
+        except Exception as e:  # noqa: BLE001 - a failed or late handshake: the client's problem
+            log.debug("webhook: TLS handshake with %s failed: %s", conn.peer, e)
+            self.release(conn)
+            raw.abort()  # type: ignore[attr-defined]
+            return
+        if tls is None or conn.released:  # closed meanwhile, or made room for another client
+            self.release(conn)
+            if tls is not None:
+                tls.abort()
+            return
+        conn.transport = tls
+        self._hand_over(conn, handler, tls)
+
+    def _hand_over(self, conn: _Conn, handler: _LimitedHandler, transport: asyncio.BaseTransport) -> None:
+        conn.handler = handler
+        if transport is conn.transport and self.ssl_context is None:
+            transport.set_protocol(handler)  # type: ignore[attr-defined]
+        handler.connection_made(transport)
+        if self.ssl_context is None:
+            transport.resume_reading()  # type: ignore[attr-defined]
+
+    async def shutdown(self, timeout: float | None = None) -> None:
+        for t in list(self._handshakes):
+            t.cancel()
+        await super().shutdown(timeout)
 
 
 class WebhookServer:
@@ -408,12 +572,12 @@ class WebhookServer:
 
     async def start(self) -> None:
         lim = self.limits
-        web_server = _LimitedServer(self._dispatch, lim, access_log=None, keepalive_timeout=lim.idle_timeout,
-                                    lingering_time=0)
+        web_server = _LimitedServer(self._dispatch, lim, self.ssl_context, access_log=None,
+                                    keepalive_timeout=lim.idle_timeout, lingering_time=0)
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            web_server, self.addr or None, self.port, ssl=self.ssl_context, backlog=256, reuse_address=True,
-            ssl_handshake_timeout=lim.header_timeout if self.ssl_context is not None else None)
+        # plain TCP: the gate counts each connection against its client before the TLS handshake (start_tls)
+        self._server = await loop.create_server(web_server.gate, self.addr or None, self.port, backlog=256,
+                                                reuse_address=True)
         self._web = web_server
         if not self.port:  # port 0: pick up the one the OS chose
             self.port = self._server.sockets[0].getsockname()[1]
