@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from admission_helpers import QWEN, Client, ServerThread, client_context, example_cr, review_request
+from admission_helpers import QWEN, ServerThread, client_context, example_cr, review_request
 from specdeploy.controller.admission import ConfigsUnavailable
 from specdeploy.controller.webhooks import ServerLimits, uid_from_prefix
 
@@ -290,7 +290,7 @@ def test_one_client_holding_its_share_leaves_the_api_server_served():
             more = socket.create_connection(("127.0.0.1", s.port), timeout=CLOSE_DEADLINE)
             held.append(more)
             assert read_until_closed(more) == b""
-        api = Client(s.port, s.material.ca_pem, source="127.0.0.2")
+        api = s.client(source="127.0.0.2")  # the API server: its client certificate
         try:
             answers = [api.review(review_request(example_cr(QWEN, f"cr-{i}"), uid=f"u-{i}")) for i in range(23)]
         finally:
@@ -312,7 +312,7 @@ def test_at_the_total_cap_a_new_client_takes_an_idle_connection_of_the_largest_h
             held += hold(s, source, SHARE.max_connections_per_client)
             wait_held(s, source, SHARE.max_connections_per_client)
         assert s.server._web.open == SHARE.max_connections
-        api = Client(s.port, s.material.ca_pem, source="127.0.0.2")
+        api = s.client(source="127.0.0.2")  # the API server: its client certificate
         try:
             answers = [api.review(review_request(example_cr(QWEN, f"cr-{i}"), uid=f"u-{i}")) for i in range(5)]
         finally:

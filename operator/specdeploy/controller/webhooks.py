@@ -10,7 +10,10 @@ ones kopf would use (``/validate``, ``/mutate``), so the chart's configurations 
 
 The configs lookup reads referenced ConfigMaps from the controller's watch cache, else with
 one GET through the API (a read: fine on dryRun), and hub configs from the resolver's cache only (the entry of
-the credential the reconciler last read for that reference).
+the credential the reconciler last read for that reference). Only a caller with a verified client certificate
+(the API server's: ``--webhook-client-ca`` or ``--webhook-client-ca-from-cluster``, and a name in
+``--webhook-client-name`` when given) gets it; any other caller is answered from the object it sent alone
+(``unverified_lookup``: docs/concepts/security.md, "Webhook callers").
 TLS comes from ``--webhook-cert-dir`` or from ``certs.SelfSigned`` (see certs.py).
 """
 
@@ -82,6 +85,12 @@ class WebhookSettings:
     cert_check_seconds: float = 60.0  # --webhook-cert-dir re-read
     client_ca: str | None = None  # PEM file: only callers with a client certificate from this CA (the API server)
     client_names: list[str] = field(default_factory=list)  # and, when given, with one of these names (CN or DNS SAN)
+    # the CA from kube-system/extension-apiserver-authentication (requestheader-client-ca-file; names, when none are
+    # given: requestheader-allowed-names): the front-proxy CA the API server's client certificate comes from
+    client_ca_from_cluster: bool = False
+    # callers without a verified certificate complete the handshake and are answered from their object alone
+    # (the API server presents none unless configured to); False: they are refused at the handshake
+    client_optional: bool = False
 
     ENV = "SPECDEPLOY_WEBHOOK_"
 
@@ -95,6 +104,8 @@ class WebhookSettings:
         out["SPECDEPLOY_OPERATOR_NAMESPACE"] = self.namespace or ""
         out[f"{e}CLIENT_CA"] = self.client_ca or ""
         out[f"{e}CLIENT_NAMES"] = ",".join(self.client_names)
+        out[f"{e}CLIENT_CA_FROM_CLUSTER"] = "1" if self.client_ca_from_cluster else ""
+        out[f"{e}CLIENT_OPTIONAL"] = "1" if self.client_optional else ""
         return out
 
     @classmethod
@@ -113,7 +124,13 @@ class WebhookSettings:
             cert_check_seconds=float(env.get(f"{e}CERT_CHECK_SECONDS") or 60),
             client_ca=env.get(f"{e}CLIENT_CA") or None,
             client_names=[s for s in (env.get(f"{e}CLIENT_NAMES") or "").split(",") if s],
+            client_ca_from_cluster=bool(env.get(f"{e}CLIENT_CA_FROM_CLUSTER")),
+            client_optional=bool(env.get(f"{e}CLIENT_OPTIONAL")),
         )
+
+    @property
+    def verifies_clients(self) -> bool:
+        return bool(self.client_ca or self.client_ca_from_cluster)
 
 
 # ----------------------------------------------------------------- configs lookup
@@ -205,6 +222,17 @@ class OperatorConfigs:
         if resolved is not None:
             return resolved.doc, resolved.source, True, ("hub", resolved.digest)
         raise ConfigsUnavailable(f"spec.{role}: {src.model} has not been fetched from the hub yet")
+
+
+# ----------------------------------------------------------------- callers without a verified certificate
+
+UNVERIFIED = "the caller is not the verified API server; nothing was read"
+
+
+def unverified_lookup(namespace: str, spec: Any, fresh: bool = False) -> Configs:
+    """The configs lookup of a caller without a verified API-server client certificate: nothing is read (no
+    ConfigMap, no hub cache), so the answer depends on the submitted object alone, whatever exists elsewhere."""
+    raise ConfigsUnavailable(UNVERIFIED)
 
 
 # ----------------------------------------------------------------- the HTTPS server
@@ -482,14 +510,15 @@ class WebhookServer:
     async def _dispatch(self, request: web.BaseRequest) -> web.StreamResponse:
         route = {"/validate": "validate", "/mutate": "mutate"}.get(request.path)
         if route is not None:
-            if self.client_names and not self._caller_allowed(request):
+            verified = self.verified(request)
+            if not verified and self._required():  # a certificate of the CA, but not one of the names
                 log.warning("%s: refused a caller whose client certificate names %s (allowed: %s)", route,
                             certs.client_names(self._peercert(request)) or "nothing",
                             ", ".join(sorted(self.client_names)))
                 return web.Response(status=403, text="forbidden: this webhook serves the API server only")
             if request.method != "POST":
                 return web.Response(status=405, headers={"Allow": "POST"})
-            return await self._handle(request, route)
+            return await self._handle(request, route, verified)
         if request.path == "/healthz":
             return web.Response(text="ok")
         return web.Response(status=404, text="not found: the webhooks are POST /validate and POST /mutate")
@@ -499,8 +528,18 @@ class WebhookServer:
         sslobj = request.transport.get_extra_info("ssl_object") if request.transport is not None else None
         return sslobj.getpeercert() if sslobj is not None else None
 
-    def _caller_allowed(self, request: web.BaseRequest) -> bool:
-        return any(n in self.client_names for n in certs.client_names(self._peercert(request)))
+    def _required(self) -> bool:
+        return self.ssl_context is not None and self.ssl_context.verify_mode == ssl.CERT_REQUIRED
+
+    def verified(self, request: web.BaseRequest) -> bool:
+        """The caller presented a client certificate the context verified (client verification on) and, with
+        client names, one naming one of them: the API server. Without verification nobody is."""
+        if self.ssl_context is None or self.ssl_context.verify_mode == ssl.CERT_NONE:
+            return False
+        cert = self._peercert(request)
+        if not cert:
+            return False
+        return not self.client_names or any(n in self.client_names for n in certs.client_names(cert))
 
     async def _read_body(self, request: web.BaseRequest) -> tuple[bytes, bool, bool]:
         """(body, too_large, whole body read). Of a body over the limit only the first UID_PREFIX bytes are kept;
@@ -532,7 +571,7 @@ class WebhookServer:
             return data[:UID_PREFIX], True, True
         return data, False, True
 
-    async def _handle(self, request: web.BaseRequest, webhook: str) -> web.StreamResponse:
+    async def _handle(self, request: web.BaseRequest, webhook: str, verified: bool = True) -> web.StreamResponse:
         try:
             content = request.content
             declared = request.content_length
@@ -562,8 +601,10 @@ class WebhookServer:
             if not whole:
                 resp.force_close()  # the rest of the body is not read: the connection cannot be reused
             return resp
+        # every read on the object's behalf (ConfigMaps, the hub cache) is for the verified API server only
+        lookup = self.lookup if verified else unverified_lookup
         async with self._reviews:
-            doc = await admission.areview(raw, configs_lookup=self.lookup, webhook=webhook, policy=self.policy)
+            doc = await admission.areview(raw, configs_lookup=lookup, webhook=webhook, policy=self.policy)
         r = doc.get("response") or {}
         if not r.get("allowed"):
             log.info("%s: refused review %s: %s", webhook, r.get("uid") or "-",
@@ -638,15 +679,24 @@ class WebhookRuntime:
                                         dns_names=certs.service_dns_names(s.services), configuration=s.configuration)
         while not await self._refresh_tls():
             await asyncio.sleep(min(self.BIND_RETRY, s.cert_check_seconds))
-        while s.client_ca:  # callers must present the API server's client certificate: never serve without it
+        names = list(s.client_names)
+        while s.verifies_clients:
             try:
-                certs.require_client_certs(self.ctx, s.client_ca)
+                names = await self._load_client_ca()
                 break
-            except (OSError, ssl.SSLError) as e:
-                log.error("webhook TLS: cannot load the client CA %s (%s); not serving until it loads", s.client_ca, e)
+            except (OSError, ssl.SSLError, KubeError, ValueError, asyncio.TimeoutError) as e:
+                if s.client_optional:  # serve now: every caller is answered from its object alone until it loads
+                    log.error("webhook TLS: cannot load the client CA from %s (%s); every caller is answered from "
+                              "its object alone until it loads (retried every %ss)", self._ca_source(), e,
+                              s.cert_check_seconds)
+                    self._ca_pending = True
+                    break
+                # callers must present the API server's client certificate: never serve without it
+                log.error("webhook TLS: cannot load the client CA from %s (%s); not serving until it loads",
+                          self._ca_source(), e)
                 await asyncio.sleep(self.BIND_RETRY)
         self.server = WebhookServer(lookup=self.lookup, ssl_context=self.ctx, addr=s.addr, port=s.port,
-                                    client_names=s.client_names)
+                                    client_names=names)
         while True:
             try:
                 await self.server.start()
@@ -658,7 +708,7 @@ class WebhookRuntime:
                  self.server.port,
                  f"certificate from {s.cert_dir}" if s.cert_dir else f"self-signed, Secret {s.namespace}/{s.secret}"
                  if s.namespace else "self-signed, in memory",
-                 f"callers need a client certificate from {s.client_ca}" if s.client_ca else "any caller")
+                 self._callers_line(names))
         synced = await self._sync_bundle() and not self._bundle_differs()
         self.ready.set()
         if self.tls is not None and self.tls.configuration and self.kube is not None:
@@ -685,6 +735,8 @@ class WebhookRuntime:
                 await self._refresh_tls()
                 changed = self.loaded != before
                 next_tls = loop.time() + s.cert_check_seconds
+                if self._ca_pending:
+                    await self._retry_client_ca()
             if woken or changed or loop.time() >= next_bundle:
                 ok = await self._sync_bundle()
                 if ok and not self._bundle_differs():
@@ -693,6 +745,57 @@ class WebhookRuntime:
                 else:  # the patch failed or the configuration changed under it: again soon
                     next_bundle = loop.time() + backoff
                     backoff = min(backoff * 2, self.RETRY_MAX)
+
+    CLUSTER_CA = ("kube-system", "extension-apiserver-authentication")  # what kube-apiserver publishes
+    CLUSTER_CA_KEY = "requestheader-client-ca-file"  # the front-proxy CA (its client certificate: front-proxy-client)
+    CLUSTER_NAMES_KEY = "requestheader-allowed-names"  # a JSON list; empty: any certificate of that CA
+    _ca_pending = False
+
+    def _ca_source(self) -> str:
+        s = self.settings
+        return s.client_ca or f"ConfigMap {'/'.join(self.CLUSTER_CA)} key {self.CLUSTER_CA_KEY}"
+
+    def _callers_line(self, names: list[str]) -> str:
+        s = self.settings
+        if not s.verifies_clients:
+            return "no client certificate verification: every caller is answered from its object alone"
+        if self._ca_pending:
+            return f"the client CA ({self._ca_source()}) is not loaded yet: every caller is answered from its object alone"
+        who = f"a client certificate from {self._ca_source()}" + (f" naming {', '.join(names)}" if names else "")
+        return (f"callers with {who} get the full check, others the object-level one" if s.client_optional
+                else f"callers need {who}")
+
+    async def _load_client_ca(self) -> list[str]:
+        """Load the client CA into the serving context; the client names to require (the settings', else the
+        cluster's requestheader-allowed-names with the cluster's CA)."""
+        s = self.settings
+        if s.client_ca:
+            certs.require_client_certs(self.ctx, s.client_ca, optional=s.client_optional)
+            return list(s.client_names)
+        if self.kube is None:
+            raise ValueError("no API access to read it")
+        cm = await asyncio.wait_for(self.kube.get("ConfigMap", *self.CLUSTER_CA), LOOKUP_TIMEOUT * 5)
+        data = (cm or {}).get("data") or {}
+        pem = data.get(self.CLUSTER_CA_KEY)
+        if not cm or not pem:
+            raise ValueError("the cluster publishes no front-proxy CA there (kube-apiserver --requestheader-client-ca-file)")
+        names = list(s.client_names)
+        if not names:
+            got = json.loads(data.get(self.CLUSTER_NAMES_KEY) or "[]")
+            names = [n for n in got if isinstance(n, str)] if isinstance(got, list) else []
+        certs.require_client_certs(self.ctx, ca_pem=pem, optional=s.client_optional)
+        return names
+
+    async def _retry_client_ca(self) -> None:
+        try:
+            names = await self._load_client_ca()
+        except (OSError, ssl.SSLError, KubeError, ValueError, asyncio.TimeoutError) as e:
+            log.info("webhook TLS: the client CA still cannot be loaded (%s)", e)
+            return
+        self._ca_pending = False
+        if self.server is not None:
+            self.server.client_names = frozenset(names)
+        log.info("webhook TLS: client CA loaded: %s", self._callers_line(names))
 
     def _bundle_differs(self) -> bool:
         return self.tls is not None and any(self.tls.differs(kind) for kind, _ in certs.CONFIG_KINDS)
