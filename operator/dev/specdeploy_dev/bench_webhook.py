@@ -21,6 +21,11 @@ review on this machine, the part of the figures that no work in the checks can r
 answer before sending the next, so each client's latency is about clients x the server's time per review: at 50
 clients, 400 us of server CPU per review is a 20 ms mean.
 
+The clients present a client certificate, and the server verifies it (optional client verification, as the
+chart's default does with the API server's certificate): only a verified caller gets the full check
+(docs/concepts/security.md, "Webhook callers"). Its CA reaches the server in ``SPECDEPLOY_BENCH_CLIENT_CA``;
+revisions before that ignore it and serve every caller alike.
+
 Latency is measured per request from send to parsed response, over kept-alive TLS connections
 (as kube-apiserver reuses them). Prints p50/p90/p99/max and throughput per workload, and the
 server process's CPU time per review.
@@ -48,7 +53,9 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
+from .apiserver.frontproxy import FrontProxy
 from .procs import stop_process
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -104,6 +111,9 @@ def _fixed_answer() -> None:
     webhooks.admission.areview = answer  # type: ignore[assignment]
 
 
+CLIENT_CA_ENV = "SPECDEPLOY_BENCH_CLIENT_CA"
+
+
 def serve(port_file: str, ca_file: str, floor: bool = False) -> None:
     from specdeploy.controller import certs
     from specdeploy.controller.webhooks import OperatorConfigs, WebhookServer, settle_gc
@@ -127,10 +137,12 @@ def serve(port_file: str, ca_file: str, floor: bool = False) -> None:
                     "metadata": {"name": name, "namespace": "default", "uid": name, "resourceVersion": "1"},
                     "data": {"config.json": (example / f"{role}.config.json").read_text()}}
     m = certs.new_material(["localhost"], ["127.0.0.1"])
+    ctx = certs.server_context(m)
+    if os.environ.get(CLIENT_CA_ENV):  # the clients are the verified API server (the full check is for it only)
+        certs.require_client_certs(ctx, os.environ[CLIENT_CA_ENV], optional=True)
 
     async def main() -> None:
-        server = WebhookServer(lookup=OperatorConfigs(None, cache), ssl_context=certs.server_context(m),
-                               addr="127.0.0.1", port=0)
+        server = WebhookServer(lookup=OperatorConfigs(None, cache), ssl_context=ctx, addr="127.0.0.1", port=0)
         await server.start()
         settle_gc()  # as the operator does after start-up
         Path(ca_file).write_bytes(m.ca_pem)
@@ -191,8 +203,10 @@ class _Conn:
 
 
 async def _run(port: int, ca_pem: bytes, cr: dict, clients: int, requests: int, expect_warning: bool,
-               unique: bool) -> dict:
+               unique: bool, client_cert: Any = None) -> dict:
     ctx = ssl.create_default_context(cadata=ca_pem.decode())
+    if client_cert is not None:
+        client_cert.present(ctx)
     lat: list[float] = []
     bodies = [json.dumps(_review(_unique(cr, i) if unique else cr)).encode() for i in range(clients * requests + clients)]
     # one connection per client, opened (TLS handshake included) before the clock starts, as kube-apiserver keeps
@@ -306,6 +320,9 @@ def _measure(tree: Path, floor: bool, clients: int, requests: int, workloads: tu
     tmp = Path(tempfile.mkdtemp(prefix="specdeploy-bench-webhook-"))
     port_file, ca_file = tmp / "port", tmp / "ca.pem"
     cmd, where = _server_command(tree, port_file, ca_file, floor)
+    client = FrontProxy.generate()  # the API server's client certificate and its CA
+    (tmp / "client-ca.pem").write_bytes(client.ca_pem)
+    where = {**where, "env": {**(where.get("env") or os.environ), CLIENT_CA_ENV: str(tmp / "client-ca.pem")}}
     proc = subprocess.Popen(cmd, **where)
     try:
         deadline = time.monotonic() + 30
@@ -317,7 +334,7 @@ def _measure(tree: Path, floor: bool, clients: int, requests: int, workloads: tu
         port, ca = int(port_file.read_text()), ca_file.read_bytes()
         for label, cr, warn, unique in workloads:
             cpu0 = _cpu_seconds(proc.pid)
-            s = asyncio.run(_run(port, ca, cr, clients, requests, warn, unique))
+            s = asyncio.run(_run(port, ca, cr, clients, requests, warn, unique, client))
             cpu1 = _cpu_seconds(proc.pid)
             cpu = f", server CPU {(cpu1 - cpu0) / (s['n'] + clients) * 1e6:.0f} us/review" if cpu0 is not None and cpu1 is not None else ""
             print(f"  {label:<30} p50 {s['p50']:5.1f} ms  p90 {s['p90']:5.1f} ms  p99 {s['p99']:5.1f} ms  "
