@@ -339,3 +339,24 @@ def test_a_connection_that_sends_nothing_after_the_handshake_is_closed_at_the_he
     finally:
         sock.close()
         s.stop()
+
+
+def test_the_verified_api_server_holds_more_than_one_addresses_share():
+    """Its handshakes count against its address's share; its verified connections then leave it (the total cap
+    still counts them): a burst of concurrent reviews opens more connections than the share."""
+    s = ServerThread(limits=SHARE).start()
+    clients = [s.client(source="127.0.0.2") for _ in range(SHARE.max_connections_per_client + 4)]
+    try:
+        answers = [c.review(review_request(example_cr(QWEN, f"cr-{i}"), uid=f"u-{i}")) for i, c in enumerate(clients)]
+        assert [a["uid"] for a in answers] == [f"u-{i}" for i in range(len(clients))]
+        web = s.server._web
+        assert len(web.verified) == len(clients) and not web.clients.get("127.0.0.2")
+        # an unverified caller from the same address still has the whole share
+        held = hold(s, "127.0.0.2", SHARE.max_connections_per_client)
+        wait_held(s, "127.0.0.2", SHARE.max_connections_per_client)
+        for sock in held:
+            sock.close()
+    finally:
+        for c in clients:
+            c.close()
+        s.stop()

@@ -250,10 +250,12 @@ class ServerLimits:
     body_timeout: float = 10.0  # the whole body, from the end of the headers
     idle_timeout: float = 60.0  # a kept-alive connection with no request in progress
     max_body: int = MAX_BODY  # larger bodies: a refusal with the review's uid when readable, else HTTP 413
-    max_connections: int = 128  # open connections (TLS handshakes in progress included)
+    max_connections: int = 256  # open connections (TLS handshakes in progress included)
     # of those, what one client address may hold: the rest stays for the others (the API server). At the total
-    # cap a new client's connection takes the place of an idle one of the client that holds the most.
-    max_connections_per_client: int = 32
+    # cap a new client's connection takes the place of an idle one of the client that holds the most. A connection
+    # whose client certificate verified (the API server's) leaves its address's share once the handshake is done:
+    # the share then bounds its handshakes in progress only.
+    max_connections_per_client: int = 64
     max_concurrent_reviews: int = 16  # reviews checked at once; the others wait their turn
 
     def __post_init__(self) -> None:
@@ -275,13 +277,14 @@ def uid_from_prefix(data: bytes) -> str:
 class _Conn:
     """One accepted TCP connection, counted against its client's share from accept to close."""
 
-    __slots__ = ("peer", "transport", "handler", "released")
+    __slots__ = ("peer", "transport", "handler", "released", "verified")
 
     def __init__(self, peer: str, transport: asyncio.BaseTransport):
         self.peer = peer
         self.transport = transport
         self.handler: _LimitedHandler | None = None  # None while the TLS handshake runs
         self.released = False
+        self.verified = False  # the API server's certificate: counted in the total only
 
     def idle(self) -> bool:
         """No request in progress: mid-handshake, or waiting for a (first or kept-alive) request's first byte."""
@@ -377,7 +380,10 @@ class _LimitedServer(web.Server):
         self.ssl_context = ssl_context
         self._handler_kwargs = kwargs
         self.clients: dict[str, set[_Conn]] = {}
+        self.verified: set[_Conn] = set()
         self.open = 0
+        # set by WebhookServer: whether a handshaken TLS transport carries the verified API server's certificate
+        self.is_verified: Any = None
         self._handshakes: set[asyncio.Task] = set()
         self._last_warning = -1e9
 
@@ -431,6 +437,9 @@ class _LimitedServer(web.Server):
             return
         conn.released = True
         self.open -= 1
+        if conn.verified:
+            self.verified.discard(conn)
+            return
         held = self.clients.get(conn.peer)
         if held is not None:
             held.discard(conn)
@@ -467,7 +476,18 @@ class _LimitedServer(web.Server):
                 tls.abort()
             return
         conn.transport = tls
+        if self.is_verified is not None and self.is_verified(tls):  # out of its address's share
+            self._unshare(conn)
+            conn.verified = True
+            self.verified.add(conn)
         self._hand_over(conn, handler, tls)
+
+    def _unshare(self, conn: _Conn) -> None:
+        held = self.clients.get(conn.peer)
+        if held is not None:
+            held.discard(conn)
+            if not held:
+                del self.clients[conn.peer]
 
     def _hand_over(self, conn: _Conn, handler: _LimitedHandler, transport: asyncio.BaseTransport) -> None:
         conn.handler = handler
@@ -533,10 +553,18 @@ class WebhookServer:
 
     def verified(self, request: web.BaseRequest) -> bool:
         """The caller presented a client certificate the context verified (client verification on) and, with
-        client names, one naming one of them: the API server. Without verification nobody is."""
-        if self.ssl_context is None or self.ssl_context.verify_mode == ssl.CERT_NONE:
+        client names, one naming one of them: the API server. Without verification nobody is. Decided once per
+        connection, after its handshake (``_LimitedServer._handshake``)."""
+        conn = getattr(request.protocol, "_conn", None)
+        if isinstance(conn, _Conn):
+            return conn.verified
+        return self._transport_verified(request.transport)
+
+    def _transport_verified(self, transport: Any) -> bool:
+        if self.ssl_context is None or self.ssl_context.verify_mode == ssl.CERT_NONE or transport is None:
             return False
-        cert = self._peercert(request)
+        sslobj = transport.get_extra_info("ssl_object")
+        cert = sslobj.getpeercert() if sslobj is not None else None
         if not cert:
             return False
         return not self.client_names or any(n in self.client_names for n in certs.client_names(cert))
@@ -615,6 +643,7 @@ class WebhookServer:
         lim = self.limits
         web_server = _LimitedServer(self._dispatch, lim, self.ssl_context, access_log=None,
                                     keepalive_timeout=lim.idle_timeout, lingering_time=0)
+        web_server.is_verified = self._transport_verified
         loop = asyncio.get_running_loop()
         # plain TCP: the gate counts each connection against its client before the TLS handshake (start_tls)
         self._server = await loop.create_server(web_server.gate, self.addr or None, self.port, backlog=256,
