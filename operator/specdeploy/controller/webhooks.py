@@ -226,7 +226,7 @@ class OperatorConfigs:
 
 # ----------------------------------------------------------------- callers without a verified certificate
 
-UNVERIFIED = "the caller is not the verified API server; nothing was read"
+UNVERIFIED = "the caller presented no verified API-server client certificate; nothing was read"
 
 
 def unverified_lookup(namespace: str, spec: Any, fresh: bool = False) -> Configs:
