@@ -10,15 +10,23 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import datetime as dt
+import functools
 import http.client
 import json
+import os
 import ssl
+import tempfile
 import threading
 import uuid
 from pathlib import Path
 from typing import Any
 
 import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from testkit import DELETE  # noqa: F401  (with_spec's marker; test modules import it from here)
 from specdeploy.controller import certs
@@ -93,6 +101,48 @@ class FakeResolver:
         self.configmaps[(m.get("namespace") or "default", m["name"])] = cm
 
 
+# The API server's webhook client certificate (docs/concepts/security.md, "Webhook callers"): the servers these
+# helpers start verify it, and their clients present it unless told otherwise (an unverified caller).
+API_SERVER = "kube-apiserver-webhook-client"
+
+
+def issue_client(ca_pem: bytes, ca_key_pem: bytes, name: str) -> tuple[bytes, bytes]:
+    """A client certificate (EKU clientAuth) for ``name``, signed by the CA: (certificate PEM, key PEM)."""
+    ca = x509.load_pem_x509_certificate(ca_pem)
+    ca_key = serialization.load_pem_private_key(ca_key_pem, password=None)
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = dt.datetime.now(dt.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+            .issuer_name(ca.subject).public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    return (cert.public_bytes(serialization.Encoding.PEM),
+            key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                              serialization.NoEncryption()))
+
+
+@functools.lru_cache(maxsize=None)
+def api_server_client_ca() -> tuple[bytes, bytes]:
+    """The test CA of the API server's client certificate (CA PEM, key PEM)."""
+    return certs.generate_ca("test-api-server-client-ca")
+
+
+@functools.lru_cache(maxsize=None)
+def api_server_certificate(name: str = API_SERVER) -> tuple[bytes, bytes]:
+    return issue_client(*api_server_client_ca(), name)
+
+
+def present(ctx: ssl.SSLContext, cert: tuple[bytes, bytes]) -> None:
+    """Make a client context present this certificate."""
+    with tempfile.TemporaryDirectory(prefix="specdeploy-test-client-") as d:
+        crt, key = os.path.join(d, "c.crt"), os.path.join(d, "c.key")
+        Path(crt).write_bytes(cert[0])
+        Path(key).write_bytes(cert[1])
+        ctx.load_cert_chain(crt, key)
+
+
 def client_context(ca_pem: bytes) -> ssl.SSLContext:
     ctx = ssl.create_default_context(cadata=ca_pem.decode())
     ctx.check_hostname = True
@@ -115,14 +165,16 @@ class Client:
     """Blocking HTTPS client with a kept-alive connection; verifies the chain and host name."""
 
     def __init__(self, port: int, ca_pem: bytes, host: str = "127.0.0.1", server_hostname: str | None = None,
-                 timeout: float = 10):
+                 timeout: float = 10, source: str | None = None):
         self.port, self.host, self.timeout = port, host, timeout
+        self.source = source  # the client's own address (another loopback address: another client)
         self.ctx = client_context(ca_pem)
         self.server_hostname = server_hostname
         self.conn: http.client.HTTPSConnection | None = None
 
     def _connect(self) -> http.client.HTTPSConnection:
-        return _HTTPS(self.host, self.port, timeout=self.timeout, context=self.ctx, sni=self.server_hostname)
+        return _HTTPS(self.host, self.port, timeout=self.timeout, context=self.ctx, sni=self.server_hostname,
+                      source_address=(self.source, 0) if self.source else None)
 
     def post(self, path: str, body: Any, headers: dict | None = None) -> tuple[int, Any]:
         data = body if isinstance(body, (bytes, bytearray)) else json.dumps(body).encode()
@@ -170,13 +222,18 @@ class ServerThread:
     """A WebhookServer on 127.0.0.1 (HTTPS, self-signed for localhost) in a daemon thread."""
 
     def __init__(self, resolver: FakeResolver | None = None, kube: Any = None, lookup: Any = "default",
-                 limits: Any = None) -> None:
+                 limits: Any = None, client_auth: str | None = "optional") -> None:
+        """``client_auth``: "optional" (the chart's default: the API server's certificate verified, other callers
+        answered from their object alone), "required", or None (no verification: every caller unverified)."""
         self.resolver = resolver or FakeResolver()
         self.material = certs.new_material(["localhost"], ["127.0.0.1"])
         self.lookup = OperatorConfigs(kube, self.resolver) if lookup == "default" else lookup
         self.loop = asyncio.new_event_loop()
-        self.server = WebhookServer(lookup=self.lookup, ssl_context=certs.server_context(self.material),
-                                    addr="127.0.0.1", port=0, limits=limits)
+        ctx = certs.server_context(self.material)
+        if client_auth is not None:
+            certs.require_client_certs(ctx, ca_pem=api_server_client_ca()[0].decode(), optional=client_auth == "optional")
+        self.server = WebhookServer(lookup=self.lookup, ssl_context=ctx, addr="127.0.0.1", port=0, limits=limits,
+                                    client_names=[API_SERVER] if client_auth is not None else ())
         # the default policy, with remote code allowed in the test namespace (the Kimi example needs it)
         self.server.policy = TEST_POLICY
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
@@ -190,8 +247,12 @@ class ServerThread:
     def port(self) -> int:
         return self.server.port
 
-    def client(self) -> Client:
-        return Client(self.port, self.material.ca_pem)
+    def client(self, verified: bool = True, source: str | None = None) -> Client:
+        """A client; ``verified``: presenting the API server's client certificate."""
+        c = Client(self.port, self.material.ca_pem, source=source)
+        if verified:
+            present(c.ctx, api_server_certificate())
+        return c
 
     def stop(self) -> None:
         asyncio.run_coroutine_threadsafe(self.server.stop(), self.loop).result(10)

@@ -224,3 +224,25 @@ def test_the_https_webhook_applies_the_policy_to_benchmarks():
         c.close()
     finally:
         srv.stop()
+
+
+# ----------------------------------------------------------------- issue 37: callers without a verified certificate
+
+
+def test_a_caller_without_a_verified_certificate_learns_nothing_of_the_stored_deployment():
+    """The webhook reads no stored SpeculativeDeployment for a caller the API server's client certificate does not
+    vouch for (controller/webhooks.unverified_lookup): the answer is the same whether the deployment exists, is
+    refused by the policy or is missing, and says the policy is applied when the benchmark runs; the verified caller
+    (the deployment lookup) gets the refusal."""
+    from specdeploy.controller.webhooks import unverified_lookup
+
+    refused = copy.deepcopy(DEP)
+    refused["spec"].setdefault("engine", {})["image"] = "evil.io/miner:1"
+    # the webhook server hands an unverified caller's review unverified_lookup (WebhookServer._handle): no deployment
+    # lookup of the operator's watch cache is reachable from it
+    resp = admission.review(bench_review(BENCH), configs_lookup=unverified_lookup, policy=POLICY)["response"]
+    assert resp["allowed"] is True and "status" not in resp
+    assert resp["warnings"] == ["spec.deploymentRef.name: the tenancy policy is applied when the benchmark runs "
+                                "(the caller presented no verified API-server client certificate; nothing was read)"[:256]]
+    assert review(bench_review(BENCH), deployment_lookup=stored(refused), policy=POLICY)["response"]["allowed"] is False
+    assert review(bench_review(BENCH), deployment_lookup=stored(), policy=POLICY)["response"]["allowed"] is False

@@ -1,60 +1,40 @@
-"""Issue 24, item 3: the webhook serves the API server only, and is no oracle for other namespaces' ConfigMaps.
+"""Issue 24, item 3, and issue 37, item 3: the webhook serves the API server only, and is no oracle.
 
-Over real HTTPS (docs/concepts/security.md, "Webhook callers"): with a client CA configured a caller without a
-client certificate, or with one from another CA, does not get through the TLS handshake; with client names, a
-certificate of the right CA but another name gets HTTP 403; the API server's certificate gets its review. A
-review for a namespace the operator does not watch reads nothing and its answer is the same whether the
-referenced ConfigMap exists, lacks the key, or holds a broken config."""
+Over real HTTPS (docs/concepts/security.md, "Webhook callers"): with client certificates required a caller
+without one, or with one from another CA, does not get through the TLS handshake; with client names, a
+certificate of the right CA but another name gets HTTP 403; the API server's certificate gets its review. With
+them optional (the chart's default) and without verification at all, a caller that is not the verified API
+server is answered from the object it sent alone: nothing is read (no ConfigMap, no hub cache), and the answer is
+the same whether the referenced ConfigMap exists, lacks the key, holds other keys or a broken config, and whether
+the hub cache holds another tenant's private repository. A review for a namespace the operator does not watch
+reads nothing either."""
 
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import json
 import ssl
 import threading
+import types
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from admission_helpers import (QWEN, Client, FakeResolver, configmap, example_configs, example_cr, review_request,
-                               with_spec)
+from admission_helpers import (API_SERVER, QWEN, Client, FakeResolver, configmap, example_configs, example_cr,
+                               issue_client, present, review_request, with_spec)
 from specdeploy.controller import certs
 from specdeploy.controller.webhooks import OperatorConfigs, WebhookServer, WebhookSettings
-
-API_SERVER = "kube-apiserver-webhook-client"
-
-
-def issue_client(ca_pem: bytes, ca_key_pem: bytes, name: str) -> tuple[bytes, bytes]:
-    """A client certificate (EKU clientAuth) for ``name``, signed by the CA."""
-    ca = x509.load_pem_x509_certificate(ca_pem)
-    ca_key = serialization.load_pem_private_key(ca_key_pem, password=None)
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = dt.datetime.now(dt.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
-            .issuer_name(ca.subject).public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=1))
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-            .sign(ca_key, hashes.SHA256()))
-    return (cert.public_bytes(serialization.Encoding.PEM),
-            key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                              serialization.NoEncryption()))
 
 
 class Served:
     """A WebhookServer on 127.0.0.1 in a thread, with the given client CA file and names."""
 
-    def __init__(self, tmp_path, *, client_ca: bytes | None, names=(), lookup=None):
+    def __init__(self, tmp_path, *, client_ca: bytes | None, names=(), lookup=None, optional: bool = False):
         self.material = certs.new_material(["localhost"], ["127.0.0.1"])
         ctx = certs.server_context(self.material)
         if client_ca is not None:
             path = tmp_path / "client-ca.crt"
             path.write_bytes(client_ca)
-            certs.require_client_certs(ctx, str(path))
+            certs.require_client_certs(ctx, str(path), optional=optional)
         self.loop = asyncio.new_event_loop()
         self.server = WebhookServer(lookup=lookup or OperatorConfigs(None, FakeResolver()), ssl_context=ctx,
                                     addr="127.0.0.1", port=0, client_names=names)
@@ -66,10 +46,7 @@ class Served:
     def client(self, cert: tuple[bytes, bytes] | None = None) -> Client:
         c = Client(self.server.port, self.material.ca_pem)
         if cert is not None:
-            crt, key = self.tmp / "c.crt", self.tmp / "c.key"
-            crt.write_bytes(cert[0])
-            key.write_bytes(cert[1])
-            c.ctx.load_cert_chain(str(crt), str(key))
+            present(c.ctx, cert)
         return c
 
     def stop(self) -> None:
@@ -112,22 +89,16 @@ def test_client_names_narrow_the_ca(tmp_path, cas):
         s.stop()
 
 
-def test_without_a_client_ca_any_caller_is_served(tmp_path):
-    """Today's default (no client CA configured): the chart's NetworkPolicy is then what keeps others out."""
-    s = Served(tmp_path, client_ca=None)
-    try:
-        assert s.client().review(review_request(example_cr(QWEN)))["allowed"] is True
-    finally:
-        s.stop()
-
-
 def test_settings_carry_the_client_ca_through_the_environment():
-    ws = WebhookSettings(port=9443, client_ca="/etc/ca/ca.crt", client_names=["a", "b"])
+    ws = WebhookSettings(port=9443, client_ca="/etc/ca/ca.crt", client_names=["a", "b"], client_optional=True)
     again = WebhookSettings.from_env(ws.to_env())
-    assert (again.client_ca, again.client_names) == ("/etc/ca/ca.crt", ["a", "b"])
+    assert (again.client_ca, again.client_names, again.client_optional) == ("/etc/ca/ca.crt", ["a", "b"], True)
+    cluster = WebhookSettings.from_env(WebhookSettings(port=9443, client_ca_from_cluster=True).to_env())
+    assert cluster.client_ca_from_cluster and cluster.verifies_clients and not cluster.client_optional
+    assert not WebhookSettings.from_env(WebhookSettings(port=9443).to_env()).verifies_clients
 
 
-# ----------------------------------------------------------------- no oracle for unwatched namespaces
+# ----------------------------------------------------------------- answers from the submitted object alone
 
 
 class Kube:
@@ -141,40 +112,137 @@ class Kube:
         return self.body
 
 
-def test_unwatched_namespace_gets_an_answer_that_reveals_nothing(tmp_path):
-    t, d = example_configs(QWEN)
-    broken = json.loads(json.dumps(d))
-    broken["dflash_config"]["target_layer_ids"][4] = 64
-    secret_value = "tenant-b-private-value"
-    variants = {
-        "absent": None,
-        "other keys": {**configmap("cfg", t, "tenant-b"), "data": {"password": secret_value}},
-        "broken config": configmap("cfg", broken, "tenant-b"),
-        "valid": configmap("cfg", t, "tenant-b"),
-    }
-    cr = with_spec(example_cr(QWEN, namespace="tenant-b"),
-                   **{"target.configFrom": {"configMapKeyRef": {"name": "cfg"}},
-                      "drafter.configFrom": {"configMapKeyRef": {"name": "cfg"}}})
+class HubResolver(FakeResolver):
+    """A hub cache holding another tenant's private drafter (repository, commit, dimensions)."""
+
+    PRIVATE = "tenant-b-org/secret-drafter"
+
+    def __init__(self, doc):
+        super().__init__()
+        self.doc, self.lookups = doc, []
+
+    def hub_cached(self, ns, src, known=False):
+        self.lookups.append((ns, src.model))
+        return types.SimpleNamespace(doc=self.doc, source=f"hub {self.PRIVATE}@0123abcd", digest="d1")
+
+
+T_CFG, D_CFG = example_configs(QWEN)
+BROKEN = json.loads(json.dumps(D_CFG))
+BROKEN["dflash_config"]["target_layer_ids"][4] = 64
+SECRET_VALUE = "tenant-b-private-value"
+# one ConfigMap name referenced for both configs, in four states
+VARIANTS = {
+    "absent": None,
+    "other keys": {**configmap("cfg", T_CFG, "tenant-b"), "data": {"password": SECRET_VALUE}},
+    "broken config": configmap("cfg", BROKEN, "tenant-b"),
+    "valid": configmap("cfg", T_CFG, "tenant-b"),
+}
+CR = with_spec(example_cr(QWEN, namespace="tenant-b"),
+               **{"target.configFrom": {"configMapKeyRef": {"name": "cfg"}},
+                  "drafter.configFrom": {"configMapKeyRef": {"name": "cfg"}}})
+LEAKS = ("cfg", "password", SECRET_VALUE, "does not exist", "missing", "target_layer_ids", HubResolver.PRIVATE,
+         "0123abcd", "hidden_size")
+
+
+def answers_reveal_nothing(tmp_path, make_server, caller, watched=("tenant-b",)) -> None:
+    """For each ConfigMap state: nothing read, the same answer, the object-level one, no quote of anything read."""
     answers = {}
-    for label, body in variants.items():
+    for label, body in VARIANTS.items():
         kube = Kube(body)
-        s = Served(tmp_path, client_ca=None, lookup=OperatorConfigs(kube, FakeResolver(), watched=["tenant-a"]))
+        s = make_server(OperatorConfigs(kube, FakeResolver(), watched=list(watched)))
         try:
-            r = s.client().review(review_request(cr, uid="u"))
+            answers[label] = caller(s).review(review_request(CR, uid="u"))
         finally:
             s.stop()
-        assert kube.reads == [], label  # nothing read in an unwatched namespace
-        answers[label] = r
+        assert kube.reads == [], label  # nothing read on this caller's behalf
     assert all(a == answers["absent"] for a in answers.values()), answers
     text = json.dumps(answers["absent"])
-    assert answers["absent"]["allowed"] is True and "does not watch this namespace" in text
-    for leak in ("cfg", "password", secret_value, "does not exist", "missing", "target_layer_ids"):
+    assert answers["absent"]["allowed"] is True and "config.json not known at admission" in text, text
+    for leak in LEAKS:
         assert leak not in text, leak
-    # the same ConfigMap in a watched namespace is read (the operator's own scope)
-    kube = Kube(variants["broken config"])
-    s = Served(tmp_path, client_ca=None, lookup=OperatorConfigs(kube, FakeResolver(), watched=["tenant-b"]))
+    # the hub cache (another tenant's private drafter) is not consulted either
+    hub_cr = with_spec(CR, **{"drafter.configFrom": None, "drafter.model": "tenant-b-org/secret-drafter"})
+    resolver = HubResolver(BROKEN)
+    s = make_server(OperatorConfigs(Kube(VARIANTS["valid"]), resolver, watched=list(watched)))
     try:
-        r = s.client().review(review_request(cr))
+        hub = caller(s).review(review_request(hub_cr, uid="u"))
     finally:
         s.stop()
-    assert kube.reads and r["allowed"] is False
+    assert resolver.lookups == [] and hub["allowed"] is True
+    for leak in LEAKS:
+        assert leak not in json.dumps(hub), leak
+
+
+def test_without_client_verification_every_caller_gets_the_object_level_answer(tmp_path):
+    """The documented switch (chart webhook.clientAuth.enabled=false): nobody is the verified API server."""
+    answers_reveal_nothing(tmp_path, lambda lookup: Served(tmp_path, client_ca=None, lookup=lookup),
+                           lambda s: s.client())
+
+
+@pytest.mark.parametrize("caller, names", [("no certificate", [API_SERVER]), ("another name", [API_SERVER]),
+                                           ("no certificate", [])])
+def test_with_optional_verification_an_unknown_caller_gets_the_object_level_answer(tmp_path, cas, caller, names):
+    """The chart's default: the handshake completes without a certificate, and the answer reads nothing."""
+    (ca, ca_key), _ = cas
+    cert = None if caller == "no certificate" else issue_client(ca, ca_key, "front-proxy-client")
+    answers_reveal_nothing(
+        tmp_path, lambda lookup: Served(tmp_path, client_ca=ca, names=names, lookup=lookup, optional=True),
+        lambda s: s.client(cert))
+
+
+def test_with_optional_verification_the_api_server_gets_the_full_check(tmp_path, cas):
+    (ca, ca_key), (other, other_key) = cas
+    api = issue_client(ca, ca_key, API_SERVER)
+    kube = Kube(VARIANTS["broken config"])
+    s = Served(tmp_path, client_ca=ca, names=[API_SERVER], optional=True,
+               lookup=OperatorConfigs(kube, FakeResolver(), watched=["tenant-b"]))
+    try:
+        r = s.client(api).review(review_request(CR))
+        refused_at_handshake(s.client(issue_client(other, other_key, API_SERVER)))  # a presented cert must verify
+    finally:
+        s.stop()
+    assert kube.reads and r["allowed"] is False and "target_layer_ids" in json.dumps(r)
+
+
+def test_unwatched_namespace_gets_an_answer_that_reveals_nothing(tmp_path, cas):
+    """Even the verified API server's review of a namespace the operator does not watch reads nothing."""
+    (ca, ca_key), _ = cas
+    api = issue_client(ca, ca_key, API_SERVER)
+    answers_reveal_nothing(
+        tmp_path, lambda lookup: Served(tmp_path, client_ca=ca, names=[API_SERVER], lookup=lookup, optional=True),
+        lambda s: s.client(api), watched=("tenant-a",))
+
+
+# ----------------------------------------------------------------- the client CA the cluster publishes
+
+
+class ClusterKube:
+    def __init__(self, data):
+        self.data, self.reads = data, []
+
+    async def get(self, kind, ns, name):
+        self.reads.append((kind, ns, name))
+        return None if self.data is None else {"metadata": {"name": name, "namespace": ns}, "data": self.data}
+
+
+def test_the_client_ca_is_read_from_the_clusters_front_proxy_ca(cas):
+    """--webhook-client-ca-from-cluster (the chart's default): kube-system/extension-apiserver-authentication's
+    requestheader-client-ca-file, and its requestheader-allowed-names unless names are given."""
+    from specdeploy.controller.webhooks import WebhookRuntime
+
+    (ca, _), _ = cas
+    kube = ClusterKube({"requestheader-client-ca-file": ca.decode(),
+                        "requestheader-allowed-names": json.dumps(["front-proxy-client"])})
+    rt = WebhookRuntime(WebhookSettings(port=1, client_ca_from_cluster=True, client_optional=True), kube, None)
+    names = asyncio.run(rt._load_client_ca())
+    assert kube.reads == [("ConfigMap", "kube-system", "extension-apiserver-authentication")]
+    assert names == ["front-proxy-client"] and rt.ctx.verify_mode == ssl.CERT_OPTIONAL
+    assert rt.ctx.get_ca_certs()[0]["subject"] == ((("commonName", "api-server-client-ca"),),)
+    given = WebhookRuntime(WebhookSettings(port=1, client_ca_from_cluster=True, client_names=["x"]), kube, None)
+    assert asyncio.run(given._load_client_ca()) == ["x"] and given.ctx.verify_mode == ssl.CERT_REQUIRED
+    for data in (None, {"client-ca-file": ca.decode()}):  # no ConfigMap, or no front-proxy CA in it: an error
+        rt = WebhookRuntime(WebhookSettings(port=1, client_ca_from_cluster=True, client_optional=True),
+                            ClusterKube(data), None)
+        with pytest.raises(ValueError, match="front-proxy CA"):
+            asyncio.run(rt._load_client_ca())
+        assert rt.ctx.verify_mode == ssl.CERT_NONE  # nobody is verified until it loads: object-level answers

@@ -26,7 +26,7 @@ from specdeploy.controller.admission import ConfigsUnavailable
 from specdeploy.controller.webhooks import ServerLimits, uid_from_prefix
 
 LIMITS = ServerLimits(header_timeout=2.0, body_timeout=2.0, idle_timeout=2.0, max_body=256 << 10,
-                      max_connections=32, max_concurrent_reviews=2)
+                      max_connections=32, max_connections_per_client=16, max_concurrent_reviews=2)
 CLOSE_DEADLINE = 60.0  # seconds a held connection may stay open in the test (the limits are 2 s)
 
 
@@ -208,14 +208,15 @@ def test_reviews_beyond_the_concurrency_limit_wait_their_turn():
     assert lookup.most == 1  # never two reviews at once
 
 
-def test_connections_over_the_cap_are_closed():
-    s = ServerThread(lookup=SlowLookup(), limits=ServerLimits(max_connections=2, idle_timeout=120)).start()
+def test_connections_over_the_clients_share_are_closed():
+    s = ServerThread(lookup=SlowLookup(), limits=ServerLimits(max_connections=3, max_connections_per_client=2,
+                                                              idle_timeout=120)).start()
     socks = []
     try:
         for _ in range(2):
             socks.append(tls(s))
         time.sleep(0.2)  # not a timing assertion: lets the server register the two before the third arrives
-        extra = tls(s)
+        extra = tls(s, handshake=False)  # refused at accept, before any TLS
         socks.append(extra)
         assert read_until_closed(extra) == b""  # the third is closed at once, not after idle_timeout (120 s)
     finally:
@@ -248,4 +249,114 @@ def test_the_header_timeout_alone_cuts_trickled_headers():
     finally:
         t.stop.set()
         sock.close()
+        s.stop()
+
+
+# ----------------------------------------------------------------- one client cannot take the webhook (issue 37)
+
+SHARE = ServerLimits(header_timeout=60.0, idle_timeout=120.0, max_connections=24, max_connections_per_client=8)
+
+
+def hold(server, source: str, count: int) -> list[socket.socket]:
+    """``count`` connections from ``source``: half of them stopped before the TLS handshake, half idle after it."""
+    out = []
+    for i in range(count):
+        raw = socket.create_connection(("127.0.0.1", server.port), timeout=CLOSE_DEADLINE, source_address=(source, 0))
+        if i % 2:
+            raw = client_context(server.material.ca_pem).wrap_socket(raw, server_hostname="localhost")
+        out.append(raw)
+    return out
+
+
+def wait_held(server, source: str, count: int) -> None:
+    """Until the server counts ``count`` connections of ``source`` (bounded: the test fails otherwise)."""
+    web = server.server._web
+    for _ in range(200):
+        if len(web.clients.get(source, ())) == count:
+            return
+        time.sleep(0.05)
+    pytest.fail(f"the server counts {len(web.clients.get(source, ()))} connections of {source}, not {count}")
+
+
+def test_one_client_holding_its_share_leaves_the_api_server_served():
+    """128 idle connections from one address took the webhook down (0 of 23 reviews answered): now one address
+    holds at most its share, idle or mid-handshake, and another client's reviews are answered meanwhile."""
+    s = ServerThread(limits=SHARE).start()
+    held: list[socket.socket] = []
+    try:
+        held = hold(s, "127.0.0.1", SHARE.max_connections_per_client)
+        wait_held(s, "127.0.0.1", SHARE.max_connections_per_client)
+        for _ in range(4):  # more from the same address: closed at once, before any TLS
+            more = socket.create_connection(("127.0.0.1", s.port), timeout=CLOSE_DEADLINE)
+            held.append(more)
+            assert read_until_closed(more) == b""
+        api = s.client(source="127.0.0.2")  # the API server: its client certificate
+        try:
+            answers = [api.review(review_request(example_cr(QWEN, f"cr-{i}"), uid=f"u-{i}")) for i in range(23)]
+        finally:
+            api.close()
+        assert [a["uid"] for a in answers] == [f"u-{i}" for i in range(23)]
+        assert len(s.server._web.clients["127.0.0.1"]) == SHARE.max_connections_per_client  # still held
+    finally:
+        for sock in held:
+            sock.close()
+        s.stop()
+
+
+def test_at_the_total_cap_a_new_client_takes_an_idle_connection_of_the_largest_holder():
+    """Clients on three addresses hold every connection; the API server's connection takes an idle one's place."""
+    s = ServerThread(limits=SHARE).start()
+    held: list[socket.socket] = []
+    try:
+        for source in ("127.0.0.3", "127.0.0.4", "127.0.0.5"):
+            held += hold(s, source, SHARE.max_connections_per_client)
+            wait_held(s, source, SHARE.max_connections_per_client)
+        assert s.server._web.open == SHARE.max_connections
+        api = s.client(source="127.0.0.2")  # the API server: its client certificate
+        try:
+            answers = [api.review(review_request(example_cr(QWEN, f"cr-{i}"), uid=f"u-{i}")) for i in range(5)]
+        finally:
+            api.close()
+        assert [a["uid"] for a in answers] == [f"u-{i}" for i in range(5)]
+        assert s.server._web.open <= SHARE.max_connections
+    finally:
+        for sock in held:
+            sock.close()
+        s.stop()
+
+
+def test_the_share_is_smaller_than_the_total():
+    with pytest.raises(ValueError, match="share"):
+        ServerLimits(max_connections=8, max_connections_per_client=8)
+
+
+def test_a_connection_that_sends_nothing_after_the_handshake_is_closed_at_the_header_timeout():
+    """Not at the idle timeout (120 s here): a held connection is freed within the header timeout."""
+    s = ServerThread(limits=ServerLimits(header_timeout=2.0, idle_timeout=120)).start()
+    sock = tls(s)
+    try:
+        assert read_until_closed(sock) == b""
+    finally:
+        sock.close()
+        s.stop()
+
+
+def test_the_verified_api_server_holds_more_than_one_addresses_share():
+    """Its handshakes count against its address's share; its verified connections then leave it (the total cap
+    still counts them): a burst of concurrent reviews opens more connections than the share."""
+    s = ServerThread(limits=SHARE).start()
+    clients = [s.client(source="127.0.0.2") for _ in range(SHARE.max_connections_per_client + 4)]
+    try:
+        answers = [c.review(review_request(example_cr(QWEN, f"cr-{i}"), uid=f"u-{i}")) for i, c in enumerate(clients)]
+        assert [a["uid"] for a in answers] == [f"u-{i}" for i in range(len(clients))]
+        web = s.server._web
+        assert len(web.verified) == len(clients) and not web.clients.get("127.0.0.2")
+        # an unverified caller from the same address still has the whole share
+        held = hold(s, "127.0.0.2", SHARE.max_connections_per_client)
+        wait_held(s, "127.0.0.2", SHARE.max_connections_per_client)
+        for sock in held:
+            sock.close()
+    finally:
+        for c in clients:
+            c.close()
         s.stop()

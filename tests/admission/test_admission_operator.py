@@ -23,6 +23,7 @@ from admission_helpers import Client, example_configs, example_cr, review_reques
 from specdeploy.controller import certs
 from specdeploy.controller.admission import decode_patch
 from specdeploy_dev.harness import BIN, ROOT, Cluster, HarnessError, free_port, kubectl_available, wait_for
+from specdeploy_dev.apiserver.frontproxy import files_beside
 from specdeploy_dev.procs import stop_process
 
 pytestmark = pytest.mark.skipif(not kubectl_available(), reason="kubectl is needed for the embedded API server harness")
@@ -88,7 +89,10 @@ class Env:
              "--metrics-port", str(self.metrics_port), "--health-port", str(self.health_port),
              "--webhook", "--webhook-port", str(self.port),
              "--webhook-service", f"{SERVICE}.{OP_NS}", "--webhook-secret", SECRET,
-             "--webhook-configuration", CONFIG, "--operator-namespace", OP_NS],
+             "--webhook-configuration", CONFIG, "--operator-namespace", OP_NS,
+             # the chart's default: the front-proxy CA the (stand-in) API server publishes, other callers served
+             # from their object alone
+             "--webhook-client-ca-from-cluster", "--webhook-client-optional"],
             stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
             env={**self.cluster.env(), "SPECDEPLOY_WEBHOOK_RESYNC_SECONDS": str(resync)})
         log.close()
@@ -114,7 +118,10 @@ class Env:
         return base64.b64decode(bundles[0])
 
     def client(self) -> Client:
-        return Client(self.port, self.ca_pem(), server_hostname=SNI)
+        """A client presenting the API server's client certificate (the stand-in's front-proxy one)."""
+        c = Client(self.port, self.ca_pem(), server_hostname=SNI)
+        c.ctx.load_cert_chain(*map(str, files_beside(self.cluster.kubeconfig)))
+        return c
 
     def readyz(self) -> tuple[int, dict]:
         try:
@@ -194,6 +201,20 @@ def test_broken_pair_in_configmaps_is_refused_with_the_path_and_valid_pair_admit
     assert "ConfigMap default/broken-drafter" in r["status"]["message"]
     ok = c.review(review_request(_cr("ok", "good-drafter")))
     assert ok["allowed"] is True and not ok.get("warnings")
+
+
+def test_the_api_server_gets_the_full_check_and_another_caller_the_object_level_one(env):
+    """Issue 37: the chart's default verification with the cluster's front-proxy CA, end to end. The stand-in
+    API server presents its front-proxy certificate (as kube-apiserver configured with an AdmissionConfiguration
+    kubeconfig does): a write of the broken pair is refused with the config finding. A caller without the
+    certificate completes the handshake and gets the answer the object alone gives (nothing read)."""
+    st, body = env.api("POST", "/apis/specdeploy.io/v1alpha1/namespaces/default/speculativedeployments",
+                       _cr("broken", "broken-drafter"))
+    assert st == 422 and "target_layer_ids" in json.dumps(body), (st, body)
+    anyone = Client(env.port, env.ca_pem(), server_hostname=SNI)
+    r = anyone.review(review_request(_cr("broken", "broken-drafter")))
+    assert r["allowed"] is True and "no verified API-server client certificate" in json.dumps(r), r
+    assert "broken-drafter" not in json.dumps(r) and "target_layer_ids" not in json.dumps(r)
 
 
 def test_dry_run_has_no_side_effects(env):

@@ -89,10 +89,14 @@ def test_default_objects():
         ("PodDisruptionBudget", "specdeploy"),
         ("Service", "specdeploy-webhook"), ("Service", "specdeploy-metrics"), ("Deployment", "specdeploy"),
         ("ValidatingWebhookConfiguration", "specdeploy"), ("MutatingWebhookConfiguration", "specdeploy"),
+        # issue 37: who may reach the operator pods, and the reader of the API server's client CA (kube-system)
+        ("NetworkPolicy", "specdeploy-operator"), ("RoleBinding", "specdeploy-client-ca-reader"),
     ])
     for o in objs:
-        if o["kind"] not in ("CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding",
-                             "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+        if (o["kind"], o["metadata"]["name"]) == ("RoleBinding", "specdeploy-client-ca-reader"):
+            assert o["metadata"]["namespace"] == "kube-system"
+        elif o["kind"] not in ("CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding",
+                               "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
             assert o["metadata"]["namespace"] == NAMESPACE, o["metadata"]
 
 

@@ -37,6 +37,10 @@ def gr(kind: str) -> tuple[str, str]:
 # call site -> the (group, resource, verb, scope) it needs. scope: "watched" (every watched namespace),
 # "token" (watched namespaces, hub.tokenSecrets names only), "tls" (operator namespace, the TLS Secret only),
 # "cluster" (cluster-scoped, the chart's webhook configurations only), "none" (discovery: no RBAC).
+# The one Role the chart binds but does not render: kube-apiserver's own, in every cluster (bootstrap policy).
+CLIENT_CA_READER = ("Role", "kube-system", "extension-apiserver-authentication-reader")
+
+
 def _calls() -> dict[str, set[tuple]]:
     managed = [gr(k) for k in reconciler.MANAGED_KINDS]
     sd_status = ("specdeploy.io", "speculativedeployments/status")
@@ -74,6 +78,9 @@ def _calls() -> dict[str, set[tuple]]:
         "Resolver._from_pvc:list": {(*gr("Pod"), "list", "watched")},
         # the admission webhook reads a referenced ConfigMap on a watch-cache miss (webhooks.py)
         "OperatorConfigs._configmap:get": {(*gr("ConfigMap"), "get", "watched")},
+        # issue 37: the webhook's client CA, kube-system/extension-apiserver-authentication, by name; granted by the
+        # built-in Role extension-apiserver-authentication-reader (a RoleBinding in kube-system: CLIENT_CA_READER)
+        "WebhookRuntime._load_client_ca:get": {(*gr("ConfigMap"), "get", "client-ca")},
         "SelfSigned.ensure:get": {(*gr("Secret"), "get", "tls")},
         "SelfSigned.ensure:create": {(*gr("Secret"), "create", "tls")},
         "SelfSigned.ensure:patch": {(*gr("Secret"), "patch", "tls")},
@@ -165,6 +172,8 @@ def used(tokens: bool, self_managed_tls: bool, leader_election: bool = True) -> 
         out.add(("specdeploy.io", "speculativebenchmarks/finalizers", "update", "watched"))
     for needs in _calls().values():
         for g, r, v, scope in needs:
+            if scope == "client-ca":  # granted by the built-in Role (CLIENT_CA_READER), not by one the chart renders
+                continue
             if scope == "token" and not tokens or scope in ("tls", "cluster") and not self_managed_tls \
                     or scope == "lease" and not leader_election:
                 continue
@@ -284,7 +293,11 @@ def test_every_role_is_bound_to_the_operator_only(values):
         assert b["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}]
         ref = b["roleRef"]
         bound.add((ref["kind"], b["metadata"].get("namespace") if ref["kind"] == "Role" else None, ref["name"]))
-    assert bound == roles
+    webhook = v.get("webhook", {})
+    reads_cluster_ca = webhook.get("enabled", True) and not webhook.get("clientAuth", {}).get("caConfigMap") \
+        and webhook.get("clientAuth", {}).get("enabled", True)
+    assert (CLIENT_CA_READER in bound) == reads_cluster_ca
+    assert bound - {CLIENT_CA_READER} == roles
 
 
 def test_namespaced_mode_has_no_cluster_wide_workload_rules():

@@ -66,6 +66,13 @@ def test_bind_flags_and_webhook_flag(captured):
     (["--webhook-port", "9443"], "--webhook-port: the admission webhook server is off; add --webhook to serve it"),
     (["--webhook-service", "wh.ops"], "add --webhook"),
     (["--metrics-port", "70000"], "--metrics-port 70000 is not a port"),
+    # issue 37: the client CA's source, once; names and optional verification need one
+    (["--webhook", "--webhook-client-optional"], "--webhook-client-optional: needs --webhook-client-ca or "
+                                                 "--webhook-client-ca-from-cluster"),
+    (["--webhook", "--webhook-client-name", "x"], "--webhook-client-name: needs --webhook-client-ca"),
+    (["--webhook", "--webhook-client-ca", "/etc/hostname", "--webhook-client-ca-from-cluster"],
+     "give one source of the client CA"),
+    (["--webhook-client-ca-from-cluster"], "add --webhook"),
 ])
 def test_bad_flags_exit_2_with_the_fix(captured, capsys, argv, message):
     assert cli.main(["operator", "run", *argv]) == 2

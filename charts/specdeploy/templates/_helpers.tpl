@@ -301,3 +301,18 @@ rules:
     resources: ["speculativedeployments", "speculativebenchmarks"]
     scope: Namespaced
 {{- end }}
+
+{{/*
+Non-empty when the operator reads the webhook's client CA from kube-system/extension-apiserver-authentication
+(webhook.clientAuth on, no caConfigMap): the chart then binds the built-in Role extension-apiserver-authentication-reader.
+*/}}
+{{- define "specdeploy.clientCAFromCluster" -}}
+{{- if and .Values.webhook.enabled .Values.webhook.clientAuth.enabled (not .Values.webhook.clientAuth.caConfigMap) -}}true{{- end -}}
+{{- end }}
+
+{{/*
+Non-empty when the webhook's client CA comes from a ConfigMap of the release namespace (mounted at /client-ca).
+*/}}
+{{- define "specdeploy.clientCAMounted" -}}
+{{- if and .Values.webhook.enabled .Values.webhook.clientAuth.enabled .Values.webhook.clientAuth.caConfigMap -}}true{{- end -}}
+{{- end }}

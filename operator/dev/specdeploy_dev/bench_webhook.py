@@ -27,6 +27,11 @@ clients, 400 us of server CPU per review is a 20 ms mean.
 against a drafter config.json of 1 MiB in a ConfigMap (the Qwen drafter with 4000 out-of-range target_layer_ids and
 an extra field of 20000 entries); every review is refused. It prints the load average before and after.
 
+The clients present a client certificate, and the server verifies it (optional client verification, as the
+chart's default does with the API server's certificate): only a verified caller gets the full check
+(docs/concepts/security.md, "Webhook callers"). Its CA reaches the server in ``SPECDEPLOY_BENCH_CLIENT_CA``;
+revisions before that ignore it and serve every caller alike.
+
 Latency is measured per request from send to parsed response, over kept-alive TLS connections
 (as kube-apiserver reuses them). Prints p50/p90/p99/max and throughput per workload, and the
 server process's CPU time per review.
@@ -54,7 +59,9 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
+from .apiserver.frontproxy import FrontProxy
 from .procs import stop_process
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -121,6 +128,8 @@ def big_drafter(example: Path = QWEN) -> dict:
     d["padding"] = {f"field-{i}": f"value-{i}" * 4 for i in range(20_000)}
     return d
 
+CLIENT_CA_ENV = "SPECDEPLOY_BENCH_CLIENT_CA"
+
 
 def serve(port_file: str, ca_file: str, floor: bool = False) -> None:
     from specdeploy.controller import certs
@@ -148,10 +157,12 @@ def serve(port_file: str, ca_file: str, floor: bool = False) -> None:
         "metadata": {"name": BIG_DRAFTER_CM, "namespace": "default", "uid": BIG_DRAFTER_CM, "resourceVersion": "1"},
         "data": {"config.json": json.dumps(big_drafter())}}
     m = certs.new_material(["localhost"], ["127.0.0.1"])
+    ctx = certs.server_context(m)
+    if os.environ.get(CLIENT_CA_ENV):  # the clients are the verified API server (the full check is for it only)
+        certs.require_client_certs(ctx, os.environ[CLIENT_CA_ENV], optional=True)
 
     async def main() -> None:
-        server = WebhookServer(lookup=OperatorConfigs(None, cache), ssl_context=certs.server_context(m),
-                               addr="127.0.0.1", port=0)
+        server = WebhookServer(lookup=OperatorConfigs(None, cache), ssl_context=ctx, addr="127.0.0.1", port=0)
         await server.start()
         settle_gc()  # as the operator does after start-up
         Path(ca_file).write_bytes(m.ca_pem)
@@ -212,8 +223,10 @@ class _Conn:
 
 
 async def _run(port: int, ca_pem: bytes, cr: dict, clients: int, requests: int, expect_warning: bool,
-               unique: bool) -> dict:
+               unique: bool, client_cert: Any = None) -> dict:
     ctx = ssl.create_default_context(cadata=ca_pem.decode())
+    if client_cert is not None:
+        client_cert.present(ctx)
     lat: list[float] = []
     bodies = [json.dumps(_review(_unique(cr, i) if unique else cr)).encode() for i in range(clients * requests + clients)]
     # one connection per client, opened (TLS handshake included) before the clock starts, as kube-apiserver keeps
@@ -293,8 +306,11 @@ def _memory_cr(i: int) -> dict:
     return cr
 
 
-async def _memory_run(port: int, ca_pem: bytes, pid: int, reviews: int, marks: tuple[int, ...]) -> list[tuple]:
+async def _memory_run(port: int, ca_pem: bytes, pid: int, reviews: int, marks: tuple[int, ...],
+                      client_cert: Any = None) -> list[tuple]:
     ctx = ssl.create_default_context(cadata=ca_pem.decode())
+    if client_cert is not None:  # the verified API server: only it gets the configs lookup (the 1 MiB drafter)
+        client_cert.present(ctx)
     conn = await _Conn.open(port, ctx, "/validate")
     out = [(0, _rss_mib(pid), 0.0)]
     t0 = time.perf_counter()
@@ -321,6 +337,9 @@ def memory(reviews: int) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="specdeploy-bench-webhook-"))
     port_file, ca_file = tmp / "port", tmp / "ca.pem"
     cmd, where = _server_command(ROOT, port_file, ca_file)
+    client = FrontProxy.generate()  # the API server's client certificate and its CA
+    (tmp / "client-ca.pem").write_bytes(client.ca_pem)
+    where = {**where, "env": {**(where.get("env") or os.environ), CLIENT_CA_ENV: str(tmp / "client-ca.pem")}}
     proc = subprocess.Popen(cmd, **where)
     try:
         deadline = time.monotonic() + 30
@@ -330,7 +349,7 @@ def memory(reviews: int) -> int:
                 return 1
             time.sleep(0.05)
         port, ca = int(port_file.read_text()), ca_file.read_bytes()
-        for n, rss, took in asyncio.run(_memory_run(port, ca, proc.pid, reviews, marks)):
+        for n, rss, took in asyncio.run(_memory_run(port, ca, proc.pid, reviews, marks, client)):
             print(f"  after {n:5d} reviews: RSS {rss:6.1f} MiB" + (f"  ({took:.1f} s)" if n else ""), flush=True)
     finally:
         stop_process(proc, 10)
@@ -403,6 +422,9 @@ def _measure(tree: Path, floor: bool, clients: int, requests: int, workloads: tu
     tmp = Path(tempfile.mkdtemp(prefix="specdeploy-bench-webhook-"))
     port_file, ca_file = tmp / "port", tmp / "ca.pem"
     cmd, where = _server_command(tree, port_file, ca_file, floor)
+    client = FrontProxy.generate()  # the API server's client certificate and its CA
+    (tmp / "client-ca.pem").write_bytes(client.ca_pem)
+    where = {**where, "env": {**(where.get("env") or os.environ), CLIENT_CA_ENV: str(tmp / "client-ca.pem")}}
     proc = subprocess.Popen(cmd, **where)
     try:
         deadline = time.monotonic() + 30
@@ -414,7 +436,7 @@ def _measure(tree: Path, floor: bool, clients: int, requests: int, workloads: tu
         port, ca = int(port_file.read_text()), ca_file.read_bytes()
         for label, cr, warn, unique in workloads:
             cpu0 = _cpu_seconds(proc.pid)
-            s = asyncio.run(_run(port, ca, cr, clients, requests, warn, unique))
+            s = asyncio.run(_run(port, ca, cr, clients, requests, warn, unique, client))
             cpu1 = _cpu_seconds(proc.pid)
             cpu = f", server CPU {(cpu1 - cpu0) / (s['n'] + clients) * 1e6:.0f} us/review" if cpu0 is not None and cpu1 is not None else ""
             print(f"  {label:<30} p50 {s['p50']:5.1f} ms  p90 {s['p90']:5.1f} ms  p99 {s['p99']:5.1f} ms  "

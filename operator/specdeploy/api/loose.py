@@ -65,12 +65,22 @@ def _empty(ann: Any) -> Any:
     return None
 
 
+def _capped(info: Any, v: Any) -> Any:
+    """A list or mapping longer than its field's ``max_length`` cut to that length: the schema refuses the rest,
+    and the checker's work on a refused value stays bounded (thousands of extraArgs, each looked up)."""
+    cap = next((m.max_length for m in info.metadata if isinstance(getattr(m, "max_length", None), int)), None)
+    if cap is None or not isinstance(v, (list, dict)) or len(v) <= cap:
+        return v
+    return v[:cap] if isinstance(v, list) else dict(list(v.items())[:cap])
+
+
 def loose(model: type[M], raw: Any) -> M:
     """``model`` built from ``raw`` without validation: the fields whose values fit their types."""
     raw = raw if isinstance(raw, dict) else {}
     values: dict[str, Any] = {}
     for name, info in model.model_fields.items():
-        got = _fits(info.annotation, raw[info.alias or name]) if (info.alias or name) in raw else _MISSING
+        key = info.alias or name
+        got = _fits(info.annotation, _capped(info, raw[key])) if key in raw else _MISSING
         if got is _MISSING and info.is_required():
             got = _empty(info.annotation)
         if got is not _MISSING:

@@ -133,9 +133,11 @@ def object_check_errors(opts: Options | None) -> list[SpecProblem]:
 _NAMED_FIELD = re.compile(r"^(spec(?:\.[A-Za-z]+)+)(?: is |: )")
 
 
-def parse(obj: Any) -> tuple[T.SpeculativeDeployment | None, list[SpecProblem]]:
+def parse(obj: Any, limit: int | None = None) -> tuple[T.SpeculativeDeployment | None, list[SpecProblem]]:
     """(parsed CR, []) or (None, problems): the schema's refusals in the catalog's words, with the checker's
-    message and code for a field where it has a rule (one problem per field)."""
+    message and code for a field where it has a rule (one problem per field). ``limit``: at most that many
+    problems, and no work spent on the rest (the admission webhook's bound on an object with thousands of
+    refused values; the work is linear in the problems listed, not quadratic in those refused)."""
     try:
         return T.SpeculativeDeployment.model_validate(obj), []
     except pydantic.ValidationError as e:
@@ -148,7 +150,10 @@ def parse(obj: Any) -> tuple[T.SpeculativeDeployment | None, list[SpecProblem]]:
         checker.setdefault(p.path, p)
     out: list[SpecProblem] = []
     used: set[str] = set()
+    listed: set[str] = set()
     for err in errors:
+        if limit is not None and len(out) >= limit:
+            return None, out
         path = _path(tuple(err.get("loc", ())))
         named = _NAMED_FIELD.match(str((err.get("ctx") or {}).get("error") or "")) if err.get("type") == "value_error" \
             else None
@@ -159,15 +164,17 @@ def parse(obj: Any) -> tuple[T.SpeculativeDeployment | None, list[SpecProblem]]:
             if hit.path not in used:
                 out.append(hit)
                 used.add(hit.path)
+                listed.add(hit.path)
             continue
-        if any(x.path == path for x in out):
+        if path in listed:
             continue  # one problem per field (a union reports each alternative)
         msg, code = schema_message(err)
         if named and path == named.group(1) and msg.startswith(path + ": "):
             msg = msg[len(path) + 2:]  # "spec.x: ..." is shown as the problem's own path
         out.append(SpecProblem(path, msg, code))
+        listed.add(path)
     out += [p for path, p in checker.items() if path not in used]
-    return None, out
+    return None, out if limit is None else out[:limit]
 
 
 def validate(obj: Any) -> tuple[T.SpeculativeDeployment | None, list[SpecProblem]]:

@@ -47,6 +47,8 @@ def cmd_operator_run(args: argparse.Namespace) -> int:
                             ("--webhook-service", args.webhook_service),
                             ("--webhook-configuration", args.webhook_configuration),
                             ("--webhook-client-ca", args.webhook_client_ca),
+                            ("--webhook-client-ca-from-cluster", args.webhook_client_ca_from_cluster),
+                            ("--webhook-client-optional", args.webhook_client_optional),
                             ("--webhook-client-name", args.webhook_client_name)) if v]
     if given and not args.webhook:
         raise UsageError(f"{', '.join(given)}: the admission webhook server is off; add --webhook to serve it")
@@ -59,8 +61,13 @@ def cmd_operator_run(args: argparse.Namespace) -> int:
         raise UsageError(f"--webhook-cert-dir {args.webhook_cert_dir}: not a directory")
     if args.webhook_client_ca and not os.path.isfile(args.webhook_client_ca):
         raise UsageError(f"--webhook-client-ca {args.webhook_client_ca}: not a file")
-    if args.webhook_client_name and not args.webhook_client_ca:
-        raise UsageError("--webhook-client-name: needs --webhook-client-ca (the CA that signed the caller's certificate)")
+    if args.webhook_client_ca and args.webhook_client_ca_from_cluster:
+        raise UsageError("--webhook-client-ca and --webhook-client-ca-from-cluster: give one source of the client CA")
+    for flag, value in (("--webhook-client-name", args.webhook_client_name),
+                        ("--webhook-client-optional", args.webhook_client_optional)):
+        if value and not (args.webhook_client_ca or args.webhook_client_ca_from_cluster):
+            raise UsageError(f"{flag}: needs --webhook-client-ca or --webhook-client-ca-from-cluster (the CA that "
+                             "signed the caller's certificate)")
     for svc in args.webhook_service or []:
         if svc.count(".") != 1 or not all(svc.split(".")):
             raise UsageError(f"--webhook-service {svc!r}: expected NAME.NAMESPACE")
@@ -68,6 +75,7 @@ def cmd_operator_run(args: argparse.Namespace) -> int:
         port=port, addr=bind, cert_dir=args.webhook_cert_dir, services=args.webhook_service or [],
         secret=args.webhook_secret, configuration=args.webhook_configuration,
         client_ca=args.webhook_client_ca, client_names=args.webhook_client_name or [],
+        client_ca_from_cluster=args.webhook_client_ca_from_cluster, client_optional=args.webhook_client_optional,
         namespace=args.operator_namespace or os.environ.get("POD_NAMESPACE") or None)
     return run(args.namespace or [], args.all_namespaces, kubeconfig=args.kubeconfig, metrics_port=args.metrics_port,
                metrics_addr=metrics_bind, bind_addr=bind, liveness=args.liveness, resync_seconds=args.resync_seconds,
@@ -166,9 +174,17 @@ def add_parsers(sub) -> None:
     orun.add_argument("--webhook-client-ca", metavar="FILE",
                       help="serve the webhooks only to callers with a client certificate signed by a CA in FILE (PEM): "
                       "the API server, configured to present one (docs/concepts/security.md, \"Webhook callers\")")
+    orun.add_argument("--webhook-client-ca-from-cluster", action="store_true",
+                      help="like --webhook-client-ca, with the front-proxy CA the cluster publishes (ConfigMap "
+                      "kube-system/extension-apiserver-authentication, key requestheader-client-ca-file; names: "
+                      "requestheader-allowed-names unless --webhook-client-name is given), read at start-up")
     orun.add_argument("--webhook-client-name", action="append", metavar="NAME",
-                      help="with --webhook-client-ca: and whose certificate names NAME (common name or DNS SAN; "
+                      help="with a client CA: and whose certificate names NAME (common name or DNS SAN; "
                       "repeatable; default: any certificate the CA signed)")
+    orun.add_argument("--webhook-client-optional", action="store_true",
+                      help="with a client CA: callers without a verified certificate (or with another name) are "
+                      "served too, from the object they sent alone (no ConfigMap or hub cache is read for them); "
+                      "default: they are refused")
     orun.add_argument("--operator-namespace", metavar="NS",
                       help="the operator's namespace (default: $POD_NAMESPACE); without one the self-signed "
                       "certificate is kept in memory only")

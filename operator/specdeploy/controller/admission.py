@@ -57,6 +57,10 @@ ADMISSION_API_VERSION = "admission.k8s.io/v1"
 WEBHOOKS = ("validate", "mutate")
 WARNING_MAX = 256  # Kubernetes truncates longer warnings; 120 is the recommended length
 MESSAGE_MAX = 16384
+# An error storm (an object with thousands of refused values) is answered with the first PROBLEMS_MAX problems
+# and a line saying more were left out; no work is spent on the rest (api/validation.parse's limit).
+PROBLEMS_MAX = 50
+WARNINGS_MAX = 20  # warnings per answer (the API server caps the warning headers it relays too)
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
 CONFIGS_UNKNOWN_NOTE = "the drafter/target check runs before rollout (condition DrafterCompatible)"
 
@@ -274,17 +278,27 @@ def _parse_cr(req: Request) -> tuple[SpeculativeDeployment | None, list[tuple[st
     meta = obj.get("metadata")
     if isinstance(meta, dict) and not meta.get("name") and req.name:
         obj["metadata"] = {**meta, "name": req.name}  # generateName: not named yet at mutation time
-    cr, problems = parse_spec(obj)
+    cr, problems = parse_spec(obj, limit=PROBLEMS_MAX + 1)  # one more: says whether any were left out
     return cr, [(p.path, p.message, p.code) for p in problems]
 
 
-def _rejection(req: Request, problems: list[tuple[str, str, str]], header_extra: str = "") -> dict:
+def _rejection(req: Request, problems: list[tuple[str, str, str]], header_extra: str = "",
+               counted: bool = True) -> dict:
+    """Refused with the problems, the first PROBLEMS_MAX of them listed. ``counted``: ``problems`` is all of them
+    (else the list stopped at PROBLEMS_MAX + 1: "at least")."""
     who = f"{req.kind} {req.namespace}/{req.name}" if req.name else req.kind
-    lines = [f"{who} is invalid ({len(problems)} error{'s' if len(problems) != 1 else ''}){header_extra}:"]
-    for path, msg, code in problems:
+    n = len(problems)
+    shown = problems[:PROBLEMS_MAX]
+    count = f"{n} error{'s' if n != 1 else ''}" if counted or n <= PROBLEMS_MAX else f"more than {PROBLEMS_MAX} errors"
+    if len(shown) < n:
+        count += f"; the first {len(shown)} are listed"
+    lines = [f"{who} is invalid ({count}){header_extra}:"]
+    for path, msg, code in shown:
         lines.append(f"- {path}: {msg} [{code}]")
+    if len(shown) < n:
+        lines.append(f"- ... and {f'{n - len(shown)} more' if counted else 'more'}: fix these and apply again")
     message = _clip("\n".join(lines), MESSAGE_MAX)
-    causes = [{"field": p, "message": _clip(m, 1024), "reason": "FieldValueInvalid"} for p, m, _ in problems[:100]]
+    causes = [{"field": p, "message": _clip(m, 1024), "reason": "FieldValueInvalid"} for p, m, _ in shown]
     details: dict[str, Any] = {"group": API_GROUP, "kind": req.kind, "causes": causes}
     if req.name:
         details["name"] = req.name
@@ -301,7 +315,15 @@ def _reject_findings(req: Request, findings: list[Finding], sources: tuple[str, 
 
 
 def _warnings(findings: list[Finding]) -> list[str]:
-    return [warning_text(f) for f in findings if f.severity is Severity.WARNING]
+    return _capped_warnings([f for f in findings if f.severity is Severity.WARNING])
+
+
+def _capped_warnings(findings: list[Finding]) -> list[str]:
+    """At most WARNINGS_MAX warnings, the last one saying how many were left out."""
+    out = [warning_text(f) for f in findings[:WARNINGS_MAX]]
+    if len(findings) > WARNINGS_MAX:
+        out[-1] = f"... and {len(findings) - WARNINGS_MAX + 1} more warnings"
+    return out
 
 
 def _as_configs(got: Any) -> Configs | None:
@@ -331,15 +353,15 @@ def _validate_flow(req: Request, policy: TenancyPolicy | None = None) -> _Flow:
     if cr is None:
         if ratchet:  # an object that was invalid before this update: do not block metadata-only updates
             return _response(req.uid, True, warnings=[_clip(_clean(f"{p}: {m} (spec unchanged by this update)"), WARNING_MAX)
-                                                      for p, m, _ in problems][:20])
-        return _rejection(req, problems)
+                                                      for p, m, _ in problems][:WARNINGS_MAX])
+        return _rejection(req, problems, counted=len(problems) <= PROBLEMS_MAX)
     refused = check_policy(cr.spec, policy if policy is not None else TenancyPolicy(),
                            namespace=req.namespace or cr.metadata.namespace)
     opts = cr.spec.options()
     findings = _check_options(opts)
     if ratchet:  # a metadata-only update: the reconciler refuses what the policy or the check do not allow
         return _response(req.uid, True, warnings=[warning_text(f) for f in refused + findings
-                                                  if f.severity is not Severity.INFO][:20])
+                                                  if f.severity is not Severity.INFO][:WARNINGS_MAX])
     if refused:  # before any config is read on the object's behalf
         return _reject_findings(req, refused)
 
@@ -463,6 +485,14 @@ class _DeploymentStep(NamedTuple):
 _NO_DEPLOYMENT_LOOKUP = ConfigsUnavailable("this webhook has no lookup of stored SpeculativeDeployments")
 
 
+class NotRead(NamedTuple):
+    """A deployment lookup's answer for a caller that may not be told what is stored (no verified API-server client
+    certificate: controller/webhooks.unverified_lookup): nothing was read, so the benchmark is answered from its own
+    object (validation) and the policy is applied by the benchmark controller at reconcile."""
+
+    why: str
+
+
 def _benchmark_flow(req: Request, policy: TenancyPolicy | None = None) -> Generator[Any, Any, dict]:
     """A SpeculativeBenchmark: validated (api/benchmark.validate, the words the operator's status uses), then the
     tenancy policy (core/render/gate.benchmark_refusals) applied to the deployment it measures AS STORED (looked up:
@@ -484,6 +514,10 @@ def _benchmark_flow(req: Request, policy: TenancyPolicy | None = None) -> Genera
     if bench is not None:
         ref = bench.spec.deployment_ref.name
         got = yield _DeploymentStep(req.namespace, ref)
+        if isinstance(got, NotRead):  # answered from the object alone: the same answer whatever is stored
+            return _response(req.uid, True, warnings=[_clip(_clean(
+                f"spec.deploymentRef.name: the tenancy policy is applied when the benchmark runs ({got.why})"),
+                WARNING_MAX)])
         triples = _benchmark_policy(req, bench, ref, got, policy if policy is not None else TenancyPolicy())
     if not triples:
         return _response(req.uid, True)

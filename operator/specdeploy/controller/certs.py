@@ -156,14 +156,20 @@ def server_context(m: Material) -> ssl.SSLContext:
     return ctx
 
 
-def require_client_certs(ctx: ssl.SSLContext, ca_file: str) -> None:
-    """Only callers with a client certificate signed by a CA in ``ca_file`` complete the handshake (the API
-    server's webhook client certificate: docs/concepts/security.md, "Webhook callers"). Raises OSError or
-    ssl.SSLError when the file holds no usable CA: the server must not start open instead."""
-    ctx.load_verify_locations(cafile=ca_file)
+def require_client_certs(ctx: ssl.SSLContext, ca_file: str | None = None, *, ca_pem: str | None = None,
+                         optional: bool = False) -> None:
+    """Verify callers' client certificates against the CAs in ``ca_file`` or ``ca_pem`` (the API server's webhook
+    client certificate: docs/concepts/security.md, "Webhook callers"). Only callers with such a certificate
+    complete the handshake; with ``optional``, callers without one complete it too (a certificate they present
+    must verify) and the server answers them from their object alone. Raises OSError or ssl.SSLError when no
+    usable CA is given: the server must not start open instead."""
+    if ca_file:
+        ctx.load_verify_locations(cafile=ca_file)
+    elif ca_pem:
+        ctx.load_verify_locations(cadata=ca_pem)
     if not ctx.get_ca_certs():
-        raise ssl.SSLError(f"{ca_file} holds no CA certificate")
-    ctx.verify_mode = ssl.CERT_REQUIRED
+        raise ssl.SSLError(f"{ca_file or 'the client CA'} holds no CA certificate")
+    ctx.verify_mode = ssl.CERT_OPTIONAL if optional else ssl.CERT_REQUIRED
 
 
 def client_names(peercert: dict | None) -> list[str]:

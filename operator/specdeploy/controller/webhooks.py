@@ -10,7 +10,10 @@ ones kopf would use (``/validate``, ``/mutate``), so the chart's configurations 
 
 The configs lookup reads referenced ConfigMaps from the controller's watch cache, else with
 one GET through the API (a read: fine on dryRun), and hub configs from the resolver's cache only (the entry of
-the credential the reconciler last read for that reference).
+the credential the reconciler last read for that reference). Only a caller with a verified client certificate
+(the API server's: ``--webhook-client-ca`` or ``--webhook-client-ca-from-cluster``, and a name in
+``--webhook-client-name`` when given) gets it; any other caller is answered from the object it sent alone
+(``unverified_lookup``: docs/concepts/security.md, "Webhook callers").
 TLS comes from ``--webhook-cert-dir`` or from ``certs.SelfSigned`` (see certs.py).
 """
 
@@ -81,6 +84,12 @@ class WebhookSettings:
     cert_check_seconds: float = 60.0  # --webhook-cert-dir re-read
     client_ca: str | None = None  # PEM file: only callers with a client certificate from this CA (the API server)
     client_names: list[str] = field(default_factory=list)  # and, when given, with one of these names (CN or DNS SAN)
+    # the CA from kube-system/extension-apiserver-authentication (requestheader-client-ca-file; names, when none are
+    # given: requestheader-allowed-names): the front-proxy CA the API server's client certificate comes from
+    client_ca_from_cluster: bool = False
+    # callers without a verified certificate complete the handshake and are answered from their object alone
+    # (the API server presents none unless configured to); False: they are refused at the handshake
+    client_optional: bool = False
 
     ENV = "SPECDEPLOY_WEBHOOK_"
 
@@ -94,6 +103,8 @@ class WebhookSettings:
         out["SPECDEPLOY_OPERATOR_NAMESPACE"] = self.namespace or ""
         out[f"{e}CLIENT_CA"] = self.client_ca or ""
         out[f"{e}CLIENT_NAMES"] = ",".join(self.client_names)
+        out[f"{e}CLIENT_CA_FROM_CLUSTER"] = "1" if self.client_ca_from_cluster else ""
+        out[f"{e}CLIENT_OPTIONAL"] = "1" if self.client_optional else ""
         return out
 
     @classmethod
@@ -112,7 +123,13 @@ class WebhookSettings:
             cert_check_seconds=float(env.get(f"{e}CERT_CHECK_SECONDS") or 60),
             client_ca=env.get(f"{e}CLIENT_CA") or None,
             client_names=[s for s in (env.get(f"{e}CLIENT_NAMES") or "").split(",") if s],
+            client_ca_from_cluster=bool(env.get(f"{e}CLIENT_CA_FROM_CLUSTER")),
+            client_optional=bool(env.get(f"{e}CLIENT_OPTIONAL")),
         )
+
+    @property
+    def verifies_clients(self) -> bool:
+        return bool(self.client_ca or self.client_ca_from_cluster)
 
 
 # ----------------------------------------------------------------- configs lookup
@@ -215,6 +232,26 @@ class OperatorConfigs:
         raise ConfigsUnavailable(f"spec.{role}: {src.model} has not been fetched from the hub yet")
 
 
+# ----------------------------------------------------------------- callers without a verified certificate
+
+UNVERIFIED = "the caller presented no verified API-server client certificate; nothing was read"
+
+
+def unverified_lookup(namespace: str, spec: Any, fresh: bool = False) -> Configs:
+    """The configs lookup of a caller without a verified API-server client certificate: nothing is read (no
+    ConfigMap, no hub cache), so the answer depends on the submitted object alone, whatever exists elsewhere."""
+    raise ConfigsUnavailable(UNVERIFIED)
+
+
+def _unverified_deployment(namespace: str, name: str) -> admission.NotRead:
+    """No stored SpeculativeDeployment is read for such a caller either (a benchmark's deploymentRef): whether it
+    exists, and what the policy finds in it, is not the caller's to learn; the benchmark controller decides."""
+    return admission.NotRead(UNVERIFIED)
+
+
+unverified_lookup.deployment = _unverified_deployment  # type: ignore[attr-defined]
+
+
 # ----------------------------------------------------------------- the HTTPS server
 
 
@@ -225,12 +262,22 @@ class ServerLimits:
     The API server sends a whole review at once and waits ``timeoutSeconds`` (default 5, at most 30)
     for the answer, so every limit is generous for it and short for a client that trickles bytes."""
 
-    header_timeout: float = 10.0  # TLS handshake, and each request's headers from their first byte
+    header_timeout: float = 10.0  # TLS handshake; the first request's headers from the connection's start, and
+    #                               each later request's headers from their first byte
     body_timeout: float = 10.0  # the whole body, from the end of the headers
-    idle_timeout: float = 60.0  # a connection with no request in progress (kept alive or never used)
+    idle_timeout: float = 60.0  # a kept-alive connection with no request in progress
     max_body: int = MAX_BODY  # larger bodies: a refusal with the review's uid when readable, else HTTP 413
-    max_connections: int = 128  # open connections; the next one is closed at once
+    max_connections: int = 256  # open connections (TLS handshakes in progress included)
+    # of those, what one client address may hold: the rest stays for the others (the API server). At the total
+    # cap a new client's connection takes the place of an idle one of the client that holds the most. A connection
+    # whose client certificate verified (the API server's) leaves its address's share once the handshake is done:
+    # the share then bounds its handshakes in progress only.
+    max_connections_per_client: int = 64
     max_concurrent_reviews: int = 16  # reviews checked at once; the others wait their turn
+
+    def __post_init__(self) -> None:
+        if not 0 < self.max_connections_per_client < self.max_connections:
+            raise ValueError("max_connections_per_client must be below max_connections: a share stays for others")
 
 
 UID_PREFIX = 64 << 10  # how much of an oversized body is read to find the review's uid
@@ -244,25 +291,74 @@ def uid_from_prefix(data: bytes) -> str:
     return m.group(1).decode("ascii") if m else ""
 
 
+class _Conn:
+    """One accepted TCP connection, counted against its client's share from accept to close."""
+
+    __slots__ = ("peer", "transport", "handler", "released", "verified")
+
+    def __init__(self, peer: str, transport: asyncio.BaseTransport):
+        self.peer = peer
+        self.transport = transport
+        self.handler: _LimitedHandler | None = None  # None while the TLS handshake runs
+        self.released = False
+        self.verified = False  # the API server's certificate: counted in the total only
+
+    def idle(self) -> bool:
+        """No request in progress: mid-handshake, or waiting for a (first or kept-alive) request's first byte."""
+        h = self.handler
+        return h is None or (h._current_request is None and not h._messages)
+
+
+def _peer(transport: asyncio.BaseTransport) -> str:
+    """The client's address (an IPv4-mapped IPv6 address as its IPv4 form)."""
+    name = transport.get_extra_info("peername")
+    host = str(name[0]) if isinstance(name, (tuple, list)) and name else str(name or "?")
+    return host[7:] if host.startswith("::ffff:") and "." in host else host
+
+
+class _Gate(asyncio.Protocol):
+    """The protocol of an accepted TCP connection: counts it against its client's share before anything is read,
+    runs the TLS handshake under ``header_timeout``, then hands the connection to aiohttp's handler."""
+
+    def __init__(self, server: "_LimitedServer"):
+        self.server = server
+        self.conn: _Conn | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        conn = self.server.admit(transport)
+        if conn is None:
+            transport.abort()  # type: ignore[attr-defined]
+            return
+        self.conn = conn
+        transport.pause_reading()  # type: ignore[attr-defined]  # nothing is read before the handover
+        self.server.start_connection(conn)
+
+    def connection_lost(self, exc: BaseException | None) -> None:  # closed before the handover
+        if self.conn is not None:
+            self.server.release(self.conn)
+
+    def data_received(self, data: bytes) -> None:  # not reached: reading is paused until the handover
+        pass
+
+
 class _LimitedHandler(web.RequestHandler):
-    """aiohttp's connection handler plus a header deadline and a connection cap.
+    """aiohttp's connection handler plus header deadlines; its connection was counted at accept (``_Gate``).
 
     aiohttp closes a connection whose handler waits for a request longer than ``keepalive_timeout``
     (counted from the connection's start and from each response), which is our idle timeout; it has
-    no deadline for headers that arrive a byte at a time, so each request's headers get one here."""
+    no deadline for headers that arrive a byte at a time, so each request's headers get one here, and a new
+    connection must send its first request's headers within ``header_timeout`` of the handshake."""
 
     def __init__(self, manager: "_LimitedServer", **kwargs: Any):
         super().__init__(manager, **kwargs)
         self._limits = manager.limits
         self._header_deadline: asyncio.TimerHandle | None = None
+        self._conn: _Conn | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        manager = self._manager
         super().connection_made(transport)
-        if manager is not None and len(manager.connections) > self._limits.max_connections:
-            log.warning("webhook: closing a connection: %d are open (limit %d)", len(manager.connections) - 1,
-                        self._limits.max_connections)
-            self.force_close()
+        # the first request's headers: due header_timeout after the handshake, not idle_timeout
+        self._header_deadline = self._loop.call_later(self._limits.header_timeout, self._headers_late)
 
     def data_received(self, data: bytes) -> None:
         before = self._request_count
@@ -285,18 +381,143 @@ class _LimitedHandler(web.RequestHandler):
             self._header_deadline = None
 
     def connection_lost(self, exc: BaseException | None) -> None:
+        manager = self._manager
         self._disarm()
         super().connection_lost(exc)
+        if self._conn is not None and isinstance(manager, _LimitedServer):
+            manager.release(self._conn)
 
 
 class _LimitedServer(web.Server):
-    def __init__(self, handler: Any, limits: ServerLimits, **kwargs: Any):
+    """aiohttp's server plus the connection accounting: ``gate`` is the TCP protocol factory."""
+
+    def __init__(self, handler: Any, limits: ServerLimits, ssl_context: ssl.SSLContext | None = None, **kwargs: Any):
         super().__init__(handler, **kwargs)
         self.limits = limits
+        self.ssl_context = ssl_context
         self._handler_kwargs = kwargs
+        self.clients: dict[str, set[_Conn]] = {}
+        self.verified: set[_Conn] = set()
+        self.open = 0
+        # set by WebhookServer: whether a handshaken TLS transport carries the verified API server's certificate
+        self.is_verified: Any = None
+        self._handshakes: set[asyncio.Task] = set()
+        self._last_warning = -1e9
 
     def __call__(self) -> _LimitedHandler:
         return _LimitedHandler(self, loop=self._loop, **self._handler_kwargs)
+
+    def gate(self) -> _Gate:
+        return _Gate(self)
+
+    def _warn(self, msg: str, *args: Any) -> None:
+        now = self._loop.time()
+        if now - self._last_warning >= 10.0:  # at most one line per 10 s while a client is refused
+            self._last_warning = now
+            log.warning(msg, *args)
+
+    def admit(self, transport: asyncio.BaseTransport) -> _Conn | None:
+        """Count a new connection, or None: its client holds its share, or every connection is taken and none
+        is idle at a client that holds more than this one."""
+        lim = self.limits
+        peer = _peer(transport)
+        held = self.clients.get(peer, ())
+        if len(held) >= lim.max_connections_per_client:
+            self._warn("webhook: closing a connection from %s: it holds %d (limit per client %d)", peer, len(held),
+                       lim.max_connections_per_client)
+            return None
+        if self.open >= lim.max_connections and not self._make_room(peer, len(held)):
+            self._warn("webhook: closing a connection from %s: %d are open (limit %d)", peer, self.open,
+                       lim.max_connections)
+            return None
+        conn = _Conn(peer, transport)
+        self.clients.setdefault(peer, set()).add(conn)
+        self.open += 1
+        return conn
+
+    def _make_room(self, peer: str, held: int) -> bool:
+        """Close an idle connection of the client holding the most (more than ``peer`` would after this one)."""
+        top = max((c for c in self.clients.items() if c[0] != peer), key=lambda c: len(c[1]), default=None)
+        if top is None or len(top[1]) <= held + 1:
+            return False
+        victim = next((c for c in top[1] if c.idle()), None)
+        if victim is None:
+            return False
+        self._warn("webhook: closing an idle connection of %s (it holds %d) for a connection from %s", top[0],
+                   len(top[1]), peer)
+        self.release(victim)
+        victim.transport.abort()  # type: ignore[attr-defined]
+        return True
+
+    def release(self, conn: _Conn) -> None:
+        if conn.released:
+            return
+        conn.released = True
+        self.open -= 1
+        if conn.verified:
+            self.verified.discard(conn)
+            return
+        held = self.clients.get(conn.peer)
+        if held is not None:
+            held.discard(conn)
+            if not held:
+                del self.clients[conn.peer]
+
+    def start_connection(self, conn: _Conn) -> None:
+        handler = self()
+        handler._conn = conn
+        if self.ssl_context is None:
+            self._hand_over(conn, handler, conn.transport)
+            return
+        task = self._loop.create_task(self._handshake(conn, handler))
+        self._handshakes.add(task)
+        task.add_done_callback(self._handshakes.discard)
+
+    async def _handshake(self, conn: _Conn, handler: _LimitedHandler) -> None:
+        raw = conn.transport
+        try:
+            tls = await self._loop.start_tls(raw, handler, self.ssl_context, server_side=True,  # type: ignore[arg-type]
+                                             ssl_handshake_timeout=self.limits.header_timeout)
+        except asyncio.CancelledError:
+            self.release(conn)
+            raw.abort()  # type: ignore[attr-defined]
+            raise
+        except Exception as e:  # noqa: BLE001 - a failed or late handshake: the client's problem
+            log.debug("webhook: TLS handshake with %s failed: %s", conn.peer, e)
+            self.release(conn)
+            raw.abort()  # type: ignore[attr-defined]
+            return
+        if tls is None or conn.released:  # closed meanwhile, or made room for another client
+            self.release(conn)
+            if tls is not None:
+                tls.abort()
+            return
+        conn.transport = tls
+        if self.is_verified is not None and self.is_verified(tls):  # out of its address's share
+            self._unshare(conn)
+            conn.verified = True
+            self.verified.add(conn)
+        self._hand_over(conn, handler, tls)
+
+    def _unshare(self, conn: _Conn) -> None:
+        held = self.clients.get(conn.peer)
+        if held is not None:
+            held.discard(conn)
+            if not held:
+                del self.clients[conn.peer]
+
+    def _hand_over(self, conn: _Conn, handler: _LimitedHandler, transport: asyncio.BaseTransport) -> None:
+        conn.handler = handler
+        if transport is conn.transport and self.ssl_context is None:
+            transport.set_protocol(handler)  # type: ignore[attr-defined]
+        handler.connection_made(transport)
+        if self.ssl_context is None:
+            transport.resume_reading()  # type: ignore[attr-defined]
+
+    async def shutdown(self, timeout: float | None = None) -> None:
+        for t in list(self._handshakes):
+            t.cancel()
+        await super().shutdown(timeout)
 
 
 class WebhookServer:
@@ -326,14 +547,15 @@ class WebhookServer:
     async def _dispatch(self, request: web.BaseRequest) -> web.StreamResponse:
         route = {"/validate": "validate", "/mutate": "mutate"}.get(request.path)
         if route is not None:
-            if self.client_names and not self._caller_allowed(request):
+            verified = self.verified(request)
+            if not verified and self._required():  # a certificate of the CA, but not one of the names
                 log.warning("%s: refused a caller whose client certificate names %s (allowed: %s)", route,
                             certs.client_names(self._peercert(request)) or "nothing",
                             ", ".join(sorted(self.client_names)))
                 return web.Response(status=403, text="forbidden: this webhook serves the API server only")
             if request.method != "POST":
                 return web.Response(status=405, headers={"Allow": "POST"})
-            return await self._handle(request, route)
+            return await self._handle(request, route, verified)
         if request.path == "/healthz":
             return web.Response(text="ok")
         return web.Response(status=404, text="not found: the webhooks are POST /validate and POST /mutate")
@@ -343,8 +565,26 @@ class WebhookServer:
         sslobj = request.transport.get_extra_info("ssl_object") if request.transport is not None else None
         return sslobj.getpeercert() if sslobj is not None else None
 
-    def _caller_allowed(self, request: web.BaseRequest) -> bool:
-        return any(n in self.client_names for n in certs.client_names(self._peercert(request)))
+    def _required(self) -> bool:
+        return self.ssl_context is not None and self.ssl_context.verify_mode == ssl.CERT_REQUIRED
+
+    def verified(self, request: web.BaseRequest) -> bool:
+        """The caller presented a client certificate the context verified (client verification on) and, with
+        client names, one naming one of them: the API server. Without verification nobody is. Decided once per
+        connection, after its handshake (``_LimitedServer._handshake``)."""
+        conn = getattr(request.protocol, "_conn", None)
+        if isinstance(conn, _Conn):
+            return conn.verified
+        return self._transport_verified(request.transport)
+
+    def _transport_verified(self, transport: Any) -> bool:
+        if self.ssl_context is None or self.ssl_context.verify_mode == ssl.CERT_NONE or transport is None:
+            return False
+        sslobj = transport.get_extra_info("ssl_object")
+        cert = sslobj.getpeercert() if sslobj is not None else None
+        if not cert:
+            return False
+        return not self.client_names or any(n in self.client_names for n in certs.client_names(cert))
 
     async def _read_body(self, request: web.BaseRequest) -> tuple[bytes, bool, bool]:
         """(body, too_large, whole body read). Of a body over the limit only the first UID_PREFIX bytes are kept;
@@ -376,7 +616,7 @@ class WebhookServer:
             return data[:UID_PREFIX], True, True
         return data, False, True
 
-    async def _handle(self, request: web.BaseRequest, webhook: str) -> web.StreamResponse:
+    async def _handle(self, request: web.BaseRequest, webhook: str, verified: bool = True) -> web.StreamResponse:
         try:
             content = request.content
             declared = request.content_length
@@ -406,8 +646,10 @@ class WebhookServer:
             if not whole:
                 resp.force_close()  # the rest of the body is not read: the connection cannot be reused
             return resp
+        # every read on the object's behalf (ConfigMaps, the hub cache) is for the verified API server only
+        lookup = self.lookup if verified else unverified_lookup
         async with self._reviews:
-            doc = await admission.areview(raw, configs_lookup=self.lookup, webhook=webhook, policy=self.policy)
+            doc = await admission.areview(raw, configs_lookup=lookup, webhook=webhook, policy=self.policy)
         r = doc.get("response") or {}
         if not r.get("allowed"):
             log.info("%s: refused review %s: %s", webhook, r.get("uid") or "-",
@@ -416,12 +658,13 @@ class WebhookServer:
 
     async def start(self) -> None:
         lim = self.limits
-        web_server = _LimitedServer(self._dispatch, lim, access_log=None, keepalive_timeout=lim.idle_timeout,
-                                    lingering_time=0)
+        web_server = _LimitedServer(self._dispatch, lim, self.ssl_context, access_log=None,
+                                    keepalive_timeout=lim.idle_timeout, lingering_time=0)
+        web_server.is_verified = self._transport_verified
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            web_server, self.addr or None, self.port, ssl=self.ssl_context, backlog=256, reuse_address=True,
-            ssl_handshake_timeout=lim.header_timeout if self.ssl_context is not None else None)
+        # plain TCP: the gate counts each connection against its client before the TLS handshake (start_tls)
+        self._server = await loop.create_server(web_server.gate, self.addr or None, self.port, backlog=256,
+                                                reuse_address=True)
         self._web = web_server
         if not self.port:  # port 0: pick up the one the OS chose
             self.port = self._server.sockets[0].getsockname()[1]
@@ -482,15 +725,24 @@ class WebhookRuntime:
                                         dns_names=certs.service_dns_names(s.services), configuration=s.configuration)
         while not await self._refresh_tls():
             await asyncio.sleep(min(self.BIND_RETRY, s.cert_check_seconds))
-        while s.client_ca:  # callers must present the API server's client certificate: never serve without it
+        names = list(s.client_names)
+        while s.verifies_clients:
             try:
-                certs.require_client_certs(self.ctx, s.client_ca)
+                names = await self._load_client_ca()
                 break
-            except (OSError, ssl.SSLError) as e:
-                log.error("webhook TLS: cannot load the client CA %s (%s); not serving until it loads", s.client_ca, e)
+            except (OSError, ssl.SSLError, KubeError, ValueError, asyncio.TimeoutError) as e:
+                if s.client_optional:  # serve now: every caller is answered from its object alone until it loads
+                    log.error("webhook TLS: cannot load the client CA from %s (%s); every caller is answered from "
+                              "its object alone until it loads (retried every %ss)", self._ca_source(), e,
+                              s.cert_check_seconds)
+                    self._ca_pending = True
+                    break
+                # callers must present the API server's client certificate: never serve without it
+                log.error("webhook TLS: cannot load the client CA from %s (%s); not serving until it loads",
+                          self._ca_source(), e)
                 await asyncio.sleep(self.BIND_RETRY)
         self.server = WebhookServer(lookup=self.lookup, ssl_context=self.ctx, addr=s.addr, port=s.port,
-                                    client_names=s.client_names)
+                                    client_names=names)
         while True:
             try:
                 await self.server.start()
@@ -502,7 +754,7 @@ class WebhookRuntime:
                  self.server.port,
                  f"certificate from {s.cert_dir}" if s.cert_dir else f"self-signed, Secret {s.namespace}/{s.secret}"
                  if s.namespace else "self-signed, in memory",
-                 f"callers need a client certificate from {s.client_ca}" if s.client_ca else "any caller")
+                 self._callers_line(names))
         synced = await self._sync_bundle() and not self._bundle_differs()
         self.ready.set()
         if self.tls is not None and self.tls.configuration and self.kube is not None:
@@ -529,6 +781,8 @@ class WebhookRuntime:
                 await self._refresh_tls()
                 changed = self.loaded != before
                 next_tls = loop.time() + s.cert_check_seconds
+                if self._ca_pending:
+                    await self._retry_client_ca()
             if woken or changed or loop.time() >= next_bundle:
                 ok = await self._sync_bundle()
                 if ok and not self._bundle_differs():
@@ -537,6 +791,57 @@ class WebhookRuntime:
                 else:  # the patch failed or the configuration changed under it: again soon
                     next_bundle = loop.time() + backoff
                     backoff = min(backoff * 2, self.RETRY_MAX)
+
+    CLUSTER_CA = ("kube-system", "extension-apiserver-authentication")  # what kube-apiserver publishes
+    CLUSTER_CA_KEY = "requestheader-client-ca-file"  # the front-proxy CA (its client certificate: front-proxy-client)
+    CLUSTER_NAMES_KEY = "requestheader-allowed-names"  # a JSON list; empty: any certificate of that CA
+    _ca_pending = False
+
+    def _ca_source(self) -> str:
+        s = self.settings
+        return s.client_ca or f"ConfigMap {'/'.join(self.CLUSTER_CA)} key {self.CLUSTER_CA_KEY}"
+
+    def _callers_line(self, names: list[str]) -> str:
+        s = self.settings
+        if not s.verifies_clients:
+            return "no client certificate verification: every caller is answered from its object alone"
+        if self._ca_pending:
+            return f"the client CA ({self._ca_source()}) is not loaded yet: every caller is answered from its object alone"
+        who = f"a client certificate from {self._ca_source()}" + (f" naming {', '.join(names)}" if names else "")
+        return (f"callers with {who} get the full check, others the object-level one" if s.client_optional
+                else f"callers need {who}")
+
+    async def _load_client_ca(self) -> list[str]:
+        """Load the client CA into the serving context; the client names to require (the settings', else the
+        cluster's requestheader-allowed-names with the cluster's CA)."""
+        s = self.settings
+        if s.client_ca:
+            certs.require_client_certs(self.ctx, s.client_ca, optional=s.client_optional)
+            return list(s.client_names)
+        if self.kube is None:
+            raise ValueError("no API access to read it")
+        cm = await asyncio.wait_for(self.kube.get("ConfigMap", *self.CLUSTER_CA), LOOKUP_TIMEOUT * 5)
+        data = (cm or {}).get("data") or {}
+        pem = data.get(self.CLUSTER_CA_KEY)
+        if not cm or not pem:
+            raise ValueError("the cluster publishes no front-proxy CA there (kube-apiserver --requestheader-client-ca-file)")
+        names = list(s.client_names)
+        if not names:
+            got = json.loads(data.get(self.CLUSTER_NAMES_KEY) or "[]")
+            names = [n for n in got if isinstance(n, str)] if isinstance(got, list) else []
+        certs.require_client_certs(self.ctx, ca_pem=pem, optional=s.client_optional)
+        return names
+
+    async def _retry_client_ca(self) -> None:
+        try:
+            names = await self._load_client_ca()
+        except (OSError, ssl.SSLError, KubeError, ValueError, asyncio.TimeoutError) as e:
+            log.info("webhook TLS: the client CA still cannot be loaded (%s)", e)
+            return
+        self._ca_pending = False
+        if self.server is not None:
+            self.server.client_names = frozenset(names)
+        log.info("webhook TLS: client CA loaded: %s", self._callers_line(names))
 
     def _bundle_differs(self) -> bool:
         return self.tls is not None and any(self.tls.differs(kind) for kind, _ in certs.CONFIG_KINDS)

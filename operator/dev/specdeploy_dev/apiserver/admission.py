@@ -16,7 +16,9 @@ Mirrors k8s.io/apiserver/pkg/admission/plugin/webhook:
 - a denial: ``admission webhook "<name>" denied the request: <message>`` with the webhook's code
   (at least 400) and reason; warnings become ``Warning`` headers; a mutating webhook's JSONPatch
   is applied to the object;
-- ``dryRun``: webhooks whose ``sideEffects`` is not None/NoneOnDryRun refuse the request.
+- ``dryRun``: webhooks whose ``sideEffects`` is not None/NoneOnDryRun refuse the request;
+- the client certificate: the front-proxy one (frontproxy.py), on every HTTPS call, as a kube-apiserver whose
+  admission configuration names it for the webhook's Service presents it.
 """
 
 from __future__ import annotations
@@ -89,6 +91,7 @@ class Admission:
     def __init__(self, store: Any):
         self.store = store
         self._session: aiohttp.ClientSession | None = None
+        self._contexts: dict[str | None, ssl.SSLContext] = {}
 
     async def close(self) -> None:
         if self._session is not None:
@@ -183,6 +186,19 @@ class Admission:
             request["subResource"] = ctx.sub
         return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
 
+    def _client_context(self, pem: str | None) -> ssl.SSLContext:
+        """The TLS client context for a caBundle (kept: one per bundle), presenting the front-proxy certificate."""
+        ctx = self._contexts.get(pem)
+        if ctx is None:
+            ctx = ssl.create_default_context(cadata=pem) if pem else ssl.create_default_context()
+            front_proxy = getattr(getattr(self.store, "emulator", None), "front_proxy", None)
+            if front_proxy is not None:
+                front_proxy.present(ctx)
+            if len(self._contexts) > 64:
+                self._contexts.clear()
+            self._contexts[pem] = ctx
+        return ctx
+
     def _endpoint(self, hook: JSON) -> tuple[str, str | None, str | None]:
         """(URL to connect to, TLS server name, PEM CA bundle)."""
         cfg = hook.get("clientConfig") or {}
@@ -221,7 +237,7 @@ class Admission:
             url, server_name, pem = self._endpoint(hook)
             sslctx: ssl.SSLContext | bool = True
             if url.startswith("https://"):
-                sslctx = ssl.create_default_context(cadata=pem) if pem else ssl.create_default_context()
+                sslctx = self._client_context(pem)
             if self._session is None:
                 self._session = aiohttp.ClientSession()
             sep = "&" if "?" in url else "?"

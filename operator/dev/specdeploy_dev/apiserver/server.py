@@ -24,6 +24,7 @@ from kmock._internal import apps as _kmock_apps
 
 from .common import ApiError, JSON, _clone, _meta
 from .faults import FaultInjector
+from .frontproxy import FrontProxy
 from .resources import ResourceInfo
 from .rest import RestMixin, _json_response, _parse_path
 from .storage import Store
@@ -47,6 +48,8 @@ class Emulator(kmock.KubernetesEmulator):
     history_limit: int = 64
     watch_log_size: int = 5000
     seed_namespaces: tuple[str, ...] = ("default", "kube-system", "kube-public")
+    # the client certificate presented to webhooks, its CA published in kube-system (frontproxy.py)
+    front_proxy: FrontProxy = attrs.field(factory=FrontProxy.generate)
     _st: Any = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -56,6 +59,9 @@ class Emulator(kmock.KubernetesEmulator):
         for ns in self.seed_namespaces:
             self._st.create(self._st.resources[("", "v1", "namespaces")], None,
                             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        if "kube-system" in self.seed_namespaces:
+            cm = self.front_proxy.configmap()
+            self._st.create(self._st.resources[("", "v1", "configmaps")], "kube-system", cm)
 
     # ---- public in-process API (call it on the server's event loop thread) ----
 
@@ -388,6 +394,7 @@ def main(argv: list[str] | None = None) -> int:
         server = await start(args.port, args.host)
         settle_gc()
         write_kubeconfig(args.kubeconfig, server.url, args.namespace)
+        server.emulator.front_proxy.write(os.path.dirname(os.path.abspath(args.kubeconfig)))
         print(server.url, flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
