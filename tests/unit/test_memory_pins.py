@@ -239,7 +239,7 @@ def test_to_dict_of_a_real_config_by_hand():
                        pool_bytes=-5.0, context=7, concurrency=1)
     d = p.to_dict()
     assert d["targetKvKiBPerToken"] == 15.6 and d["drafterKvKiBPerToken"] == 1.0 and d["kvPoolGiB"] == 0.0
-    assert d["drafterWeightGiB"] == 0.11 and d["drafterCapacityShare"] == 0.0
+    assert d["drafterWeightGiB"] == 0.11 and d["drafterCapacityShare"] == 1.0  # no pool left with it
 
 
 def test_per_token_at_context_zero_is_zero():
