@@ -268,3 +268,31 @@ def test_gib_text(n, text):
                                     (10_000, "10K"), (9_999, "9999"), (0, "0")])
 def test_tokens_text(n, text):
     assert mem.tokens(n) == text
+
+
+def test_second_run_survivors():
+    """The non-equivalent survivors of the second memory run (docs/concepts/testing.md)."""
+    # default head count hidden // 128 with the KV heads given: 1280 // 128 = 10 heads of 128 (not 9 of 142)
+    assert _tkv(_doc(hidden_size=1280, num_key_value_heads=8)).per_token == 2 * 2 * 8 * 128 * 2
+    assert _tkv(_doc(hidden_size=64, num_key_value_heads=1)).per_token == 2 * 2 * 1 * 64 * 2  # one head of 64
+    # an index_head_dim without index_topk is no indexer (vLLM deepseek_v2.py: is_v32 = hasattr(config, "index_topk"))
+    mla = _doc(hidden_size=7168, num_attention_heads=128, num_hidden_layers=3, kv_lora_rank=512, qk_rope_head_dim=64)
+    assert _tkv({**mla, "index_head_dim": 128}).per_token == 3 * 576 * 2
+    # linear_attn_config's head count, not the attention heads (32)
+    base = _doc(hidden_size=4096, num_attention_heads=32, num_key_value_heads=8, num_hidden_layers=2)
+    k = _tkv({**base, "layer_types": ["linear_attention", "full_attention"],
+              "linear_attn_config": {"num_heads": 16, "head_dim": 128}})
+    assert k.per_sequence == 16 * 128 * 128 * 4
+    # the drafter's head_dim from hidden // heads (integer): 4096 // 24 = 170
+    assert _dkv({"head_dim": None, "num_attention_heads": 24}, draft_window=None,
+                native_window=None).per_token == 5 * 2 * 8 * 170 * 2
+    assert _dkv({"head_dim": None, "num_attention_heads": None}, draft_window=None, native_window=None) is None
+    assert _dkv({"num_key_value_heads": None, "num_attention_heads": None}, draft_window=None,
+                native_window=None) is None
+    # the plan keeps the GPU memory it was given
+    assert mem.plan("vllm", 96e9, 1, 0, 0, mem.KvShape(per_token=1.0), None, 10).gpu_memory_bytes == 96e9
+    assert mem.tokens(1_235_000) == "1.24M"
+    # --chunked-prefill-size <= 0 (chunking off: SGLang then sizes activations from max_prefill_tokens) is not
+    # modelled: the GPU's default chunk stays (docs/concepts/memory.md "Not modelled")
+    assert mem.sglang_reserved_mib(H100_MIB, 1, chunked_prefill_size=0) == 13904
+    assert mem.sglang_reserved_mib(H100_MIB, 1, chunked_prefill_size=-1) == 13904
