@@ -83,3 +83,90 @@ def test_sglang_reads_the_inkling_mtp_depth_from_n_layers():
     doc["text_config"]["num_nextn_predict_layers"] = 1
     _, _, der = gate("mtp", "sglang", None, doc)
     assert der["mtpLayers"] == 3
+
+
+# ----------------------------------------------------------------- the survivors of tools/mutation.sh -f mtp.py
+
+def _where(fs, code):
+    (f,) = [f for f in fs if f.code == code]
+    assert f.message.strip()
+    return f.source.value, f.path
+
+
+def test_mtp_findings_name_the_field_to_fix():
+    """Each MTP finding names the source and the JSONPath (or spec path) the user edits."""
+    fs, _, _ = gate("mtp", "vllm", None, DS, t_edit={("num_nextn_predict_layers",): 0})
+    assert _where(fs, "MtpLayersMissing") == ("target", "$.num_nextn_predict_layers")
+    fs, _, _ = gate("mtp", "sglang", None, DS, t_edit={("num_nextn_predict_layers",): None})
+    assert _where(fs, "MtpLayersMissing")[1] == "$.num_nextn_predict_layers"
+    fs, _, _ = gate("mtp", "vllm", None, DS, t_edit={("num_nextn_predict_layers",): 2}, steps=3)
+    assert _where(fs, "MtpStepsNotMultiple") == ("spec", "spec.speculation.mtp.steps")
+    fs, _, _ = gate("mtp", "vllm", None, DS, steps=2)
+    assert _where(fs, "MtpStepsReuseLayers") == ("spec", "spec.speculation.mtp.steps")
+    fs, _, _ = gate("mtp", "sglang", None, DS, t_edit={("architectures",): ["Qwen3ForCausalLM"]})
+    assert _where(fs, "MtpUnsupportedByEngine") == ("target", "$.architectures[0]")
+    fs, _, _ = gate("mtp", "vllm", None, DS, t_edit={("model_type",): "qwen3", ("architectures",): ["Qwen3ForCausalLM"]})
+    assert _where(fs, "MtpUnsupportedByEngine") == ("target", "$.architectures[0]")
+    # a text_config model: the field under the language config
+    q = _qwen35()
+    del q["text_config"]["mtp_num_hidden_layers"]
+    fs, _, _ = gate("mtp", "vllm", None, q)
+    assert _where(fs, "MtpLayersMissing")[1] == "$.text_config.mtp_num_hidden_layers"
+    q["mtp_num_hidden_layers"] = 0  # a wrapper-level field
+    fs, _, _ = gate("mtp", "vllm", None, q)
+    assert _where(fs, "MtpLayersMissing")[1] == "$.mtp_num_hidden_layers"
+    fs, _, _ = gate("mtp", "vllm", None, _inkling({"num_nextn_predict_layers": 0}))
+    assert _where(fs, "MtpLayersMissing")[1] == "$.mtp_config.num_nextn_predict_layers"
+
+
+def _qwen35() -> dict:
+    from test_method_gates import load
+
+    q = load("qwen3.5-27b.target.json")
+    q["text_config"]["mtp_num_hidden_layers"] = 1
+    return q
+
+
+def test_vllm_refuses_deepseek_v41_mtp_with_its_own_reason():
+    """config/speculative.py: model_type deepseek_v41 with method mtp raises "no classic-MTP draft ... Use
+    speculative method 'dspark'" (not the generic unsupported-method error)."""
+    fs, _, _ = gate("mtp", "vllm", None, DS, t_edit={("model_type",): "deepseek_v41"})
+    (f,) = [f for f in fs if f.code == "MtpUnsupportedByEngine"]
+    assert f.path == "$.model_type" and "dspark" in f.message
+
+
+@pytest.mark.parametrize("value", ["2", True, 2.0])
+def test_mtp_layer_counts_are_integers(value):
+    fs, _, _ = gate("mtp", "vllm", None, DS, t_edit={("num_nextn_predict_layers",): value})
+    assert "MtpLayersMissing" in codes(fs, "error")
+
+
+def test_vllm_reads_each_models_own_layer_field():
+    """hf_config_override: qwen3_5 reads mtp_num_hidden_layers (not num_nextn_predict_layers); MiMo-V2 uses only its
+    first MTP layer (_MIMO_V2_*_NUM_MTP_LAYERS), whatever the config declares; exaone4_5* by substring."""
+    q = _qwen35()
+    q["text_config"]["num_nextn_predict_layers"] = 3
+    _, _, der = gate("mtp", "vllm", None, q)
+    assert der["mtpLayers"] == 1
+    mimo = {"architectures": ["MiMoV2FlashForCausalLM"], "model_type": "mimo_v2_flash", "num_hidden_layers": 48,
+            "hidden_size": 4096, "num_nextn_predict_layers": 3}
+    fs, _, der = gate("mtp", "vllm", None, mimo, steps=2)
+    assert der["mtpLayers"] == 1 and der["mtpArchitecture"] == "MiMoV2MTPModel"
+    assert "MtpStepsReuseLayers" in codes(fs, "warning") and "MtpStepsNotMultiple" not in codes(fs)
+    ex = {"architectures": ["Exaone4_5ForConditionalGeneration"], "model_type": "exaone4_5_vl",
+          "num_hidden_layers": 32, "hidden_size": 4096, "num_nextn_predict_layers": 1}
+    fs, _, der = gate("mtp", "vllm", None, ex)
+    assert not codes(fs, "error") and der["mtpArchitecture"] == "Exaone4_5_MTP"
+
+
+def test_sglang_caps_only_its_one_layer_rows():
+    """SGLang configs/model_config.py _config_draft_model forces num_nextn_predict_layers = 1 only for some rows
+    (MtpLayersCapped, info); DeepSeek V3's NextN keeps the target's count, and vLLM caps nothing."""
+    fs, _, der = gate("mtp", "sglang", None, DS, t_edit={("num_nextn_predict_layers",): 3})
+    assert "MtpLayersCapped" not in codes(fs) and der["mtpArchitecture"] == "DeepseekV3ForCausalLMNextN"
+    fs, _, _ = gate("mtp", "vllm", None, "glm-5.3-flash.target.json", t_edit={("text_config", "num_nextn_predict_layers"): 2})
+    assert "MtpLayersCapped" not in codes(fs)
+    fs, _, _ = gate("mtp", "sglang", None, "glm-5.3-flash.target.json", t_edit={("text_config", "num_nextn_predict_layers"): 1})
+    assert "MtpLayersCapped" not in codes(fs)
+    fs, _, _ = gate("mtp", "sglang", None, "glm-5.3-flash.target.json", t_edit={("text_config", "num_nextn_predict_layers"): 2})
+    assert _where(fs, "MtpLayersCapped") == ("target", "$.text_config.num_nextn_predict_layers")

@@ -188,9 +188,6 @@ def check_mtp(t: TargetConfig | None, o, steps: int | None, out: _Out) -> dict:
 
 
 def steps_of(o: Any) -> int | None:
-    """The MTP steps the spec asks for (typed knob, read defensively while the API lands)."""
-    for name in ("mtp_steps", "num_speculative_tokens", "steps"):
-        v = getattr(o, name, None)
-        if isinstance(v, int) and not isinstance(v, bool):
-            return v
-    return None
+    """The MTP steps the spec asks for (Options.steps: spec.speculation.mtp.steps, the CLI's --steps)."""
+    v = getattr(o, "steps", None)
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
