@@ -170,3 +170,15 @@ def test_sglang_caps_only_its_one_layer_rows():
     assert "MtpLayersCapped" not in codes(fs)
     fs, _, _ = gate("mtp", "sglang", None, "glm-5.3-flash.target.json", t_edit={("text_config", "num_nextn_predict_layers"): 2})
     assert _where(fs, "MtpLayersCapped") == ("target", "$.text_config.num_nextn_predict_layers")
+
+
+def test_deepseek_v41_refusal_is_the_targets():
+    fs, _, _ = gate("mtp", "vllm", None, DS, t_edit={("model_type",): "deepseek_v41"})
+    assert _where(fs, "MtpUnsupportedByEngine") == ("target", "$.model_type")
+
+
+@pytest.mark.parametrize("steps", ["3", True, 3.0])
+def test_steps_that_are_not_an_integer_are_not_judged(steps):
+    """Options.steps is an integer (the schema's); anything else is no steps request, never an exception."""
+    fs, _, _ = gate("mtp", "vllm", None, DS, t_edit={("num_nextn_predict_layers",): 2}, steps=steps)
+    assert not codes(fs) & {"MtpStepsNotMultiple", "MtpStepsReuseLayers"}
