@@ -421,3 +421,71 @@ def test_a_hand_edited_status_rollout_does_not_fail_the_reconcile(stable):
                                                       "analysis": "lots", "refusedRevision": 7}})
     assert plan.rollout.status["phase"] == "Progressing"
     assert "decision" not in plan.rollout.status and "analysis" not in plan.rollout.status
+
+
+# ----------------------------------------------------------------- issue 43: the probe and the stable's status
+
+DIFFER = ro.Probe(prompts=4, identical=3, errors=0, message="prompt 2: 'Paris' vs 'Lyon'")
+
+
+def test_greedy_outputs_that_differ_roll_the_canary_back(stable):
+    """Speculative decoding is lossless: at temperature 0 the canary must answer exactly as the stable does while
+    the target model and the engine are the same (only the drafter changed here), whatever its acceptance."""
+    _, children, new = stable
+    both, rev = _running(new, children)
+    plan = plan_of(new, both, monitor=monitor(rev, 3.7, 3.8, probe=DIFFER))
+    assert plan.rollout.condition[:2] == ("False", "OutputsDiffer")
+    assert "1 of 4 probe prompts" in plan.rollout.condition[2] and "Lyon" in plan.rollout.condition[2]
+    assert plan.rollout.status["phase"] == "RolledBack"
+    # the same analysis with identical outputs promotes
+    assert plan_of(new, both, monitor=monitor(rev, 3.7, 3.8)).rollout.status["phase"] == "Promoting"
+
+
+@pytest.mark.parametrize("change", [{"engine": {"image": "registry.example/runtime:vllm-0.33.0-custom"}},
+                                    {"engine": {"version": "0.33.1"}}], ids=["engine image", "engine version"])
+def test_an_engine_change_is_not_judged_by_identical_outputs(change):
+    """Another engine build may legitimately change greedy outputs (kernels, numerics): with the image or the
+    engine version changed the probe's differences are not a rollback reason (core/rollout.judge
+    ``compare_outputs=False``), and the verdict says the outputs were not compared."""
+    old = plan_of(BASE)
+    children = live(old)
+    new = respec(BASE, change)
+    both, rev = _running(new, children)
+    plan = plan_of(new, both, monitor=monitor(rev, 3.7, 3.8, probe=DIFFER))
+    assert plan.rollout.status["phase"] == "Promoting", plan.rollout.condition
+    assert "outputs not compared" in plan.rollout.status["decision"]["message"]
+
+
+def test_a_stable_status_of_an_older_generation_is_not_rolled(stable):
+    """Deployment status counts describe spec generation status.observedGeneration; until the controller has
+    observed the promoted template (observedGeneration < metadata.generation) updatedReplicas/readyReplicas are the
+    old ReplicaSet's (kubectl rollout status waits for ``Generation <= ObservedGeneration`` first:
+    kubectl/pkg/polymorphichelpers/rollout_status.go). The canary stays until the new template is really rolled."""
+    old, children, new = stable
+    both, rev = _running(new, children)
+    plan = plan_of(new, both, monitor=monitor(rev, 3.7, 3.8))
+    assert plan.rollout.status["phase"] == "Promoting"
+    promoted = live(plan)
+    dep = promoted[("Deployment", NAME)]
+    dep["metadata"]["generation"], dep["status"]["observedGeneration"] = 2, 1  # the write is not observed yet
+    done = {**both, ("Deployment", NAME): dep, ("ConfigMap", f"{NAME}-engine"): promoted[("ConfigMap", f"{NAME}-engine")]}
+    stale = plan_of(new, done, status={"rollout": plan.rollout.status}, monitor=monitor(rev, 3.7, 3.8))
+    assert stale.rollout.status["phase"] == "Promoting"
+    assert ("Deployment", f"{NAME}-canary") not in stale.delete
+    dep["status"]["observedGeneration"] = 2  # observed: now it is rolled
+    final = plan_of(new, done, status={"rollout": plan.rollout.status}, monitor=monitor(rev, 3.7, 3.8))
+    assert final.rollout.status["phase"] == "Stable" and ("Deployment", f"{NAME}-canary") in final.delete
+
+
+def test_a_target_change_is_not_judged_by_identical_outputs():
+    """A new target revision (other weights) changes greedy outputs by design: not compared either."""
+    old = plan_of(BASE)
+    children = live(old)
+    new = respec(BASE, {"target": {"revision": "v2"}})
+    commits = ("b" * 40, "c" * 40)
+    first = plan_of(new, children, commits=commits)
+    both = {**children, **{k: v for k, v in live(first, created=NOW - 120).items() if k[1].startswith(f"{NAME}-canary")}}
+    rev = first.rendered.revision
+    plan = plan_of(new, both, monitor=monitor(rev, 3.7, 3.8, probe=DIFFER), commits=commits)
+    assert plan.rollout.status["phase"] == "Promoting", plan.rollout.condition
+    assert "outputs not compared" in plan.rollout.status["decision"]["message"]

@@ -51,7 +51,7 @@ def test_sglang_row_matches_recorded_facts(version):
     doc = facts("sglang", version)
     row = eng.SGLANG.release_for(version)
     if row is None:
-        return
+        pytest.skip(f"sglang {version} has no table row (no DFlash: test_dflash_presence_matches_the_table)")
     assert f(doc, "sliding_window", "native") == row.native_draft_window
     if row.native_draft_window:
         # HF windows count the current token: SGLang stores window_left = sliding_window - 1 per sliding layer
@@ -79,7 +79,7 @@ def test_canonical_layout_is_sglangs(version):
     doc = facts("sglang", version)
     table = f(doc, "default_layer_ids")
     if table is None:
-        return
+        pytest.skip(f"sglang {version}: no default_layer_ids recorded (the release has no default DFlash layout)")
     assert table, version
     for key, want in table.items():
         n, k = (int(x) for x in key.split(","))
@@ -94,7 +94,7 @@ def test_canonical_layout_is_sglangs(version):
 def test_sglang_target_classes_capture_layer_outputs(version):
     doc = facts("sglang", version)
     if not f(doc, "dflash"):
-        return
+        pytest.skip(f"sglang {version} has no DFlash: no target capture recorded")
     cap = f(doc, "target_capture")
     # the targets of the examples: hidden state after layer id (+1), and what each class refuses
     assert cap["Qwen3ForCausalLM"]["offset"] == 1
@@ -108,7 +108,7 @@ def test_vllm_row_matches_recorded_facts(version):
     doc = facts("vllm", version)
     row = eng.VLLM.release_for(version)
     if row is None:
-        return
+        pytest.skip(f"vllm {version} has no table row (no DFlash: test_dflash_presence_matches_the_table)")
     assert f(doc, "layer_ids_offset", "v1") == row.layer_ids_offset
     v2 = f(doc, "layer_ids_offset", "v2")
     assert v2 in (None, row.layer_ids_offset)

@@ -430,12 +430,30 @@ def test_dspark_runs_the_dflash_layer_rules_once():
 
 
 def test_gates_never_raise_on_odd_json():
+    """Odd documents get well-formed findings (catalog codes at the catalog's severity, a path, a message),
+    never an exception; what can be judged still is: an MTP target without MTP layers or architecture is refused,
+    a DSpark drafter's unreadable markov_rank is refused on SGLang, a drafter of another family is a mismatch."""
+    from specdeploy.core.findings import Finding, Source
+
     for d in (None, [], "x", {"architectures": "LlamaForCausalLMEagle3"}, {"eagle_config": [1]},
               {"architectures": ["LlamaForCausalLMEagle3"], "eagle_aux_hidden_state_layer_ids": ["a", 1]},
               {"architectures": ["DSparkDraftModel"], "dflash_config": {"markov_rank": "x"}}):
         for m in ("eagle3", "dspark", "dflash2", "mtp", "dflash"):
             for e in ("vllm", "sglang", None):
-                gate(m, e, d, {"num_hidden_layers": "x"} if d else [], gpu=None)
+                fs, _, der = gate(m, e, d, {"num_hidden_layers": "x"} if d else [], gpu=None)
+                assert isinstance(fs, list) and isinstance(der, dict)
+                for f in fs:
+                    assert isinstance(f, Finding) and f.code in CATALOG, f
+                    assert isinstance(f.source, Source) and isinstance(f.path, str) and f.path
+                    assert isinstance(f.message, str) and f.message.strip()
+                    assert f.severity.value == CATALOG[f.code].severity, f
+                if m == "mtp" and d not in (None, []):
+                    assert codes(fs, "error") & {"MtpUnsupportedByEngine", "MtpLayersMissing"}, (d, e)
+                if m == "dspark" and e == "sglang" and isinstance(d, dict) and "dflash_config" in d:
+                    assert "DSparkMarkovConfigInvalid" in codes(fs, "error")
+                if isinstance(d, dict) and isinstance(d.get("architectures"), list) and m != "mtp" and \
+                        ("DSpark" in d["architectures"][0]) != (m == "dspark"):
+                    assert "MethodFamilyMismatch" in codes(fs, "error"), (d, m, e)
 
 
 # ------------------------------------------------------------------ the whole analysis and the CLI

@@ -704,3 +704,19 @@ def test_step_requests_are_acted_on_once():
                                           ("", None)])
 def test_request_action(value, action):
     assert ro.request_action(value) == action
+
+
+def test_a_ratio_exactly_at_its_floor_passes_despite_float_rounding():
+    """spec.rollout.analysis.minAcceptanceRatio is a floor the canary may reach: canary tau >= ratio x stable tau
+    passes. Counters where that holds exactly in integers (1827/2030 = 0.9 = 9/10) but the float division rounds
+    down (2.827 / 3.03 = 0.8999999999999999) still promote (issue 43: the epsilon of _below_floor)."""
+    stable = ro.Totals(pods=1, drafts=1000, accepted_tokens=1030, output_tokens=1000, running_request_seconds=100,
+                       requests=100)
+    canary = ro.Totals(pods=1, drafts=1000, accepted_tokens=827, output_tokens=1000, running_request_seconds=100,
+                       requests=100)
+    assert canary.tau() / stable.tau() < 0.9  # the float rounding this guards against
+    v = J(stable, canary)
+    assert v.decision == "Promote", v.message
+    # one accepted token fewer is really below the floor
+    canary.accepted_tokens = 826
+    assert J(stable, canary).reason == "AcceptanceBelowStable"

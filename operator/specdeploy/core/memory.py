@@ -21,10 +21,12 @@ The KV pool per GPU:
 - vLLM: ``gpu_memory_utilization`` (0.92 in 0.33: ``vllm/config/cache.py`` ``CacheConfig``) of the GPU for
   weights, activations and KV; the activation peak is profiled at start-up, estimated here as
   ``VLLM_ACTIVATION_RESERVE``;
-- SGLang: ``mem_fraction_static = (GPU - reserved) / GPU`` for weights and KV, with ``reserved`` from
-  ``sglang/srt/arg_groups/memory_hook.py`` ``handle_gpu_memory_settings`` (0.5.23): 512 MiB + 1.5 MiB per
-  chunked-prefill token (8192 by default on these GPUs) + tp/8 GiB + CUDA-graph buffers, at least 10 GiB on a
-  GPU over 60 GiB.
+- SGLang: ``mem_fraction_static = round((GPU - reserved) / GPU, 3)`` of the GPU for weights and KV, with
+  ``reserved`` from ``sglang/srt/arg_groups/memory_hook.py`` ``handle_gpu_memory_settings`` (0.5.23, its default
+  path; ``sglang_reserved_mib``): 512 MiB + 1.5 MiB per chunked-prefill token + tp/8 GiB + the CUDA-graph
+  buffers (``reserve_for_graph_mb``), at least 10 GiB on a GPU over 60 GiB. The chunked-prefill size and the
+  decode graph's batch size default by GPU memory; at those defaults a GPU over 60 GiB reserves 12.5 GiB or more,
+  so the floor binds only when ``--chunked-prefill-size`` is lowered (extraArgs).
 """
 
 from __future__ import annotations
@@ -39,8 +41,7 @@ KV_BYTES = 2  # kv_cache_dtype "auto" = the model dtype (16-bit); fp8 KV is an e
 LINEAR_STATE_BYTES = 4  # linear-attention recurrent state is kept in float32
 VLLM_GPU_MEMORY_UTILIZATION = 0.92  # vllm/config/cache.py CacheConfig.gpu_memory_utilization (0.33)
 VLLM_ACTIVATION_RESERVE = 2 * 2**30  # per GPU: profiled activation peak + CUDA graphs (estimate)
-SGLANG_CHUNKED_PREFILL = 8192  # sglang server_args: chunked_prefill_size on >= 80 GB GPUs
-SGLANG_GRAPH_RESERVE_MIB = 512  # reserve_for_graph_mb: decode max_bs x 2 MiB at the default max_bs
+SGLANG_FLOOR_MIB = 10 * 1024  # handle_gpu_memory_settings: reserved >= 10 GiB on a GPU over 60 GiB
 # A drafter that takes more than this share of the KV capacity (tokens the pool holds without it) warns.
 DRAFTER_CAPACITY_SHARE_WARN = 0.25
 MAX_CONTEXT_SEARCH = 1 << 26  # the largest context the search reports (64 Mi tokens)
@@ -138,14 +139,49 @@ def drafter_kv(d: DrafterConfig, layer_types: tuple[str, ...], *, draft_window: 
     return KvShape(per_layer * (L - sliding), windowed, 0.0)
 
 
-def kv_pool_bytes(engine: str | None, gpu_memory_bytes: float, gpu_count: int, weight_bytes: float) -> float:
+def _sglang_defaults(gpu_mib: float, tp: int) -> tuple[int, int]:
+    """(chunked_prefill_size, decode CUDA-graph max_bs) SGLang picks by GPU memory (handle_gpu_memory_settings)."""
+    if gpu_mib < 20 * 1024:
+        return 2048, 8
+    if gpu_mib < 35 * 1024:
+        return 4096, 48 if tp < 4 else 160
+    if gpu_mib < 60 * 1024:
+        return 4096, 32 if tp < 4 else 160
+    if gpu_mib < 160 * 1024:
+        return 8192, 256 if tp < 4 else 512
+    return 16384, 512
+
+
+def _prefill_capture_sizes(max_bs: int) -> int:
+    """How many prefill CUDA graphs SGLang captures (cuda_graph_hook.py generate_prefill_cuda_graph_batch_sizes)."""
+    sizes = [*range(4, 33, 4), *range(48, 257, 16), *range(288, 513, 32), *range(576, 1025, 64),
+             *range(1280, 4097, 256), *range(4608, max_bs + 1, 512)]
+    return sum(1 for x in sizes if x <= max_bs)
+
+
+def sglang_reserved_mib(gpu_mib: float, tp: int, *, chunked_prefill_size: int | None = None,
+                        mla: bool = False) -> float:
+    """MiB per GPU SGLang leaves out of mem_fraction_static (memory_hook.py handle_gpu_memory_settings, its
+    default path: no post-capture KV sizing, pp 1, no DP attention or DeepEP): the activation slack of the
+    chunked prefill, the tp slack and the CUDA graphs (reserve_for_graph_mb: decode max_bs x 2 MiB; prefill
+    graphs 8 MiB each, 1.5 GiB with an MLA backend), at least SGLANG_FLOOR_MIB on a GPU over 60 GiB."""
+    chunk, max_bs = _sglang_defaults(gpu_mib, tp)
+    if chunked_prefill_size is not None and chunked_prefill_size > 0:
+        chunk = chunked_prefill_size
+    graphs = max_bs * 2 + (1.5 * 1024 if mla else 8 * _prefill_capture_sizes(chunk))
+    reserved = 512 + max(chunk, 2048) * 1.5 + tp / 8 * 1024 + graphs
+    if gpu_mib > 60 * 1024:
+        reserved = max(reserved, SGLANG_FLOOR_MIB)
+    return reserved
+
+
+def kv_pool_bytes(engine: str | None, gpu_memory_bytes: float, gpu_count: int, weight_bytes: float, *,
+                  chunked_prefill_size: int | None = None, mla: bool = False) -> float:
     """KV pool over the whole group after the weights (negative: the weights alone do not fit)."""
     if engine == "sglang":
-        gib = gpu_memory_bytes / 2**30
-        reserved_mib = 512 + 1.5 * SGLANG_CHUNKED_PREFILL + gpu_count / 8 * 1024 + SGLANG_GRAPH_RESERVE_MIB
-        if gib > 60:
-            reserved_mib = max(reserved_mib, 10 * 1024)
-        per_gpu = gpu_memory_bytes - reserved_mib * 2**20
+        gpu_mib = gpu_memory_bytes / 2**20
+        reserved = sglang_reserved_mib(gpu_mib, gpu_count, chunked_prefill_size=chunked_prefill_size, mla=mla)
+        per_gpu = round((gpu_mib - reserved) / gpu_mib, 3) * gpu_memory_bytes  # mem_fraction_static
     else:
         per_gpu = gpu_memory_bytes * VLLM_GPU_MEMORY_UTILIZATION - VLLM_ACTIVATION_RESERVE
     return per_gpu * gpu_count - weight_bytes
@@ -226,11 +262,12 @@ class MemoryPlan:
 
 def plan(engine: str | None, gpu_memory_bytes: float, gpu_count: int, target_weight_bytes: float,
          drafter_weight_bytes: float, target: KvShape, drafter: KvShape | None, context: int,
-         concurrency: int = 1) -> MemoryPlan | None:
+         concurrency: int = 1, *, chunked_prefill_size: int | None = None, mla: bool = False) -> MemoryPlan | None:
     if not (gpu_memory_bytes > 0 and gpu_count >= 1 and 1 <= context <= MAX_CONTEXT_SEARCH
             and math.isfinite(target_weight_bytes) and math.isfinite(drafter_weight_bytes)):
         return None  # a context past 64 Mi tokens (a config's own claim) gets no figures, never an overflow
-    pool = kv_pool_bytes(engine, gpu_memory_bytes, gpu_count, target_weight_bytes + drafter_weight_bytes)
+    pool = kv_pool_bytes(engine, gpu_memory_bytes, gpu_count, target_weight_bytes + drafter_weight_bytes,
+                         chunked_prefill_size=chunked_prefill_size, mla=mla)
     return MemoryPlan(engine or "vllm", gpu_count, gpu_memory_bytes, target_weight_bytes, drafter_weight_bytes,
                       target, drafter or KvShape(), pool, context, max(1, concurrency))
 

@@ -65,6 +65,16 @@ def _estimate(fn, cfg) -> float | None:
     return float(v) if v is not None and math.isfinite(v) else None
 
 
+def _int_flag(args: tuple[str, ...], flag: str) -> int | None:
+    """The last integer value of ``flag`` in extraArgs (``--flag N`` or ``--flag=N``); None when absent."""
+    value = None
+    for i, a in enumerate(args):
+        v = a[len(flag) + 1:] if a.startswith(flag + "=") else (args[i + 1] if a == flag and i + 1 < len(args) else None)
+        if v is not None and v.lstrip("-").isdigit():
+            value = int(v)
+    return value
+
+
 # a read-only TargetConfig (checker/parsed.py) and tensor-parallel size: the same KV shape (core/memo.py)
 _target_kv = by_identity(64, name="checker.target_kv")(mem.target_kv)
 
@@ -83,7 +93,9 @@ def _check_memory(d: DrafterConfig, t: TargetConfig | None, o: Options, prof, ty
     if tk is None or tk.empty:
         return None
     dk = mem.drafter_kv(d, types, draft_window=draft_window, native_window=native_window, tp=tp)
-    p = mem.plan(o.engine, prof.memory_bytes, o.gpu_count, tb, db or 0.0, tk, dk, served, o.concurrency or 1)
+    p = mem.plan(o.engine, prof.memory_bytes, o.gpu_count, tb, db or 0.0, tk, dk, served, o.concurrency or 1,
+                 chunked_prefill_size=_int_flag(o.extra_args, "--chunked-prefill-size"),
+                 mla=isinstance(t.text.get("kv_lora_rank"), int))
     if p is None:
         return None
     if o.engine is None or any(f.code == "WeightsExceedGpuMemory" for f in out.items):

@@ -44,6 +44,10 @@ VLLM_MTP: dict[str, tuple[str, tuple[str, ...]]] = {
     "longcat_flash": ("LongCatFlashMTPModel", _N), "step3p5": ("Step3p5MTP", _N), "step5": ("Step5MTP", _N),
     "hy_v3": ("HYV3MTPModel", _N), "hy_v4": ("HYV4MTPModel", _N),
     "minimax_m3_vl": ("MiniMaxM3MTP", ("num_mtp_modules",)), "glm5_next": ("Glm5NextMTPModel", _N),
+    # Inkling: the depth is read from the wrapper's mtp_config only (checkpoint_depths; < 1 raises "The Inkling
+    # checkpoint does not contain MTP weights")
+    "inkling_mm_model": ("InklingMTPModel", ("mtp_config.num_nextn_predict_layers",)),
+    "inkling_model": ("InklingMTPModel", ("mtp_config.num_nextn_predict_layers",)),
 }
 # model types vLLM refuses for mtp with its own message
 VLLM_MTP_REFUSED = {"deepseek_v41": "DeepSeek V4.1 has no classic-MTP draft (its mtp.* weights are DSpark stages); "
@@ -81,20 +85,31 @@ SGLANG_MTP: dict[str, tuple[str, bool]] = {
     "HYV3ForCausalLM": ("HYV3ForCausalLMNextN", True), "HYV4ForCausalLM": ("HYV4ForCausalLMNextN", True),
 }
 
-# Every field a released config uses for its MTP layer count (the siblings of num_nextn_predict_layers).
-MTP_FIELDS = ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_modules", "num_mtp_layers")
+# Every field a released config uses for its MTP layer count (the siblings of num_nextn_predict_layers); a
+# "mtp_config.KEY" entry is read from the wrapper's mtp_config (Inkling: SGLang configs/inkling.py InklingMMConfig
+# takes n_layers, vLLM config/speculative.py num_nextn_predict_layers).
+MTP_FIELDS = ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_modules", "num_mtp_layers",
+              "mtp_config.n_layers", "mtp_config.num_nextn_predict_layers")
+# SGLang configs/inkling.py InklingMMConfig: mtp_config.n_layers overrides text_config.num_nextn_predict_layers
+SGLANG_MTP_FIELDS = {"InklingForConditionalGeneration": ("mtp_config.n_layers", "num_nextn_predict_layers")}
+# vLLM runs these MTP heads as a chain: no "multiple times of forward on same MTP layer" warning (__post_init__)
+VLLM_MTP_CHAINED = frozenset({"step3p5", "step5", "inkling_mm_model", "inkling_model"})
+_WRAPPED = "mtp_config."
 
 
 def mtp_layers(t: TargetConfig, fields: tuple[str, ...] = MTP_FIELDS) -> tuple[int | None, str | None]:
-    """(MTP layer count, JSONPath) from the language config, then the wrapper; (None, None) when absent."""
-    for obj, base in ((t.text, t.root), (t.wrapper, "$")):
-        for key in fields:
-            v = obj.get(key) if isinstance(obj, dict) else None
+    """(MTP layer count, JSONPath) from the fields in order: each from the language config, then the wrapper
+    (``mtp_config.KEY``: the wrapper's mtp_config); (None, None) when absent."""
+    mc = t.wrapper.get("mtp_config") if isinstance(t.wrapper.get("mtp_config"), dict) else {}
+    for key in fields:
+        if key.startswith(_WRAPPED):
+            places = ((mc, "$.mtp_config", key[len(_WRAPPED):]),)
+        else:
+            places = ((t.text, t.root, key), (t.wrapper, "$", key))
+        for obj, base, k in places:
+            v = obj.get(k) if isinstance(obj, dict) else None
             if isinstance(v, int) and not isinstance(v, bool):
-                return v, jpath(base, key)
-    mc = t.wrapper.get("mtp_config") if isinstance(t.wrapper.get("mtp_config"), dict) else None
-    if mc and isinstance(mc.get("num_nextn_predict_layers"), int):
-        return mc["num_nextn_predict_layers"], "$.mtp_config.num_nextn_predict_layers"
+                return v, jpath(base, k)
     return None, None
 
 
@@ -144,8 +159,11 @@ def check_mtp(t: TargetConfig | None, o, steps: int | None, out: _Out) -> dict:
                     "load the target class itself as draft. Use a drafter method (eagle3, dflash) or ngram")
             return derived
         derived["mtpArchitecture"] = row[0]
+        if arch in SGLANG_MTP_FIELDS:
+            fields = SGLANG_MTP_FIELDS[arch]
+            n, path = mtp_layers(t, fields)
     if not n or n < 1:
-        where = path or jpath(t.root, fields[0])
+        where = path or ("$." + fields[0] if fields[0].startswith(_WRAPPED) else jpath(t.root, fields[0]))
         out.err("MtpLayersMissing", T, where,
                 f"the target declares no MTP layers ({' / '.join(fields)} "
                 f"{'is 0' if n == 0 else 'absent'} in {t.root}): there is no MTP head to draft with "
@@ -162,7 +180,7 @@ def check_mtp(t: TargetConfig | None, o, steps: int | None, out: _Out) -> dict:
                     f"{steps} steps over {n} MTP layers: vLLM requires a multiple of the layer count when it reuses "
                     f"them (config/speculative.py __post_init__ 'must be divisible by n_predict'); use {n} or a "
                     f"multiple of {n}")
-        elif steps > n:
+        elif steps > n and not (engine == "vllm" and t.model_type in VLLM_MTP_CHAINED):
             out.warn("MtpStepsReuseLayers", S, "spec.speculation.mtp.steps",
                      f"{steps} steps over {n} MTP layers run the same layers again: acceptance of the later positions "
                      f"drops (vLLM warns 'multiple times of forward on same MTP layer'); {n} is what the target trained")
@@ -170,9 +188,6 @@ def check_mtp(t: TargetConfig | None, o, steps: int | None, out: _Out) -> dict:
 
 
 def steps_of(o: Any) -> int | None:
-    """The MTP steps the spec asks for (typed knob, read defensively while the API lands)."""
-    for name in ("mtp_steps", "num_speculative_tokens", "steps"):
-        v = getattr(o, name, None)
-        if isinstance(v, int) and not isinstance(v, bool):
-            return v
-    return None
+    """The MTP steps the spec asks for (Options.steps: spec.speculation.mtp.steps, the CLI's --steps)."""
+    v = getattr(o, "steps", None)
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
