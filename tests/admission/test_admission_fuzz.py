@@ -16,11 +16,12 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from admission_helpers import KIMI, QWEN, ServerThread, configmap, example_configs, example_cr, review_request
+from admission_helpers import KIMI, QWEN, TEST_POLICY, ServerThread, configmap, example_configs, example_cr, review_request
 from specdeploy.api.types import SpeculativeDeployment
 from specdeploy.controller.admission import decode_patch
 from specdeploy.core.checker import analyze, check_options
 from specdeploy.core.findings import has_errors
+from specdeploy.core.policy import check_policy
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                         HealthCheck.too_slow])
@@ -97,7 +98,9 @@ def _object_level_ok(obj: dict) -> bool:
         cr = SpeculativeDeployment.model_validate(obj)
     except pydantic.ValidationError:
         return False
-    return not has_errors(check_options(cr.spec.options()))
+    # the server's tenancy policy refuses too (a model path of the pod without a claim: PolicyModelPathNotAllowed)
+    ns = (obj.get("metadata") or {}).get("namespace") or "default"
+    return not has_errors(check_options(cr.spec.options())) and not check_policy(cr.spec, TEST_POLICY, namespace=ns)
 
 
 # ---- CR specs: field values drawn from valid and invalid pools

@@ -19,7 +19,7 @@ import os
 import kopf
 import pytest
 
-from admission_helpers import QWEN, ServerThread, example_configs, example_cr, configmap, review_request, with_spec
+from admission_helpers import API_SERVER, QWEN, ServerThread, api_server_client_ca, example_configs, example_cr, configmap, review_request, with_spec
 from specdeploy.controller import certs
 from specdeploy.controller.webhooks import WebhookServer
 from specdeploy.core.policy import POLICY_ENV, TenancyPolicy
@@ -49,8 +49,10 @@ class OperatorServer(ServerThread):
 
     def __init__(self) -> None:
         super().__init__()
-        self.server = WebhookServer(lookup=self.lookup, ssl_context=certs.server_context(self.material),
-                                    addr="127.0.0.1", port=0)
+        ctx = certs.server_context(self.material)  # the API server's client certificate verified (chart default)
+        certs.require_client_certs(ctx, ca_pem=api_server_client_ca()[0].decode(), optional=True)
+        self.server = WebhookServer(lookup=self.lookup, ssl_context=ctx, addr="127.0.0.1", port=0,
+                                    client_names=[API_SERVER])
 
 
 @pytest.fixture(scope="module")
