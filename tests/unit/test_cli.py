@@ -514,3 +514,19 @@ def test_help_path_imports_nothing_heavy(module):
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("flag", ["--metrics-port", "--health-port", "--webhook-port"])
+def test_operator_run_on_a_busy_port_says_so_in_one_line(flag, tmp_path):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = str(busy.getsockname()[1])
+        extra = ["--webhook"] if flag == "--webhook-port" else []
+        ports = {"--metrics-port": "0", "--health-port": "0", flag: port}
+        p = run_cli("operator", "run", "--namespace", "x", "--kubeconfig", str(tmp_path / "none"),
+                    "--bind-address", "127.0.0.1", "--metrics-bind-address", "127.0.0.1", *extra,
+                    *[a for k, v in ports.items() for a in (k, v)])
+    assert_usage_error(p, f"{flag} {port} on 127.0.0.1: in use", f"pass another {flag}")
