@@ -110,9 +110,10 @@ def add_dev_parser(sub) -> None:
     fc.add_argument("--examples", default="examples")
     fc.set_defaults(func=_rig("cmd_flag_commands"))
     a = dsub.add_parser("apiserver", help="run the embedded Kubernetes API server (a stand-in for tests and demos)",
-                        description="Run the embedded Kubernetes API server on 127.0.0.1 and write a kubeconfig for it; "
-                        "serves until SIGTERM or Ctrl-C.",
-                        epilog=epilog(["specdeploy dev apiserver --kubeconfig /tmp/kc &",
+                        description="Run the embedded Kubernetes API server on 127.0.0.1 and write a kubeconfig for it "
+                        "once it serves (so waiting for the file waits for the server); serves until SIGTERM or Ctrl-C.",
+                        epilog=epilog(["rm -f /tmp/kc; specdeploy dev apiserver --kubeconfig /tmp/kc &",
+                                       "until [ -s /tmp/kc ]; do sleep 0.2; done",
                                        "KUBECONFIG=/tmp/kc kubectl get namespaces"], ok="stopped cleanly"))
     a.add_argument("--kubeconfig", required=True, metavar="PATH", help="write a kubeconfig for it here")
     a.add_argument("--port", type=int, default=0, metavar="N", help="port on 127.0.0.1 (default: any free port)")
