@@ -725,7 +725,9 @@ class MemoryFigures(_Model):
     drafter_capacity_share: float = Field(description="Share of the capacity the drafter takes (0-1).")
     at_context: int = Field(description="Context the figures are taken at (the served context).")
     concurrency: int = Field(description="Running requests `largestContext` is taken at (the guard's limit, else 1).")
-    largest_context: int = Field(description="Longest context that fits `concurrency` sequences at once, tokens.")
+    largest_context: int = Field(description="Longest context that fits `concurrency` sequences at once, tokens; at "
+                                             "most the served context (`atContext`: maxModelLen, else the model's "
+                                             "own limit).")
 
 
 class Resolved(_Model):

@@ -192,9 +192,11 @@ def _print_memory(p) -> None:
           f"(target {p.target_weight_bytes / 1e9:.1f} GB + drafter {p.drafter_weight_bytes / 1e9:.2f} GB); "
           f"KV per token at {ctx} tokens: target {p.target.bytes_for(ctx) / ctx / 1024:.1f} KiB, "
           f"drafter {p.drafter.bytes_for(ctx) / ctx / 1024:.1f} KiB")
-    print(f"        capacity {tokens(p.capacity_tokens)} tokens ({tokens(p.capacity_tokens_without_drafter)} without "
-          f"the drafter: {p.drafter_capacity_share:.0%} to the drafter); largest context at concurrency "
-          f"{p.concurrency}: {tokens(p.largest_context())} tokens")
+    largest = (f"{tokens(p.largest_context())} tokens (the served context: the model's limit or --max-model-len, "
+               "not the pool, bounds it)" if p.context_limited() else f"{tokens(p.largest_context())} tokens")
+    print(f"        capacity {tokens(p.capacity_tokens)} tokens over all sequences "
+          f"({tokens(p.capacity_tokens_without_drafter)} without the drafter: {p.drafter_capacity_share:.0%} to the "
+          f"drafter); largest context at concurrency {p.concurrency}: {largest}")
 
 
 def _known_engine_version(engine: str, version: str, gpu: str | None) -> None:
