@@ -1,6 +1,6 @@
 """The main job: the whole system on the embedded Kubernetes API server (or a real cluster).
 
-``run`` starts the API server, installs the CRD, starts the operator, applies both
+``run`` starts the API server, installs both CRDs, starts the operator, applies the
 examples, waits for their conditions, shows the gate refusing a broken pair, prints
 ``kubectl get specdeploy -o wide`` and each rendered engine command line, then stops
 everything. ``run_offline`` only checks and renders the examples in-process.
@@ -226,7 +226,7 @@ def run(root: str, kubeconfig: str | None = None, namespace: str = "default") ->
         cluster.start()
         if cluster.embedded:
             print(f"   {cluster.url} (kubeconfig {cluster.kubeconfig})")
-        print("== installing the CRD (kubectl apply -f crds/)")
+        print("== installing both CRDs (kubectl apply -f crds/)")
         cluster.apply_crds()
         print("== starting the operator (specdeploy operator run)")
         # the Kimi example's repository code allowed, as its comment tells an administrator (tenancy policy)

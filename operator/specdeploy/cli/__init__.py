@@ -28,7 +28,8 @@ __all__ = ["PROG", "UsageError", "build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = Parser(prog=PROG, description="Speculative-decoding deployments with DFlash drafters on SGLang and vLLM.",
+    p = Parser(prog=PROG, description="Speculative-decoding deployments on SGLang and vLLM: DFlash, DFlash2, DSpark or "
+               "EAGLE-3 drafters, the target's MTP layers, or n-gram lookup.",
                epilog=epilog(["specdeploy check --drafter drafter/ --target target/ --engine vllm --gpu b300",
                               "specdeploy render -f speculativedeployment.yaml --drafter-config d.json "
                               "--target-config t.json",

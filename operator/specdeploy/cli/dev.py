@@ -36,8 +36,8 @@ def _rig(handler: str):
 
 
 def add_demo_parser(sub) -> None:
-    d = sub.add_parser("demo", help="the main job: the operator on the embedded API server with both examples",
-                       description="Start the embedded Kubernetes API server, install the CRD, run the real operator, "
+    d = sub.add_parser("demo", help="the main job: the operator on the embedded API server with the five examples",
+                       description="Start the embedded Kubernetes API server, install both CRDs, run the real operator, "
                        "apply the examples with kubectl, wait for their conditions, show the gate refusing an "
                        "incompatible pair, print `kubectl get specdeploy -o wide` and the rendered engine command lines, "
                        "and stop everything.",
