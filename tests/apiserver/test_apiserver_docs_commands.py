@@ -91,6 +91,8 @@ REAL_CLUSTER_ONLY.update({
 # The production guide's commands that are neither kubectl nor helm: none runs here, each for a reason.
 PRODUCTION = ROOT / "docs" / "how-to" / "production.md"
 PRODUCTION_OTHER = {
+    "bash images/build.sh --push": "needs podman or a Docker engine and your registry (tests/chart/test_images_push.py "
+                                   "runs the script with a stand-in container tool)",
     "docker build": "needs a Docker engine (tests/chart/test_chart_images.py parses and lints the Dockerfiles)",
     "docker push": "needs a Docker engine and your registry",
     "curl -s http://127.0.0.1:8000/v1/chat/completions": "needs the engine serving through the port-forward",
