@@ -530,3 +530,27 @@ def test_operator_run_on_a_busy_port_says_so_in_one_line(flag, tmp_path):
                     "--bind-address", "127.0.0.1", "--metrics-bind-address", "127.0.0.1", *extra,
                     *[a for k, v in ports.items() for a in (k, v)])
     assert_usage_error(p, f"{flag} {port} on 127.0.0.1: in use", f"pass another {flag}")
+
+
+def test_every_object_printing_command_takes_o_yaml():
+    """-o json|yaml wherever a command prints a document: the YAML is the JSON document."""
+    from specdeploy.cli import build_parser
+
+    d, t = files("qwen3-8b")
+    as_json = json.loads(run_cli("check", "--drafter", d, "--target", t, "-o", "json").stdout)
+    assert yaml.safe_load(run_cli("check", "--drafter", d, "--target", t, "-o", "yaml").stdout) == as_json
+    parser = build_parser()
+
+    def outputs(p, path=()):
+        import argparse
+
+        for a in p._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                for name, sp in a.choices.items():
+                    yield from outputs(sp, (*path, name))
+            elif "--output" in a.option_strings:
+                yield " ".join(path), set(a.choices)
+
+    seen = dict(outputs(parser))
+    assert {"check", "render", "acceptance", "bench report", "rollout status", "rollout promote"} <= set(seen)
+    assert all({"json", "yaml"} <= choices for choices in seen.values()), seen

@@ -210,6 +210,15 @@ def _broken_example(examples: list[Example]) -> tuple[str, str]:
     return name, yaml.safe_dump(doc, sort_keys=False)
 
 
+def clip(text: str, limit: int) -> str:
+    """``text`` cut at a word boundary at most ``limit`` characters long, "..." marking the cut (never mid-word)."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit - 4]
+    head = cut.rsplit(" ", 1)[0] if " " in cut else cut
+    return head.rstrip(",;:") + " ..."
+
+
 def run(root: str, kubeconfig: str | None = None, namespace: str = "default") -> int:
     """The embedded demo (or, with a kubeconfig, the same against a real cluster)."""
     from specdeploy.core.engineconfig import ENGINE_CONFIG_KEY, EngineConfig
@@ -252,7 +261,7 @@ def run(root: str, kubeconfig: str | None = None, namespace: str = "default") ->
         cluster.kubectl("apply", "-f", "-", "-n", namespace, input=manifest)
         c = cluster.wait_condition(bad, N.DRAFTER_COMPATIBLE, "False", timeout=60)
         for part in re.split(r"; (?=(?:error|warning) )", c["message"])[:4]:
-            print(f"   DrafterCompatible=False: {part[:240]}")
+            print(f"   DrafterCompatible=False: {clip(part, 240)}")
         has_workload = cluster.kubectl("get", "deployment", bad, "-n", namespace, check=False).returncode == 0
         print(f"   Deployment {bad} exists: {has_workload} (no GPU workload for an incompatible pair)")
         print("== kubectl get specdeploy -o wide")

@@ -839,12 +839,12 @@ class RolloutTrack(_StatusModel):
     track: Literal["stable", "canary"] = Field(description="`stable` or `canary`.")
     revision: Optional[str] = Field(default=None, description="The rollout revision the track's pods serve.")
     pods: Optional[int] = Field(default=None, ge=0, description="Pods counted.")
-    drafts: Optional[float] = Field(default=None, ge=0, description="Draft steps counted.")
+    drafts: Optional[int] = Field(default=None, ge=0, description="Draft steps counted.")
     tau: Optional[float] = Field(default=None, description="Acceptance length (tokens per step, bonus included).")
     tokens_per_second_per_request: Optional[float] = Field(
         default=None, description="Output tokens per second per running request.")
-    requests: Optional[float] = Field(default=None, ge=0, description="Requests finished.")
-    failed_requests: Optional[float] = Field(default=None, ge=0, description="Requests that failed.")
+    requests: Optional[int] = Field(default=None, ge=0, description="Requests finished.")
+    failed_requests: Optional[int] = Field(default=None, ge=0, description="Requests that failed.")
     error_rate: Optional[float] = Field(default=None, description="Failed requests / requests.")
 
 

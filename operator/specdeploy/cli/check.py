@@ -7,7 +7,7 @@ import argparse
 import sys
 from typing import Any
 
-from .common import PROG, UsageError, epilog, known_engine_versions, positive_int
+from .common import OUTPUTS, PROG, UsageError, epilog, known_engine_versions, positive_int, print_doc
 
 
 def _load_json_config(path: str, what: str) -> Any:
@@ -133,7 +133,7 @@ def cmd_check(args: argparse.Namespace) -> int:
                    ngram_max=args.lookup_max, ngram_tokens=args.ngram_tokens)
     a = analyze(drafter, target, opts)
     # JSON keeps each finding's path (the spec field: stable for scripts) and adds the flag that sets it
-    as_json = args.output == "json"
+    as_json = args.output in ("json", "yaml")
     findings, accepted = (worded(a.findings, CHECK_FLAGS, paths=not as_json),
                           worded(a.accepted, CHECK_FLAGS, paths=not as_json))
     if as_json:
@@ -152,7 +152,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             doc["derived"] = a.derived.to_dict()
         if a.family is not None:
             doc["family"] = a.family.to_dict()
-        print(json.dumps(doc, indent=2))
+        print_doc(doc, args.output)
     else:
         ctx = f"{args.engine} {version}" if args.engine else "no engine given"
         if args.gpu:
@@ -335,7 +335,7 @@ def add_parsers(sub) -> None:
     c.add_argument("--accept", action="append", metavar="CODE",
                    help="accept this finding code (spec.checks.accept): a warning or judgement error becomes info "
                    "(repeatable)")
-    c.add_argument("--output", "-o", choices=["text", "json"], default="text")
+    c.add_argument("--output", "-o", choices=OUTPUTS, default="text")
     c.set_defaults(func=cmd_check)
 
     r = sub.add_parser("render", help="print the objects the operator would create for a SpeculativeDeployment",

@@ -111,8 +111,9 @@ def add_dev_parser(sub) -> None:
     fc.set_defaults(func=_rig("cmd_flag_commands"))
     a = dsub.add_parser("apiserver", help="run the embedded Kubernetes API server (a stand-in for tests and demos)",
                         description="Run the embedded Kubernetes API server on 127.0.0.1 and write a kubeconfig for it "
-                        "once it serves (so waiting for the file waits for the server); serves until SIGTERM or Ctrl-C.",
-                        epilog=epilog(["rm -f /tmp/kc; specdeploy dev apiserver --kubeconfig /tmp/kc &",
+                        "once it serves (so, after removing an earlier run's file, waiting for the file waits for the "
+                        "server); serves until SIGTERM or Ctrl-C.",
+                        epilog=epilog(["specdeploy dev apiserver --kubeconfig /tmp/kc &   # after rm -f /tmp/kc",
                                        "until [ -s /tmp/kc ]; do sleep 0.2; done",
                                        "KUBECONFIG=/tmp/kc kubectl get namespaces"], ok="stopped cleanly"))
     a.add_argument("--kubeconfig", required=True, metavar="PATH", help="write a kubeconfig for it here")
