@@ -43,7 +43,9 @@ def add_demo_parser(sub) -> None:
                        "and stop everything.",
                        epilog=epilog(["specdeploy demo", "specdeploy demo --offline     # check and render in-process only",
                                       "specdeploy demo --cluster     # against the cluster in KUBECONFIG",
-                                      "specdeploy demo --engine vllm-cpu   # real vLLM (CPU build), about 4 minutes"],
+                                      "specdeploy demo --engine vllm-cpu   # real vLLM (CPU build), about 4 minutes",
+                                      "specdeploy demo --engine vllm-cpu --rollout   # a canary rolled back, one "
+                                      "promoted"],
                                      ok="the demo ran and every expectation held",
                                      findings="an expectation failed (printed)"))
     d.add_argument("--examples", default="examples", help="examples directory")
@@ -54,6 +56,11 @@ def add_demo_parser(sub) -> None:
     d.add_argument("--engine", choices=("none", "vllm-cpu"), default="none",
                    help="vllm-cpu: the real loop, real vLLM (CPU build, .venv-vllm-cpu/) serving tiny models through "
                         "the dev kubelet, with the acceptance it measures (about 4 minutes)")
+    d.add_argument("--rollout", action="store_true",
+                   help="with --engine vllm-cpu: a canary walkthrough instead (docs/how-to/roll-out-safely.md): a good "
+                        "stable drafter, a canary with shifted layer ids rolled back (both taus), a canary of a second "
+                        "good drafter promoted, `specdeploy rollout status` and the time at each step (drafters "
+                        "trained here; 10-20 minutes on 2 cores)")
     d.set_defaults(func=_rig("cmd_demo"))
 
 
