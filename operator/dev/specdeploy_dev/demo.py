@@ -420,6 +420,28 @@ def run_rollout(workdir: str | None = None) -> int:
         print(f"$ specdeploy rollout status {name}")
         print(textwrap.indent((p.stdout + p.stderr).rstrip(), "  "))
 
+    def waiting(before: dict | None, took) -> dict:
+        """The next decision; meanwhile the Rollout condition's message whenever it changes (at most every 20 s)."""
+        import time
+
+        said, last = None, 0.0
+        deadline = time.monotonic() + cs.DECISION_TIMEOUT
+        while time.monotonic() < deadline:
+            try:
+                ro = cs.rollout(loop, name)
+                cond = loop.condition(name, N.ROLLOUT) or {}
+            except Exception:  # noqa: BLE001 - a busy API server: next poll
+                time.sleep(1)
+                continue
+            if ro.get("decision") and ro["decision"] != before:
+                return ro["decision"]
+            msg = cond.get("message")
+            if msg and msg != said and time.monotonic() - last >= 20:
+                print(f"   [{took()}] {cond.get('reason')}: {msg}")
+                said, last = msg, time.monotonic()
+            time.sleep(1)
+        raise HarnessError(f"no rollout decision within {cs.DECISION_TIMEOUT} s")
+
     def canary(step: str, drafter: str, want: str, accept: list[str] | None = None) -> dict:
         before = cs.rollout(loop).get("decision")
         took = cs.Stopwatch()
@@ -432,7 +454,7 @@ def run_rollout(workdir: str | None = None) -> int:
             print(f"   canary Deployment {name}-canary created ({took()}); its engine boots beside the stable one "
                   "(1-4 minutes on 2 cores), then both tracks are measured")
             status()
-            decision, _ro = cs.wait_decision(loop, before, name)
+            decision = waiting(before, took)
             print(f"   decision after {took()}: {decision.get('result')} {decision.get('reason')}: "
                   f"{decision.get('message')}")
             status()
