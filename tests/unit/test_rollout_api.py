@@ -140,3 +140,13 @@ def test_the_analysis_counts_stay_integers_through_the_status_model():
     old = {"status": {"rollout": {"analysis": [{"track": "stable", "drafts": 1843.0, "requests": 40.0, "tau": 3.5}]}}}
     text = json.dumps(RC.rollout_status(old))
     assert '"drafts": 1843,' in text and '"requests": 40,' in text and '"tau": 3.5' in text
+
+
+def test_the_probe_line_says_its_count_once():
+    from specdeploy.cli import rollout as RC
+
+    obj = {"metadata": {"name": "roll", "namespace": "default"}, "spec": {"rollout": {"strategy": "Canary"}},
+           "status": {"rollout": {"phase": "RolledBack", "probe": {
+               "prompts": 4, "identical": 4, "message": "4/4 prompts identical at temperature 0 (32 tokens)"}}}}
+    lines = [ln for ln in RC.format_status(obj).splitlines() if ln.startswith("Probe:")]
+    assert lines == ["Probe:     4/4 prompts identical at temperature 0 (32 tokens)"], lines

@@ -302,8 +302,9 @@ def format_status(obj: dict, now: datetime | None = None) -> str:
     probe = r.get("probe")
     if isinstance(probe, dict) and probe:
         text = f"{probe.get('identical', '?')}/{probe.get('prompts', '?')} prompts identical"
-        if probe.get("message"):
-            text += f": {probe['message']}"
+        if probe.get("message"):  # the operator's message may start with the same count: said once
+            msg = str(probe["message"])
+            text = msg if msg.startswith(text) else f"{text}: {msg}"
         lines.append(("Probe", text))
     pending = pending_request(obj)
     if pending:
