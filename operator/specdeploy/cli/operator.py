@@ -34,7 +34,7 @@ def _bind_address(flag: str, value: str | None) -> str:
 
 
 def port_in_use(addr: str, port: int) -> str | None:
-    """Why ADDR:PORT cannot be listened on (another process holds it), or None. Bound as the servers bind
+    """Why ADDR:PORT cannot be listened on because another process holds it, or None. Bound as the servers bind
     (SO_REUSEADDR), so a port in TIME_WAIT is free and only a listener makes it busy."""
     import errno
     import socket
@@ -47,7 +47,7 @@ def port_in_use(addr: str, port: int) -> str | None:
         except OSError as e:
             if e.errno == errno.EADDRINUSE:
                 return "in use (another process listens there: `ss -ltnp` names it)"
-            return e.strerror or str(e)
+            return None  # another reason (an address not on this host yet): the server's own bind reports it
     return None
 
 
