@@ -48,7 +48,7 @@ NOT_RUN = {
     ".venv/bin/specdeploy acceptance --engine sglang http://engine:30000/metrics":
         "needs a serving engine: tests/observability/test_acceptance_cli.py runs it against the stand-in",
     # docs/how-to/
-    "bash .ci/demo --engine vllm-cpu --rollout": "trains drafters and boots two real vLLM engines (10-20 minutes): "
+    "bash .ci/demo --engine vllm-cpu --rollout": "trains drafters and boots two real vLLM engines (about 12 minutes the first time, 3 after): "
                                                  "e2e/test_e2e_rollout_vllm_cpu.py runs the same scene "
                                                  "(specdeploy_dev.canaryscene), tests/dev/test_canary_scene.py its parts",
     ".venv/bin/specdeploy dev up": "runs until stopped: tests/dev/test_dev_up.py starts it and stops it with dev down",
