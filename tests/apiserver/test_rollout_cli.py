@@ -111,14 +111,14 @@ def test_status_prints_the_analysis_and_promote_sets_the_annotation(crd, kubectl
     kubectl("apply", "-f", "-", stdin=deployment("Canary"))
     write_status(kubectl, {"phase": "Analyzing", "stableRevision": STABLE, "canaryRevision": CANARY, "startedAt": T0,
                            "analysis": ANALYSIS, "probe": {"prompts": 4, "identical": 4, "message": "greedy outputs equal"}},
-                 condition("Unknown", "Analyzing", "120/200 drafts, 2m0s of 10m0s"))
+                 condition("Unknown", "Analyzing", "120/200 drafts, 2m0s of the 10m0s analysis window"))
     p = cli(kubeconfig, tmp_path, "status", NAME, "-n", "default")
     assert p.returncode == 0, p.stderr
     out = p.stdout
     assert re.search(r"^Phase:\s+Analyzing$", out, re.M) and re.search(rf"^Stable:\s+{STABLE}$", out, re.M)
     assert re.search(rf"^Canary:\s+{CANARY}  \(started {T0}, ", out, re.M)
     assert re.search(r"^Refused:\s+-$", out, re.M)
-    assert re.search(r"^Condition:\s+Rollout=Unknown Analyzing: 120/200 drafts, 2m0s of 10m0s$", out, re.M)
+    assert re.search(r"^Condition:\s+Rollout=Unknown Analyzing: 120/200 drafts, 2m0s of the 10m0s analysis window$", out, re.M)
     assert re.search(r"^Probe:\s+4/4 prompts identical: greedy outputs equal$", out, re.M)
     table = out.split("\n\n", 1)[1].splitlines()
     assert table[0].split() == ["TRACK", "REVISION", "PODS", "DRAFTS", "TAU", "TOKENS/S/REQ", "REQUESTS", "FAILED",

@@ -85,7 +85,6 @@ def test_default_objects():
         ("Role", "specdeploy-workloads"), ("RoleBinding", "specdeploy-workloads"),
         ("Role", "specdeploy-webhook-tls"), ("RoleBinding", "specdeploy-webhook-tls"),
         ("Role", "specdeploy-leader-election"), ("RoleBinding", "specdeploy-leader-election"),
-        ("Lease", "specdeploy-leader"),  # created empty, so helm uninstall deletes it
         ("PodDisruptionBudget", "specdeploy"),
         ("Service", "specdeploy-webhook"), ("Service", "specdeploy-metrics"), ("Deployment", "specdeploy"),
         ("ValidatingWebhookConfiguration", "specdeploy"), ("MutatingWebhookConfiguration", "specdeploy"),

@@ -215,9 +215,25 @@ def test_settings_round_trip_and_cli_checks(monkeypatch):
     assert LEASES.format(ns="ops") == "/apis/coordination.k8s.io/v1/namespaces/ops/leases"
 
 
-def test_the_charts_empty_lease_is_taken_and_keeps_its_release_labels_on_release(server):
-    """The chart creates the Lease empty (so helm uninstall deletes it): a replica takes it at once, and neither a
-    renewal nor the release on a graceful stop drops the release's labels and annotations."""
+def test_the_lease_it_creates_carries_its_own_labels_never_helms(server):
+    """The operator creates its Lease (the chart does not own it: test_chart_reinstall.py), with its own labels."""
+    from specdeploy.controller.leader import LEASE_LABELS
+
+    async def main():
+        a = Replica(server, "a")
+        a.elector.start()
+        await wait(lambda: a.elector.leading, what="a to create and take the lease")
+        assert lease(server)["metadata"]["labels"] == LEASE_LABELS
+        assert LEASE_LABELS["app.kubernetes.io/part-of"] == "specdeploy"
+        await a.elector.stop(release=True)
+        assert lease(server)["spec"]["holderIdentity"] == ""
+
+    asyncio.run(main())
+
+
+def test_an_existing_empty_lease_is_taken_and_keeps_its_labels_on_release(server):
+    """A Lease that is already there empty (an older chart created it, labelled for its release): a replica takes it
+    at once, and neither a renewal nor the release on a graceful stop drops its labels and annotations."""
     meta = {"name": "specdeploy-operator", "namespace": NS,
             "labels": {"app.kubernetes.io/managed-by": "Helm"},
             "annotations": {"meta.helm.sh/release-name": "specdeploy"}}

@@ -327,6 +327,11 @@ def test_good_acceptance_promotes_and_the_baseline_follows(stable):
             ("ConfigMap", f"{NAME}-engine"): promoted[("ConfigMap", f"{NAME}-engine")]}
     final = plan_of(new, done, status={"rollout": plan.rollout.status}, monitor=monitor(rev, 3.7, 3.8))
     assert final.rollout.status["phase"] == "Stable"
+    # the analysis the promotion was decided on, its stable row still the old revision's (not relabelled)
+    assert final.rollout.status["analysis"] == plan.rollout.status["analysis"]
+    measured_stable = plan.rollout.status["analysis"][0]
+    assert measured_stable["track"] == "stable" and measured_stable.get("revision") != rev
+    assert [r.get("revision") for r in final.rollout.status["analysis"]] == [measured_stable.get("revision"), rev]
     assert ("Deployment", f"{NAME}-canary") in final.delete
     assert final.rollout.status["stableRevision"] == rev
 

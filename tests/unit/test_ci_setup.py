@@ -133,3 +133,54 @@ def test_helm_for_another_arch_comes_from_its_release_tarball(tmp_path):
     tools = repo / ".venv" / "tools"
     assert subprocess.run([tools / "helm3", "version", "--short"], capture_output=True, text=True).stdout == "v3.17.3+gfake\n"
     assert subprocess.run([tools / "helm4", "version", "--short"], capture_output=True, text=True).stdout == "v4.3.1+gfake\n"
+    # `helm`, the name the docs use, is Helm 3 in .venv/tools and .venv/bin
+    for helm in (tools / "helm", repo / ".venv" / "bin" / "helm"):
+        assert subprocess.run([helm, "version", "--short"], capture_output=True, text=True).stdout == "v3.17.3+gfake\n"
+
+
+def _setup_repo(tmp: Path, pip_rc: int) -> Path:
+    """A scratch repository holding .ci/setup and a stand-in .venv/bin/python that prints pip's kind of noise."""
+    repo = tmp / "repo"
+    (repo / ".ci").mkdir(parents=True)
+    (repo / "operator" / "dev").mkdir(parents=True)
+    shutil.copy(ROOT / ".ci" / "setup", repo / ".ci" / "setup")
+    for name in ("pyproject.toml", "operator/dev/pyproject.toml"):
+        shutil.copy(ROOT / name, repo / name)
+    (repo / ".venv" / "bin").mkdir(parents=True)
+    py = repo / ".venv" / "bin" / "python"
+    py.write_text("#!/bin/sh\n"
+                  'case "$*" in *importlib.metadata*) echo 0.1.0; exit 0 ;; *sysconfig*) echo /nonexistent; exit 0 ;; esac\n'
+                  "for i in $(seq 100); do echo \"Collecting package-$i\"; echo \"  warning: noise $i\" >&2; done\n"
+                  f'case "$*" in *" -e "*) exit {pip_rc} ;; esac\nexit 0\n')
+    py.chmod(0o755)
+    return repo
+
+
+def test_setup_prints_one_line_per_step_and_keeps_pips_output_in_its_log(tmp_path):
+    repo = _setup_repo(tmp_path, 0)
+    p = subprocess.run(["bash", ".ci/setup"], cwd=repo, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
+    lines = (p.stdout + p.stderr).splitlines()
+    assert len(lines) <= 5 and all(ln.startswith("setup: ") for ln in lines), lines
+    assert "Collecting package-1" in (repo / ".venv" / "setup.log").read_text()
+    assert lines[-1] == "setup: .venv/ ready: .venv/bin/specdeploy 0.1.0"
+    again = subprocess.run(["bash", ".ci/setup"], cwd=repo, capture_output=True, text=True, timeout=60)
+    assert again.stdout.splitlines() == ["setup: .venv/ is up to date (pyproject.toml unchanged)"]
+
+
+def test_a_failing_setup_step_shows_the_tail_of_its_log(tmp_path):
+    repo = _setup_repo(tmp_path, 3)
+    p = subprocess.run(["bash", ".ci/setup"], cwd=repo, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 3
+    assert "FAILED (exit 3)" in p.stdout and "noise 100" in p.stderr
+    assert not (repo / ".venv" / ".specdeploy-installed").exists()
+
+
+def test_no_pending_setuptools_deprecation_in_the_project_tables():
+    """`project.license` as a TOML table is deprecated by setuptools (to be removed by 2027-02-18): an SPDX string."""
+    import tomllib
+
+    for name in ("pyproject.toml", "operator/dev/pyproject.toml"):
+        doc = tomllib.loads((ROOT / name).read_text())
+        assert isinstance(doc["project"]["license"], str), name
+        assert not [c for c in doc["project"].get("classifiers", []) if c.startswith("License ::")], name

@@ -74,7 +74,7 @@ def test_check_kimi_on_one_rtx_fails_on_memory():
     d, t = files("kimi-k2.6")
     p = run_cli("check", "--drafter", d, "--target", t, "--gpu", "rtx-pro-6000", "--gpu-count", "1")
     assert p.returncode == 1
-    assert "WeightsExceedGpuMemory" in p.stdout and "spec.gpu.count" in p.stdout
+    assert "WeightsExceedGpuMemory" in p.stdout and "--gpu-count" in p.stdout and "spec.gpu.count" not in p.stdout
     p = run_cli("check", "--drafter", d, "--target", t, "--gpu", "rtx-pro-6000", "--gpu-count", "8")
     assert p.returncode == 0, p.stdout
 
@@ -514,3 +514,43 @@ def test_help_path_imports_nothing_heavy(module):
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("flag", ["--metrics-port", "--health-port", "--webhook-port"])
+def test_operator_run_on_a_busy_port_says_so_in_one_line(flag, tmp_path):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = str(busy.getsockname()[1])
+        extra = ["--webhook"] if flag == "--webhook-port" else []
+        ports = {"--metrics-port": "0", "--health-port": "0", flag: port}
+        p = run_cli("operator", "run", "--namespace", "x", "--kubeconfig", str(tmp_path / "none"),
+                    "--bind-address", "127.0.0.1", "--metrics-bind-address", "127.0.0.1", *extra,
+                    *[a for k, v in ports.items() for a in (k, v)])
+    assert_usage_error(p, f"{flag} {port} on 127.0.0.1: in use", f"pass another {flag}")
+
+
+def test_every_object_printing_command_takes_o_yaml():
+    """-o json|yaml wherever a command prints a document: the YAML is the JSON document."""
+    from specdeploy.cli import build_parser
+
+    d, t = files("qwen3-8b")
+    as_json = json.loads(run_cli("check", "--drafter", d, "--target", t, "-o", "json").stdout)
+    assert yaml.safe_load(run_cli("check", "--drafter", d, "--target", t, "-o", "yaml").stdout) == as_json
+    parser = build_parser()
+
+    def outputs(p, path=()):
+        import argparse
+
+        for a in p._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                for name, sp in a.choices.items():
+                    yield from outputs(sp, (*path, name))
+            elif "--output" in a.option_strings:
+                yield " ".join(path), set(a.choices)
+
+    seen = dict(outputs(parser))
+    assert {"check", "render", "acceptance", "bench report", "rollout status", "rollout promote"} <= set(seen)
+    assert all({"json", "yaml"} <= choices for choices in seen.values()), seen

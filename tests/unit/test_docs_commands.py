@@ -1,4 +1,5 @@
-"""The commands README.md and docs/getting-started.md show, run as written, against what the pages say.
+"""The commands README.md, docs/getting-started.md and the how-to pages show, run as written, against what the
+pages say.
 
 A page marks a command this test runs with ``$ `` in a ``console`` block (a trailing ``\\``
 continues it on the next line); ``# exit N`` after it is the exit code it promises (default 0).
@@ -24,7 +25,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = ["docs/getting-started.md", "README.md"]
+# the newcomer's path (README -> getting started -> install -> roll out safely) and every other how-to page
+PAGES = ["docs/getting-started.md", "README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs" / "how-to").glob("*.md"))]
 BIN = Path(sys.executable).parent
 # Commands the pages show that this test does not run, and why.
 NOT_RUN = {
@@ -45,7 +47,27 @@ NOT_RUN = {
         "needs two scrapes of a serving engine: tests/observability/test_acceptance_cli.py runs it on recorded ones",
     ".venv/bin/specdeploy acceptance --engine sglang http://engine:30000/metrics":
         "needs a serving engine: tests/observability/test_acceptance_cli.py runs it against the stand-in",
+    # docs/how-to/
+    "bash .ci/demo --engine vllm-cpu --rollout": "trains drafters and boots two real vLLM engines (about 12 minutes the first time, 3 after): "
+                                                 "e2e/test_e2e_rollout_vllm_cpu.py runs the same scene "
+                                                 "(specdeploy_dev.canaryscene), tests/dev/test_canary_scene.py its parts",
+    ".venv/bin/specdeploy dev up": "runs until stopped: tests/dev/test_dev_up.py starts it and stops it with dev down",
+    "rm -f /tmp/specdeploy-dev.kubeconfig": "develop-locally.md's API server block: tests/dev/test_dev_apiserver_cli.py "
+                                            "runs it as written (another kubeconfig path)",
+    ".venv/bin/specdeploy dev apiserver --kubeconfig /tmp/specdeploy-dev.kubeconfig &": "the same block",
+    "until [ -s /tmp/specdeploy-dev.kubeconfig ]; do sleep 0.2; done": "the same block",
+    "export KUBECONFIG=/tmp/specdeploy-dev.kubeconfig": "the same block",
+    '.venv/bin/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not serial" tests e2e':
+        "the test suite, this test included",
+    '.venv/bin/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "serial and not alone" tests e2e':
+        "the test suite's serial pass",
+    ".venv/bin/python -m pytest -m alone tests e2e": "the test suite's last pass",
+    "specdeploy acceptance --engine vllm http://127.0.0.1:8000/metrics --interval 30":
+        "needs a serving engine: tests/observability/test_acceptance_cli.py runs the command against the stand-in",
 }
+# production.md's image, curl and port-forward commands need a real cluster:
+# tests/apiserver/test_apiserver_docs_commands.py (PRODUCTION_OTHER) says why each is not run
+NOT_RUN_PREFIXES = ("bash images/build.sh --push registry.example.com", "docker build ", "docker push ", "curl -s ")
 
 
 def blocks(text: str) -> list[tuple[str, str]]:
@@ -112,7 +134,7 @@ def test_the_pages_show_runnable_commands():
 
 def test_every_command_shown_is_run_or_classified():
     unclassified = [(p, c) for p in PAGES for c in shown(p)
-                    if c not in NOT_RUN and not re.match(r"(kubectl|helm) ", c)]
+                    if c not in NOT_RUN and not c.startswith(NOT_RUN_PREFIXES) and not re.match(r"(kubectl|helm) ", c)]
     assert not unclassified, f"run them (`$ `) or add them to NOT_RUN with the reason: {unclassified}"
     stale = set(NOT_RUN) - {c for p in PAGES for c in shown(p)}
     assert not stale, f"no longer on the pages: {sorted(stale)}"

@@ -119,8 +119,9 @@ def test_largest_context_and_capacity_by_hand():
     assert p.capacity_tokens == 800_000  # 1e9 / 1250
     assert p.capacity_tokens_without_drafter == 2_000_000  # (1e9 + 1e9 of drafter weights) / 1000
     assert p.drafter_capacity_share == pytest.approx(0.6)
-    assert p.largest_context() == 400_000  # 2 x 1250 C <= 1e9
-    assert p.to_dict()["largestContext"] == 400_000
+    assert mem.largest_context(p.target.plus(p.drafter), p.pool_bytes, 2) == 400_000  # 2 x 1250 C <= 1e9
+    assert p.largest_context() == 1000 and p.context_limited()  # ... but it serves 1000 tokens at most
+    assert p.to_dict()["largestContext"] == 1000
 
 
 def _opts(**kw) -> Options:
@@ -223,3 +224,16 @@ def test_absurd_contexts_get_no_figures_and_never_overflow():
         assert a.derived is None or a.derived.memory is None, v
     t["max_position_embeddings"] = mem.MAX_CONTEXT_SEARCH
     assert analyze(d, t, _opts()).derived.memory.context == mem.MAX_CONTEXT_SEARCH
+
+
+def test_the_largest_context_is_at_most_the_served_context():
+    """A pool that would hold 1.4M tokens of one sequence serves no longer a context than the model's own limit."""
+    from specdeploy.core import memory as mem
+
+    shape = mem.KvShape(per_token=1024.0)
+    p = mem.plan("vllm", 200e9, 1, 16e9, 2e9, shape, None, context=40960)
+    assert p.largest_context() == 40960 and p.context_limited()
+    assert mem.largest_context(shape, p.pool_bytes, 1) > 40960  # the pool alone would say more
+    small = mem.plan("vllm", 96e9, 1, 16e9, 2e9, mem.KvShape(per_token=4e6), None, context=40960)
+    assert 0 < small.largest_context() < 40960 and not small.context_limited()
+    assert small.to_dict()["largestContext"] == small.largest_context()

@@ -27,7 +27,8 @@ def top_packages(names: list[str]) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def wheel_names(tmp_path_factory) -> list[str]:
+def build(tmp_path_factory) -> tuple[list[str], str]:
+    """The wheel's file names and pip's verbose output (setuptools' warnings are in it)."""
     src = tmp_path_factory.mktemp("context")
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
@@ -36,12 +37,25 @@ def wheel_names(tmp_path_factory) -> list[str]:
         shutil.copytree(ROOT / name, src / name, ignore=ignore)
     assert (src / "operator" / "dev" / "specdeploy_dev" / "__init__.py").exists()  # the rig is in the context
     out = tmp_path_factory.mktemp("wheels")
-    p = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+    p = subprocess.run([sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation", "--no-index",
                         "--wheel-dir", str(out), "."], cwd=src, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     (whl,) = out.glob("specdeploy-*.whl")
     with zipfile.ZipFile(whl) as z:
-        return z.namelist()
+        return z.namelist(), p.stdout + p.stderr
+
+
+@pytest.fixture(scope="module")
+def wheel_names(build) -> list[str]:
+    return build[0]
+
+
+def test_setuptools_has_nothing_to_warn_about(build):
+    """No pending setuptools deprecation (the license table, to be removed by 2027-02-18) and no package left out of
+    `packages` (specdeploy.data.prompts, whose files the bench prompts read)."""
+    warnings = [ln.strip() for ln in build[1].splitlines() if "BuildBackendWarning" in ln or "Deprecat" in ln]
+    assert not warnings, warnings
+    assert any(n.startswith("specdeploy/data/prompts/") and n.endswith(".json") for n in build[0])
 
 
 def test_the_wheel_holds_the_product(wheel_names):

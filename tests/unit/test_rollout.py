@@ -422,9 +422,9 @@ def test_restarted_but_ready_is_not_crashing():
 def test_wait_during_the_window():
     v = J(T(3.72), T(3.72, drafts=120), elapsed=120)
     assert (v.decision, v.reason) == ("Wait", "Analyzing")
-    assert v.message == "120/200 drafts on the canary, 2m0s of 10m0s"
+    assert v.message == "120/200 drafts on the canary, 2m0s of the 10m0s analysis window"
     v = J(elapsed=599)  # enough drafts, the window not over yet
-    assert v.decision == "Wait" and v.message == "1000/200 drafts on the canary, 9m59s of 10m0s"
+    assert v.decision == "Wait" and v.message == "1000/200 drafts on the canary, 9m59s of the 10m0s analysis window"
     assert J(elapsed=600).decision == "Promote"
 
 
@@ -436,7 +436,7 @@ def test_too_few_drafts(stable_drafts, canary_drafts, decision, says):
     v = J(T(3.0, drafts=stable_drafts), T(3.0, drafts=canary_drafts), elapsed=900)
     assert v.decision == decision
     if says:
-        assert says in v.message and "15m0s of 10m0s" in v.message
+        assert says in v.message and "15m0s since the canary started (analysis window 10m0s over; deadline 30m0s)" in v.message
 
 
 def test_min_drafts_zero_still_needs_scrapes():
@@ -452,7 +452,7 @@ def test_deadline():
     assert J(*short, elapsed=1799).decision == "Wait"
     v = J(*short, elapsed=1800)
     assert (v.decision, v.reason) == ("Rollback", "DeadlineExceeded")
-    assert v.message == "deadline 30m0s passed undecided: 120/200 drafts on the canary, 30m0s of 10m0s"
+    assert v.message == "deadline 30m0s passed undecided: 120/200 drafts on the canary, 30m0s since the canary started (analysis window 10m0s over; deadline 30m0s)"
     assert J(elapsed=1800).decision == "Promote"  # decidable at the deadline: judged
     assert J(T(3.72), T(1.2), elapsed=5000).reason == "AcceptanceBelowStable"
 
@@ -461,7 +461,7 @@ def test_deadline_while_the_canary_never_gets_ready():
     starting = ro.Health(1, 0, 0, False)
     v = J(health=starting, elapsed=60)
     assert (v.decision, v.reason) == ("Wait", "Progressing")
-    assert v.message == "canary pods starting: 0/1 ready, 1m0s of 10m0s"
+    assert v.message == "canary pods starting: 0/1 ready, 1m0s of the 10m0s analysis window"
     v = J(health=starting, elapsed=1800)
     assert (v.decision, v.reason) == ("Rollback", "DeadlineExceeded")
     assert J(health=ro.Health(0, 0, 0, False), elapsed=60).reason == "Progressing"
@@ -572,8 +572,8 @@ def O(**kw):
     return ro.Observed(**base)
 
 
-WAITING = ro.Verdict("Wait", "Analyzing", "120/200 drafts on the canary, 2m0s of 10m0s", [])
-STARTING = ro.Verdict("Wait", "Progressing", "canary pods starting: 0/1 ready, 0s of 10m0s", [])
+WAITING = ro.Verdict("Wait", "Analyzing", "120/200 drafts on the canary, 2m0s of the 10m0s analysis window", [])
+STARTING = ro.Verdict("Wait", "Progressing", "canary pods starting: 0/1 ready, 0s of the 10m0s analysis window", [])
 BAD = ro.Verdict("Rollback", "AcceptanceBelowStable", "canary tau 1.45 vs stable 3.72: 0.39 < 0.90", [])
 GOOD = ro.Verdict("Promote", "Promoted", "canary tau 3.80 vs stable 3.72: 1.02 >= 0.90", [])
 

@@ -119,3 +119,34 @@ def test_status_rollout_round_trips_and_the_printer_column():
     assert {"name": "Rollout", "type": "string", "jsonPath": ".status.rollout.phase", "priority": 1} in \
         crd.PRINTER_COLUMNS
     assert "Rollout" in SCHEMA["properties"]["status"]["properties"]["conditions"]["description"]
+
+
+def test_the_analysis_counts_stay_integers_through_the_status_model():
+    """status.rollout as plan.py writes it (RolloutStatus.model_validate(...).model_dump): counts are integers, so
+    `specdeploy rollout status -o json` prints 1843, not 1843.0."""
+    import json
+
+    from specdeploy.cli import rollout as RC
+    from specdeploy.core import rollout as ro
+
+    rows = ro.analysis_table(ro.Totals(pods=2, drafts=1843.0, accepted_tokens=5000.0, requests=40.0, failed_requests=0.0),
+                             ro.Totals(pods=1, drafts=210.0, accepted_tokens=300.0, requests=12.0, failed_requests=1.0))
+    out = RolloutStatus.model_validate({"phase": "Analyzing", "analysis": rows}).model_dump(by_alias=True,
+                                                                                            exclude_none=True)
+    for row in out["analysis"]:
+        for k in ("pods", "drafts", "requests", "failedRequests"):
+            assert type(row[k]) is int, (k, row)
+    # a status an older operator wrote (1843.0) prints as integers too
+    old = {"status": {"rollout": {"analysis": [{"track": "stable", "drafts": 1843.0, "requests": 40.0, "tau": 3.5}]}}}
+    text = json.dumps(RC.rollout_status(old))
+    assert '"drafts": 1843,' in text and '"requests": 40,' in text and '"tau": 3.5' in text
+
+
+def test_the_probe_line_says_its_count_once():
+    from specdeploy.cli import rollout as RC
+
+    obj = {"metadata": {"name": "roll", "namespace": "default"}, "spec": {"rollout": {"strategy": "Canary"}},
+           "status": {"rollout": {"phase": "RolledBack", "probe": {
+               "prompts": 4, "identical": 4, "message": "4/4 prompts identical at temperature 0 (32 tokens)"}}}}
+    lines = [ln for ln in RC.format_status(obj).splitlines() if ln.startswith("Probe:")]
+    assert lines == ["Probe:     4/4 prompts identical at temperature 0 (32 tokens)"], lines

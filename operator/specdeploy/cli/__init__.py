@@ -8,7 +8,7 @@ also a JSON document on stdout.
 
 One module per command group, each adding its parsers to the root one: ``check`` (check, render),
 ``generate`` (crd, generate), ``operator`` (operator run), ``dev`` (demo and the dev tools, which hand
-over to the development rig), ``acceptance``, ``bench``, ``rollout``. Shared pieces, the help texts' format and the
+over to the development rig), ``acceptance``, ``bench``, ``rollout``, ``completion``. Shared pieces, the help texts' format and the
 argument types: ``common``.
 """
 
@@ -18,7 +18,7 @@ import argparse
 import sys
 from typing import Sequence
 
-from . import acceptance, bench, check, dev, generate, operator, rollout
+from . import acceptance, bench, check, completion, dev, generate, operator, rollout
 from .common import PROG, ArgumentError, Parser, UsageError, VersionAction, epilog, print_error, wants_json
 
 __all__ = ["PROG", "UsageError", "build_parser", "main"]
@@ -28,7 +28,8 @@ __all__ = ["PROG", "UsageError", "build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = Parser(prog=PROG, description="Speculative-decoding deployments with DFlash drafters on SGLang and vLLM.",
+    p = Parser(prog=PROG, description="Speculative-decoding deployments on SGLang and vLLM: DFlash, DFlash2, DSpark or "
+               "EAGLE-3 drafters, the target's MTP layers, or n-gram lookup.",
                epilog=epilog(["specdeploy check --drafter drafter/ --target target/ --engine vllm --gpu b300",
                               "specdeploy render -f speculativedeployment.yaml --drafter-config d.json "
                               "--target-config t.json",
@@ -46,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     acceptance.add_parser(sub)
     bench.add_parser(sub)
     rollout.add_parser(sub)
+    completion.add_parser(sub)
     return p
 
 

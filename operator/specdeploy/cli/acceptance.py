@@ -27,7 +27,7 @@ import time
 
 from ..core import acceptance as acc
 from ..core import baseline as bl
-from .common import UsageError, camel_keys, epilog, number_type, seconds
+from .common import OUTPUTS, UsageError, camel_keys, epilog, number_type, print_doc, seconds
 
 PROG = "specdeploy acceptance"
 MAX_BYTES = 64 * 1024 * 1024
@@ -157,13 +157,13 @@ def _run(args: argparse.Namespace) -> int:
         raise InputError(f"{scrapes[-1]}: no Prometheus samples in it (is it a /metrics scrape?)")
     base = bl.Baseline(args.baseline, "", "") if args.baseline is not None else None
     h, msg = bl.judge(a, args.min_length, base, revision=None, fraction=args.regression_fraction)
-    if args.output == "json":
+    if args.output in ("json", "yaml"):
         health = {"status": h.status, "reason": h.reason, "message": msg, "min_length": args.min_length}
         if base is not None:
             health.update(baseline=args.baseline, regression_fraction=args.regression_fraction)
         doc = {"engine": engine, "found": a is not None, "acceptance": a.to_dict() if a else None, "health": health}
         # camelCase keys, like every other command's JSON (and Kubernetes)
-        print(json.dumps(camel_keys(_finite(doc)), indent=2, allow_nan=False, default=str))
+        print_doc(camel_keys(_finite(doc)), args.output)
     else:
         print(_text(a, h, msg, engine))
     return 1 if h.reason in (acc.COLLAPSED, acc.REGRESSED, acc.CLIFF, acc.NO_METRICS) else 0
@@ -194,6 +194,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--regression-fraction", type=_fraction, default=bl.DEFAULT_REGRESSION_FRACTION, metavar="F",
                    help=f"with --baseline: tau below baseline x (1 - F) is a regression (default "
                         f"{bl.DEFAULT_REGRESSION_FRACTION})")
-    p.add_argument("--output", "-o", choices=["text", "json"], default="text")
+    p.add_argument("--output", "-o", choices=OUTPUTS, default="text")
     p.set_defaults(func=cmd_acceptance)
     return p

@@ -19,7 +19,7 @@ import json
 import shutil
 import subprocess
 
-from .common import UsageError, camel_keys, epilog, need_action
+from .common import OUTPUTS, UsageError, camel_keys, epilog, need_action, print_doc
 
 RESULTS_KEY = "results.json"
 KUBECTL_TIMEOUT = 60
@@ -92,10 +92,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         files = rep.write_report(args.name, rs, reco, args.out or f"{args.name}-report")
     except rep.ReportError as e:
         raise BenchInputError(str(e)) from None
-    if args.output == "json":
+    if args.output in ("json", "yaml"):
         doc = camel_keys(rep.report_doc(args.name, rs, reco, {}))
         doc["files"] = files  # file names as they are
-        print(json.dumps(doc, indent=2))
+        print_doc(doc, args.output)
         return 0
     print(rep.format_table(rs))
     costs = rep.format_costs(rs)
@@ -128,5 +128,5 @@ def add_parser(sub) -> None:
     r.add_argument("-n", "--namespace", default=None, help="its namespace (default: kubectl's)")
     r.add_argument("--out", default=None, metavar="DIR", help="where the files go (default ./NAME-report)")
     r.add_argument("--from-file", default=None, metavar="FILE", help="a local copy of the results ConfigMap's results.json")
-    r.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    r.add_argument("-o", "--output", choices=OUTPUTS, default="text")
     r.set_defaults(func=cmd_report)

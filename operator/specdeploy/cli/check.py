@@ -7,7 +7,7 @@ import argparse
 import sys
 from typing import Any
 
-from .common import PROG, UsageError, epilog, known_engine_versions, positive_int
+from .common import OUTPUTS, PROG, UsageError, epilog, known_engine_versions, positive_int, print_doc
 
 
 def _load_json_config(path: str, what: str) -> Any:
@@ -57,10 +57,49 @@ def _load_cr(path: str, docs: list | None = None) -> Any:
     return cr
 
 
+# The spec field each `specdeploy check` flag stands for: a finding printed by `check` names the flag, as the
+# same finding from admission or in the status names the field (core/findings.worded).
+CHECK_FLAGS = {
+    "spec.speculation.method": "--method", "spec.drafter": "--drafter", "spec.target": "--target",
+    "spec.engine.name": "--engine", "spec.engine.version": "--engine-version", "spec.gpu.type": "--gpu",
+    "spec.gpu.count": "--gpu-count", "spec.nodes": "--nodes", "spec.engine.maxModelLen": "--max-model-len",
+    "spec.speculation.draftWindow": "--draft-window", "spec.checks.accept": "--accept",
+    "spec.target.trustRemoteCode": "--trust-remote-code", "spec.speculation.guard.maxConcurrency": "--concurrency",
+    "spec.speculation.eagle.steps": "--steps", "spec.speculation.mtp.steps": "--steps",
+    "spec.speculation.eagle.topk": "--topk", "spec.speculation.mtp.topk": "--topk",
+    "spec.speculation.eagle.draftTokens": "--draft-tokens", "spec.speculation.mtp.draftTokens": "--draft-tokens",
+    "spec.speculation.ngram.lookupMin": "--lookup-min", "spec.speculation.ngram.lookupMax": "--lookup-max",
+    "spec.speculation.ngram.numSpeculativeTokens": "--ngram-tokens", "maxModelLen": "--max-model-len", "gpu.count": "--gpu-count",
+}
+
+
 def _print_findings(findings, out) -> None:
     for f in findings:
-        print(f"{f.severity.value:<8}{f.code}  [{f.source.value}] {f.path}", file=out)
+        where = "flag" if f.path.startswith("--") else f.source.value
+        print(f"{f.severity.value:<8}{f.code}  [{where}] {f.path}", file=out)
         print(f"        {f.message}", file=out)
+
+
+def _method_of(args: argparse.Namespace, drafter: Any, target: Any) -> tuple[str, str]:
+    """The method to check with and where it came from: --method, else the drafter's detected family, else (no
+    drafter) MTP when the target has MTP layers."""
+    from ..core import methods
+    from ..core.checker import detect_family, serving_method, target_mtp_layers
+
+    if args.method:  # checked against --drafter before the files are read (cmd_check)
+        return args.method, "--method"
+    if drafter is None:
+        layers = target_mtp_layers(target)
+        if layers:
+            return "mtp", f"the target has {layers} MTP layer(s); --method ngram or suffix checks those instead"
+        raise UsageError("no --drafter: give the drafter's config.json with --drafter D, or check the target alone "
+                         "with --method mtp (its own MTP layers), ngram or suffix")
+    fam = detect_family(drafter)
+    method = serving_method(fam)
+    if method is None:
+        return methods.DEFAULT_METHOD, (f"the drafter's family is {fam.label if fam.name != 'unknown' else 'unknown'}"
+                                        f": checked as {methods.DEFAULT_METHOD}; pass --method to choose")
+    return method, f"detected from the drafter: {fam.label}; --method overrides"
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -68,16 +107,17 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     from ..core.checker import Options, analyze
     from ..core.engines import get_engine
-    from ..core.findings import report
+    from ..core.findings import report, worded
 
     from ..core import methods
 
-    if methods.needs_drafter(args.method) and not args.drafter:
+    if args.method and methods.needs_drafter(args.method) and not args.drafter:
         raise UsageError(f"--method {args.method} needs --drafter (the drafter's config.json)")
-    if not methods.needs_drafter(args.method) and args.drafter:
+    if args.method and not methods.needs_drafter(args.method) and args.drafter:
         raise UsageError(f"--method {args.method} takes no --drafter (the target drafts for itself or nothing does)")
     drafter = _load_json_config(args.drafter, "drafter") if args.drafter else None
     target = _load_json_config(args.target, "target")
+    method, method_from = _method_of(args, drafter, target)
     version = args.engine_version
     if args.engine and not version:
         version = get_engine(args.engine).newest_verified
@@ -86,40 +126,50 @@ def cmd_check(args: argparse.Namespace) -> int:
     elif version and not args.engine:
         raise UsageError("--engine-version needs --engine")
     opts = Options(engine=args.engine, engine_version=version, gpu=args.gpu, gpu_count=args.gpu_count,
-                   nodes=args.nodes, method=args.method, max_model_len=args.max_model_len,
+                   nodes=args.nodes, method=method, max_model_len=args.max_model_len,
                    draft_window=_window_arg(args.draft_window), accept=tuple(args.accept or ()),
                    trust_remote_code=args.trust_remote_code, concurrency=args.concurrency, steps=args.steps,
                    topk=args.topk, draft_tokens=args.draft_tokens, ngram_min=args.lookup_min,
                    ngram_max=args.lookup_max, ngram_tokens=args.ngram_tokens)
     a = analyze(drafter, target, opts)
-    if args.output == "json":
-        doc = report(a.findings)
+    # JSON keeps each finding's path (the spec field: stable for scripts) and adds the flag that sets it
+    as_json = args.output in ("json", "yaml")
+    findings, accepted = (worded(a.findings, CHECK_FLAGS, paths=not as_json),
+                          worded(a.accepted, CHECK_FLAGS, paths=not as_json))
+    if as_json:
+        doc = report(findings)
+        for f in doc["findings"]:
+            if f["path"] in CHECK_FLAGS:
+                f["flag"] = CHECK_FLAGS[f["path"]]
+        doc["method"] = {"name": method, "from": method_from}
         if args.engine:
             info = get_engine(args.engine)
             doc["engine"] = {"name": args.engine, "version": version, "verified": info.is_verified(version),
                              "versionFrom": "--engine-version" if args.engine_version else "newest verified"}
-        doc["accepted"] = [f.to_dict() for f in a.accepted]
+        doc["accepted"] = [{**f.to_dict(), **({"flag": CHECK_FLAGS[f.path]} if f.path in CHECK_FLAGS else {})}
+                           for f in accepted]
         if a.derived is not None:
             doc["derived"] = a.derived.to_dict()
         if a.family is not None:
             doc["family"] = a.family.to_dict()
-        print(json.dumps(doc, indent=2))
+        print_doc(doc, args.output)
     else:
         ctx = f"{args.engine} {version}" if args.engine else "no engine given"
         if args.gpu:
             ctx += f", {args.gpu_count} x {args.gpu}"
         n_err = sum(1 for f in a.findings if f.severity.value == "error")
         n_warn = sum(1 for f in a.findings if f.severity.value == "warning")
-        who = f"{args.drafter} vs {args.target}" if args.drafter else f"{args.target} ({args.method}, no drafter)"
+        who = f"{args.drafter} vs {args.target}" if args.drafter else f"{args.target} ({method}, no drafter)"
         print(f"{'OK' if a.ok else 'INCOMPATIBLE'}: {who} ({ctx}): "
               f"{n_err} error(s), {n_warn} warning(s)")
+        print(f"method: {method} ({method_from})")
         if a.family is not None:
             print(f"drafter family: {a.family.label} (format {a.family.format}; {'; '.join(a.family.evidence)})")
-        _print_findings(a.findings, sys.stdout)
-        if a.derived is not None and a.ok and not methods.uses_dflash_path(args.method):
+        _print_findings(findings, sys.stdout)
+        if a.derived is not None and a.ok and not methods.uses_dflash_path(method):
             d = a.derived
             extra = f", {d.steps} steps, top-k {d.topk}" if d.steps is not None else ""
-            print(f"derived: method {args.method}, {d.num_speculative_tokens} draft tokens per step, "
+            print(f"derived: method {method}, {d.num_speculative_tokens} draft tokens per step, "
                   f"{d.block_size} verified per step{extra}")
         elif a.derived is not None and a.ok:
             d = a.derived
@@ -142,9 +192,11 @@ def _print_memory(p) -> None:
           f"(target {p.target_weight_bytes / 1e9:.1f} GB + drafter {p.drafter_weight_bytes / 1e9:.2f} GB); "
           f"KV per token at {ctx} tokens: target {p.target.bytes_for(ctx) / ctx / 1024:.1f} KiB, "
           f"drafter {p.drafter.bytes_for(ctx) / ctx / 1024:.1f} KiB")
-    print(f"        capacity {tokens(p.capacity_tokens)} tokens ({tokens(p.capacity_tokens_without_drafter)} without "
-          f"the drafter: {p.drafter_capacity_share:.0%} to the drafter); largest context at concurrency "
-          f"{p.concurrency}: {tokens(p.largest_context())} tokens")
+    largest = (f"{tokens(p.largest_context())} tokens (the served context: the model's limit or --max-model-len, "
+               "not the pool, bounds it)" if p.context_limited() else f"{tokens(p.largest_context())} tokens")
+    print(f"        capacity {tokens(p.capacity_tokens)} tokens over all sequences "
+          f"({tokens(p.capacity_tokens_without_drafter)} without the drafter: {p.drafter_capacity_share:.0%} to the "
+          f"drafter); largest context at concurrency {p.concurrency}: {largest}")
 
 
 def _known_engine_version(engine: str, version: str, gpu: str | None) -> None:
@@ -391,8 +443,10 @@ def add_parsers(sub) -> None:
     c.add_argument("--gpu", choices=PROFILE_KEYS, help="GPU profile")
     c.add_argument("--gpu-count", type=positive_int, default=1, metavar="N", help="GPUs per replica (tensor parallel)")
     c.add_argument("--nodes", type=positive_int, default=1, metavar="N", help="nodes per replica")
-    c.add_argument("--method", choices=METHODS, default=DEFAULT_METHOD,
-                   help="speculative method (spec.speculation.method)")
+    c.add_argument("--method", choices=METHODS,
+                   help="speculative method (spec.speculation.method); default: the one that serves the drafter's "
+                   f"detected family (EAGLE-3: eagle3, DFlash2: dflash2, DSpark: dspark, ...; {DEFAULT_METHOD} when "
+                   "the family is unknown), without --drafter mtp when the target has MTP layers")
     c.add_argument("--steps", type=positive_int, metavar="N", help="draft steps (spec.speculation.eagle/mtp.steps)")
     c.add_argument("--topk", type=positive_int, metavar="N", help="top-k per step (spec.speculation.eagle/mtp.topk)")
     c.add_argument("--draft-tokens", type=positive_int, metavar="N",
@@ -410,7 +464,7 @@ def add_parsers(sub) -> None:
     c.add_argument("--accept", action="append", metavar="CODE",
                    help="accept this finding code (spec.checks.accept): a warning or judgement error becomes info "
                    "(repeatable)")
-    c.add_argument("--output", "-o", choices=["text", "json"], default="text")
+    c.add_argument("--output", "-o", choices=OUTPUTS, default="text")
     c.set_defaults(func=cmd_check)
 
     r = sub.add_parser("render", help="print the objects the operator would create for a SpeculativeDeployment or a "

@@ -57,6 +57,21 @@ def camel_keys(obj: Any) -> Any:
     return obj
 
 
+OUTPUTS = ("text", "json", "yaml")  # -o of every command that prints a document
+
+
+def print_doc(doc, output: str) -> None:
+    """A command's document on stdout, as -o asks: JSON (indented) or YAML (block style, keys in order)."""
+    import json
+
+    if output == "yaml":
+        import yaml
+
+        print(yaml.safe_dump(doc, sort_keys=False, width=1000, allow_unicode=True), end="")
+    else:
+        print(json.dumps(doc, indent=2, allow_nan=False, default=str))
+
+
 def wants_json(argv: list[str]) -> bool:
     """Whether the command line asks for ``-o json`` (read from the raw argv: parsing may be what failed)."""
     for i, a in enumerate(argv):

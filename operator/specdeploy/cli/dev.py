@@ -36,14 +36,16 @@ def _rig(handler: str):
 
 
 def add_demo_parser(sub) -> None:
-    d = sub.add_parser("demo", help="the main job: the operator on the embedded API server with both examples",
-                       description="Start the embedded Kubernetes API server, install the CRD, run the real operator, "
+    d = sub.add_parser("demo", help="the main job: the operator on the embedded API server with the five examples",
+                       description="Start the embedded Kubernetes API server, install both CRDs, run the real operator, "
                        "apply the examples with kubectl, wait for their conditions, show the gate refusing an "
                        "incompatible pair, print `kubectl get specdeploy -o wide` and the rendered engine command lines, "
                        "and stop everything.",
                        epilog=epilog(["specdeploy demo", "specdeploy demo --offline     # check and render in-process only",
                                       "specdeploy demo --cluster     # against the cluster in KUBECONFIG",
-                                      "specdeploy demo --engine vllm-cpu   # real vLLM (CPU build), about 4 minutes"],
+                                      "specdeploy demo --engine vllm-cpu   # real vLLM (CPU build), about 4 minutes",
+                                      "specdeploy demo --engine vllm-cpu --rollout   # a canary rolled back, one "
+                                      "promoted"],
                                      ok="the demo ran and every expectation held",
                                      findings="an expectation failed (printed)"))
     d.add_argument("--examples", default="examples", help="examples directory")
@@ -54,6 +56,11 @@ def add_demo_parser(sub) -> None:
     d.add_argument("--engine", choices=("none", "vllm-cpu"), default="none",
                    help="vllm-cpu: the real loop, real vLLM (CPU build, .venv-vllm-cpu/) serving tiny models through "
                         "the dev kubelet, with the acceptance it measures (about 4 minutes)")
+    d.add_argument("--rollout", action="store_true",
+                   help="with --engine vllm-cpu: a canary walkthrough instead (docs/how-to/roll-out-safely.md): a good "
+                        "stable drafter, a canary with shifted layer ids rolled back (both taus), a canary of a second "
+                        "good drafter promoted, `specdeploy rollout status` and the time at each step (drafters "
+                        "trained here the first time: about 12 minutes on 2 cores, 3 with them cached)")
     d.set_defaults(func=_rig("cmd_demo"))
 
 
@@ -110,9 +117,11 @@ def add_dev_parser(sub) -> None:
     fc.add_argument("--examples", default="examples")
     fc.set_defaults(func=_rig("cmd_flag_commands"))
     a = dsub.add_parser("apiserver", help="run the embedded Kubernetes API server (a stand-in for tests and demos)",
-                        description="Run the embedded Kubernetes API server on 127.0.0.1 and write a kubeconfig for it; "
-                        "serves until SIGTERM or Ctrl-C.",
-                        epilog=epilog(["specdeploy dev apiserver --kubeconfig /tmp/kc &",
+                        description="Run the embedded Kubernetes API server on 127.0.0.1 and write a kubeconfig for it "
+                        "once it serves (so, after removing an earlier run's file, waiting for the file waits for the "
+                        "server); serves until SIGTERM or Ctrl-C.",
+                        epilog=epilog(["specdeploy dev apiserver --kubeconfig /tmp/kc &   # after rm -f /tmp/kc",
+                                       "until [ -s /tmp/kc ]; do sleep 0.2; done",
                                        "KUBECONFIG=/tmp/kc kubectl get namespaces"], ok="stopped cleanly"))
     a.add_argument("--kubeconfig", required=True, metavar="PATH", help="write a kubeconfig for it here")
     a.add_argument("--port", type=int, default=0, metavar="N", help="port on 127.0.0.1 (default: any free port)")

@@ -19,6 +19,15 @@ def cmd_crd(args: argparse.Namespace) -> int:
 
     by_kind = {"SpeculativeDeployment": render_crd_yaml, "SpeculativeBenchmark": render_bench_crd_yaml}
     kinds = [args.kind] if args.kind else list(CRD_KINDS)
+    if args.output == "json":
+        import json
+
+        import yaml
+
+        docs = [yaml.safe_load(by_kind[k]()) for k in kinds]
+        print(json.dumps(docs[0] if len(docs) == 1 else {"apiVersion": "v1", "kind": "List", "items": docs},
+                         indent=2))
+        return 0
     sys.stdout.write("---\n".join(by_kind[k]() for k in kinds))
     return 0
 
@@ -57,8 +66,10 @@ def add_parsers(sub, root: argparse.ArgumentParser) -> None:
                        "SpeculativeBenchmark, generated from the API types (the same as crds/ and the chart's "
                        "templates), as one YAML stream; --kind prints one.",
                        epilog=epilog(["specdeploy crd | kubectl apply --server-side -f -",
-                                      "specdeploy crd --kind SpeculativeBenchmark"], ok="printed"))
+                                      "specdeploy crd --kind SpeculativeBenchmark -o json"], ok="printed", json_errors=True))
     k.add_argument("--kind", choices=CRD_KINDS, help="print only this kind's CRD (default: both)")
+    k.add_argument("--output", "-o", choices=["yaml", "json"], default="yaml",
+                   help="yaml: one YAML stream; json: a v1 List (one CRD with --kind)")
     k.set_defaults(func=cmd_crd)
 
     g = sub.add_parser("generate", help="regenerate generated files (CRD, reference docs)",

@@ -33,6 +33,34 @@ def _bind_address(flag: str, value: str | None) -> str:
     return value
 
 
+def port_in_use(addr: str, port: int) -> str | None:
+    """Why ADDR:PORT cannot be listened on because another process holds it, or None. Bound as the servers bind
+    (SO_REUSEADDR), so a port in TIME_WAIT is free and only a listener makes it busy."""
+    import errno
+    import socket
+
+    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((addr, port))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                return "in use (another process listens there: `ss -ltnp` names it)"
+            return None  # another reason (an address not on this host yet): the server's own bind reports it
+    return None
+
+
+def _check_ports(ports: list[tuple[str, str, int]]) -> None:
+    """Each listener's port is free before anything starts: one line and exit 2, never a traceback and an
+    operator left idle without its endpoints."""
+    for flag, addr, port in ports:
+        if port:
+            why = port_in_use(addr, port)
+            if why:
+                raise UsageError(f"{flag} {port} on {addr}: {why}; stop that process or pass another {flag}")
+
+
 def cmd_operator_run(args: argparse.Namespace) -> int:
     import os
 
@@ -77,10 +105,13 @@ def cmd_operator_run(args: argparse.Namespace) -> int:
         client_ca=args.webhook_client_ca, client_names=args.webhook_client_name or [],
         client_ca_from_cluster=args.webhook_client_ca_from_cluster, client_optional=args.webhook_client_optional,
         namespace=args.operator_namespace or os.environ.get("POD_NAMESPACE") or None)
+    election = _election_args(args, webhook.namespace)
+    _check_ports([("--metrics-port", metrics_bind, args.metrics_port), ("--webhook-port", bind, port),
+                  ("--health-port", bind, args.health_port or 0)])
     return run(args.namespace or [], args.all_namespaces, kubeconfig=args.kubeconfig, metrics_port=args.metrics_port,
                metrics_addr=metrics_bind, bind_addr=bind, liveness=args.liveness, resync_seconds=args.resync_seconds,
                verbose=args.verbose, webhook=webhook, policy=_policy_args(args),
-               election=_election_args(args, webhook.namespace), health_port=args.health_port,
+               election=election, health_port=args.health_port,
                engine_network_policy=_engine_network_policy(args))
 
 

@@ -28,7 +28,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
-from .common import UsageError, epilog, need_action
+from .common import OUTPUTS, UsageError, epilog, need_action, print_doc
 
 from ..core import rollout as ro
 
@@ -158,9 +158,19 @@ def strategy_of(obj: dict) -> str:
     return ((rollout or {}).get("strategy") if isinstance(rollout, dict) else None) or ro.ROLLING_UPDATE
 
 
+COUNTS = ("pods", "drafts", "requests", "failedRequests")  # analysis row fields that count things
+
+
 def rollout_status(obj: dict) -> dict:
+    """status.rollout, with the analysis rows' counts as integers (a status an older operator wrote holds 120.0)."""
     r = (obj.get("status") or {}).get("rollout")
-    return r if isinstance(r, dict) else {}
+    if not isinstance(r, dict):
+        return {}
+    rows = r.get("analysis")
+    if isinstance(rows, list):
+        r = {**r, "analysis": [{k: int(v) if k in COUNTS and isinstance(v, float) and v.is_integer() else v
+                                for k, v in row.items()} if isinstance(row, dict) else row for row in rows]}
+    return r
 
 
 def rollout_condition(obj: dict) -> dict | None:
@@ -292,8 +302,9 @@ def format_status(obj: dict, now: datetime | None = None) -> str:
     probe = r.get("probe")
     if isinstance(probe, dict) and probe:
         text = f"{probe.get('identical', '?')}/{probe.get('prompts', '?')} prompts identical"
-        if probe.get("message"):
-            text += f": {probe['message']}"
+        if probe.get("message"):  # the operator's message may start with the same count: said once
+            msg = str(probe["message"])
+            text = msg if msg.startswith(text) else f"{text}: {msg}"
         lines.append(("Probe", text))
     pending = pending_request(obj)
     if pending:
@@ -326,8 +337,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     cluster, namespace = _target(args)
     obj = get_deployment(cluster, namespace, args.name)
     need_canary(obj)
-    if args.output == "json":
-        print(json.dumps({"ok": True, **status_doc(obj)}, indent=2))
+    if args.output in ("json", "yaml"):
+        print_doc({"ok": True, **status_doc(obj)}, args.output)
     else:
         print(format_status(obj))
     return 0
@@ -343,9 +354,9 @@ def cmd_action(args: argparse.Namespace) -> int:
     replaced = pending_request(obj)
     value = request_value(action)
     patch_annotation(cluster, obj, value)
-    if args.output == "json":
-        print(json.dumps({"ok": True, "action": action, "name": args.name, "namespace": namespace,
-                          "annotation": {ROLLOUT_ANNOTATION: value}, "replaced": replaced}, indent=2))
+    if args.output in ("json", "yaml"):
+        print_doc({"ok": True, "action": action, "name": args.name, "namespace": namespace,
+                   "annotation": {ROLLOUT_ANNOTATION: value}, "replaced": replaced}, args.output)
         return 0
     done = {"promote": "promote requested", "abort": "abort requested", "retry": "retry requested"}[action]
     print(f"{done} for {_where(namespace, args.name)}: {subject}")
@@ -360,7 +371,7 @@ def _cluster_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kubeconfig", default=None, metavar="PATH",
                    help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config; in a pod: its service account)")
     p.add_argument("--context", default=None, metavar="NAME", help="kubeconfig context (default: its current one)")
-    p.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    p.add_argument("-o", "--output", choices=OUTPUTS, default="text")
 
 
 def add_parser(sub) -> None:

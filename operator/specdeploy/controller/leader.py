@@ -25,12 +25,17 @@ from dataclasses import dataclass
 from typing import Awaitable, Callable
 
 from ..core import lease as L
+from ..core import names as N
 from . import metrics
 from .kube import Fence, Kube, KubeError, load_api_client
 
 log = logging.getLogger("specdeploy.leader")
 
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
+# The operator creates its Lease itself, as client-go's leader election does (the chart does not own it: a Lease
+# that Helm deleted while a replica still renewed would come back without Helm's ownership metadata and block
+# the next `helm install`). These labels find it: `kubectl get lease -l app.kubernetes.io/part-of=specdeploy`.
+LEASE_LABELS = {N.LABEL_PART_OF: N.MANAGED_BY, N.LABEL_COMPONENT: N.COMPONENT_LEADER_ELECTION}
 
 
 @dataclass(frozen=True)
@@ -245,7 +250,8 @@ class LeaderElector:
         if body is None:
             written = await self.kube.call("POST", path, body={
                 "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                "metadata": {"name": self.name, "namespace": self.namespace}, "spec": plan.to_spec()})
+                "metadata": {"name": self.name, "namespace": self.namespace, "labels": LEASE_LABELS},
+                "spec": plan.to_spec()})
         else:
             meta = body.get("metadata") or {}
             written = await self.kube.call("PUT", f"{path}/{self.name}", body={

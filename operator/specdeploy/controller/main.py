@@ -39,6 +39,9 @@ def run(namespaces: list[str], all_namespaces: bool, *, kubeconfig: str | None =
         os.environ[POLICY_ENV] = policy.to_env()
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from .optional_apis import install as quiet_optional_apis
+
+    quiet_optional_apis()  # LeaderWorkerSet and PodMonitor missing: one INFO line, not kopf's WARNING each scan
     import kopf
 
     from . import handlers  # noqa: F401  (registers the handlers)

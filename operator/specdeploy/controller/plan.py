@@ -467,7 +467,11 @@ def plan_rollout(cr, rendered: Rendered, children: Mapping[tuple[str, str], dict
                           "refusedRevision": s.refused_revision,
                           "startedAt": _epoch_rfc3339(created) if s.canary and created is not None else None,
                           "decision": decision or prev.get("decision"),
-                          "analysis": verdict.table if verdict is not None and verdict.table else prev.get("analysis"),
+                          # the table the decision was taken on stays as it was: once the stable Deployment rolls to
+                          # the promoted revision, a new table would label the old stable's figures with the new one
+                          "analysis": verdict.table if verdict is not None and verdict.table
+                          and (s.phase in (ro.PHASE_PROGRESSING, ro.PHASE_ANALYZING) or decision is not None)
+                          else prev.get("analysis"),
                           "probe": _probe_status(analysis.get("probe") if analysis is not None else None)
                           or (prev.get("probe") if s.canary else None),
                           "requestHandled": s.request_handled}

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from enum import Enum
-from typing import Iterable
+from typing import Iterable, Mapping
 
 
 class Severity(str, Enum):
@@ -38,6 +39,27 @@ class Finding:
 
     def one_line(self) -> str:
         return f"{self.severity.value}: {self.code} at {self.source.value} {self.path}: {self.message}"
+
+
+def _field_pattern(names: Mapping[str, str]) -> re.Pattern:
+    # longest first; a field followed by a deeper segment (spec.drafter.model for spec.drafter) is another field
+    alts = "|".join(re.escape(k) for k in sorted(names, key=len, reverse=True))
+    return re.compile(rf"(?<![\w.])(?:{alts})(?![\w]|\.\w)")
+
+
+def worded(findings: Iterable[Finding], names: Mapping[str, str], *, paths: bool = True) -> list[Finding]:
+    """The findings as the user who wrote them meets them: every spec field that ``names`` maps (for example
+    ``spec.speculation.method`` to ``--method`` for `specdeploy check`) named by what that user typed instead, in
+    the message and (with ``paths``) the path. Admission and the status use the findings as they are (the spec's
+    fields)."""
+    if not names:
+        return list(findings)
+    pat = _field_pattern(names)
+    def sub(text: str) -> str:
+        text = pat.sub(lambda m: names[m.group(0)], text)
+        return re.sub(r"(\S+) \(or \1\)", r"\1", text)  # "spec.checks.accept (or --accept)": said once
+
+    return [replace(f, message=sub(f.message), path=sub(f.path) if paths else f.path) for f in findings]
 
 
 def has_errors(findings: Iterable[Finding]) -> bool:

@@ -240,7 +240,14 @@ class MemoryPlan:
         return 1.0 - self.capacity_tokens / base if base else 0.0
 
     def largest_context(self, concurrency: int | None = None) -> int:
-        return largest_context(self.target.plus(self.drafter), self.pool_bytes, concurrency or self.concurrency)
+        """The longest context of which ``concurrency`` sequences fit in the pool, at most the served context
+        (the model's own limit, or maxModelLen): a pool that would hold more serves no longer a context."""
+        return largest_context(self.target.plus(self.drafter), self.pool_bytes, concurrency or self.concurrency,
+                               limit=min(self.context, MAX_CONTEXT_SEARCH))
+
+    def context_limited(self, concurrency: int | None = None) -> bool:
+        """Whether the served context, not the pool, bounds ``largest_context``."""
+        return self.largest_context(concurrency) >= self.context
 
     def to_dict(self) -> dict:
         def kib(shape: KvShape) -> float:

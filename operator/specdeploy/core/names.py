@@ -49,6 +49,7 @@ COMPONENT_ENGINE = "engine"
 COMPONENT_TUNING = "kernel-tuning"
 COMPONENT_INSPECTOR = "config-inspector"
 COMPONENT_WEBHOOK = "webhook"
+COMPONENT_LEADER_ELECTION = "leader-election"  # the operator's own Lease (controller/leader.py)
 COMPONENT_BENCH_ENGINE = "benchmark-engine"
 COMPONENT_BENCH_CLIENT = "benchmark-client"
 COMPONENT_BENCH_RESULTS = "benchmark-results"

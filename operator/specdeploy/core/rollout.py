@@ -459,6 +459,15 @@ def _below_floor(what: str, ratio: float, floor: float, reason: str, table: list
     return None
 
 
+def _progress(p: Params, elapsed_s: float) -> str:
+    """Where the canary stands in time: inside the analysis window, or past it and bounded by the deadline
+    (never "7m13s of 30s": a canary still booting past the window waits for the deadline, not the window)."""
+    e, w, d = format_duration(elapsed_s), format_duration(p.window_s), format_duration(p.deadline_s)
+    if elapsed_s < p.window_s:
+        return f"{e} of the {w} analysis window"
+    return f"{e} since the canary started (analysis window {w} over; deadline {d})"
+
+
 def judge(p: Params, stable: Totals, canary: Totals, health: Health, probe: Probe | None,
           elapsed_s: float, compare_outputs: bool = True, *, stable_revision: str | None = None,
           canary_revision: str | None = None) -> Verdict:
@@ -468,7 +477,7 @@ def judge(p: Params, stable: Totals, canary: Totals, health: Health, probe: Prob
     False when the target model's revision or the engine changed: outputs may then differ legitimately).
     The revisions only label the table's rows."""
     table = analysis_table(stable, canary, stable_revision, canary_revision)
-    progress = f"{format_duration(elapsed_s)} of {format_duration(p.window_s)}"
+    progress = _progress(p, elapsed_s)
 
     # 1. The canary cannot serve.
     if health.failed_to_start:

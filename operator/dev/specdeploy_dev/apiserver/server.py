@@ -363,9 +363,11 @@ def write_kubeconfig(path: str | os.PathLike[str], url: str, namespace: str = "d
     }
     path = os.fspath(path)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    part = f"{path}.part"  # written whole, then renamed: a reader never sees half a kubeconfig
+    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         yaml.safe_dump(config, f, sort_keys=False)
+    os.replace(part, path)
     return path
 
 
@@ -391,6 +393,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     async def serve() -> int:
+        # a kubeconfig left by an earlier run names its old port: gone until this server serves, so that
+        # `until [ -s KUBECONFIG ]; do sleep 0.2; done` after `dev apiserver ... &` waits for this one
+        try:
+            os.unlink(args.kubeconfig)
+        except FileNotFoundError:
+            pass
         server = await start(args.port, args.host)
         settle_gc()
         write_kubeconfig(args.kubeconfig, server.url, args.namespace)

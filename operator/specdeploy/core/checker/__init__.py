@@ -12,6 +12,7 @@ dflash-engines.md s2 plus the engine and GPU rules, and derives what the rendere
 - ``engine``: engine release rules (releases, drafter architecture, hidden act, draft backend);
 - ``fit``: tensor-parallel head split and the weights' fit in GPU memory;
 - ``accept``: accepted codes turned into info, one finding per root cause;
+- ``family``: ``detect_family`` (a drafter's family from its config.json) and ``serving_method``;
 - ``method``: ``check_method``, the gate of every method outside the DFlash path (family detection and the
   per-family rules; also run after the DFlash rules for ``dflash2``);
 - ``methodplan``: what the renderer needs for those methods (steps, top-k, draft tokens, n-gram window) and
@@ -25,6 +26,8 @@ Import the entry points from this package, not from the modules: the layout insi
 
 from .accept import ABSENCE_CODES, apply_accept, one_per_root_cause
 from .derive import analyze, check
+from .family import Family, detect_family, serving_method
+from .methodplan import target_mtp_layers
 from .fit import FIT_FRACTION, HEADROOM_FRACTION
 from .layers import canonical_layer_ids
 from .method import check_method
@@ -33,7 +36,8 @@ from .results import Analysis, Derived
 from .window import draft_kv_bytes_per_token
 
 __all__ = [
-    "ABSENCE_CODES", "CPU", "DEFAULT_BLOCK_SIZE", "FIT_FRACTION", "HEADROOM_FRACTION", "MAX_BLOCK_SIZE", "WINDOW_OFF",
+    "ABSENCE_CODES", "CPU", "Family", "detect_family", "serving_method", "DEFAULT_BLOCK_SIZE", "FIT_FRACTION", "HEADROOM_FRACTION", "MAX_BLOCK_SIZE", "WINDOW_OFF",
     "Analysis", "Derived", "Options", "analyze", "apply_accept", "canonical_layer_ids", "check", "check_method", "check_options",
     "draft_kv_bytes_per_token", "model_reference_problem", "one_per_root_cause",
+    "target_mtp_layers",
 ]

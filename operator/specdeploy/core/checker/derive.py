@@ -39,7 +39,7 @@ def _derive(d: DrafterConfig, t: TargetConfig | None, o: Options, info, row, pro
     if t is not None and t.has_auto_map and not o.trust_remote_code and info is not None:
         out.warn("RemoteCodeNotTrusted", S, "spec.target.trustRemoteCode",
                  "the target config has an auto_map (custom code); if the engine does not support the architecture "
-                 "natively it will refuse to load it. Set spec.target.trustRemoteCode: true if you trust that code")
+                 "natively it will refuse to load it. Turn on spec.target.trustRemoteCode only if you trust that code")
     ddb = (o.ddtree_budget if o.ddtree_budget is not None else block - 1) if o.method == "ddtree" else None
     return Derived(
         block_size=block,

@@ -160,6 +160,11 @@ def detect_family(doc: Any) -> Family:
     return Family(name, fmt, tuple(variants), tuple(ev))
 
 
+def serving_method(fam: Family) -> str | None:
+    """The method that serves a drafter of this family (what `specdeploy check` uses without --method), or None."""
+    return FAMILY_METHOD.get(fam.name)
+
+
 def method_family_problem(method: str, fam: Family) -> str | None:
     """Why ``method`` cannot serve a drafter of family ``fam``, or None (also None where either is unknown)."""
     if fam.name == "unknown":
