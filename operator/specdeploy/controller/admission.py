@@ -518,6 +518,11 @@ def _benchmark_flow(req: Request, policy: TenancyPolicy | None = None) -> Genera
             return _response(req.uid, True, warnings=[_clip(_clean(
                 f"spec.deploymentRef.name: the tenancy policy is applied when the benchmark runs ({got.why})"),
                 WARNING_MAX)])
+        if got is None and not triples:  # not there yet (applied together, or before it): the benchmark waits
+            return _response(req.uid, True, warnings=[_clip(_clean(
+                f"spec.deploymentRef.name: SpeculativeDeployment {ref} does not exist in namespace {req.namespace} "
+                "yet (or the operator has not seen it): the benchmark waits for it, and the tenancy policy is "
+                "applied to it and to spec.matrix.methods when it runs"), WARNING_MAX)])
         triples = _benchmark_policy(req, bench, ref, got, policy if policy is not None else TenancyPolicy())
     if not triples:
         return _response(req.uid, True)
