@@ -8,7 +8,7 @@ may name all come from here.
 
 One object, read by two sides: the reconciler (controller/reconciler.py) and the acceptance
 monitor (controller/monitor.py, with its canary analysis, controller/canary.py), which read the watch-fed
-parts. Beside them, the typed reports (controller/reports.py), each written by one side only: ``acceptance``
+parts. Beside them, the typed reports (controller/reports.py), each written by one side only: ``acceptances``
 (the monitor's part of each status) and ``canaries`` (the canary analysis), read by the reconciler and its
 planner; ``admitted`` (the reconciler's), read by the monitor. The watch feeds here write none of them.
 """
@@ -41,7 +41,7 @@ class Caches:
         self.benchmarks: dict[tuple[str, str], dict] = {}
         # The reports (controller/reports.py), one writer each (reports.WRITERS):
         # the acceptance monitor's part of each status (monitor.py), written out by the reconciler's status path
-        self.acceptance: Reports[AcceptanceReport] = Reports(AcceptanceReport)
+        self.acceptances: Reports[AcceptanceReport] = Reports(AcceptanceReport)
         # each canary's analysis (canary.py), read by the planner (plan.plan_rollout)
         self.canaries: Reports[CanaryReport] = Reports(CanaryReport)
         # each SpeculativeDeployment generation the reconciler admitted (valid, and the tenancy policy passed);

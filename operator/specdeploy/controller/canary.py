@@ -115,14 +115,14 @@ class _Analysis:
 
 class CanaryAnalysis:
     """Every deployment's canary analysis; fed by the acceptance monitor's tick (``observe``), its pod cache
-    (``pods``, read only) and pod deletions (``forget_pod``). Writes ``CanaryReport``s into ``reports`` (the one
+    (``pods``, read only) and pod deletions (``forget_pod``). Writes ``CanaryReport``s into ``canaries`` (the one
     writer of Caches.canaries) and reads the reconciler's ``admitted`` report before any Secret read."""
 
-    def __init__(self, reports: Reports[CanaryReport], *, children: Mapping[tuple[str, str, str], dict],
+    def __init__(self, canaries: Reports[CanaryReport], *, children: Mapping[tuple[str, str, str], dict],
                  admitted: Mapping[Key, Admission], pods: Mapping[tuple[str, str], dict], clock: Callable[[], float],
                  notify: Notify | None = None, policy: TenancyPolicy | None = None, kube: Any = None,
                  probe_request: pr.Request | None = None, probe_timeout: float = pr.DEFAULT_TIMEOUT):
-        self.reports = reports
+        self.canaries = canaries  # Caches.canaries: this object is its one writer
         self.children, self.admitted, self.pods = children, admitted, pods
         self.clock, self.notify = clock, notify
         # the tenancy policy: the engine API key Secret is read only when it allows its name and key (None: the
@@ -172,7 +172,7 @@ class CanaryAnalysis:
                 if text is not None:
                     c.acc.observe(t.uid, track, engine, text, now)
         self._maybe_probe(key, c, body, stable, canary_scrapes)
-        return self.reports.put(key, CanaryReport(
+        return self.canaries.put(key, CanaryReport(
             revision=c.revision, stable=c.acc.totals("stable"), canary=c.acc.totals(TRACK_CANARY), probe=c.probe,
             health=canary_health(pods), since=c.since))
 
@@ -181,7 +181,7 @@ class CanaryAnalysis:
         c = self.analyses.pop(key, None)
         if c is not None and c.probe_task is not None:
             c.probe_task.cancel()
-        return self.reports.drop(key)
+        return self.canaries.drop(key)
 
     def forget_pod(self, uid: str) -> None:
         """An engine pod was deleted: the analyses stop expecting it (what it measured stays counted)."""
@@ -237,9 +237,9 @@ class CanaryAnalysis:
             return  # the canary went or changed revision meanwhile
         c.probe = result
         log.info("canary probe of %s/%s (revision %s): %s", key[0], key[1], c.revision, result.message)
-        report = self.reports.get(key)
+        report = self.canaries.get(key)
         if report is not None and report.revision == c.revision and report.probe != result:
-            self.reports.put(key, dataclasses.replace(report, probe=result))
+            self.canaries.put(key, dataclasses.replace(report, probe=result))
             if self.notify is not None:
                 await self.notify(key)
 

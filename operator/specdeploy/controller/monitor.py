@@ -41,7 +41,7 @@ A loop of its own in the operator (started with the Controller; every
    True ``BelowCrossover`` under it (the peak of the last ``guard.LOAD_HOLD_SCRAPES`` samples: no flapping); False ``TauBelowBenchmark`` when the window's tau is below the lowest tau at
    which the benchmark measured speculation paying (``status.profitable_condition``; kept while its verdict holds).
 6. **Reports** status.acceptance, SpeculationHealthy and SpeculationProfitable as an ``AcceptanceReport``
-   (controller/reports.py) in the shared caches (``Caches.acceptance``, written here only) and asks for a
+   (controller/reports.py) in the shared caches (``Caches.acceptances``, written here only) and asks for a
    reconcile of the key (``notify``), only when they changed: the reconciler's one status path
    (``Controller._write_status``, ``plan.plan_status``) writes them together with its own conditions, and posts
    the Events of SpeculationHealthy transitions. The reconciler never writes the report: a promotion's baseline
@@ -116,7 +116,7 @@ class Deployments(Protocol):
     children: Mapping[tuple[str, str, str], dict]  # their workloads (Deployment, LeaderWorkerSet), watch-fed
     admitted: Mapping[Key, Admission]  # the reconciler's report: generations it admitted (policy included)
     benchmarks: Mapping[tuple[str, str], dict]  # SpeculativeBenchmarks that a guard's fromBenchmark may name
-    acceptance: Reports[AcceptanceReport]  # the monitor's report: its part of each status (written here only)
+    acceptances: Reports[AcceptanceReport]  # the monitor's report: its part of each status (written here only)
     canaries: Reports[CanaryReport]  # the canary analysis' report (written by canary.py only)
 
 
@@ -303,7 +303,8 @@ class AcceptanceMonitor:
         self.owners: dict[str, tuple[str, str, str, str]] = {}
         self.untrusted: dict[Key, int] = {}  # labelled ready pods not owned by the key's workloads (last tick)
         # the canary analysis (controller/canary.py): fed by this loop's scrapes and pod cache, its own report
-        self.canary = CanaryAnalysis(deployments.canaries, children=getattr(deployments, "children", None) or {},
+        children = getattr(deployments, "children", None)
+        self.canary = CanaryAnalysis(deployments.canaries, children=children if children is not None else {},
                                      admitted=deployments.admitted, pods=self.pods, clock=clock, notify=notify,
                                      policy=self.policy, kube=kube, probe_request=probe_request,
                                      probe_timeout=probe_timeout)
@@ -361,14 +362,14 @@ class AcceptanceMonitor:
         self._settling.pop(key, None)
         self._load.pop(key, None)
         self._reset_done.pop(key, None)
-        self.deployments.acceptance.drop(key)
+        self.deployments.acceptances.drop(key)
 
     def promoted(self, key: Key, baseline: dict[str, Any]) -> None:
         """A canary was promoted (the planner's decision, a command of the reconciler's): report ``baseline`` (the
         canary's measured tau for the promoted revision) as status.acceptance.baseline from now on; the next
         ticks carry it over (``bl.step``)."""
-        report = self.deployments.acceptance.get(key) or AcceptanceReport()
-        self.deployments.acceptance.put(key, report.with_baseline(baseline))
+        report = self.deployments.acceptances.get(key) or AcceptanceReport()
+        self.deployments.acceptances.put(key, report.with_baseline(baseline))
 
     # ------------------------------------------------------------- loop
 
@@ -506,7 +507,7 @@ class AcceptanceMonitor:
         engine = d.engine
         assert engine is not None
         labels = (key[0], key[1], engine, d.spec.drafter.model if d.spec.drafter is not None else "")
-        previous = self.deployments.acceptance.get(key) or d.stored()
+        previous = self.deployments.acceptances.get(key) or d.stored()
         prev_acc, prev_cond = previous.acceptance, previous.condition
         revision, params = d.revision, d.params
         min_length = d.spec.monitoring.min_acceptance_length
@@ -585,12 +586,12 @@ class AcceptanceMonitor:
                                                     tau=live_tau)
         report = AcceptanceReport(**new)
         if report == previous:
-            self.deployments.acceptance.put(key, report)
+            self.deployments.acceptances.put(key, report)
             return False
         log.info("acceptance of %s/%s: %s %s%s", key[0], key[1], (new["condition"] or {}).get("reason"),
                  (new["acceptance"] or {}).get("length"),
                  f"; {new['profitable']['reason']}" if new["profitable"] else "")
-        self.deployments.acceptance.put(key, report)
+        self.deployments.acceptances.put(key, report)
         return True
 
     # ------------------------------------------------------------- metrics

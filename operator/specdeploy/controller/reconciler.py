@@ -106,10 +106,9 @@ class Controller:
         self.bodies = self.cache.bodies
         self.children = self.cache.children
         self.benchmarks = self.cache.benchmarks
-        # the observers' reports (controller/reports.py), read here and never written: the acceptance monitor's
-        # part of each status (_write_status writes it out) and the canary analysis (the planner reads it)
-        self.acceptance = self.cache.acceptance
-        self.canaries = self.cache.canaries
+        # the observers' reports (controller/reports.py) are read here and never written: the acceptance monitor's
+        # part of each status (cache.acceptances, _write_status writes it out) and the canary analysis
+        # (cache.canaries, the planner reads it); this object writes its own report only (cache.admitted)
         self.executor = Executor(kube, self.cache, note=self._note, capability_ttl=self.settings.capability_ttl,
                                  clock=clock)
         self.state: dict[Key, _State] = {}
@@ -356,7 +355,7 @@ class Controller:
                                  lws=await self.executor.has(LWS) if cr.spec.nodes > 1 else True, policy=policy,
                                  pod_monitor_labels=self.settings.pod_monitor_labels,
                                  network_policy=self.settings.engine_network_policy, status=body.get("status"),
-                                 rollout=self.canaries.get(key), now=self.wall())
+                                 rollout=self.cache.canaries.get(key), now=self.wall())
         if plan.check_failure is not None and state.last_generation_seen != gen:
             metrics.CHECK_FAILURES.labels(code=plan.check_failure).inc()
         state.last_generation_seen = gen
@@ -396,7 +395,8 @@ class Controller:
 
     async def _write_status(self, key: Key, body: dict, obs: st.Observation, resolved: Resolved | None) -> None:
         """The one status path: the reconciler's conditions with the acceptance monitor's part (one writer per key)."""
-        change = pl.plan_status(key[1], body.get("status"), obs, resolved, self.acceptance.get(key), now_rfc3339())
+        change = pl.plan_status(key[1], body.get("status"), obs, resolved, self.cache.acceptances.get(key),
+                                now_rfc3339())
         if obs.rollout_status is not None or obs.rollout_off:  # the rollout series (controller/metrics.py)
             metrics.export_rollout(key[0], key[1], obs.rollout_status)
         if change is None:

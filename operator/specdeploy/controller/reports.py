@@ -11,7 +11,7 @@ The controller is one-way: observers report, the planner decides, the reconciler
 - ``Admission``: the reconciler's own report to the monitor: the (uid, generation) of a SpeculativeDeployment that
   passed validation and the tenancy policy; the canary probe reads an engine API key Secret for no other.
 
-Each kind lives in one ``Reports`` store of the shared caches (controller/cache.py: ``acceptance``, ``canaries``,
+Each kind lives in one ``Reports`` store of the shared caches (controller/cache.py: ``acceptances``, ``canaries``,
 ``admitted``). A store is a read-only mapping for everyone; ``put`` and ``drop`` are called by its writer only
 (``WRITERS``; tests/controller/test_one_way.py walks the product's code and fails on a write elsewhere). Where the
 reconciler needs an observer to change what it reports (a promotion's baseline, a deleted CR), it asks through the
@@ -101,7 +101,7 @@ class Reports(Mapping[Key, R], Generic[R]):
 
 # store (an attribute of cache.Caches) -> the one module that writes it (tests/controller/test_one_way.py)
 WRITERS = {
-    "acceptance": "specdeploy.controller.monitor",
+    "acceptances": "specdeploy.controller.monitor",
     "canaries": "specdeploy.controller.canary",
     "admitted": "specdeploy.controller.reconciler",
 }
