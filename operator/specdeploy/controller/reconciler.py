@@ -336,7 +336,8 @@ class Controller:
             self.cache.admitted.drop(key)
             msg = "; ".join(f"{f.path}: {f.message}" for f in e.findings)
             return await self._finish(key, body, pl.blocked(gen, "PolicyRefused", msg))
-        self.cache.admitted.put(key, Admission((body.get("metadata") or {}).get("uid"), gen))  # canary probe's Secret rule
+        # this object's own report, read by the canary probe before it reads an engine API key Secret
+        self.cache.admitted.put(key, Admission((body.get("metadata") or {}).get("uid"), gen))
 
         # resolve both configs
         try:
