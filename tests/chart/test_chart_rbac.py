@@ -71,7 +71,7 @@ def _calls() -> dict[str, set[tuple]]:
         "Executor.policy_labels:get": {(*gr("PersistentVolumeClaim"), "get", "watched")},
         "Resolver._token:get": {(*gr("Secret"), "get", "token")},
         # the canary probe's engine API key (spec.engine.apiKey): the same allow-list (security.md)
-        "AcceptanceMonitor._api_key:get": {(*gr("Secret"), "get", "token")},
+        "CanaryAnalysis._api_key:get": {(*gr("Secret"), "get", "token")},
         "Resolver._from_pvc:get": {(*gr("Job"), "get", "watched")},
         "Resolver._from_pvc:create": {(*gr("Job"), "create", "watched")},
         "Resolver._from_pvc:delete": {(*gr("Job"), "delete", "watched")},

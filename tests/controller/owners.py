@@ -5,7 +5,7 @@ pod helper can point at its ReplicaSet before that is observed."""
 
 from __future__ import annotations
 
-from specdeploy.controller.monitor import canary_name
+from specdeploy.controller.canary import canary_name
 from specdeploy.core import names as N
 
 POD_OWNER = {"Deployment": "ReplicaSet", "LeaderWorkerSet": "StatefulSet"}

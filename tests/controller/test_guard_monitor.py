@@ -12,7 +12,7 @@ from specdeploy.controller.monitor import body_guard_limit
 from specdeploy.core import acceptance as acc
 from specdeploy.core import guard as gd
 from specdeploy_dev.engine_standin import EngineStandin
-from test_monitor import KEY, NS, NAME, Rig, cr, pod, run
+from test_monitor import KEY, NS, NAME, Rig, cr, pod, reports, run
 
 
 def guarded(engine="vllm", **guard) -> dict:
@@ -29,7 +29,7 @@ def benchmark(name="sweep", phase="Complete", max_concurrency=4, deployment=NAME
 
 
 def prof(r: Rig):
-    return (r.c.speculation.get(KEY) or {}).get("profitable")
+    return (reports(r.c) or {}).get("profitable")
 
 
 # ----------------------------------------------------------------- pure

@@ -8,12 +8,13 @@ monitor hands it, and one real HTTP scrape of a started stand-in.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pytest
 
 from specdeploy.controller import metrics
 from specdeploy.controller import status as st
-from specdeploy.controller.monitor import AcceptanceMonitor, ENGINE_POD_LABELS, pod_target
+from specdeploy.controller.monitor import AcceptanceMonitor, ENGINE_POD_LABELS, monitor_for, pod_target
 from specdeploy.controller.reconciler import Controller, Settings
 from specdeploy.core import acceptance as acc
 from specdeploy.core import baseline as bl
@@ -140,6 +141,19 @@ def pod(name="qwen-0", *, instance=NAME, ip="10.0.0.7", port=8000, ready=True, e
                        "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
 
 
+def reports(c, key=KEY) -> dict | None:
+    """The observers' reports of ``key`` read from a Controller as one dict: the acceptance monitor's parts
+    (``acceptance``, ``condition``, ``profitable``) and the canary analysis' fields under ``rollout``; None when
+    neither reported."""
+    a, k = c.cache.acceptances.get(key), c.cache.canaries.get(key)
+    if a is None and k is None:
+        return None
+    out = {} if a is None else {"acceptance": a.acceptance, "condition": a.condition, "profitable": a.profitable}
+    if k is not None:
+        out["rollout"] = {f.name: getattr(k, f.name) for f in dataclasses.fields(k)}
+    return out
+
+
 class Rig:
     """A Controller (no workers) with a monitor whose scrapes are served by stand-ins, by URL."""
 
@@ -152,7 +166,7 @@ class Rig:
         self.t = [0.0]
         self.engines: dict[str, EngineStandin | Exception] = {}
         self.fetched: list[str] = []
-        self.m = self.c.attach_monitor(30, fetch=self._fetch, clock=lambda: self.t[0], now=self._now)
+        self.m = monitor_for(self.c, 30, fetch=self._fetch, clock=lambda: self.t[0], now=self._now)
         for b in self.c.bodies.values():  # each CR's Deployment and its ReplicaSet, as the watches show them
             adopt(self.m, self.c.children, b)
         self.n = 0
@@ -184,10 +198,10 @@ class Rig:
         return queued
 
     def cond(self, key=KEY):
-        return (self.c.speculation.get(key) or {}).get("condition")
+        return (reports(self.c, key) or {}).get("condition")
 
     def acceptance(self, key=KEY):
-        return (self.c.speculation.get(key) or {}).get("acceptance")
+        return (reports(self.c, key) or {}).get("acceptance")
 
 
 def run(coro):
@@ -244,7 +258,7 @@ def test_vllm_healthy_collapsed_and_back():
         r.m.forget(KEY)
         assert not _series("specdeploy_acceptance_length", deployment=NAME, namespace=NS)
         assert not _series("specdeploy_acceptance_per_position", deployment=NAME, namespace=NS)
-        assert KEY not in r.c.speculation
+        assert reports(r.c) is None
 
     run(scenario())
 
@@ -325,7 +339,7 @@ def test_without_pods_nothing_is_judged_and_nothing_queued():
         r = Rig()
         for _ in range(3):
             assert await r.tick() == []
-        assert r.c.speculation == {} and r.fetched == []
+        assert not r.c.cache.acceptances and not r.c.cache.canaries and r.fetched == []
         r.m.observe_pod("ADDED", pod(ready=False))
         assert await r.tick() == [] and r.fetched == []
 
@@ -613,7 +627,7 @@ def test_write_status_carries_the_monitor_part_and_posts_transition_events():
         assert r.kube.events[-1]["type"] == "Warning" and r.kube.events[-1]["reason"] == "AcceptanceCollapsed"
 
         # without the monitor's part (a restarted operator), the stored SpeculationHealthy is kept
-        r.c.speculation.clear()
+        r.c.cache.acceptances.drop(KEY)
         obs2 = st.Observation(generation=1, findings=[], workload_exists=True, workload_updated=True,
                               desired_replicas=1, replicas=1, ready_replicas=0, updated_replicas=1)
         await r.c._write_status(KEY, body, obs2, resolved=None)
@@ -662,7 +676,7 @@ def test_deleting_the_cr_drops_the_monitor_state():
         await r.tick()
         assert _series("specdeploy_acceptance_length", deployment=NAME, namespace=NS)
         await r.c.observe_cr("DELETED", r.c.bodies[KEY])
-        assert KEY not in r.c.speculation
+        assert reports(r.c) is None
         assert not _series("specdeploy_acceptance_length", deployment=NAME, namespace=NS)
 
     run(scenario())
@@ -683,7 +697,7 @@ def test_default_fetch_scrapes_a_served_standin():
             await m.tick()
         finally:
             await m.close()
-        return c.speculation[KEY]
+        return reports(c)
 
     with EngineStandin("vllm", "healthy") as s:
         got = run(scenario(s.port))

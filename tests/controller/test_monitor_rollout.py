@@ -1,6 +1,6 @@
 """The acceptance monitor's canary side (controller/monitor.py): two tracks of one deployment, the
 per-deployment accumulator, the canary's health from the pod cache, the probe, and what is handed
-over to the reconciler (``speculation[key]["rollout"]``). Scrapes are served by engine stand-ins
+over to the reconciler (its ``CanaryReport`` in ``Caches.canaries``, controller/canary.py). Scrapes are served by engine stand-ins
 (no HTTP, a fake clock); the probe talks HTTP to started stand-ins on loopback."""
 
 from __future__ import annotations
@@ -13,14 +13,21 @@ import pytest
 
 from specdeploy.api.types import SpeculativeDeploymentSpec
 from specdeploy.controller import metrics
+from specdeploy.controller import canary as can
 from specdeploy.controller import monitor as mon
-from specdeploy.controller.monitor import ENGINE_POD_LABELS, canary_health, pod_target
+from specdeploy.controller import plan as pl
+from specdeploy.controller import status as st
+from specdeploy.controller.canary import canary_health, canary_name
+from specdeploy.controller.monitor import ENGINE_POD_LABELS, pod_target
+from specdeploy.controller.pods import pod_track
+from specdeploy.controller.reports import Admission
 from specdeploy.controller.reconciler import Controller, Settings
 from specdeploy.core import rollout as ro
 from specdeploy.core.names import REVISION_ANNOTATION, TRACK_CANARY, TRACK_LABEL
 from specdeploy.core.policy import TenancyPolicy
 from specdeploy_dev.engine_standin import EngineStandin
 from owners import adopt, pod_owner_refs
+from test_monitor import reports
 
 NS, NAME = "team", "qwen"
 KEY = (NS, NAME)
@@ -78,7 +85,7 @@ def pod(name: str, *, canary=False, revision=REV, ip="10.0.0.7", port=8000, read
               [{"name": "engine", "ready": ready, "restartCount": 0, "state": {"running": {}}}]}
     if init_statuses is not None:
         status["initContainerStatuses"] = init_statuses
-    owners = pod_owner_refs(NS, mon.canary_name(NAME) if canary else NAME)  # its track's ReplicaSet
+    owners = pod_owner_refs(NS, canary_name(NAME) if canary else NAME)  # its track's ReplicaSet
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}", "labels": labels,
                          "annotations": annotations, "creationTimestamp": created, "ownerReferences": owners},
@@ -118,7 +125,7 @@ class Rig:
         self.c = Controller(Kube(), resolver=None, settings=Settings(workers=0))
         self.c.bodies[KEY] = body = body or cr()
         if admitted:
-            self.c.cache.admitted[KEY] = (body["metadata"]["uid"], body["metadata"]["generation"])
+            self.c.cache.admitted.put(KEY, Admission(body["metadata"]["uid"], body["metadata"]["generation"]))
         self.t = [100.0]
         self.engines: dict[str, EngineStandin] = {}
         self.fetched: list[str] = []
@@ -130,8 +137,8 @@ class Rig:
     def delete(self, p: dict) -> None:
         """The pod goes; with the last canary pod, the canary Deployment too (rolled back or promoted)."""
         self.m.observe_pod("DELETED", p)
-        if not any(mon.pod_track(q) == TRACK_CANARY for q in self.m.pods.values()):
-            self.c.children.pop(("Deployment", NS, mon.canary_name(NAME)), None)
+        if not any(pod_track(q) == TRACK_CANARY for q in self.m.pods.values()):
+            self.c.children.pop(("Deployment", NS, canary_name(NAME)), None)
 
     async def _notify(self, key):
         self.notified.append(key)
@@ -141,7 +148,7 @@ class Rig:
         return self.engines[url].metrics_text(advance=True)
 
     def serve(self, p: dict, standin: EngineStandin | None = None) -> EngineStandin | None:
-        if mon.pod_track(p) == TRACK_CANARY and ("Deployment", NS, mon.canary_name(NAME)) not in self.c.children:
+        if pod_track(p) == TRACK_CANARY and ("Deployment", NS, canary_name(NAME)) not in self.c.children:
             adopt(self.m, self.c.children, self.c.bodies[KEY], TRACK_CANARY)
         self.m.observe_pod("ADDED", p)
         if standin is not None:
@@ -157,7 +164,7 @@ class Rig:
 
     @property
     def part(self) -> dict:
-        return self.c.speculation.get(KEY) or {}
+        return reports(self.c) or {}
 
     @property
     def rollout(self) -> dict | None:
@@ -272,7 +279,7 @@ def test_crash_loop_back_off_is_failed_health():
                                           "state": {"terminated": {"exitCode": 2, "message": "x" * 500 + " no such file"}}}],
       "statuses": [{"name": "engine", "ready": False, "restartCount": 0,
                     "state": {"waiting": {"reason": "PodInitializing"}}}]},
-     "qwen-canary-a: init container preflight exited 2: " + "x" * (mon.MESSAGE_TAIL - 13) + " no such file"),
+     "qwen-canary-a: init container preflight exited 2: " + "x" * (can.MESSAGE_TAIL - 13) + " no such file"),
     ({"ready": False, "statuses": [{"name": "engine", "ready": False, "restartCount": 0,
                                     "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]},
      "qwen-canary-a: container engine exited 137 (OOMKilled)"),
@@ -319,7 +326,7 @@ def test_the_canary_going_drops_its_analysis_and_a_new_revision_starts_over():
         assert await r.tick() == [KEY]
         assert "rollout" not in r.part and r.part["acceptance"]["length"] == 3.96
         assert await r.tick() == []
-        assert not r.m._canaries
+        assert not r.m.canary.analyses
 
     run(scenario())
 
@@ -349,7 +356,7 @@ def test_no_canary_no_hand_over():
         r.serve(pod("qwen-a"), EngineStandin("vllm", "healthy"))
         await r.tick()
         await r.tick()
-        assert "rollout" not in r.part and not r.m._canaries
+        assert "rollout" not in r.part and not r.m.canary.analyses
 
     run(scenario())
 
@@ -366,7 +373,10 @@ def test_after_a_restart_the_stored_status_is_kept_until_judged():
         r.serve(pod("qwen-a", ip="10.0.0.1"), EngineStandin("vllm", "healthy"))
         r.serve(pod("qwen-canary-a", canary=True, ip="10.0.0.9"), EngineStandin("vllm", "healthy"))
         assert await r.tick() == [KEY]  # first scrapes only prime
-        assert r.part["acceptance"] == stored and r.part["condition"] is None
+        report = r.c.cache.acceptances.get(KEY)  # not judged yet: the monitor reports nothing (or what is stored)
+        assert report is None or (report.acceptance == stored and report.condition is None)
+        desired = pl.desired_status(NAME, body["status"], st.Observation(generation=1), None, report, "T1")
+        assert desired.get("acceptance", stored) == stored  # the reconciler's write keeps it and its baseline
 
     run(scenario())
 
@@ -393,14 +403,14 @@ def test_probe_runs_once_per_revision(salt, identical):
         r = Rig()
         await _two_tracks(r, s, c)
         await r.tick()
-        await r.m.settle()
+        await r.m.canary.settle()
         p = r.rollout["probe"]
         assert (p.prompts, p.identical, p.errors) == (4, identical, 0)
         assert KEY in r.notified  # the result is news at once, not at the next tick
         posted = c.steps
         await r.tick()
         await r.tick()
-        await r.m.settle()
+        await r.m.canary.settle()
         assert r.rollout["probe"] == p
         assert c.steps - posted == 2  # two scrapes, no more completions: it ran once
         v = ro.judge(ro.Params(window_s=0, min_drafts=0), r.rollout["stable"], r.rollout["canary"],
@@ -420,14 +430,14 @@ def test_probe_waits_for_a_ready_pod_of_each_track_and_can_be_disabled():
         r = Rig()
         r.serve(pod("qwen-a", ip="127.0.0.1", port=s.port), s)
         await r.tick()
-        await r.m.settle()
+        await r.m.canary.settle()
         r.serve(pod("qwen-canary-a", canary=True, ip="127.0.0.1", port=c.port, ready=False))
         await r.tick()
-        await r.m.settle()
+        await r.m.canary.settle()
         assert r.rollout["probe"] is None and c.steps == 0
         r.serve(pod("qwen-canary-a", canary=True, ip="127.0.0.1", port=c.port), c)
         await r.tick()
-        await r.m.settle()
+        await r.m.canary.settle()
         assert r.rollout["probe"].identical == 4
 
         off = Rig(cr(probe={"enabled": False}))
@@ -435,7 +445,7 @@ def test_probe_waits_for_a_ready_pod_of_each_track_and_can_be_disabled():
         steps = c.steps
         for _ in range(2):
             await off.tick()
-            await off.m.settle()
+            await off.m.canary.settle()
         assert off.rollout["probe"] is None and c.steps - steps == 2  # scrapes only
 
     s, c = standin(), standin()
@@ -451,7 +461,7 @@ def test_probe_max_tokens_from_the_spec():
         r = Rig(cr(probe={"maxTokens": 5}))
         await _two_tracks(r, s, c)
         await r.tick()
-        await r.m.settle()
+        await r.m.canary.settle()
         assert "(5 tokens)" in r.rollout["probe"].message
 
     s, c = standin(), standin()
@@ -474,8 +484,8 @@ def test_probe_errors_retry_and_then_stop():
         runs = []
         for _ in range(5):
             await r.tick()
-            await r.m.settle()
-            runs.append(r.m._canaries[KEY].probe_runs)
+            await r.m.canary.settle()
+            runs.append(r.m.canary.analyses[KEY].probe_runs)
         p = r.rollout["probe"]
         assert runs == [1, 2, 3, 3, 3] and (p.prompts, p.identical, p.errors) == (4, 0, 4)
         assert "canary pod qwen-canary-a" in p.message
@@ -497,7 +507,7 @@ def test_probe_sends_the_engine_api_key_from_its_secret():
         r = Rig(cr(api_key=True), kube=kube)
         await _two_tracks(r, s, c)
         await r.tick()
-        await r.m.settle()
+        await r.m.canary.settle()
         assert kube.reads == [("Secret", NS, "engine-key")]
         assert r.rollout["probe"].identical == 4
         # the Secret is missing, or there is no client: no request, every prompt an error, the key never shown
@@ -505,7 +515,7 @@ def test_probe_sends_the_engine_api_key_from_its_secret():
             r2 = Rig(cr(api_key=True), kube=k)
             await _two_tracks(r2, s, c)
             await r2.tick()
-            await r2.m.settle()
+            await r2.m.canary.settle()
             p = r2.rollout["probe"]
             assert (p.prompts, p.identical, p.errors) == (4, 0, 4) and p.differ == 0
             assert "spec.engine.apiKey" in p.message and key not in p.message
@@ -524,12 +534,12 @@ def test_forget_cancels_the_probe_and_drops_the_analysis():
         s.sleep_scale = 50  # slow answers: the probe is still running when the CR goes
         await _two_tracks(r, s, c)
         await r.tick()
-        task = r.m._canaries[KEY].probe_task
+        task = r.m.canary.analyses[KEY].probe_task
         assert task is not None and not task.done()
         r.m.forget(KEY)
         await asyncio.sleep(0)
         assert task.cancelled() or task.done()
-        assert KEY not in r.c.speculation and not r.m._canaries
+        assert reports(r.c) is None and not r.m.canary.analyses
 
     s, c = standin(), standin()
     try:
@@ -563,9 +573,9 @@ def test_a_probe_cancelled_by_a_stop_runs_again_after_a_start():
         await r.tick()
         await r.m.close()  # the replica lost the lead: run() ends, probes in flight are cancelled
         await asyncio.sleep(0)
-        assert r.m._canaries[KEY].probe is None
+        assert r.m.canary.analyses[KEY].probe is None
         await r.tick()  # leading again
-        await r.m.settle()
+        await r.m.canary.settle()
         assert r.rollout["probe"].identical == 4
 
     s, c = standin(), standin()

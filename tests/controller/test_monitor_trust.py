@@ -19,15 +19,17 @@ import pytest
 from aiohttp import web
 
 from specdeploy.controller import monitor as mon
-from specdeploy.controller.monitor import (MAX_ENGINE_SERIES, MAX_METRICS_BYTES, MAX_SERIES_LINE, ScrapeRejected,
-                                           engine_series, pod_target, read_bounded)
+from specdeploy.controller.monitor import pod_target
+from specdeploy.controller.scrape import (MAX_ENGINE_SERIES, MAX_METRICS_BYTES, MAX_SERIES_LINE, ScrapeRejected,
+                                          engine_series, read_bounded)
 from specdeploy.controller.reconciler import Controller, Settings
+from specdeploy.controller.reports import Admission
 from specdeploy.core.names import TRACK_CANARY, TRACK_LABEL
 from specdeploy.core.policy import TenancyPolicy
 from specdeploy_dev.engine_standin import EngineStandin
 
 from owners import adopt, controller_ref, owner_uid, pod_owner, pod_owner_refs, workload
-from test_monitor import KEY, NAME, NS, FakeKube, Rig, cr, pod, run
+from test_monitor import KEY, NAME, NS, FakeKube, Rig, cr, pod, reports, run
 import test_monitor_rollout as ro_t
 
 # ----------------------------------------------------------------- ownership, not labels
@@ -81,7 +83,7 @@ def test_a_labelled_pod_not_owned_by_the_workload_is_never_scraped():
         assert r.fetched and set(r.fetched) == {pod_target(pod("qwen-0", ip="10.0.0.1")).url}
         assert r.acceptance()["podsReporting"] == 1 and r.cond()["reason"] == "Healthy"
         assert r.acceptance()["length"] == round(ours.expected_length(), 2)
-        assert "rollout" not in r.c.speculation[KEY]  # the canary-labelled stable pod makes no canary
+        assert "rollout" not in reports(r.c)  # the canary-labelled stable pod makes no canary
         assert r.m.untrusted == {KEY: len(forged)}
 
     run(scenario())
@@ -192,12 +194,12 @@ def test_an_unowned_canary_pod_is_neither_scraped_nor_probed_nor_counted():
             r.serve(f, forged)
         for _ in range(2):
             await r.tick()
-            await r.m.settle()
+            await r.m.canary.settle()
         assert forged.steps == 0 and forged.requests == 0
         assert r.rollout["probe"] is None and r.rollout["health"].pods == 0
         r.serve(ro_t.pod("qwen-canary-a", canary=True, ip="127.0.0.1", port=c.port), c)
         await r.tick()
-        await r.m.settle()
+        await r.m.canary.settle()
         assert r.rollout["probe"].identical == 4 and r.rollout["health"].pods == 1
         assert forged.requests == 0
 
@@ -277,7 +279,7 @@ def test_a_200_mb_body_is_a_failed_scrape_read_no_further(announce):
         # the bound, not the body: what the server could hand over is the bound plus the sockets' buffers
         assert max(big.served) < MAX_METRICS_BYTES + 32 * 1024 * 1024 < BIG, big.served
         assert peak < 3 * MAX_METRICS_BYTES, peak
-        cond = c.speculation[KEY]["condition"]
+        cond = c.cache.acceptances[KEY].condition
         assert (cond["reason"], big.requests) == ("ScrapeFailed", 1 + mon.SCRAPE_FAILED_TICKS)
         assert "MAX_METRICS_BYTES" in cond["message"]
 
@@ -378,12 +380,12 @@ def test_the_secret_is_not_read_unless_admitted_and_allowed(why, kw):
         await ro_t._two_tracks(r, s, c)
         for _ in range(3):
             await r.tick()
-            await r.m.settle()
+            await r.m.canary.settle()
         assert kube.reads == [], why
         assert r.rollout["probe"] is None and s.requests == c.requests == 0  # scrapes are in-process: no request
-        refusal = r.m._api_key_refusal(ro_t.KEY, r.c.bodies[ro_t.KEY])
+        refusal = r.m.canary.api_key_refusal(ro_t.KEY, r.c.bodies[ro_t.KEY])
         assert refusal and "not read" in refusal and KEY_VALUE not in refusal
-        assert (await r.m._api_key(ro_t.KEY, r.c.bodies[ro_t.KEY])) == (None, refusal)
+        assert (await r.m.canary._api_key(ro_t.KEY, r.c.bodies[ro_t.KEY])) == (None, refusal)
         assert kube.reads == []
 
     s, c = ro_t.standin(api_key=KEY_VALUE), ro_t.standin(api_key=KEY_VALUE)
@@ -398,14 +400,14 @@ def test_the_secret_is_read_once_the_generation_is_admitted():
     async def scenario(s, c):
         r, kube = _keyed_rig(admitted=False)
         body = r.c.bodies[ro_t.KEY]
-        r.c.cache.admitted[ro_t.KEY] = (body["metadata"]["uid"], 0)  # an older generation was admitted
+        r.c.cache.admitted.put(ro_t.KEY, Admission(body["metadata"]["uid"], 0))  # an older generation was admitted
         await ro_t._two_tracks(r, s, c)
         await r.tick()
-        await r.m.settle()
+        await r.m.canary.settle()
         assert kube.reads == [] and r.rollout["probe"] is None
-        r.c.cache.admitted[ro_t.KEY] = (body["metadata"]["uid"], body["metadata"]["generation"])  # the reconciler
+        r.c.cache.admitted.put(ro_t.KEY, Admission(body["metadata"]["uid"], body["metadata"]["generation"]))  # the reconciler
         await r.tick()
-        await r.m.settle()
+        await r.m.canary.settle()
         assert kube.reads == [("Secret", NS, "engine-key")] and r.rollout["probe"].identical == 4
 
     s, c = ro_t.standin(api_key=KEY_VALUE), ro_t.standin(api_key=KEY_VALUE)
@@ -441,7 +443,7 @@ def test_the_reconciler_admits_only_what_the_policy_allows():
         c = Controller(kube, resolver=StopResolver(), settings=Settings(workers=0, policy=policy))
         c.bodies[KEY] = _api_key_cr("api-key")
         await c.reconcile(KEY)
-        assert c.cache.admitted[KEY] == ("uid-qwen", 1)
+        assert c.cache.admitted[KEY] == Admission("uid-qwen", 1)
         refused = _api_key_cr("aws-secret-access-key")
         refused["metadata"]["generation"] = 2
         c.bodies[KEY] = refused
@@ -450,7 +452,7 @@ def test_the_reconciler_admits_only_what_the_policy_allows():
         progressing = [x for x in kube.patches[-1]["status"]["conditions"] if x["type"] == "Progressing"]
         assert progressing[0]["reason"] == "PolicyRefused"
         assert "spec.engine.apiKey.secretKeyRef.key" in progressing[0]["message"]
-        assert c.attach_monitor(30).policy is policy  # the monitor asks the same policy
+        assert mon.monitor_for(c, 30).policy is policy  # the monitor asks the same policy
         await c.observe_cr("DELETED", c.bodies[KEY])
         assert KEY not in c.cache.admitted
 

@@ -16,6 +16,7 @@ from specdeploy.api.validation import validate
 from specdeploy.controller import plan as pl
 from specdeploy.controller import resolve
 from specdeploy.controller import status as st
+from specdeploy.controller.reports import AcceptanceReport
 from specdeploy.core.findings import Finding, Severity, Source
 from specdeploy.core.render import selector_labels
 
@@ -193,14 +194,14 @@ def test_plan_status_fields(change, field, want):
 
 def test_plan_status_nulls_what_a_merge_patch_would_keep():
     guarded = RESOLVED.model_copy(update={"guard_max_concurrency": 8})
-    first = pl.plan_status("m", None, obs(), guarded, {"acceptance": {"length": 3.0, "baseline": {"length": 3}},
-                                                        "condition": None}, "T1")
+    first = pl.plan_status("m", None, obs(), guarded, AcceptanceReport(acceptance={"length": 3.0,
+                                                                                   "baseline": {"length": 3}}), "T1")
     assert first.status["resolved"]["guardMaxConcurrency"] == 8
-    second = pl.plan_status("m", first.status, obs(), RESOLVED, {"acceptance": {"length": 3.5}, "condition": None}, "T2")
+    second = pl.plan_status("m", first.status, obs(), RESOLVED, AcceptanceReport(acceptance={"length": 3.5}), "T2")
     assert second.patch["resolved"]["guardMaxConcurrency"] is None  # the guard went: null it
     assert second.patch["acceptance"] == {"length": 3.5, "baseline": None}  # a reset baseline: null it
     assert "guardMaxConcurrency" not in second.status["resolved"]
-    cleared = pl.plan_status("m", second.status, obs(), RESOLVED, {"acceptance": None, "condition": None}, "T3")
+    cleared = pl.plan_status("m", second.status, obs(), RESOLVED, AcceptanceReport(), "T3")
     assert cleared.patch["acceptance"] is None
 
 

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from specdeploy.controller import probe as pr
-from specdeploy.controller.monitor import http_port
+from specdeploy.controller.pods import http_port
 from specdeploy.core.rollout import Probe
 from specdeploy_dev.engine_standin import EngineStandin
 

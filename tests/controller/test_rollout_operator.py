@@ -2,7 +2,7 @@
 
 The scene: the reconciler in-process against the embedded API server (tests/controller/ssa_support.py; the
 watches are played by GETs, the test plays the kubelet by writing the Deployments' status). The analysis is
-the operator's own acceptance monitor's (controller/monitor.py, handed over in ``cache.speculation[key]["rollout"]``):
+the operator's own acceptance monitor's (controller/monitor.py, reported in ``cache.canaries`` (controller/canary.py)):
 it scrapes a stable and a canary engine pod whose /metrics are stand-in vLLM engines' (``specdeploy_dev.engine_standin``,
 one per track, with controllable acceptance; answered in-process, a fake monitor clock). The probe is off in these
 specs (its HTTP side is tested in test_probe.py / test_monitor_rollout.py).
@@ -22,7 +22,7 @@ import time
 
 import pytest
 
-from specdeploy.controller.monitor import ENGINE_POD_LABELS, pod_target
+from specdeploy.controller.monitor import ENGINE_POD_LABELS, monitor_for, pod_target
 from specdeploy.controller.reconciler import Controller, Settings
 from specdeploy.controller.resolve import Resolver
 from specdeploy.core import names as N
@@ -80,7 +80,7 @@ class Operator:
         async def fetch(url: str, timeout: float) -> str:
             return engines[url].metrics_text(advance=True)
 
-        m = self.ctl.attach_monitor(30, fetch=fetch, clock=lambda: clock[0])
+        m = monitor_for(self.ctl, 30, fetch=fetch, clock=lambda: clock[0])
         self.sync()
         for p, standin, workload in ((engine_pod(self.env.ns, "stable-0", "10.0.0.7"), stable, NAME),
                                      (engine_pod(self.env.ns, "canary-0", "10.0.0.8", revision), canary, CANARY)):
@@ -94,9 +94,9 @@ class Operator:
         for _ in range(SCRAPES):
             clock[0] += 30
             self.env.run(m.tick())
-        part = self.ctl.speculation[(self.env.ns, NAME)]["rollout"]
-        assert part["revision"] == revision
-        return part["canary"]
+        part = self.ctl.cache.canaries[(self.env.ns, NAME)]
+        assert part.revision == revision
+        return part.canary
 
 
 def engine_pod(ns: str, name: str, ip: str, canary_revision: str | None = None) -> dict:
@@ -216,6 +216,8 @@ def test_canary_rollback_restart_and_promotion(env: Env):
     mark_ready(env, NAME)
     op.reconcile()
     assert env.get("Deployment", CANARY) is None
+    # the monitor was asked to report it (a command: its report is its own), so later status writes keep it
+    assert env.get("SpeculativeDeployment", NAME)["status"]["acceptance"]["baseline"] == baseline
     rs = rollout_status(env)
     assert rs["phase"] == "Stable" and rs["stableRevision"] == good and "canaryRevision" not in rs
     assert condition(env)["reason"] == "Promoted"

@@ -19,6 +19,7 @@ from specdeploy.api.validation import validate
 from specdeploy.controller import plan as pl
 from specdeploy.controller import resolve
 from specdeploy.controller import status as st
+from specdeploy.controller.reports import AcceptanceReport, CanaryReport
 from specdeploy.core import names as N
 from specdeploy.core import rollout as ro
 from specdeploy.core.render import names, selector_labels
@@ -66,7 +67,7 @@ def configs(drafter_commit: str = "c" * 40, target_commit: str = "a" * 40):
     return target, drafter
 
 
-def plan_of(body: dict, children: dict | None = None, status: dict | None = None, monitor: dict | None = None,
+def plan_of(body: dict, children: dict | None = None, status: dict | None = None, monitor: CanaryReport | None = None,
             now: float = NOW, commits: tuple[str, str] | None = None) -> pl.Plan:
     target, drafter = configs(*(commits or ()))
     return pl.plan_reconcile(parsed(body), target, drafter, generation=3, children=children or {},
@@ -181,13 +182,13 @@ def test_canary_pods_leave_the_endpoints_first_then_drain_within_the_grace_perio
 
 
 def monitor(revision: str, stable_tau: float, canary_tau: float, *, drafts: float = 500, ready: int = 1,
-            restarts: int = 0, probe: ro.Probe | None = None) -> dict:
+            restarts: int = 0, probe: ro.Probe | None = None) -> CanaryReport:
     def totals(tau: float) -> ro.Totals:
         return ro.Totals(pods=1, drafts=drafts, draft_tokens=drafts * 15, accepted_tokens=(tau - 1) * drafts,
                          output_tokens=tau * drafts, running_request_seconds=tau * drafts / 10, requests=40)
-    return {"revision": revision, "stable": totals(stable_tau), "canary": totals(canary_tau),
-            "probe": probe if probe is not None else ro.Probe(prompts=4, identical=4, errors=0),
-            "health": ro.Health(pods=1, ready=ready, restarts=restarts, crash_looping=False)}
+    return CanaryReport(revision=revision, stable=totals(stable_tau), canary=totals(canary_tau),
+                        probe=probe if probe is not None else ro.Probe(prompts=4, identical=4, errors=0),
+                        health=ro.Health(pods=1, ready=ready, restarts=restarts, crash_looping=False), since=0.0)
 
 
 @pytest.fixture
@@ -321,6 +322,14 @@ def test_good_acceptance_promotes_and_the_baseline_follows(stable):
     assert f"{NAME}-canary" in [o["metadata"]["name"] for o in plan.apply]  # kept until the stable is rolled
     assert plan.rollout.decision["result"] == "Promote"
     assert plan.rollout.baseline["length"] == 3.8
+    # the status path writes it (no acceptance report needed: the planner decided) for the promoted revision
+    obs = plan.observation(new, both[("Deployment", NAME)])
+    promoted = plan.promoted_baseline(new)
+    assert obs.promoted_baseline == promoted and promoted["length"] == 3.8 and promoted["revision"]
+    for report in (None, AcceptanceReport(acceptance={"length": 3.7, "baseline": {"length": 3.7}})):
+        sp = pl.plan_status(NAME, new.get("status"), obs, plan.resolved, report, "2027-01-15T08:00:00Z")
+        assert sp.patch["acceptance"]["baseline"] == promoted
+    assert plan.observation(new, both[("Deployment", NAME)], ["Deployment qwen"]).promoted_baseline is None
     # once the stable Deployment serves the revision and is ready: the canary goes
     promoted = live(plan)
     done = {**both, ("Deployment", NAME): promoted[("Deployment", NAME)],

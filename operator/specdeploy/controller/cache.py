@@ -7,17 +7,18 @@ reads nothing: the CR bodies, their children, the referenced ConfigMaps (the Res
 may name all come from here.
 
 One object, read by two sides: the reconciler (controller/reconciler.py) and the acceptance
-monitor (controller/monitor.py), which reads ``bodies`` and ``benchmarks`` and leaves its part of
-each status in ``speculation`` (the reconciler's status path writes it).
+monitor (controller/monitor.py, with its canary analysis, controller/canary.py), which read the watch-fed
+parts. Beside them, the typed reports (controller/reports.py), each written by one side only: ``acceptances``
+(the monitor's part of each status) and ``canaries`` (the canary analysis), read by the reconciler and its
+planner; ``admitted`` (the reconciler's), read by the monitor. The watch feeds here write none of them.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..core import names as N
 from ..core.render.children import names as child_names
 from . import metrics, ownership
+from .reports import AcceptanceReport, Admission, CanaryReport, Reports
 
 Key = tuple[str, str]  # (namespace, name)
 ChildKey = tuple[str, str, str]  # (kind, namespace, name)
@@ -38,12 +39,14 @@ class Caches:
         self.configmaps: dict[tuple[str, str], dict] = configmaps if configmaps is not None else {}
         # SpeculativeBenchmarks (watch-fed) that spec.speculation.guard.fromBenchmark may name: (ns, name) -> body
         self.benchmarks: dict[tuple[str, str], dict] = {}
-        # The acceptance monitor's part of each status: {"acceptance": dict | None, "condition": SpeculationHealthy
-        # | None, "profitable": SpeculationProfitable | None}; written by the reconciler's one status path.
-        self.speculation: dict[Key, dict[str, Any]] = {}
-        # (uid, generation) of each SpeculativeDeployment the reconciler admitted (valid, and the tenancy policy
-        # passed); the acceptance monitor reads an engine API key Secret for no other (monitor._api_key_refusal)
-        self.admitted: dict[Key, tuple[str | None, int]] = {}
+        # The reports (controller/reports.py), one writer each (reports.WRITERS):
+        # the acceptance monitor's part of each status (monitor.py), written out by the reconciler's status path
+        self.acceptances: Reports[AcceptanceReport] = Reports(AcceptanceReport)
+        # each canary's analysis (canary.py), read by the planner (plan.plan_rollout)
+        self.canaries: Reports[CanaryReport] = Reports(CanaryReport)
+        # each SpeculativeDeployment generation the reconciler admitted (valid, and the tenancy policy passed);
+        # the canary probe reads an engine API key Secret for no other (canary.CanaryAnalysis.api_key_refusal)
+        self.admitted: Reports[Admission] = Reports(Admission)
 
     # ------------------------------------------------------------- watch feeds
 
@@ -52,9 +55,7 @@ class Caches:
         meta = body.get("metadata") or {}
         key = (meta.get("namespace") or "default", meta.get("name"))
         if event_type == "DELETED":
-            self.bodies.pop(key, None)
-            self.speculation.pop(key, None)
-            self.admitted.pop(key, None)
+            self.bodies.pop(key, None)  # the reports' writers forget it themselves (Controller.observe_cr)
             self._unindex_refs(key)
             metrics.MANAGED.set(len(self.bodies))
             return key, False

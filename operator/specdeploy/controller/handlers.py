@@ -20,7 +20,8 @@ from .. import PLURAL
 from ..api.benchmark import BENCH_PLURAL
 from . import metrics
 from .kube import Kube, load_api_client
-from .monitor import DEFAULT_INTERVAL, ENGINE_POD_LABELS, ENGINE_POD_SELECTOR, INTERVAL_ENV, OWNER_SELECTORS
+from .monitor import (DEFAULT_INTERVAL, ENGINE_POD_LABELS, ENGINE_POD_SELECTOR, INTERVAL_ENV, OWNER_SELECTORS,
+                      monitor_for)
 from .leader import LeaderElectionSettings
 from .reconciler import Controller, Settings, engine_network_policy_from_env, pod_monitor_labels_from_env
 from .resolve import Resolver
@@ -136,7 +137,7 @@ async def on_startup(settings: kopf.OperatorSettings, **_) -> None:
                                                  network_policy=_controller.settings.engine_network_policy)
     interval = float(os.environ.get(INTERVAL_ENV) or DEFAULT_INTERVAL)
     if interval > 0:  # 0: no acceptance monitoring
-        _controller.attach_monitor(interval, kube=base)  # base: reads the engine API key Secret for the canary probe
+        monitor_for(_controller, interval, kube=base)  # base: reads the engine API key Secret for the canary probe
     watched = [n for n in (os.environ.get("SPECDEPLOY_WATCH_NAMESPACES") or "").split(",") if n]
     _sync = CacheSync(base, watched or None, _controller.bodies)
     _controller.benchmark_controller.deployments_synced = _sync.synced

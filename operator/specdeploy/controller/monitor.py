@@ -18,7 +18,7 @@ A loop of its own in the operator (started with the Controller; every
    Deployment's template gives them, StatefulSets with the LeaderWorkerSet controller's ``LWS_NAME_LABEL``).
    A name match is never enough (a tenant may create a ReplicaSet named like ours): every link is a uid.
 2. **Scrapes** ``http://<podIP>:<http port><metrics path>`` of every target, ``SCRAPE_CONCURRENCY`` at a
-   time, reading at most ``MAX_METRICS_BYTES`` of each body (more is a failed scrape, read no further). The
+   time, reading at most ``scrape.MAX_METRICS_BYTES`` of each body (more is a failed scrape, read no further). The
    engine's series are picked out of the body off the event loop (``engine_series`` in a small thread pool:
    the lines named ``vllm:*``, ``sglang:*`` and ``process_start_time_seconds``, at most
    ``MAX_ENGINE_SERIES``); only those are kept and parsed.
@@ -40,25 +40,16 @@ A loop of its own in the operator (started with the Controller; every
    Controller's watch-fed cache): ``SpeculationProfitable`` False ``PastCrossover`` at or above it,
    True ``BelowCrossover`` under it (the peak of the last ``guard.LOAD_HOLD_SCRAPES`` samples: no flapping); False ``TauBelowBenchmark`` when the window's tau is below the lowest tau at
    which the benchmark measured speculation paying (``status.profitable_condition``; kept while its verdict holds).
-6. **Hands** status.acceptance and the SpeculationHealthy condition over through the shared
-   caches (``cache.Caches.speculation``) and asks for a reconcile of the key (``notify``), only
-   when they changed: the reconciler's one status path (``Controller._write_status``) writes them
-   together with its own conditions, and posts the Events of SpeculationHealthy transitions. One
-   writer per key, so neither side can drop the other's conditions. The monitor knows the caches
+6. **Reports** status.acceptance, SpeculationHealthy and SpeculationProfitable as an ``AcceptanceReport``
+   (controller/reports.py) in the shared caches (``Caches.acceptances``, written here only) and asks for a
+   reconcile of the key (``notify``), only when they changed: the reconciler's one status path
+   (``Controller._write_status``, ``plan.plan_status``) writes them together with its own conditions, and posts
+   the Events of SpeculationHealthy transitions. The reconciler never writes the report: a promotion's baseline
+   is asked for through ``promoted`` (a command), a deleted CR through ``forget``. The monitor knows the caches
    and the callback, never the Controller (which holds the monitor).
 
-7. **Canary rollouts** (``spec.rollout`` Canary): pods labelled ``TRACK_LABEL=canary`` are the canary track of
-   their deployment; every engine pod is kept (``pods``, ready or not). While a deployment has a canary (its
-   canary Deployment in the controller's cache, or canary pods), every scrape of both tracks feeds a
-   per-deployment ``core.rollout.Accumulator`` (canary pods of another revision are not scraped); status.acceptance,
-   the baseline and the guard read the stable pods only. The canary's ``Health`` comes from the pod cache, the
-   ``Probe`` from controller/probe.py (once per revision when both tracks have a ready pod; again while a run had
-   errors, ``PROBE_ATTEMPTS`` runs at most). Hand-over: ``speculation[key]["rollout"] = {"revision", "stable",
-   "canary", "probe", "health", "since"}`` (Totals, Totals, Probe | None, Health, the monotonic start), notified
-   when it changed; dropped when the canary goes. In memory only: a new process starts from new scrapes.
-   The engine API key (``spec.engine.apiKey``) is read for the probe only for a spec the reconciler admitted
-   (this generation passed validation and the tenancy policy: ``Caches.admitted``) and whose Secret name and
-   key the policy allows (``core.policy.api_key_allowed``); a refused spec's Secret is never read.
+7. **Canary rollouts** (``spec.rollout`` Canary): every engine pod is kept (``pods``, ready or not); the canary
+   track's scrapes feed the canary analysis (controller/canary.py, its own report ``Caches.canaries``).
 
 Each tick reads every SpeculativeDeployment once through the API models (``read_deployment``:
 the spec, status.resolved, status.acceptance and the conditions it owns).
@@ -74,12 +65,9 @@ nothing changes until that lasts ``SCRAPE_FAILED_TICKS`` ticks: then Unknown ``S
 from __future__ import annotations
 
 import asyncio
-import base64
 import collections
 import logging
-import re
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Mapping, Protocol
 
@@ -90,14 +78,16 @@ from ..core import acceptance as acc
 from ..core import baseline as bl
 from ..core import guard as gd
 from ..core.engines import ENGINES
-from ..core.render.children import names
 from ..core import names as N
-from ..core import rollout as ro
-from ..core.names import CONFIG_HASH_ANNOTATION, ENGINE_LABEL, REVISION_ANNOTATION, TRACK_CANARY, TRACK_LABEL
-from ..core.policy import TenancyPolicy, api_key_allowed
+from ..core.names import CONFIG_HASH_ANNOTATION, ENGINE_LABEL, TRACK_CANARY
+from ..core.policy import TenancyPolicy
 from . import metrics
 from . import probe as pr
 from . import status as st
+from .canary import CanaryAnalysis, canary_name, of_revision
+from .pods import controller_of, http_port, is_ready, pod_revision, pod_track, slim
+from .reports import AcceptanceReport, Admission, CanaryReport, Reports
+from .scrape import SCRAPE_CONCURRENCY, ScrapeRejected, engine_series, parse_pool, read_bounded
 from .status import now_rfc3339
 
 log = logging.getLogger("specdeploy.monitor")
@@ -106,34 +96,13 @@ Key = tuple[str, str]  # (namespace, SpeculativeDeployment name)
 INSTANCE = N.LABEL_INSTANCE
 ENGINE_POD_LABELS = {N.LABEL_MANAGED_BY: N.MANAGED_BY, N.LABEL_COMPONENT: N.COMPONENT_ENGINE}
 ENGINE_POD_SELECTOR = N.selector(ENGINE_POD_LABELS)
-PORT_NAME = "http"  # core/render/objects._container: the engine's API port, which serves /metrics
 DEFAULT_INTERVAL = 30.0
 INTERVAL_ENV = "SPECDEPLOY_ACCEPTANCE_INTERVAL"
 SCRAPE_FAILED_TICKS = 3  # ticks in a row without any answer before SpeculationHealthy is Unknown ScrapeFailed
-PROBE_ATTEMPTS = 3  # probe runs per canary revision while a run has errors (unreachable pod, timeout)
-MESSAGE_TAIL = 300  # characters of a failed container's termination message in Health.failed_to_start
-# Waiting reasons of a container that cannot start without a change of the pod (an image that does not exist or
-# cannot be pulled, a missing Secret or ConfigMap key): a canary in one of them fails to start.
-CANNOT_START = ("ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError")
 # A pod's controller kind -> the kind of that controller's controller, which must be one of the deployment's
 # workloads: Deployment -> ReplicaSet -> Pod, LeaderWorkerSet -> (leader) StatefulSet -> Pod.
 POD_OWNERS = {"ReplicaSet": "Deployment", "StatefulSet": "LeaderWorkerSet"}
 OWNER_SELECTORS = {"replicasets": ENGINE_POD_SELECTOR, "statefulsets": N.LWS_NAME_LABEL}  # server-side, per watch
-# Bounds on what one scrape may cost the operator (issue 37: a 200 MB body took it from 319 to 975 MiB and
-# stalled the event loop for 30 s). A real engine's /metrics is well under 1 MiB (vLLM 0.33 with 8 data-parallel
-# engines and 15 draft positions: ~0.3 MiB, most of it histogram buckets); 8 MiB leaves an order of magnitude of
-# room, and SCRAPE_CONCURRENCY bodies at most are held at once (128 MiB in the worst case, under the chart's limit
-# with the rest of the operator).
-MAX_METRICS_BYTES = 8 * 1024 * 1024
-SCRAPE_CONCURRENCY = 16
-# The series the monitor reads (core/acceptance, core/rollout) are the engine's own (``vllm:``, ``sglang:``) and
-# ``process_start_time_seconds`` (an engine restart); histogram buckets are never read. A vLLM with 8 DP engines
-# exports a few hundred such lines; more than MAX_ENGINE_SERIES is not an engine we know (a failed scrape), and a
-# line longer than MAX_SERIES_LINE bytes (labels of kilobytes) is skipped.
-MAX_ENGINE_SERIES = 5000
-MAX_SERIES_LINE = 2048
-_ENGINE_LINE = re.compile(rb"^(?:vllm:|sglang:|process_start_time_seconds[ {])[^\n]*", re.MULTILINE)
-PARSE_THREADS = 2  # the pool engine_series runs in (bounded: at most this many bodies are being picked at once)
 
 # (url, timeout seconds) -> body; raises on failure
 Fetch = Callable[[str, float], Awaitable["bytes | bytearray | str"]]
@@ -141,13 +110,14 @@ Notify = Callable[[Key], Awaitable[None]]  # a key's part of the status changed:
 
 
 class Deployments(Protocol):
-    """What the monitor reads and writes of the controller's caches (cache.Caches)."""
+    """What the monitor reads of the controller's caches, and the reports it writes (cache.Caches)."""
 
     bodies: Mapping[Key, dict]  # SpeculativeDeployments, watch-fed
     children: Mapping[tuple[str, str, str], dict]  # their workloads (Deployment, LeaderWorkerSet), watch-fed
-    admitted: Mapping[Key, tuple[str | None, int]]  # (uid, generation) the reconciler admitted (policy included)
+    admitted: Mapping[Key, Admission]  # the reconciler's report: generations it admitted (policy included)
     benchmarks: Mapping[tuple[str, str], dict]  # SpeculativeBenchmarks that a guard's fromBenchmark may name
-    speculation: dict[Key, dict[str, Any]]  # the monitor's part of each status (written here, read by the reconciler)
+    acceptances: Reports[AcceptanceReport]  # the monitor's report: its part of each status (written here only)
+    canaries: Reports[CanaryReport]  # the canary analysis' report (written by canary.py only)
 
 
 @dataclass(frozen=True)
@@ -164,25 +134,6 @@ class Target:
     track: str = "stable"  # "canary" on a canary pod (TRACK_LABEL), else "stable"
     revision: str | None = None  # the pod's rollout revision (REVISION_ANNOTATION; Canary strategy only)
     owner: tuple[str, str] | None = None  # (kind, uid) of the pod's controller (ownerReferences)
-
-
-def is_ready(pod: dict) -> bool:
-    st_ = pod.get("status") or {}
-    if st_.get("phase") in ("Succeeded", "Failed") or (pod.get("metadata") or {}).get("deletionTimestamp"):
-        return False
-    return any(isinstance(c, dict) and c.get("type") == N.READY and c.get("status") == "True"
-               for c in st_.get("conditions") or [])
-
-
-def http_port(pod: dict) -> int | None:
-    """The container port named ``http`` (the engine container's first)."""
-    containers = ((pod.get("spec") or {}).get("containers")) or []
-    containers = sorted(containers, key=lambda c: (c or {}).get("name") != "engine")
-    for c in containers:
-        for p in (c or {}).get("ports") or []:
-            if isinstance(p, dict) and p.get("name") == PORT_NAME and isinstance(p.get("containerPort"), int):
-                return p["containerPort"]
-    return None
 
 
 def pod_target(pod: dict) -> Target | None:
@@ -204,15 +155,6 @@ def pod_target(pod: dict) -> Target | None:
                   track=pod_track(pod), revision=pod_revision(pod), owner=controller_of(meta))
 
 
-def controller_of(meta: Mapping[str, Any] | None) -> tuple[str, str] | None:
-    """(kind, uid) of an object's controller (the ownerReference with ``controller: true``), or None."""
-    for ref in (meta or {}).get("ownerReferences") or []:
-        if isinstance(ref, dict) and ref.get("controller") is True and isinstance(ref.get("kind"), str) \
-                and isinstance(ref.get("uid"), str) and ref["uid"]:
-            return ref["kind"], ref["uid"]
-    return None
-
-
 def workloads_of(key: Key, body: Mapping[str, Any], children: Mapping[tuple[str, str, str], dict]) \
         -> dict[str, tuple[str, str]]:
     """The SpeculativeDeployment's own workloads in the children cache, by uid: (kind, track). Each is named as
@@ -230,121 +172,6 @@ def workloads_of(key: Key, body: Mapping[str, Any], children: Mapping[tuple[str,
         if controller_of(meta) == (N.KIND, sd_uid) and isinstance(meta.get("uid"), str) and meta["uid"]:
             out[meta["uid"]] = (kind, track)
     return out
-
-
-class ScrapeRejected(Exception):
-    """A /metrics answer the monitor will not read (too large, too many series): a failed scrape."""
-
-
-async def read_bounded(content: Any, length: int | None, limit: int = MAX_METRICS_BYTES) -> bytearray:
-    """The body of an aiohttp response (``content``: its StreamReader; ``length``: its Content-Length), at most
-    ``limit`` bytes, in one buffer (no joined copy): ScrapeRejected, read no further, when it says or turns out to
-    be longer."""
-    if length is not None and length > limit:
-        raise ScrapeRejected(f"the /metrics body is {length} bytes (Content-Length), more than the {limit} a scrape "
-                             "reads (MAX_METRICS_BYTES): not read")
-    buf = bytearray()
-    async for chunk in content.iter_any():
-        if len(buf) + len(chunk) > limit:
-            raise ScrapeRejected(f"the /metrics body is larger than the {limit} bytes a scrape reads "
-                                 "(MAX_METRICS_BYTES): not read further")
-        buf += chunk
-    return buf
-
-
-def engine_series(body: bytes | bytearray | str) -> str:
-    """The lines of a /metrics body the monitor reads (named ``vllm:*``, ``sglang:*`` or
-    ``process_start_time_seconds``; no histogram buckets, no line over MAX_SERIES_LINE bytes), as text for
-    core/acceptance's parser. ScrapeRejected over MAX_METRICS_BYTES or MAX_ENGINE_SERIES such lines. Runs in a
-    worker thread (the regular expression scans the body in C; only the picked lines are copied)."""
-    data = body.encode("utf-8", errors="replace") if isinstance(body, str) else body
-    if len(data) > MAX_METRICS_BYTES:
-        raise ScrapeRejected(f"the /metrics body is larger than the {MAX_METRICS_BYTES} bytes a scrape reads "
-                             "(MAX_METRICS_BYTES)")
-    out: list[bytes] = []
-    for m in _ENGINE_LINE.finditer(data):
-        line = m.group().rstrip(b"\r")
-        if len(line) > MAX_SERIES_LINE or line.split(b"{", 1)[0].split(b" ", 1)[0].endswith(b"_bucket"):
-            continue
-        out.append(line)
-        if len(out) > MAX_ENGINE_SERIES:
-            raise ScrapeRejected(f"the /metrics body has more than {MAX_ENGINE_SERIES} engine series "
-                                 "(MAX_ENGINE_SERIES): not an engine's exposition")
-    return b"\n".join(out).decode("utf-8", errors="replace")
-
-
-_parse_pool: ThreadPoolExecutor | None = None
-
-
-def parse_pool() -> ThreadPoolExecutor:
-    """The threads ``engine_series`` runs in (one pool per process, made on first use)."""
-    global _parse_pool
-    if _parse_pool is None:
-        _parse_pool = ThreadPoolExecutor(max_workers=PARSE_THREADS, thread_name_prefix="specdeploy-metrics")
-    return _parse_pool
-
-
-def pod_track(pod: dict) -> str:
-    """"canary" for a pod of a canary Deployment (TRACK_LABEL), else "stable"."""
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    return TRACK_CANARY if labels.get(TRACK_LABEL) == TRACK_CANARY else "stable"
-
-
-def pod_revision(pod: dict) -> str | None:
-    rev = ((pod.get("metadata") or {}).get("annotations") or {}).get(REVISION_ANNOTATION)
-    return rev if isinstance(rev, str) else None
-
-
-def _slim(pod: dict) -> dict:
-    """What the monitor keeps of an engine pod (canary health, the probe's target and model name)."""
-    meta = pod.get("metadata") or {}
-    spec = pod.get("spec") or {}
-    return {"metadata": {k: meta[k] for k in ("name", "namespace", "uid", "labels", "annotations", "creationTimestamp",
-                                               "deletionTimestamp", "ownerReferences") if k in meta},
-            "spec": {"containers": [{k: c[k] for k in ("name", "command", "args", "ports") if k in c}
-                                    for c in spec.get("containers") or [] if isinstance(c, dict)]},
-            "status": pod.get("status") or {}}
-
-
-def _failure(pod_name: str, cs: dict, init: bool) -> str | None:
-    """A container that terminated non-zero and has not run since ("pod: container NAME exited CODE (REASON):
-    tail"), or one waiting for a reason that needs a change of the pod (CANNOT_START)."""
-    state, last = cs.get("state") or {}, cs.get("lastState") or {}
-    what = "init container" if init else "container"
-    waiting = state.get("waiting") if isinstance(state.get("waiting"), dict) else {}
-    if waiting.get("reason") in CANNOT_START:
-        tail = " ".join(str(waiting.get("message") or "").split())[-MESSAGE_TAIL:]
-        return f"{pod_name}: {what} {cs.get('name') or '?'} {waiting['reason']}" + (f": {tail}" if tail else "")
-    term = state.get("terminated") if isinstance(state.get("terminated"), dict) else None
-    if term is None and not cs.get("ready") and "running" not in state:
-        term = last.get("terminated") if isinstance(last.get("terminated"), dict) else None  # restarting after it
-    if term is None or not isinstance(term.get("exitCode"), int) or term["exitCode"] == 0:
-        return None
-    tail = " ".join(str(term.get("message") or "").split())[-MESSAGE_TAIL:]
-    reason = f" ({term['reason']})" if term.get("reason") else ""
-    return f"{pod_name}: {what} {cs.get('name') or '?'} exited {term['exitCode']}{reason}" + (f": {tail}" if tail else "")
-
-
-def canary_health(pods: list[dict]) -> ro.Health:
-    """The canary pods as the pod cache shows them: ready, restarts, CrashLoopBackOff, a container that failed to
-    start (an init container or the engine that terminated non-zero, with its name, exit code and message tail)."""
-    ready = restarts = 0
-    crash = False
-    failed: str | None = None
-    for p in pods:
-        ready += is_ready(p)
-        st_ = p.get("status") or {}
-        name = (p.get("metadata") or {}).get("name") or "?"
-        for init, key in ((True, "initContainerStatuses"), (False, "containerStatuses")):
-            for cs in st_.get(key) or []:
-                if not isinstance(cs, dict):
-                    continue
-                n = cs.get("restartCount")
-                restarts += n if isinstance(n, int) and n > 0 else 0
-                waiting = (cs.get("state") or {}).get("waiting") or {}
-                crash = crash or (isinstance(waiting, dict) and waiting.get("reason") == "CrashLoopBackOff")
-                failed = failed or _failure(name, cs, init)
-    return ro.Health(pods=len(pods), ready=ready, restarts=restarts, crash_looping=crash, failed_to_start=failed)
 
 
 def _fmt_seconds(s: float) -> str:
@@ -371,14 +198,14 @@ class Deployment:
     def config_hash(self) -> str | None:
         return self.resolved.config_hash if self.resolved is not None else None
 
-    def stored(self) -> dict[str, Any]:
-        """What the stored status says the monitor last wrote (after an operator restart)."""
+    def stored(self) -> AcceptanceReport:
+        """What the stored status says the monitor last reported (after an operator restart)."""
         def cond(type_: str) -> dict | None:
             c = self.conditions.get(type_)
             return st.strip_condition(c.model_dump(by_alias=True, exclude_unset=True)) if c is not None else None
 
-        return {"acceptance": self.acceptance, "condition": cond(st.SPECULATION_HEALTHY),
-                "profitable": cond(st.SPECULATION_PROFITABLE)}
+        return AcceptanceReport(acceptance=self.acceptance, condition=cond(st.SPECULATION_HEALTHY),
+                                profitable=cond(st.SPECULATION_PROFITABLE))
 
 
 def _parse(model, doc: Any):
@@ -435,17 +262,11 @@ def body_guard_limit(key: Key, body: dict, benchmarks: Mapping) -> gd.GuardLimit
     return guard_of(key, d.spec, benchmarks) if d is not None else None
 
 
-@dataclass
-class _Canary:
-    """One deployment's canary analysis in this process (in memory: an operator restart starts a new one from new
-    scrapes; the reconciler counts the window from the canary Deployment's creationTimestamp)."""
-
-    revision: str
-    since: float  # monotonic clock at the start
-    acc: ro.Accumulator
-    probe: ro.Probe | None = None
-    probe_runs: int = 0
-    probe_task: asyncio.Task | None = None
+def monitor_for(controller: Any, interval: float, **kwargs) -> "AcceptanceMonitor":
+    """The wiring (handlers.py, tests): a monitor on a Controller's caches, asking it for reconciles (``enqueue``),
+    with its tenancy policy, attached to it (which starts it and asks it to ``forget`` and take ``promoted``)."""
+    kwargs.setdefault("policy", controller.settings.policy)  # the canary probe's engine API key rule
+    return controller.attach_monitor(AcceptanceMonitor(controller.cache, interval, notify=controller.enqueue, **kwargs))
 
 
 class AcceptanceMonitor:
@@ -475,16 +296,18 @@ class AcceptanceMonitor:
         self._load: dict[Key, collections.deque] = {}
         self._guard_series: dict[Key, tuple[str, ...]] = {}  # key -> labels of its exported guard limit
         self.ticks = 0
-        # Canary rollouts (spec.rollout Canary): every engine pod as the watch shows it, ready or not (the canary's
-        # health reads the ones that are not), and the analysis of each deployment while it has a canary.
-        self.pods: dict[tuple[str, str], dict] = {}  # (namespace, pod) -> the pod (_slim)
+        # every engine pod as the watch shows it, ready or not (the canary's health reads the ones that are not)
+        self.pods: dict[tuple[str, str], dict] = {}  # (namespace, pod) -> the pod (pods.slim)
         # ReplicaSets and StatefulSets that may own engine pods (handlers.on_engine_owner): uid -> (kind, namespace,
         # their controller's kind, its uid); the links of the ownership chain a pod is trusted through
         self.owners: dict[str, tuple[str, str, str, str]] = {}
         self.untrusted: dict[Key, int] = {}  # labelled ready pods not owned by the key's workloads (last tick)
-        self._canaries: dict[Key, _Canary] = {}
-        self.kube = kube  # reads the engine API key Secret for the probe (spec.engine.apiKey); None: no Secret reads
-        self.probe_request, self.probe_timeout = probe_request, probe_timeout
+        # the canary analysis (controller/canary.py): fed by this loop's scrapes and pod cache, its own report
+        children = getattr(deployments, "children", None)
+        self.canary = CanaryAnalysis(deployments.canaries, children=children if children is not None else {},
+                                     admitted=deployments.admitted, pods=self.pods, clock=clock, notify=notify,
+                                     policy=self.policy, kube=kube, probe_request=probe_request,
+                                     probe_timeout=probe_timeout)
 
     # ------------------------------------------------------------- watch feed
 
@@ -500,10 +323,9 @@ class AcceptanceMonitor:
             gone = self.pods.pop(pk, None)
             uid = meta.get("uid") or ((gone or {}).get("metadata") or {}).get("uid")
             if uid:
-                for c in self._canaries.values():
-                    c.acc.forget_pod(uid)
+                self.canary.forget_pod(uid)
         else:
-            self.pods[pk] = _slim(pod)
+            self.pods[pk] = slim(pod)
 
     def observe_owner(self, event_type: str | None, body: dict) -> None:
         """A ReplicaSet or StatefulSet event (``body["kind"]`` set by the handler): kept while its controller is a
@@ -532,15 +354,22 @@ class AcceptanceMonitor:
         return workloads.get(o[3]) == (o[2], track)
 
     def forget(self, key: Key) -> None:
-        """The SpeculativeDeployment is gone: drop its series and state."""
-        self._drop_canary(key)
+        """The SpeculativeDeployment is gone: drop its series, state and reports (a command of the reconciler's)."""
+        self.canary.drop(key)
         self._unexport(key)
         self._export_guard(key, (), None)
         self._unanswered.pop(key, None)
         self._settling.pop(key, None)
         self._load.pop(key, None)
         self._reset_done.pop(key, None)
-        self.deployments.speculation.pop(key, None)
+        self.deployments.acceptances.drop(key)
+
+    def promoted(self, key: Key, baseline: dict[str, Any]) -> None:
+        """A canary was promoted (the planner's decision, a command of the reconciler's): report ``baseline`` (the
+        canary's measured tau for the promoted revision) as status.acceptance.baseline from now on; the next
+        ticks carry it over (``bl.step``)."""
+        report = self.deployments.acceptances.get(key) or AcceptanceReport()
+        self.deployments.acceptances.put(key, report.with_baseline(baseline))
 
     # ------------------------------------------------------------- loop
 
@@ -558,9 +387,7 @@ class AcceptanceMonitor:
             await self.close()
 
     async def close(self) -> None:
-        for c in self._canaries.values():
-            if c.probe_task is not None:
-                c.probe_task.cancel()
+        self.canary.close()
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -611,7 +438,7 @@ class AcceptanceMonitor:
                 if key in workloads and self.owned(key[0], controller_of(meta), TRACK_CANARY, workloads[key]):
                     canary_pods.setdefault(key, []).append(p)
         # key -> (revision, its canary pods) or None
-        canaries = {key: self._canary_of(key, canary_pods.get(key, [])) for key in bodies}
+        canaries = {key: self.canary.of(key, canary_pods.get(key, [])) for key in bodies}
         by_key: dict[Key, list[Target]] = {}  # stable pods: the deployment's acceptance, baseline and guard
         canary_targets: dict[Key, list[Target]] = {}  # ready canary pods of the revision under analysis
         self.untrusted = {}
@@ -624,7 +451,7 @@ class AcceptanceMonitor:
                 continue
             if t.track != TRACK_CANARY:
                 by_key.setdefault(key, []).append(t)
-            elif canaries[key] is not None and _of_revision(t.revision, canaries[key][0]):
+            elif canaries[key] is not None and of_revision(t.revision, canaries[key][0]):
                 canary_targets.setdefault(key, []).append(t)
         wanted: list[Target] = []
         for key in set(by_key) | set(canary_targets):
@@ -645,12 +472,12 @@ class AcceptanceMonitor:
             body = bodies.get(key)
             if body is None or (body.get("metadata") or {}).get("deletionTimestamp") or view is None \
                     or view.engine is None:
-                self._drop_canary(key)
+                self.canary.drop(key)
                 continue
             stable = [(t, *results[t.uid]) for t in by_key.get(key, [])]
             changed = await self._judge(key, view, stable)
             canary = [(t, *results[t.uid]) for t in canary_targets.get(key, [])]
-            changed = self._rollout(key, view, body, canaries[key], stable, canary) or changed
+            changed = self.canary.observe(key, view.engine, body, canaries[key], stable, canary) or changed
             if changed and self.notify is not None:
                 await self.notify(key)
 
@@ -680,8 +507,8 @@ class AcceptanceMonitor:
         engine = d.engine
         assert engine is not None
         labels = (key[0], key[1], engine, d.spec.drafter.model if d.spec.drafter is not None else "")
-        previous = self.deployments.speculation.get(key) or d.stored()
-        prev_acc, prev_cond = previous.get("acceptance"), previous.get("condition")
+        previous = self.deployments.acceptances.get(key) or d.stored()
+        prev_acc, prev_cond = previous.acceptance, previous.condition
         revision, params = d.revision, d.params
         min_length = d.spec.monitoring.min_acceptance_length
         baseline = self._baseline(key, d, prev_acc)
@@ -755,188 +582,17 @@ class AcceptanceMonitor:
         self._export_guard(key, labels, limit)
         recent = self._load.setdefault(key, collections.deque(maxlen=gd.LOAD_HOLD_SCRAPES))
         recent.append(self._running(engine, scrapes))
-        new["profitable"] = st.profitable_condition(gd.peak_load(recent), limit, previous.get("profitable"),
+        new["profitable"] = st.profitable_condition(gd.peak_load(recent), limit, previous.profitable,
                                                     tau=live_tau)
-        if "rollout" in previous:  # the canary's part (_rollout) is handed over with it
-            new["rollout"] = previous["rollout"]
-        if new["acceptance"] == prev_acc and new["condition"] == prev_cond \
-                and new["profitable"] == previous.get("profitable"):
-            self.deployments.speculation[key] = new
+        report = AcceptanceReport(**new)
+        if report == previous:
+            self.deployments.acceptances.put(key, report)
             return False
         log.info("acceptance of %s/%s: %s %s%s", key[0], key[1], (new["condition"] or {}).get("reason"),
                  (new["acceptance"] or {}).get("length"),
                  f"; {new['profitable']['reason']}" if new["profitable"] else "")
-        self.deployments.speculation[key] = new
+        self.deployments.acceptances.put(key, report)
         return True
-
-    # ------------------------------------------------------------- canary rollouts
-
-    def _canary_of(self, key: Key, pods: list[dict]) -> tuple[str, list[dict]] | None:
-        """(revision under analysis, its canary pods) while the deployment has a canary: a canary Deployment in the
-        controller's cache (``names()["canary"]``) or canary-labelled pods (``pods``, not being deleted); None
-        otherwise. The revision is the
-        Deployment's pod template's (REVISION_ANNOTATION), else the newest canary pod's ("" when none says)."""
-        ns, name = key
-        children = getattr(self.deployments, "children", None) or {}
-        dep = children.get(("Deployment", ns, canary_name(name)))
-        if dep is not None and (dep.get("metadata") or {}).get("deletionTimestamp"):
-            dep = None
-        if dep is None and not pods:
-            return None
-        rev = (((((dep or {}).get("spec") or {}).get("template") or {}).get("metadata") or {}).get("annotations")
-               or {}).get(REVISION_ANNOTATION)
-        if not isinstance(rev, str):
-            revs = sorted((p["metadata"].get("creationTimestamp") or "", pod_revision(p)) for p in pods
-                          if pod_revision(p))
-            rev = revs[-1][1] if revs else ""
-        return rev, [p for p in pods if _of_revision(pod_revision(p), rev)]
-
-    def _rollout(self, key: Key, d: Deployment, body: dict, canary: tuple[str, list[dict]] | None,
-                 stable: list[tuple[Target, str | None, str | None]],
-                 canary_scrapes: list[tuple[Target, str | None, str | None]]) -> bool:
-        """Feed this tick's scrapes of both tracks into the deployment's canary analysis, start the probe when it is
-        due, and hand ``speculation[key]["rollout"]`` over; whether it changed."""
-        if canary is None:
-            return self._drop_canary(key)
-        revision, pods = canary
-        c = self._canaries.get(key)
-        if c is None or c.revision != revision:
-            self._drop_canary(key)
-            c = self._canaries[key] = _Canary(revision=revision, since=self.clock(), acc=ro.Accumulator())
-            log.info("canary of %s/%s: analysing revision %s", key[0], key[1], revision or "(unannotated)")
-        engine = d.engine
-        assert engine is not None
-        live = {p["metadata"].get("uid") for p in self.pods.values()}
-        for uid in c.acc.pods() - live:  # deleted while the watch was away: what it measured stays counted
-            c.acc.forget_pod(uid)
-        now = self.clock()
-        for track, scrapes in (("stable", stable), (TRACK_CANARY, canary_scrapes)):
-            for t, text, _ in scrapes:
-                if text is not None:
-                    c.acc.observe(t.uid, track, engine, text, now)
-        self._maybe_probe(key, c, body, stable, canary_scrapes)
-        entry = {"revision": c.revision, "stable": c.acc.totals("stable"), "canary": c.acc.totals(TRACK_CANARY),
-                 "probe": c.probe, "health": canary_health(pods), "since": c.since}
-        part = self.deployments.speculation.get(key)
-        if part is None:  # not judged by this process yet: what the stored status says stays as it is
-            part = self.deployments.speculation[key] = dict(d.stored())
-        if part.get("rollout") == entry:
-            return False
-        part["rollout"] = entry
-        return True
-
-    def _drop_canary(self, key: Key) -> bool:
-        """The canary is gone (promoted, rolled back, deleted): drop its analysis; whether a hand-over was removed."""
-        c = self._canaries.pop(key, None)
-        if c is not None and c.probe_task is not None:
-            c.probe_task.cancel()
-        part = self.deployments.speculation.get(key)
-        if part is not None and "rollout" in part:
-            del part["rollout"]
-            return True
-        return False
-
-    def _probe_pod(self, scrapes: list[tuple[Target, str | None, str | None]]) -> dict | None:
-        """A ready pod of a track whose metrics answered this tick (the first by name)."""
-        for t, text, _ in sorted(scrapes, key=lambda x: x[0].name):
-            p = self.pods.get((t.namespace, t.name))
-            if text is not None and p is not None and is_ready(p):
-                return p
-        return None
-
-    def _maybe_probe(self, key: Key, c: _Canary, body: dict, stable: list, canary: list) -> None:
-        """Start the probe of this canary revision when both tracks have a ready pod: once, again while a run had
-        errors (at most PROBE_ATTEMPTS runs), never when spec.rollout.analysis.probe.enabled is false."""
-        enabled, max_tokens = pr.settings(body)
-        if c.probe_task is not None and c.probe_task.done():
-            c.probe_task = None  # cancelled before it ran (the monitor stopped and started again)
-        if not enabled or c.probe_task is not None or c.probe_runs >= PROBE_ATTEMPTS \
-                or (c.probe is not None and c.probe.errors == 0):
-            return
-        if self._api_key_refusal(key, body) is not None:
-            return  # not admitted (yet, or refused): no Secret read, no run counted; the next tick asks again
-        s, k = self._probe_pod(stable), self._probe_pod(canary)
-        if s is None or k is None:
-            return
-        c.probe_runs += 1
-        c.probe_task = asyncio.get_running_loop().create_task(self._run_probe(key, c, body, s, k, max_tokens),
-                                                              name=f"specdeploy-probe-{key[0]}-{key[1]}")
-
-    async def _run_probe(self, key: Key, c: _Canary, body: dict, stable: dict, canary: dict, max_tokens: int) -> None:
-        try:
-            api_key, problem = await self._api_key(key, body)
-            if problem is not None:  # nothing sent: every prompt is an error (none a difference)
-                n = len(pr.prompts())
-                result = ro.Probe(prompts=n, identical=0, errors=n, message=problem)
-            else:
-                result = await pr.probe(stable, canary, port_of=http_port, max_tokens=max_tokens, api_key=api_key,
-                                        request=self.probe_request, timeout=self.probe_timeout)
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:  # noqa: BLE001 - the probe never ends the monitor
-            log.exception("canary probe of %s/%s failed", key[0], key[1])
-            result = ro.Probe(prompts=1, identical=0, errors=1, message=f"the probe failed: {type(e).__name__}")
-        finally:
-            c.probe_task = None
-        if self._canaries.get(key) is not c:
-            return  # the canary went or changed revision meanwhile
-        c.probe = result
-        log.info("canary probe of %s/%s (revision %s): %s", key[0], key[1], c.revision, result.message)
-        part = self.deployments.speculation.get(key)
-        rollout = (part or {}).get("rollout")
-        if isinstance(rollout, dict) and rollout.get("revision") == c.revision and rollout.get("probe") != result:
-            part["rollout"] = {**rollout, "probe": result}
-            if self.notify is not None:
-                await self.notify(key)
-
-    def _api_key_refusal(self, key: Key, body: dict) -> str | None:
-        """Why the engine API key Secret of ``body`` may not be read (None: it may, or there is none): only for the
-        generation the reconciler admitted (validation and tenancy policy passed: ``Caches.admitted``) and a
-        Secret name and key the policy allows (``api_key_allowed``, the admission rule asked again)."""
-        ref = pr.api_key_ref(body)
-        if ref is None:
-            return None
-        meta = body.get("metadata") or {}
-        gen = meta.get("generation") or 1
-        admitted = (getattr(self.deployments, "admitted", None) or {}).get(key)
-        if admitted != (meta.get("uid"), gen):
-            return (f"the engine API key is not read: generation {gen} of the spec is not admitted (not yet "
-                    "reconciled, or refused: see the Progressing condition)")
-        if not api_key_allowed(self.policy, ref[0], ref[1]):
-            return (f"the engine API key is not read: Secret {ref[0]!r} key {ref[1]!r} (spec.engine.apiKey) is not "
-                    "allowed by the tenancy policy (hub.tokenSecrets, policy.allowedApiKeySecretKeys)")
-        return None
-
-    async def _api_key(self, key: Key, body: dict) -> tuple[str | None, str | None]:
-        """(the engine API key, None) or (None, why it cannot be read); (None, None) without spec.engine.apiKey."""
-        ref = pr.api_key_ref(body)
-        if ref is None:
-            return None, None
-        refusal = self._api_key_refusal(key, body)
-        if refusal is not None:
-            return None, refusal
-        where = f"Secret {key[0]}/{ref[0]} key {ref[1]!r} (spec.engine.apiKey)"
-        if self.kube is None:
-            return None, f"the engine API key cannot be read: the monitor has no API client to read {where}"
-        try:
-            secret = await self.kube.get("Secret", key[0], ref[0])
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:  # noqa: BLE001 - forbidden, unreachable API server
-            return None, f"the engine API key cannot be read from {where}: {type(e).__name__}"
-        raw = ((secret or {}).get("data") or {}).get(ref[1])
-        if not isinstance(raw, str):
-            return None, f"the engine API key is missing: {where} does not exist or has no such key"
-        try:
-            return base64.b64decode(raw).decode().strip(), None
-        except (ValueError, UnicodeDecodeError):
-            return None, f"the engine API key in {where} is not base64 text"
-
-    async def settle(self) -> None:
-        """Wait for the probes in flight (tests; close cancels them)."""
-        tasks = [c.probe_task for c in self._canaries.values() if c.probe_task is not None]
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
 
     # ------------------------------------------------------------- metrics
 
@@ -984,16 +640,6 @@ class AcceptanceMonitor:
             _remove(g, labels)
         for i in range(n):
             metrics.ACCEPTANCE_PER_POSITION.remove(*labels, str(i))
-
-
-def canary_name(name: str) -> str:
-    """The canary Deployment of SpeculativeDeployment ``name`` (core/render/children.names()["canary"])."""
-    return names(name).get("canary") or f"{name}-canary"
-
-
-def _of_revision(pod_rev: str | None, revision: str) -> bool:
-    """Whether a canary pod belongs to the revision under analysis (every canary pod when none is annotated)."""
-    return not revision or pod_rev == revision
 
 
 def _remove(gauge, labels: tuple[str, ...]) -> None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from ..api.types import MemoryFigures, Resolved, RolloutStatus, SpeculativeDeploymentStatus
+from ..core import baseline as bl
 from ..core import guard as gd
 from ..core.findings import Finding
 from ..core.findings import errors as error_findings
@@ -28,6 +29,7 @@ from ..core import names as N
 from ..core.render import RenderError, Rendered, build_canary, names, render, selector_labels
 from . import ownership, status as st
 from .cache import MANAGED_KINDS
+from .reports import AcceptanceReport, CanaryReport
 
 LWS = ("leaderworkerset.x-k8s.io/v1", "leaderworkersets")
 PODMONITOR = ("monitoring.coreos.com/v1", "podmonitors")
@@ -61,6 +63,8 @@ class Plan:
             obs.rollout_off = rp.step is None
             obs.rollout_status = rp.status
             obs.rollout_condition = rp.condition
+            if not conflicts:
+                obs.promoted_baseline = self.promoted_baseline(body)
         obs.accepted = list(self.accepted)
         obs.blocked_reason = self.blocked
         obs.resolution_error = self.resolution_error
@@ -68,6 +72,16 @@ class Plan:
         obs.guard = self.guard
         obs.family = self.family
         return obs
+
+    def promoted_baseline(self, body: dict) -> dict[str, Any] | None:
+        """On a promotion decided now: status.acceptance.baseline of the promoted revision (the canary's measured
+        tau, for the revision the monitor computes from the stored spec and the status.resolved written now)."""
+        rp = self.rollout
+        if rp is None or rp.decision is None or rp.baseline is None or self.resolved is None:
+            return None
+        revision = bl.speculation_revision(body.get("spec"), self.resolved.model_dump(by_alias=True,
+                                                                                       exclude_none=True))
+        return {**rp.baseline, "revision": revision}
 
 
 def blocked(generation: int, reason: str, message: str, *, unresolved: bool = True) -> Plan:
@@ -96,13 +110,13 @@ def plan_reconcile(cr, target, drafter, *, generation: int, children: Mapping[tu
                    lws: bool = True, policy: TenancyPolicy | None = None,
                    pod_monitor_labels: Mapping[str, str] | None = None,
                    network_policy: Sequence[str] | None = None, status: Mapping | None = None,
-                   rollout: Mapping | None = None, now: float = 0.0) -> Plan:
+                   rollout: CanaryReport | None = None, now: float = 0.0) -> Plan:
     """The plan for a valid, admitted spec whose configs are resolved (``target``/``drafter``: resolve.Resolved).
 
     ``children``: the cached children the deployment may own, by (kind, name) (Caches.children_of);
     ``lws``: whether the LeaderWorkerSet API is served (asked only for multi-node specs); ``status``: the CR's
-    stored status (status.rollout's refusedRevision and requestHandled); ``rollout``: the acceptance monitor's
-    canary analysis (cache.speculation[key]["rollout"]); ``now``: the wall clock (seconds since the epoch)."""
+    stored status (status.rollout's refusedRevision and requestHandled); ``rollout``: the canary analysis' report
+    (cache.canaries, controller/canary.py); ``now``: the wall clock (seconds since the epoch)."""
     plan = _plan_reconcile(cr, target, drafter, generation=generation, children=children, benchmarks=benchmarks,
                            pod_monitor=pod_monitor, lws=lws, policy=policy, pod_monitor_labels=pod_monitor_labels,
                            network_policy=network_policy, status=status, rollout=rollout, now=now)
@@ -253,17 +267,20 @@ class StatusPlan:
 
 
 def desired_status(name: str, current: dict, obs: st.Observation, resolved: Resolved | None,
-                   speculation: dict | None, now: str) -> dict[str, Any]:
-    """The status the reconciler wants: its conditions, the monitor's (``speculation``), the replicas, the
-    selector, status.resolved, the accepted findings and the monitor's status.acceptance."""
+                   speculation: AcceptanceReport | None, now: str) -> dict[str, Any]:
+    """The status the reconciler wants: its conditions, the monitor's (``speculation``: its report), the
+    replicas, the selector, status.resolved, the accepted findings and the monitor's status.acceptance (with the
+    baseline of a promotion decided now: ``obs.promoted_baseline``)."""
+    if obs.promoted_baseline is not None:
+        speculation = (speculation or AcceptanceReport()).with_baseline(obs.promoted_baseline)
     new = st.compute_conditions(obs)
     if obs.rollout_off:  # spec.rollout is not Canary (any more): no Rollout condition
         current = {**current, "conditions": [c for c in current.get("conditions") or []
                                              if not (isinstance(c, dict) and c.get("type") == N.ROLLOUT)]}
-    if speculation is not None and speculation.get("condition"):
-        new.append(speculation["condition"])
-    if speculation is not None and speculation.get("profitable"):
-        new.append(speculation["profitable"])  # SpeculationProfitable: the monitor's, while a guard is set
+    if speculation is not None and speculation.condition:
+        new.append(speculation.condition)
+    if speculation is not None and speculation.profitable:
+        new.append(speculation.profitable)  # SpeculationProfitable: the monitor's, while a guard is set
     accepted = st.accepted_findings(obs)
     typed = SpeculativeDeploymentStatus(
         observed_generation=obs.generation, replicas=obs.replicas, ready_replicas=obs.ready_replicas,
@@ -275,7 +292,7 @@ def desired_status(name: str, current: dict, obs: st.Observation, resolved: Reso
         **typed.model_dump(by_alias=True, exclude_none=True, exclude_unset=True, exclude={"conditions", "acceptance"}),
     }
     if speculation is not None:
-        desired["acceptance"] = speculation.get("acceptance")  # None: cleared (merge patch null)
+        desired["acceptance"] = speculation.acceptance  # None: cleared (merge patch null)
     if obs.rollout_status is not None:
         desired["rollout"] = obs.rollout_status
     elif obs.rollout_off and current.get("rollout") is not None:
@@ -284,7 +301,7 @@ def desired_status(name: str, current: dict, obs: st.Observation, resolved: Reso
 
 
 def plan_status(name: str, current: dict | None, obs: st.Observation, resolved: Resolved | None,
-                speculation: dict | None, now: str) -> StatusPlan | None:
+                speculation: AcceptanceReport | None, now: str) -> StatusPlan | None:
     """The status write for an observation, or None when the stored status already says it (times aside)."""
     current = current or {}
     desired = desired_status(name, current, obs, resolved, speculation, now)
@@ -393,11 +410,11 @@ def _request(annotations: Any) -> str | None:
 
 
 def plan_rollout(cr, rendered: Rendered, children: Mapping[tuple[str, str], dict], status: Mapping | None,
-                 monitor: Mapping | None, now: float) -> RolloutPlan:
+                 monitor: CanaryReport | None, now: float) -> RolloutPlan:
     """The rollout's part of a reconcile (pure): core.rollout.Observed from the typed spec, the cached children
     (the live stable Deployment's revision, the canary Deployment and its creationTimestamp), the CR's
-    ROLLOUT_ANNOTATION, status.rollout (refusedRevision, requestHandled) and the acceptance monitor's analysis
-    (``monitor``: cache.speculation[key]["rollout"]), then core.rollout.step, then what it means for the
+    ROLLOUT_ANNOTATION, status.rollout (refusedRevision, requestHandled) and the canary analysis' report
+    (``monitor``: cache.canaries, controller/canary.py), then core.rollout.step, then what it means for the
     children and the status. Everything it needs after an operator restart is in the canary Deployment and
     the status."""
     from ..core import rollout as ro
@@ -418,7 +435,7 @@ def plan_rollout(cr, rendered: Rendered, children: Mapping[tuple[str, str], dict
     created = _rfc3339_epoch((canary or {}).get("metadata", {}).get("creationTimestamp")) if canary else None
     params = ro.params_from_spec(spec.rollout)
     verdict = None
-    analysis = monitor if isinstance(monitor, Mapping) and monitor.get("revision") == desired else None
+    analysis = monitor if isinstance(monitor, CanaryReport) and monitor.revision == desired else None
     if canary is not None and canary_rev == desired:
         elapsed = max(0.0, now - created) if created is not None else 0.0
         live_cm = children.get(("ConfigMap", n["configmap"]))
@@ -427,10 +444,8 @@ def plan_rollout(cr, rendered: Rendered, children: Mapping[tuple[str, str], dict
             and _image(stable) == _image(rendered.objects[1])
         revs = {"stable_revision": stable_rev or None, "canary_revision": desired}
         if analysis is not None:
-            verdict = ro.judge(params, analysis.get("stable") or ro.Totals(), analysis.get("canary") or ro.Totals(),
-                               analysis.get("health") or ro.Health(pods=0, ready=0, restarts=0, crash_looping=False),
-                               analysis.get("probe") if params.probe else None, elapsed, compare_outputs=same_target,
-                               **revs)
+            verdict = ro.judge(params, analysis.stable, analysis.canary, analysis.health,
+                               analysis.probe if params.probe else None, elapsed, compare_outputs=same_target, **revs)
         elif elapsed >= params.deadline_s:  # no analysis at all (the monitor is off or saw nothing): the deadline
             verdict = ro.judge(params, ro.Totals(), ro.Totals(), ro.Health(pods=0, ready=0, restarts=0,
                                                                              crash_looping=False),
@@ -456,10 +471,10 @@ def plan_rollout(cr, rendered: Rendered, children: Mapping[tuple[str, str], dict
     if decision is not None:
         out.decision = decision
         if decision.get("result") == "Promote" and analysis is not None:
-            tau = (analysis.get("canary") or ro.Totals()).tau()
+            tau = analysis.canary.tau()
             if tau is not None and tau >= 1.0:
                 out.baseline = {"length": round(float(tau), 2), "since": _epoch_rfc3339(now),
-                                "drafts": int((analysis.get("canary") or ro.Totals()).drafts)}
+                                "drafts": int(analysis.canary.drafts)}
     rs: dict[str, Any] = {"phase": s.phase,
                           # what the stable Deployment serves once this reconcile applied it
                           "stableRevision": desired if s.stable_template == "desired" else (stable_rev or None),
@@ -472,7 +487,7 @@ def plan_rollout(cr, rendered: Rendered, children: Mapping[tuple[str, str], dict
                           "analysis": verdict.table if verdict is not None and verdict.table
                           and (s.phase in (ro.PHASE_PROGRESSING, ro.PHASE_ANALYZING) or decision is not None)
                           else prev.get("analysis"),
-                          "probe": _probe_status(analysis.get("probe") if analysis is not None else None)
+                          "probe": _probe_status(analysis.probe if analysis is not None else None)
                           or (prev.get("probe") if s.canary else None),
                           "requestHandled": s.request_handled}
     out.status = _rollout_status(rs)

@@ -22,15 +22,14 @@ from typing import Any
 
 from ..api.types import Resolved
 from ..api.validation import INVALID_SPEC, problems_message, validate
-from ..core import baseline as bl
 from ..core.policy import TenancyPolicy, policy_needs_claims
 from ..core.render import PolicyRefused, admit
 from . import metrics, plan as pl, status as st
 from .cache import MANAGED_KINDS, WORKLOAD_KINDS, Caches, Key, is_child  # noqa: F401 - the RBAC audit reads MANAGED_KINDS here
 from .executor import Executor
 from .kube import Kube, KubeError
-from .monitor import AcceptanceMonitor
 from .queue import Backoff, WorkQueue
+from .reports import Admission, Observer
 from .resolve import ResolutionError, Resolver
 from .status import now_rfc3339
 
@@ -107,14 +106,15 @@ class Controller:
         self.bodies = self.cache.bodies
         self.children = self.cache.children
         self.benchmarks = self.cache.benchmarks
-        # the acceptance monitor's part of each status (monitor.py writes it, _write_status writes it out)
-        self.speculation = self.cache.speculation
+        # the observers' reports (controller/reports.py) are read here and never written: the acceptance monitor's
+        # part of each status (cache.acceptances, _write_status writes it out) and the canary analysis
+        # (cache.canaries, the planner reads it); this object writes its own report only (cache.admitted)
         self.executor = Executor(kube, self.cache, note=self._note, capability_ttl=self.settings.capability_ttl,
                                  clock=clock)
         self.state: dict[Key, _State] = {}
         self._tasks: list[asyncio.Task] = []
-        # The acceptance monitor (monitor.py; started with the workers when set: attach_monitor)
-        self.monitor: AcceptanceMonitor | None = None
+        # The acceptance monitor (monitor.py, wired by handlers.py; started with the workers when set: attach_monitor)
+        self.monitor: Observer | None = None
         # SpeculativeBenchmarks (benchmark.py): its own queue and workers, started and stopped with these
         self.benchmark_controller = None
         # What the running reconcile of each key changed (children written, status transitions)
@@ -124,11 +124,11 @@ class Controller:
         # child events (ChildKey, resourceVersion) that came while their owner's reconcile ran (observe_child)
         self._echoes: dict[Key, list[tuple[tuple[str, str, str], str]]] = {}
 
-    def attach_monitor(self, interval: float, **kwargs) -> AcceptanceMonitor:
-        """The acceptance monitor, reading the shared caches and queueing a key when its part of a status changed."""
-        kwargs.setdefault("policy", self.settings.policy)  # its engine API key rule (monitor._api_key_refusal)
-        self.monitor = AcceptanceMonitor(self.cache, interval, notify=self.enqueue, **kwargs)
-        return self.monitor
+    def attach_monitor(self, monitor: Observer) -> Observer:
+        """The acceptance monitor (``monitor.monitor_for`` builds it on this object's caches, ``enqueue`` as its
+        callback and this policy): started with the workers; asked, never written to (forget, promoted)."""
+        self.monitor = monitor
+        return monitor
 
     async def enqueue(self, key: Key) -> None:
         await self.queue.add(key)
@@ -139,9 +139,10 @@ class Controller:
         key, due = self.cache.observe_cr(event_type, body)
         if event_type == "DELETED":
             self.state.pop(key, None)
+            self.cache.admitted.drop(key)
             metrics.export_rollout(key[0], key[1], None)  # its rollout series go with it
             if self.monitor is not None:
-                self.monitor.forget(key)
+                self.monitor.forget(key)  # its reports and the canary's go with it
         if due:
             await self.queue.add(key)
 
@@ -322,7 +323,7 @@ class Controller:
         # Progressing=False, reason InvalidSpec; nothing is resolved or applied
         cr, problems = validate(body)
         if cr is None:
-            self.cache.admitted.pop(key, None)
+            self.cache.admitted.drop(key)
             return await self._finish(key, body, pl.blocked(gen, INVALID_SPEC, problems_message(problems)))
         cr.metadata.namespace = ns
 
@@ -332,10 +333,11 @@ class Controller:
         try:  # the one gate (core/render/gate.py): the resolver takes an admitted spec only
             admitted = admit(cr, policy, claims, namespace=ns)
         except PolicyRefused as e:
-            self.cache.admitted.pop(key, None)
+            self.cache.admitted.drop(key)
             msg = "; ".join(f"{f.path}: {f.message}" for f in e.findings)
             return await self._finish(key, body, pl.blocked(gen, "PolicyRefused", msg))
-        self.cache.admitted[key] = ((body.get("metadata") or {}).get("uid"), gen)  # the monitor's Secret rule
+        # this object's own report, read by the canary probe before it reads an engine API key Secret
+        self.cache.admitted.put(key, Admission((body.get("metadata") or {}).get("uid"), gen))
 
         # resolve both configs
         try:
@@ -354,7 +356,7 @@ class Controller:
                                  lws=await self.executor.has(LWS) if cr.spec.nodes > 1 else True, policy=policy,
                                  pod_monitor_labels=self.settings.pod_monitor_labels,
                                  network_policy=self.settings.engine_network_policy, status=body.get("status"),
-                                 rollout=(self.speculation.get(key) or {}).get("rollout"), now=self.wall())
+                                 rollout=self.cache.canaries.get(key), now=self.wall())
         if plan.check_failure is not None and state.last_generation_seen != gen:
             metrics.CHECK_FAILURES.labels(code=plan.check_failure).inc()
         state.last_generation_seen = gen
@@ -370,25 +372,21 @@ class Controller:
                 conflicts += await self.executor.tuning(ns, cr, plan.rendered)
         rp = plan.rollout
         if rp is not None and not conflicts:
-            self._rollout_decided(key, body, plan, rp)
+            self._rollout_decided(key, body, plan)
         await self._finish(key, body, plan, conflicts)
         return rp.requeue if rp is not None and not conflicts else None
 
-    def _rollout_decided(self, key: Key, body: dict, plan: pl.Plan, rp: pl.RolloutPlan) -> None:
-        """A rollout decision taken now: its metric, and on a promotion the acceptance baseline of the promoted
-        revision (the canary's measured tau) handed to the status path the way the monitor hands its part."""
-        if rp.decision is None:
+    def _rollout_decided(self, key: Key, body: dict, plan: pl.Plan) -> None:
+        """A rollout decision taken now: its metric, and on a promotion the planner's baseline for the promoted
+        revision (the canary's measured tau), which the status path writes (plan.desired_status) and the monitor is
+        asked to report from now on (a command: its report stays its own)."""
+        decision = plan.rollout.decision if plan.rollout is not None else None
+        if decision is None:
             return
-        metrics.count_rollout_decision(key[0], key[1], rp.decision.get("result", ""), rp.decision.get("reason", ""))
-        if rp.baseline is not None and plan.resolved is not None:
-            # the revision the monitor computes from the stored spec and the status.resolved written below
-            revision = bl.speculation_revision(body.get("spec"), plan.resolved.model_dump(by_alias=True,
-                                                                                          exclude_none=True))
-            part = dict(self.speculation.get(key) or {})
-            acc = dict(part.get("acceptance") or {})
-            acc["baseline"] = {**rp.baseline, "revision": revision}
-            part["acceptance"] = acc
-            self.speculation[key] = part
+        metrics.count_rollout_decision(key[0], key[1], decision.get("result", ""), decision.get("reason", ""))
+        baseline = plan.promoted_baseline(body)
+        if baseline is not None and self.monitor is not None:
+            self.monitor.promoted(key, baseline)
 
     async def _finish(self, key: Key, body: dict, plan: pl.Plan, conflicts: list[str] | None = None) -> None:
         """Status: what the plan observed, with the workload as it is now."""
@@ -398,7 +396,8 @@ class Controller:
 
     async def _write_status(self, key: Key, body: dict, obs: st.Observation, resolved: Resolved | None) -> None:
         """The one status path: the reconciler's conditions with the acceptance monitor's part (one writer per key)."""
-        change = pl.plan_status(key[1], body.get("status"), obs, resolved, self.speculation.get(key), now_rfc3339())
+        change = pl.plan_status(key[1], body.get("status"), obs, resolved, self.cache.acceptances.get(key),
+                                now_rfc3339())
         if obs.rollout_status is not None or obs.rollout_off:  # the rollout series (controller/metrics.py)
             metrics.export_rollout(key[0], key[1], obs.rollout_status)
         if change is None:

@@ -62,6 +62,8 @@ class Observation:
     rollout_status: dict | None = None
     rollout_condition: tuple[str, str, str] | None = None
     rollout_off: bool = False
+    # a promotion decided now: status.acceptance.baseline of the promoted revision (plan.Plan.promoted_baseline)
+    promoted_baseline: dict | None = None
 
 
 def _findings_message(findings: Iterable[Finding]) -> str:
