@@ -384,9 +384,8 @@ def cmd_bench_client(args: argparse.Namespace) -> int:
     return bench_main(args.plan, workdir=args.work_dir)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description="specdeploy pod runtime: check, launch and verify the rendered engine config.")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+def _add_pod_commands(sub) -> None:
+    """The commands of the engine pod: show-config, inspect-config, preflight, launch."""
     s = sub.add_parser("show-config", help="validate the rendered engine config and print the engine command line")
     s.add_argument("--engine-config", default=DEFAULT_ENGINE_CONFIG, metavar="FILE")
     s.add_argument("--output", "-o", choices=["text", "json"], default="text")
@@ -434,6 +433,9 @@ def build_parser() -> argparse.ArgumentParser:
     la.add_argument("--dry-run", action="store_true", help="print the command instead of running it")
     la.set_defaults(func=cmd_launch)
 
+
+def _add_image_and_tuning_commands(sub) -> None:
+    """The tuning Job's and the image build's commands: tune, install-tuned, bake-drafter."""
     tu = sub.add_parser("tune", help="tune the fused-MoE kernel for this node's GPU and the target's expert shape",
                         description="Run the engine's own fused-MoE tuner (a GPU is required: exit 2 without one) for "
                                     "the target's expert shape (E routed experts, N = expert intermediate size / TP) "
@@ -472,6 +474,9 @@ def build_parser() -> argparse.ArgumentParser:
     bd.add_argument("--expect-digest", default="", help="fail unless config.json has this digest (the image label)")
     bd.set_defaults(func=cmd_bake_drafter)
 
+
+def _add_window_commands(sub) -> None:
+    """The windowed draft cache's proof and bench: verify-window, bench-window."""
     def model_args(a: argparse.ArgumentParser, *, window_help: str) -> None:
         a.add_argument("--window", type=_positive, default=2048, help=window_help)
         a.add_argument("--block", type=_positive, default=16, help="draft block size B (default 16)")
@@ -515,6 +520,9 @@ def build_parser() -> argparse.ArgumentParser:
     bw.add_argument("--intermediate-size", type=int, default=0, help="add a gated MLP of this width to every layer")
     bw.set_defaults(func=cmd_bench_window)
 
+
+def _add_tiny_and_bench_commands(sub) -> None:
+    """The tiny trained pair and the benchmark's client Job: train-tiny-drafter, bench-client."""
     tt = sub.add_parser("train-tiny-drafter", help="train the tiny language target and distil a DFlash or EAGLE-3 drafter from it (CPU, minutes)",
                         description="Write DIR/tiny/lang-target (a 6-layer Qwen3 trained on a seeded synthetic language), "
                                     "DIR/tiny/lang-dflash (a 1-layer DFlash drafter, block 4, target_layer_ids [1, 3], "
@@ -551,6 +559,15 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the plan the operator wrote (default /etc/specdeploy/bench/plan.json)")
     bc.add_argument("--work-dir", default=None, metavar="DIR", help="scratch directory (default: $TMPDIR)")
     bc.set_defaults(func=cmd_bench_client)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description="specdeploy pod runtime: check, launch and verify the rendered engine config.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    _add_pod_commands(sub)
+    _add_image_and_tuning_commands(sub)
+    _add_window_commands(sub)
+    _add_tiny_and_bench_commands(sub)
     return p
 
 

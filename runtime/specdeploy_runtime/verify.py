@@ -133,7 +133,41 @@ def _weight_check(weights, q_pos, k_pos, kind, window, causal) -> dict:
     return out
 
 
-def run_verify(opts: VerifyOptions) -> dict[str, Any]:
+@dataclass
+class _VerifyRun:
+    """What one verification runs on: the drafter, its caches and the context it is fed."""
+
+    model: Any
+    geom: Any
+    real: Any  # RealWeights | None
+    feats: Any
+    gen: Any
+    chunk_rng: Any
+    full: Any
+    compact: Any
+    tight: Any  # a compact cache one token too short (sliding layers only), or None
+    keep: int
+    tight_keep: int
+    checkpoints: list[int]
+    sliding_ids: list[int]
+    full_ids: list[int]
+
+
+@dataclass
+class _Tally:
+    """What the checkpoints measured, per claim (a), (b), (c) and the end-to-end/kernel checks."""
+
+    a_layers: list[dict]
+    b_rows: list[dict]
+    c_rows: list[dict]
+    e2e: list[dict]
+    ref_rows: list[dict]
+    b_max: float = 0.0
+    kernel_max: float = 0.0
+    tightness: float | None = None
+
+
+def _verify_setup(opts: VerifyOptions) -> _VerifyRun:
     import torch
 
     from .draftcache import FULL, SLIDING, CompactCache, DFlashDrafter, DrafterGeometry, FullCache
@@ -142,7 +176,6 @@ def run_verify(opts: VerifyOptions) -> dict[str, Any]:
         raise ValueError(f"unknown fault {opts.fault!r}; one of {', '.join(FAULTS)}")
     if opts.device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("--device cuda: no CUDA device is available to torch")
-    t0 = time.perf_counter()
     w, b, L = opts.window, opts.block, opts.context
     real = RealWeights.load(opts) if opts.drafter_dir else None
     if real is not None:
@@ -164,7 +197,6 @@ def run_verify(opts: VerifyOptions) -> dict[str, Any]:
         feats = real.features.to(dev, dt)
     else:
         feats = torch.randn((L, geom.num_target_features * geom.hidden_size), generator=gen).to(dev, dt)
-    ref_rows = []
     full = FullCache(geom, L, device=dev, dtype=dt)
     compact = CompactCache(geom, keep, device=dev, dtype=dt)
     tight_keep = w - 2
@@ -173,97 +205,116 @@ def run_verify(opts: VerifyOptions) -> dict[str, Any]:
     if not checkpoints or checkpoints[0] < 1 or checkpoints[-1] > L:
         raise ValueError(f"checkpoints must lie in [1, {L}]")
     chunk_rng = torch.Generator().manual_seed(opts.seed + 2)
-    sliding_ids = [i for i, k in enumerate(geom.layer_types) if k == SLIDING]
-    full_ids = [i for i, k in enumerate(geom.layer_types) if k == FULL]
+    return _VerifyRun(
+        model=model, geom=geom, real=real, feats=feats, gen=gen, chunk_rng=chunk_rng, full=full, compact=compact,
+        tight=tight, keep=keep, tight_keep=tight_keep, checkpoints=checkpoints,
+        sliding_ids=[i for i, k in enumerate(geom.layer_types) if k == SLIDING],
+        full_ids=[i for i, k in enumerate(geom.layer_types) if k == FULL])
 
-    a_layers: list[dict] = []
-    b_max, b_rows = 0.0, []
-    c_rows = []
-    kernel_max = 0.0
-    e2e = []
-    tightness = None
-    fed = 0
-    for s in checkpoints:
-        # Feed context fed..s in random chunk sizes: the ring wraps at many offsets.
-        while fed < s:
-            n = min(s - fed, int(torch.randint(1, max(2, 3 * b + w // 3), (1,), generator=chunk_rng)))
-            pos = torch.arange(fed, fed + n, device=dev)
-            model.inject([c for c in (full, compact, tight) if c is not None], feats[fed:fed + n], pos)
-            fed += n
-        if real is not None:
-            block = real.block(s).to(dev, dt)
+
+def _feed(opts: VerifyOptions, run: _VerifyRun, fed: int, s: int) -> int:
+    """Feed context fed..s in random chunk sizes (the ring wraps at many offsets); returns s."""
+    import torch
+
+    b, w, dev = run.geom.block_size, opts.window, opts.device
+    while fed < s:
+        n = min(s - fed, int(torch.randint(1, max(2, 3 * b + w // 3), (1,), generator=run.chunk_rng)))
+        pos = torch.arange(fed, fed + n, device=dev)
+        run.model.inject([c for c in (run.full, run.compact, run.tight) if c is not None], run.feats[fed:fed + n], pos)
+        fed += n
+    return fed
+
+
+def _check_layers(opts: VerifyOptions, run: _VerifyRun, s: int, ref: Any, t: _Tally) -> None:
+    """The compact cache, layer by layer from the full run's layer inputs: claims (a), (b), (c) and the
+    one-token-short cache at the last checkpoint."""
+    import torch
+
+    from .draftcache import SLIDING
+
+    model, compact, tight, w = run.model, run.compact, run.tight, opts.window
+    q_pos = ref.traces[0].query_pos
+    compact.begin_block(q_pos)
+    cos, sin = model.rope.cos_sin(q_pos)
+    masks = model.masks(compact, q_pos)
+    if tight is not None:
+        tight.begin_block(q_pos)
+        tmasks = model.masks(tight, q_pos)
+    row: dict[str, Any] = {"context": s, "layers": []}
+    for tr in ref.traces:
+        i = tr.index
+        chk_full = _weight_check(tr.weights, tr.query_pos, tr.key_pos, tr.kind, w, run.geom.causal)
+        _, c_out, c_w = model.layer_forward(i, tr.input, compact, q_pos, cos, sin, masks, need_weights=True)
+        c_kpos = compact.key_positions()
+        chk_comp = _weight_check(c_w, q_pos, c_kpos, tr.kind, w, run.geom.causal)
+        diff = float((c_out - tr.attn_out).abs().max())
+        t.a_layers.append({"context": s, "layer": i, "kind": tr.kind, "full_cache": chk_full, "compact_cache": chk_comp})
+        entry = {"layer": i, "kind": tr.kind, "max_abs_diff": diff}
+        if tr.kind == SLIDING:
+            t.b_max = max(t.b_max, diff)
         else:
-            block = torch.randn((b, geom.hidden_size), generator=gen).to(dev, dt)
-        ref = model.draft_step(block, full, trace=True, need_weights=True)
-        if real is not None:
-            ref_rows.append({"context": s, **real.engine_check(s, ref.hidden)})
+            kept = torch.isin(tr.key_pos, c_kpos[c_kpos >= 0])
+            hidden = tr.weights.float()[:, :, ~kept].sum(-1)  # [Hq, B]
+            ref_norm = float(tr.attn_out.abs().max())
+            entry.update({"max_rel_diff": diff / ref_norm if ref_norm else 0.0,
+                          "hidden_mass_max": float(hidden.max()) if hidden.numel() else 0.0,
+                          "hidden_mass_mean": float(hidden.mean()) if hidden.numel() else 0.0,
+                          "context_hidden": int(max(0, s - run.keep))})
+            t.c_rows.append({"context": s, **entry})
+        if tight is not None and tr.kind == SLIDING and s == run.checkpoints[-1]:
+            _, t_out, _ = model.layer_forward(i, tr.input, tight, q_pos, cos, sin, tmasks)
+            td = float((t_out - tr.attn_out).abs().max())
+            t.tightness = max(t.tightness or 0.0, td)
+        row["layers"].append(entry)
+    t.b_rows.append(row)
 
-        # compact cache, layer by layer from the full run's layer inputs
-        q_pos = ref.traces[0].query_pos
-        compact.begin_block(q_pos)
-        cos, sin = model.rope.cos_sin(q_pos)
-        masks = model.masks(compact, q_pos)
-        if tight is not None:
-            tight.begin_block(q_pos)
-            tmasks = model.masks(tight, q_pos)
-        row = {"context": s, "layers": []}
-        for tr in ref.traces:
-            i = tr.index
-            chk_full = _weight_check(tr.weights, tr.query_pos, tr.key_pos, tr.kind, w, geom.causal)
-            _, c_out, c_w = model.layer_forward(i, tr.input, compact, q_pos, cos, sin, masks, need_weights=True)
-            c_kpos = compact.key_positions()
-            chk_comp = _weight_check(c_w, q_pos, c_kpos, tr.kind, w, geom.causal)
-            diff = float((c_out - tr.attn_out).abs().max())
-            a_layers.append({"context": s, "layer": i, "kind": tr.kind, "full_cache": chk_full, "compact_cache": chk_comp})
-            entry = {"layer": i, "kind": tr.kind, "max_abs_diff": diff}
-            if tr.kind == SLIDING:
-                b_max = max(b_max, diff)
-            else:
-                kept = torch.isin(tr.key_pos, c_kpos[c_kpos >= 0])
-                hidden = tr.weights.float()[:, :, ~kept].sum(-1)  # [Hq, B]
-                ref_norm = float(tr.attn_out.abs().max())
-                entry.update({"max_rel_diff": diff / ref_norm if ref_norm else 0.0,
-                              "hidden_mass_max": float(hidden.max()) if hidden.numel() else 0.0,
-                              "hidden_mass_mean": float(hidden.mean()) if hidden.numel() else 0.0,
-                              "context_hidden": int(max(0, s - keep))})
-                c_rows.append({"context": s, **entry})
-            if tight is not None and tr.kind == SLIDING and s == checkpoints[-1]:
-                _, t_out, _ = model.layer_forward(i, tr.input, tight, q_pos, cos, sin, tmasks)
-                td = float((t_out - tr.attn_out).abs().max())
-                tightness = max(tightness or 0.0, td)
-            row["layers"].append(entry)
-        b_rows.append(row)
 
-        # end to end (each cache propagates its own hidden states) and the fused kernel
-        got = model.draft_step(block, compact)
-        e2e.append({"context": s, "max_abs_diff": float((got.hidden - ref.hidden).abs().max())})
-        for cache, want in ((full, ref.hidden), (compact, got.hidden)):
-            fast = model.draft_step(block, cache, impl="sdpa")
-            kernel_max = max(kernel_max, float((fast.hidden - want).abs().max()))
+def _check_checkpoint(opts: VerifyOptions, run: _VerifyRun, s: int, t: _Tally) -> None:
+    """One checkpoint: a traced draft step on the full cache, the layer checks, end to end (each cache
+    propagates its own hidden states) and the fused kernel against the eager one."""
+    import torch
 
+    model, real, dev, dt = run.model, run.real, opts.device, torch.float32
+    if real is not None:
+        block = real.block(s).to(dev, dt)
+    else:
+        block = torch.randn((run.geom.block_size, run.geom.hidden_size), generator=run.gen).to(dev, dt)
+    ref = model.draft_step(block, run.full, trace=True, need_weights=True)
+    if real is not None:
+        t.ref_rows.append({"context": s, **real.engine_check(s, ref.hidden)})
+    _check_layers(opts, run, s, ref, t)
+    got = model.draft_step(block, run.compact)
+    t.e2e.append({"context": s, "max_abs_diff": float((got.hidden - ref.hidden).abs().max())})
+    for cache, want in ((run.full, ref.hidden), (run.compact, got.hidden)):
+        fast = model.draft_step(block, cache, impl="sdpa")
+        t.kernel_max = max(t.kernel_max, float((fast.hidden - want).abs().max()))
+
+
+def _verify_report(opts: VerifyOptions, run: _VerifyRun, t: _Tally, t0: float) -> dict[str, Any]:
+    w, keep, sliding_ids, a_layers, c_rows = opts.window, run.keep, run.sliding_ids, t.a_layers, t.c_rows
     a_ok = all(x["full_cache"]["ok"] and x["compact_cache"]["ok"] for x in a_layers)
     a_fail = [x for x in a_layers if not (x["full_cache"]["ok"] and x["compact_cache"]["ok"])]
 
     def worst(key: str) -> float:
         return max([x["full_cache"][key] for x in a_layers] + [x["compact_cache"][key] for x in a_layers])
 
-    b_ok = (not sliding_ids) or (b_max <= opts.tolerance and keep >= w - 1)
+    b_ok = (not sliding_ids) or (t.b_max <= opts.tolerance and keep >= w - 1)
     if sliding_ids and keep < w - 1:
         b_note = f"r = {keep} < w - 1 = {w - 1}: the compact cache cannot be exact"
     else:
         b_note = None
-    real_ok = real is None or all(r["max_abs_diff"] <= max(opts.tolerance, 1e-4) for r in ref_rows)
+    real_ok = run.real is None or all(r["max_abs_diff"] <= max(opts.tolerance, 1e-4) for r in t.ref_rows)
     report: dict[str, Any] = {
         "ok": bool(a_ok and b_ok and real_ok),
         "fault": opts.fault,
-        "device": str(dev),
+        "device": str(opts.device),
         "dtype": "float32",
-        "context": L,
+        "context": opts.context,
         "window": w,
-        "block": b,
+        "block": run.geom.block_size,
         "keep": keep,
-        "checkpoints": checkpoints,
-        "geometry": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(geom).items()},
+        "checkpoints": run.checkpoints,
+        "geometry": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(run.geom).items()},
         "a_window": {
             "ok": a_ok,
             "layers_checked": len(a_layers),
@@ -277,26 +328,37 @@ def run_verify(opts: VerifyOptions) -> dict[str, Any]:
         "b_exact": {
             "ok": b_ok,
             "sliding_layers": sliding_ids,
-            "max_abs_diff": b_max,
+            "max_abs_diff": t.b_max,
             "tolerance": opts.tolerance,
             "note": b_note,
-            "per_checkpoint": b_rows,
+            "per_checkpoint": t.b_rows,
         },
         "c_full_layers": {
-            "full_layers": full_ids,
+            "full_layers": run.full_ids,
             "max_abs_diff": max([r["max_abs_diff"] for r in c_rows], default=0.0),
             "max_rel_diff": max([r["max_rel_diff"] for r in c_rows], default=0.0),
             "max_hidden_mass": max([r["hidden_mass_max"] for r in c_rows], default=0.0),
             "per_checkpoint": c_rows,
         },
-        "tightness": None if tightness is None else {"keep": tight_keep, "sliding_max_abs_diff": tightness,
-                                                      "context": checkpoints[-1]},
-        "kernel_sdpa_vs_eager_max_abs_diff": kernel_max,
-        "end_to_end": e2e,
-        "real_weights": None if real is None else real.summary(ref_rows, opts.tolerance),
+        "tightness": None if t.tightness is None else {"keep": run.tight_keep, "sliding_max_abs_diff": t.tightness,
+                                                        "context": run.checkpoints[-1]},
+        "kernel_sdpa_vs_eager_max_abs_diff": t.kernel_max,
+        "end_to_end": t.e2e,
+        "real_weights": None if run.real is None else run.real.summary(t.ref_rows, opts.tolerance),
         "seconds": round(time.perf_counter() - t0, 2),
     }
     return report
+
+
+def run_verify(opts: VerifyOptions) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    run = _verify_setup(opts)
+    t = _Tally(a_layers=[], b_rows=[], c_rows=[], e2e=[], ref_rows=[])
+    fed = 0
+    for s in run.checkpoints:
+        fed = _feed(opts, run, fed, s)
+        _check_checkpoint(opts, run, s, t)
+    return _verify_report(opts, run, t, t0)
 
 
 def format_report(r: dict[str, Any]) -> str:

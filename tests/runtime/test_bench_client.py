@@ -19,6 +19,7 @@ from specdeploy.core import benchresult as br
 from specdeploy.core.acceptance import Acceptance
 from specdeploy_dev.engine_standin import EngineStandin
 from specdeploy_runtime import benchclient as bc
+from specdeploy_runtime import benchruns
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "bench"
@@ -54,9 +55,9 @@ def test_vllm_bench_serve_real_json_is_parsed():
     assert run.texts == doc["generated_texts"] and len(run.texts) == 4 and all(run.texts)
     # vLLM's percentiles are numpy's: our own client computes the same ones
     ttfts = doc["ttfts"]
-    assert bc.percentile([t * 1000 for t in ttfts], 90) == pytest.approx(doc["p90_ttft_ms"], rel=1e-12)
+    assert benchruns.percentile([t * 1000 for t in ttfts], 90) == pytest.approx(doc["p90_ttft_ms"], rel=1e-12)
     itls = [x * 1000 for row in doc["itls"] for x in row]
-    assert bc.percentile(itls, 50) == pytest.approx(doc["p50_itl_ms"], rel=1e-12)
+    assert benchruns.percentile(itls, 50) == pytest.approx(doc["p50_itl_ms"], rel=1e-12)
 
 
 def test_vllm_bench_serve_custom_dataset_keeps_our_prompts_exact_and_in_order():
@@ -107,7 +108,7 @@ def test_not_vllm_json_is_refused():
 @pytest.mark.parametrize("p", [0, 10, 50, 90, 99, 100])
 def test_percentile_is_numpys(p):
     xs = [5.0, 1.0, 3.5, 9.25, 2.0, 7.0, 7.0]
-    assert bc.percentile(xs, p) == pytest.approx(float(np.percentile(xs, p)))
+    assert benchruns.percentile(xs, p) == pytest.approx(float(np.percentile(xs, p)))
 
 
 # ----------------------------------------------------------------- SGLang's real JSON line

@@ -64,15 +64,8 @@ def add_demo_parser(sub) -> None:
     d.set_defaults(func=_rig("cmd_demo"))
 
 
-def add_dev_parser(sub) -> None:
-    dev = sub.add_parser("dev", help="developer tools",
-                         description="Developer tools: a local install of the chart (up, down), the embedded API server, "
-                         "the dev kubelet, the hub stand-in, tiny models, benchmarks.",
-                         epilog=epilog(["specdeploy dev up", "specdeploy dev apiserver --kubeconfig /tmp/kc",
-                                        "specdeploy dev tiny-models /tmp/models && specdeploy dev hub /tmp/models"],
-                                       ok=None))
-    dsub = dev.add_subparsers(dest="dev_command", metavar="TOOL", parser_class=Parser)
-    dev.set_defaults(func=need_action(dev, "a tool: " + "up, down, flag-commands, apiserver, tiny-models, hub, kubelet, bench"))
+def _add_up_down(dsub) -> None:
+    """`dev up` and `dev down`: the chart on the embedded API server, its operator as a local process."""
     up = dsub.add_parser(
         "up", help="the embedded API server with the chart installed by Helm and its operator as a local process",
         description="Start the embedded Kubernetes API server, install the chart with Helm (charts/specdeploy), and run "
@@ -110,6 +103,10 @@ def add_dev_parser(sub) -> None:
     down.add_argument("--dir", metavar="DIR", help="as given to dev up (default: $TMPDIR/specdeploy-dev-<uid>)")
     down.add_argument("--timeout", type=float, default=60.0, metavar="S", help="wait this long for it to stop (default 60)")
     down.set_defaults(func=_rig("cmd_down"))
+
+
+def _add_stand_ins(dsub) -> None:
+    """flag-commands, and the stand-ins: the embedded API server, tiny models, the hub."""
     fc = dsub.add_parser("flag-commands", help="JSON of every example's rendered engine argv (for the flag-drift check)",
                          description="Print, as JSON, every example's rendered engine argv (e2e/flagdrift/run.sh parses "
                          "them with the engines' own argument parsers).",
@@ -144,6 +141,10 @@ def add_dev_parser(sub) -> None:
     h.add_argument("directory", metavar="DIR", help="directory of models")
     h.add_argument("--port", type=int, default=0, metavar="N", help="port on 127.0.0.1 (default: any free port)")
     h.set_defaults(func=_rig("cmd_hub"))
+
+
+def _add_kubelet(dsub) -> None:
+    """The dev kubelet: pods of the embedded cluster as local processes (or podman containers)."""
     kl = dsub.add_parser(
         "kubelet", help="run pods of the embedded cluster as local processes (a dev kubelet)",
         description="A dev kubelet: registers a Node, creates pods for Deployments like the ReplicaSet controller "
@@ -193,6 +194,10 @@ def add_dev_parser(sub) -> None:
                     "random ready pod per connection; its address is written to ROOT/service-proxy")
     kl.add_argument("--verbose", "-v", action="store_true")
     kl.set_defaults(func=_rig("cmd_kubelet"))
+
+
+def _add_bench(dsub) -> None:
+    """`dev bench`: core, operator and memory figures (docs/benchmarks.md)."""
     b = dsub.add_parser("bench", help="print benchmark figures",
                         description="Print benchmark figures (docs/benchmarks.md keeps them with the command).",
                         epilog=epilog(["specdeploy dev bench core --repeat 200",
@@ -208,3 +213,18 @@ def add_dev_parser(sub) -> None:
                    "alternating with this tree, and print both figures with the load average")
     b.add_argument("--runs", type=positive_int, default=2, metavar="N", help="with --compare: runs of each (default 2)")
     b.set_defaults(func=_rig("cmd_bench"))
+
+
+def add_dev_parser(sub) -> None:
+    dev = sub.add_parser("dev", help="developer tools",
+                         description="Developer tools: a local install of the chart (up, down), the embedded API server, "
+                         "the dev kubelet, the hub stand-in, tiny models, benchmarks.",
+                         epilog=epilog(["specdeploy dev up", "specdeploy dev apiserver --kubeconfig /tmp/kc",
+                                        "specdeploy dev tiny-models /tmp/models && specdeploy dev hub /tmp/models"],
+                                       ok=None))
+    dsub = dev.add_subparsers(dest="dev_command", metavar="TOOL", parser_class=Parser)
+    dev.set_defaults(func=need_action(dev, "a tool: " + "up, down, flag-commands, apiserver, tiny-models, hub, kubelet, bench"))
+    _add_up_down(dsub)
+    _add_stand_ins(dsub)
+    _add_kubelet(dsub)
+    _add_bench(dsub)
