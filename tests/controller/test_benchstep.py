@@ -468,3 +468,16 @@ def test_the_planner_is_pure():
     """No clock, no environment: the same view plans the same step (the controller passes now and the limits)."""
     a, b = settle(view(), World()), settle(view(), World())
     assert a == b and a.status.fields["startedAt"] == bs.stamp(NOW) != bs.stamp(time.time())
+
+
+def test_a_method_variants_own_spec_is_gated_again_before_its_drafter_resolves(monkeypatch):
+    """Defence in depth: the variant's spec as it will run passes the gate (core/render/gate.py) itself, even when
+    the benchmark-wide check (benchmark_refusals) let it through."""
+    monkeypatch.setattr(bs, "benchmark_refusals", lambda *a, **k: [])
+    methods = [{"method": "eagle3", "drafter": {"model": "z/d", "tokenSecretRef": {"name": "prod-db", "key": "t"}}}]
+    body = bench(spec=lambda s: s["matrix"].update(methods=methods, baseline=False))
+    w = World(children={("ConfigMap", f"{NAME}-results"): own("ConfigMap", f"{NAME}-results",
+                                                              data={"variant-k3.json": "{}"})})  # k3 measured
+    step = settle(view(body, policy=TenancyPolicy(token_secrets=("hf-token",))), w)
+    assert reason(step) == "PolicyRefused" and step.failed.message.startswith("variant eagle3: ")
+    assert [n[1] for n in w.needs if n[0] == "resolve"] == [("target",), ("drafter",)]  # not drafter:eagle3
