@@ -131,6 +131,15 @@ class View:
     pods: list | None = None  # the variant engine's pods
     prompts: Any = UNREAD  # spec.prompts.configMapRef's ConfigMap (None: absent)
     log: str | None = None  # the client's log
+    memo: dict[str, Any] = field(default_factory=dict)  # pure results of this view's fields, kept between rounds
+
+
+def _memo(v: View, key: str, compute):
+    """``compute()`` once per view: the planner runs again after each read, on the same fields and more (a result
+    that needed a read is kept only once it was computed: a raised Need, Wait or Failed is not)."""
+    if key not in v.memo:
+        v.memo[key] = compute()
+    return v.memo[key]
 
 
 class _Stop(Exception):
@@ -197,7 +206,7 @@ def ahead_of(key: Key, body: dict, others: Mapping[Key, dict], deployment: str) 
 
 def _measure(v: View) -> Step:
     ns, name = v.key
-    cr, problems = B.validate(v.body)
+    cr, problems = _memo(v, "benchmark", lambda: B.validate(v.body))
     if cr is None:
         raise _Stop(Failed(INVALID_SPEC, problems_message(problems)))
     owner = BenchOwner(name, ns, (v.body.get("metadata") or {}).get("uid"))
@@ -206,7 +215,7 @@ def _measure(v: View) -> Step:
     if ahead is not None and (v.body.get("status") or {}).get("phase") != "Running":
         raise _Stop(Wait("AnotherBenchmarkRunning", f"SpeculativeBenchmark {ahead} measures SpeculativeDeployment "
                          f"{ref} first (one at a time: their engines would share the nodes)", v.limits.poll * 5))
-    dcr, target, drafter, plan = _deployment(v, cr)
+    dcr, target, drafter, plan = _memo(v, "deployment", lambda: _deployment(v, cr))
     results = _child(v, "ConfigMap", f"{name}-results")
     data = (results or {}).get("data") or {}
     done = {x.name: json.loads(data[f"variant-{x.name}.json"]) for x in plan.variants if f"variant-{x.name}.json" in data}
@@ -319,7 +328,8 @@ def _variant(c: _Ctx, dcr, target, drafter_doc) -> Step:
     """A variant of its own: its objects put, its engine Ready (or crashing, or late), then its client."""
     v, var, ns = c.v, c.var, c.v.key[0]
     try:
-        vo = render_variant(dcr, target, drafter_doc, c.owner, var, policy=v.policy)
+        vo = _memo(v, f"variant:{var.name}", lambda: render_variant(dcr, target, drafter_doc, c.owner, var,
+                                                                     policy=v.policy))
     except PolicyRefused as e:  # the variant's own spec (core/render/gate.py): nothing of it is created
         raise _Stop(Failed("PolicyRefused", f"variant {var.name}: {refusal_text(e.findings)}")) from None
     except RenderError as e:
