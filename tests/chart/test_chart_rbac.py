@@ -98,15 +98,16 @@ def _calls() -> dict[str, set[tuple]]:
         "LeaderElector.release:call:update": {("coordination.k8s.io", "leases", "update", "lease")},
         # SpeculativeBenchmark (controller/benchmark.py): variants, client Jobs, their logs, the results ConfigMap
         "BenchmarkController._expire:delete": {("specdeploy.io", "speculativebenchmarks", "delete", "watched")},
-        "BenchmarkController._status:patch": {("specdeploy.io", "speculativebenchmarks/status", "patch", "watched")},
+        "BenchmarkController._write_status:patch": {("specdeploy.io", "speculativebenchmarks/status", "patch",
+                                                     "watched")},
         # its children (variant objects and NetworkPolicy, plan and results ConfigMaps, client Jobs) are claimed,
-        # created, applied and deleted by the Executor calls above (issue 37)
-        # tenancy policy: a claim's labels (policy.pvcLabel) for the deployment's and the method drafters' claims
-        "BenchmarkController._claim_labels:get": {(*gr("PersistentVolumeClaim"), "get", "watched")},
-        "BenchmarkController._measure_serving:get": {(*gr("Deployment"), "get", "watched")},
-        "BenchmarkController._client:get": {(*gr("ConfigMap"), "get", "watched")},  # spec.prompts.configMapRef
+        # created, applied and deleted by the Executor calls above (issue 37); the tenancy policy's claim labels
+        # (policy.pvcLabel) by Executor.policy_labels
+        # the reads its step planner asks for (controller/benchstep.py Need): the serving Deployment, the
+        # spec.prompts.configMapRef ConfigMap, the variant engine's pods (a crash loop)
+        "BenchmarkController._read:get": {(*gr("Deployment"), "get", "watched"), (*gr("ConfigMap"), "get", "watched")},
+        "BenchmarkController._read:list": {(*gr("Pod"), "list", "watched")},
         "BenchmarkController._client_log:list": {(*gr("Pod"), "list", "watched")},
-        "BenchmarkController._crashing:list": {(*gr("Pod"), "list", "watched")},
         "BenchmarkController._cleanup:list": {(*gr(k), "list", "watched")
                                               for k in ("Job", "Deployment", "Service", "ConfigMap", "NetworkPolicy")},
         "BenchmarkController._client_log:log": {("", "pods/log", "get", "watched")},

@@ -12,6 +12,7 @@ import copy
 import pytest
 
 from specdeploy.controller.benchmark import BenchmarkController
+from specdeploy.controller.benchstep import results_configmap
 from specdeploy.controller.kube import Kube, load_api_client
 from specdeploy.core.benchrender import BenchOwner
 from specdeploy_dev.harness import Cluster
@@ -144,10 +145,10 @@ def test_a_child_created_then_written_again_is_applied_as_specdeploys(env: Env):
     kube = Kube(load_api_client(env.cluster.kubeconfig))
     bc, body = env.controller(kube)
     owner = BenchOwner(NAME, NS, body["metadata"]["uid"])
-    env.run(bc._put(NS, NAME, [bc._results_cm(owner, {"variant-baseline.json": "{}"})], owner))
+    env.run(bc._put(NS, NAME, [results_configmap(owner, {"variant-baseline.json": "{}"})]))
     cm = env.get("ConfigMap", f"{NAME}-results")
     assert {(m["manager"], m["operation"]) for m in cm["metadata"]["managedFields"]} == {("specdeploy", "Update")}
-    env.run(bc._put(NS, NAME, [bc._results_cm(owner, {"variant-baseline.json": "{}", "results.json": "[]"})], owner))
+    env.run(bc._put(NS, NAME, [results_configmap(owner, {"variant-baseline.json": "{}", "results.json": "[]"})]))
     cm = env.get("ConfigMap", f"{NAME}-results")
     assert cm["data"] == {"variant-baseline.json": "{}", "results.json": "[]"}
     assert {(m["manager"], m["operation"]) for m in cm["metadata"]["managedFields"]} == {("specdeploy", "Apply")}

@@ -781,6 +781,29 @@ def test_a_tenants_object_created_under_a_variants_name_after_its_delete_is_unto
     assert ("Deployment", NS, "tiny-sweep-k3") not in api.objs
 
 
+def test_an_own_client_job_found_at_its_create_is_waited_for():
+    """The client Job's POST is refused (409) because an earlier attempt of this benchmark created it (that
+    response was lost): the claim finds the Job ours and the benchmark waits for it, nothing fails."""
+
+    class Lost(Api):
+        lost = False
+
+        async def create(self, obj):
+            if obj["kind"] == "Job" and not self.lost:
+                self.lost = True
+                await super().create(obj)  # the earlier attempt's create, which landed
+            return await super().create(obj)
+
+    api = Lost()
+    bc, body = controller(api)
+    step(bc)
+    ready(api, "baseline")
+    assert step(bc) > 0
+    assert ("create-409", "Job", "tiny-sweep-baseline-client") in api.writes
+    assert body["status"]["phase"] == "Running" and body["status"]["current"] == "baseline: client running"
+    assert ("Job", NS, "tiny-sweep-baseline-client") in api.objs
+
+
 # ----------------------------------------------------------------- issue 37: the variants' NetworkPolicy
 
 
