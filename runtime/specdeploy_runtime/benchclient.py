@@ -49,6 +49,7 @@ from specdeploy.core.acceptance import acceptance_from_scrapes
 from specdeploy.core.benchcosts import Gauges, gauges, point_costs
 from specdeploy.core.benchresult import (BenchPlan, BenchResultError, PlanPoint, PointResult, VariantResult,
                                          digests, format_result_line, validate_plan)
+from specdeploy.core.errors import Permanent
 
 PROG = "specdeploy-runtime bench-client"
 PERCENTILES = (50, 90, 99)
@@ -57,7 +58,7 @@ SAMPLE_INTERVAL_S = 2.0  # memory gauges while a point runs (GaugeSampler)
 MAX_SAMPLES = 3600
 
 
-class BenchError(RuntimeError):
+class BenchError(Permanent, RuntimeError):
     """A fatal error (no result line): bad plan, unreachable engine, missing client."""
 
 
