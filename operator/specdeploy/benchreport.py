@@ -27,12 +27,13 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from .core import benchresult as br
+from specdeploy.core.errors import Permanent
 
 BASELINE = "baseline"
 PLOTS = ("tokens_per_s", "tau")
 
 
-class ReportError(ValueError):
+class ReportError(Permanent, ValueError):
     """The results cannot be read (the message says what is wrong and where)."""
 
 

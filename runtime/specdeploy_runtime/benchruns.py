@@ -9,10 +9,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from specdeploy.core.errors import Permanent
+
 PERCENTILES = (50, 90, 99)
 
 
-class BenchError(RuntimeError):
+class BenchError(Permanent, RuntimeError):
     """A fatal error (no result line): bad plan, unreachable engine, missing client."""
 
 

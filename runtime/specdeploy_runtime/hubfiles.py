@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 from typing import Any
+from specdeploy.core.errors import Permanent
 
 CONFIG_FILE = "config.json"
 BAKED_FILE = "BAKED.json"
@@ -21,7 +22,7 @@ COMMIT = re.compile(r"^[0-9a-f]{40}$")
 BAKED_PATTERNS = ("*.json", "*.safetensors", "*.py", "*.txt", "*.model", "*.tiktoken")
 
 
-class HubFetchError(RuntimeError):
+class HubFetchError(Permanent, RuntimeError):
     pass
 
 

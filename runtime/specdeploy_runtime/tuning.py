@@ -11,6 +11,7 @@ import os
 
 from specdeploy.core.tuning import *  # noqa: F401,F403  (the pure part, re-exported)
 from specdeploy.core.tuning import MANIFEST_KEY, _safe_relpath  # noqa: F401
+from specdeploy.core.errors import Permanent
 
 
 def install_from_configmap(src_dir: str, dest_dir: str) -> list[str]:
@@ -38,7 +39,7 @@ def install_from_configmap(src_dir: str, dest_dir: str) -> list[str]:
 # ----------------------------------------------------------------- running it (GPU node)
 
 
-class NoGpu(RuntimeError):
+class NoGpu(Permanent, RuntimeError):
     pass
 
 

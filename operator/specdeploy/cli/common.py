@@ -13,12 +13,13 @@ import math
 import re
 import sys
 from typing import Any, Callable
+from specdeploy.core.errors import Permanent
 
 PROG = "specdeploy"
 OK, FINDINGS, UNUSABLE = 0, 1, 2
 
 
-class UsageError(Exception):
+class UsageError(Permanent):
     """Unusable input: reported in one line, exit 2 (with ``-o json`` also as a JSON document on stdout)."""
 
 

@@ -50,6 +50,7 @@ from ..core.policy import TenancyPolicy, check_policy
 from ..core.findings import Finding, Severity, Source, findings_bytes, has_errors
 from ..core.memo import MiB, BoundedLRU, approx_size
 from ..core.names import GROUP_VERSION
+from specdeploy.core.errors import Retryable
 
 log = logging.getLogger("specdeploy.admission")
 
@@ -65,7 +66,7 @@ OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
 CONFIGS_UNKNOWN_NOTE = "the drafter/target check runs before rollout (condition DrafterCompatible)"
 
 
-class ConfigsUnavailable(Exception):
+class ConfigsUnavailable(Retryable):
     """Raised by a configs lookup: the configs are not known now (the message says why)."""
 
 

@@ -19,6 +19,7 @@ from ..core.policy import POLICY_ENV, TenancyPolicy
 from .. import PLURAL
 from ..api.benchmark import BENCH_PLURAL
 from . import metrics
+from .errors import kopf_errors
 from .kube import Kube, load_api_client
 from .monitor import (DEFAULT_INTERVAL, ENGINE_POD_LABELS, ENGINE_POD_SELECTOR, INTERVAL_ENV, OWNER_SELECTORS,
                       monitor_for)
@@ -105,6 +106,7 @@ def configure(settings: kopf.OperatorSettings) -> None:
 
 
 @kopf.on.startup()
+@kopf_errors
 async def on_startup(settings: kopf.OperatorSettings, **_) -> None:
     global _controller, _elector, _sync
     from .health import CacheSync
@@ -208,6 +210,7 @@ async def _start_webhook(kube: Kube, resolver: Resolver) -> None:
 
 
 @kopf.on.cleanup()
+@kopf_errors
 async def on_cleanup(**_) -> None:
     if _controller is not None:
         await _controller.stop()
@@ -220,46 +223,55 @@ async def on_cleanup(**_) -> None:
 
 
 @kopf.on.event(API_GROUP, API_VERSION, PLURAL)
+@kopf_errors
 async def on_speculativedeployment(event, **_) -> None:
     await controller().observe_cr(event.get("type"), event["object"])
 
 
 @kopf.on.event("configmaps")
+@kopf_errors
 async def on_configmap(event, **_) -> None:
     await controller().observe_configmap(event.get("type"), event["object"])
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
+@kopf_errors
 async def on_deployment(event, **_) -> None:
     await controller().observe_child(event.get("type"), {**event["object"], "kind": "Deployment"})
 
 
 @kopf.on.event("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", labels=MANAGED)
+@kopf_errors
 async def on_leaderworkerset(event, **_) -> None:
     await controller().observe_child(event.get("type"), {**event["object"], "kind": "LeaderWorkerSet"})
 
 
 @kopf.on.event("v1", "services", labels=MANAGED)
+@kopf_errors
 async def on_service(event, **_) -> None:
     await controller().observe_child(event.get("type"), {**event["object"], "kind": "Service"})
 
 
 @kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=MANAGED)
+@kopf_errors
 async def on_pdb(event, **_) -> None:
     await controller().observe_child(event.get("type"), {**event["object"], "kind": "PodDisruptionBudget"})
 
 
 @kopf.on.event("networking.k8s.io", "v1", "networkpolicies", labels=MANAGED)
+@kopf_errors
 async def on_networkpolicy(event, **_) -> None:
     await controller().observe_child(event.get("type"), {**event["object"], "kind": "NetworkPolicy"})
 
 
 @kopf.on.event("monitoring.coreos.com", "v1", "podmonitors", labels=MANAGED)
+@kopf_errors
 async def on_podmonitor(event, **_) -> None:
     await controller().observe_child(event.get("type"), {**event["object"], "kind": "PodMonitor"})
 
 
 @kopf.on.event("v1", "pods", labels=ENGINE_POD_LABELS)
+@kopf_errors
 async def on_engine_pod(event, **_) -> None:
     # the acceptance monitor's target cache (ready engine pods); never a reconcile by itself
     monitor = controller().monitor
@@ -268,12 +280,14 @@ async def on_engine_pod(event, **_) -> None:
 
 
 @kopf.on.event("apps", "v1", "replicasets", labels=ENGINE_POD_LABELS)
+@kopf_errors
 async def on_engine_replicaset(event, **_) -> None:
     # an engine pod's owner: the monitor trusts a pod through its ReplicaSet's uid, never its labels alone
     on_engine_owner(event, "ReplicaSet")
 
 
 @kopf.on.event("apps", "v1", "statefulsets", labels={N.LWS_NAME_LABEL: kopf.PRESENT})
+@kopf_errors
 async def on_lws_statefulset(event, **_) -> None:
     # a multi-node leader pod's owner (the LeaderWorkerSet controller's StatefulSet)
     on_engine_owner(event, "StatefulSet")
@@ -286,12 +300,14 @@ def on_engine_owner(event, kind: str) -> None:
 
 
 @kopf.on.event("batch", "v1", "jobs", labels={**MANAGED, N.LABEL_COMPONENT: N.COMPONENT_TUNING})
+@kopf_errors
 async def on_tuning_job(event, **_) -> None:
     # the tuning Job's progress (its result becomes the tuned-kernels ConfigMap)
     await controller().observe_child(event.get("type"), {**event["object"], "kind": "Job"})
 
 
 @kopf.on.event("batch", "v1", "jobs", labels={**MANAGED, N.LABEL_COMPONENT: N.COMPONENT_INSPECTOR})
+@kopf_errors
 async def on_inspector_job(event, **_) -> None:
     # an inspector finishing is a reason to reconcile its owner; it is not a managed child
     body = event["object"]
@@ -303,6 +319,7 @@ async def on_inspector_job(event, **_) -> None:
 
 
 @kopf.on.event(API_GROUP, API_VERSION, BENCH_PLURAL)
+@kopf_errors
 async def on_speculativebenchmark(event, **_) -> None:
     # one watch, two readers: spec.speculation.guard.fromBenchmark reads the benchmarks' recommendation
     # (watch-fed: an idle reconcile reads nothing), and the benchmark controller runs them
@@ -313,6 +330,7 @@ async def on_speculativebenchmark(event, **_) -> None:
 
 
 @kopf.on.event("batch", "v1", "jobs", labels={**MANAGED, N.LABEL_COMPONENT: N.COMPONENT_BENCH_CLIENT})
+@kopf_errors
 async def on_bench_client_job(event, **_) -> None:
     # a client Job finishing is the benchmark's next step
     benchmarks = controller().benchmark_controller

@@ -49,6 +49,7 @@ import time
 from dataclasses import dataclass
 
 from specdeploy.core.engineconfig import config_digest
+from specdeploy.core.errors import SpecdeployError
 
 CONFIG_FILE = "config.json"
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -64,7 +65,7 @@ class HubConfig:
     revision: str | None  # as requested (None: the default branch)
 
 
-class HubResolutionError(Exception):
+class HubResolutionError(SpecdeployError):
     """A config.json could not be resolved. ``reason`` is one of ModelNotFound, RevisionNotFound, ConfigNotFound,
     HubUnauthorized, HubUnreachable, ConfigInvalid."""
 

@@ -23,6 +23,7 @@ from .. import PLURAL
 from ..api.benchmark import BENCH_PLURAL
 from ..core import names as N
 from ..core.names import FIELD_MANAGER  # every write names it: managedFields show what the operator owns
+from specdeploy.core.errors import Retryable
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ KINDS: dict[str, Kind] = {k.kind: k for k in (
 )}
 
 
-class KubeError(Exception):
+class KubeError(Retryable):
     def __init__(self, status: int, reason: str, message: str):
         self.status, self.reason = status, reason
         super().__init__(f"{status} {reason}: {message}")

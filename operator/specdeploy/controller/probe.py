@@ -28,6 +28,7 @@ from typing import Any, Awaitable, Callable, Mapping
 
 from ..core import names as N
 from ..core.rollout import Probe
+from specdeploy.core.errors import Retryable
 
 PROMPTS_FILE = "rollout-probe.json"
 DEFAULT_MAX_TOKENS = 32
@@ -40,7 +41,7 @@ TEXT_SHOWN = 60  # characters of each differing completion quoted in the message
 Request = Callable[[str, str, "dict | None", Mapping[str, str], float], Awaitable[tuple[int, bytes]]]
 
 
-class ProbeError(Exception):
+class ProbeError(Retryable):
     """One request of the probe failed (the message says which pod and why; never the API key)."""
 
 

@@ -26,6 +26,7 @@ from ..core.render import Admitted, build_inspector_job, inspector_job_name  # n
 from . import ownership
 from .kube import Kube
 from .status import age_seconds
+from specdeploy.core.errors import SpecdeployError
 
 HUB_BRANCH_TTL = 900.0  # a branch or tag is re-resolved after this many seconds
 # an inspector Job not finished this long after its creation is deleted and the resolution says so
@@ -49,7 +50,7 @@ class Resolved:
 NO_MODEL = Resolved(doc=None, digest="", source="none")
 
 
-class ResolutionError(Exception):
+class ResolutionError(SpecdeployError, retryable=True):
     """``conflict``: ``Kind/name (why)`` of an object the resolution would have written but does not control
     (the inspector Job's name taken): the reconciler reports it as ChildConflict."""
 

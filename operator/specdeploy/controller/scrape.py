@@ -13,6 +13,8 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from ..core.errors import Retryable
+
 # Bounds on what one scrape may cost the operator (issue 37: a 200 MB body took it from 319 to 975 MiB and
 # stalled the event loop for 30 s). A real engine's /metrics is well under 1 MiB (vLLM 0.33 with 8 data-parallel
 # engines and 15 draft positions: ~0.3 MiB, most of it histogram buckets); 8 MiB leaves an order of magnitude of
@@ -30,7 +32,7 @@ _ENGINE_LINE = re.compile(rb"^(?:vllm:|sglang:|process_start_time_seconds[ {])[^
 PARSE_THREADS = 2  # the pool engine_series runs in (bounded: at most this many bodies are being picked at once)
 
 
-class ScrapeRejected(Exception):
+class ScrapeRejected(Retryable):
     """A /metrics answer the monitor will not read (too large, too many series): a failed scrape."""
 
 

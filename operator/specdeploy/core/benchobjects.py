@@ -21,11 +21,12 @@ from .checker import analyze
 from .findings import errors
 from .policy import TenancyPolicy
 from .render import PolicyRefused, benchmark_refusals, render
+from specdeploy.core.errors import Permanent
 
 SERVING = "serving"
 
 
-class BenchRefused(Exception):
+class BenchRefused(Permanent):
     """The benchmark cannot be planned: ``reason`` (DeploymentNotServable, InvalidMatrix) and a message that says
     what to change."""
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
 from . import engines as eng
+from specdeploy.core.errors import Permanent
 
 BASELINE = "baseline"
 GUARDED = "guarded"
@@ -36,7 +37,7 @@ class PlanProblem:
         return f"{self.path}: {self.message} [{self.code}]"
 
 
-class PlanError(Exception):
+class PlanError(Permanent):
     def __init__(self, problems: list[PlanProblem]):
         self.problems = problems
         super().__init__("; ".join(p.line() for p in problems))

@@ -27,6 +27,7 @@ import json
 import random
 from importlib import resources
 from typing import Callable, Sequence
+from specdeploy.core.errors import Permanent
 
 BUNDLED = ("code", "chat")
 # Request sets: whole OpenAI chat-completion requests, replayed as captured (no fitting to a context).
@@ -46,7 +47,7 @@ _WORDS = ("the of and to in is was for on that with as by at from this be are or
           "three small number water light house place point city tree river cloud stone green quiet bright").split()
 
 
-class PromptError(ValueError):
+class PromptError(Permanent, ValueError):
     """A prompt set cannot be read or fitted (the message names the line or the point)."""
 
 

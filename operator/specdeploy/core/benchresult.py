@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_vali
 from pydantic.alias_generators import to_camel
 
 from .safejson import loads as safe_loads
+from specdeploy.core.errors import Permanent
 
 RESULT_PREFIX = "SPECDEPLOY_BENCH_RESULT "
 # The line's size limit. A variant's points x prompts digests dominate: 64 points x 256 prompts
@@ -52,7 +53,7 @@ Count = Annotated[float, Field(ge=0, le=MAX_COUNT, allow_inf_nan=False)]
 Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
 
 
-class BenchResultError(ValueError):
+class BenchResultError(Permanent, ValueError):
     """The client's result line is missing, too large or invalid (the message says which)."""
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .findings import Finding, Severity, Source
+from specdeploy.core.errors import Permanent
 
 EMPTY_DIR, PVC, NODE_PATH = "emptyDir", "pvc", "nodePath"
 
@@ -46,7 +47,7 @@ class CachePlan:
         return {"name": name, "emptyDir": {}}
 
 
-class CacheError(ValueError):
+class CacheError(Permanent, ValueError):
     """spec.cache names a node path the administrator did not list (the policy check reports it first)."""
 
     def __init__(self, finding: Finding):

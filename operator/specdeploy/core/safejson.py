@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from specdeploy.core.errors import Permanent
 
 MAX_DEPTH = 64  # real config.json files nest 3-4 levels; 64 leaves room for any real shape
 MAX_BYTES = 8 * 1024 * 1024
 
 
-class JsonLimitError(ValueError):
+class JsonLimitError(Permanent, ValueError):
     """The document is too deep or too large (a ValueError, like json's own errors)."""
 
 

@@ -49,6 +49,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
 
 from .names import TUNED_KERNELS_KIND
+from specdeploy.core.errors import Permanent
 
 ENGINES = ("sglang", "vllm")
 
@@ -82,11 +83,11 @@ MANIFEST_KEY = "manifest.json"
 TERMINATION_LIMIT = 4096
 
 
-class NotMoE(ValueError):
+class NotMoE(Permanent, ValueError):
     """The target has no routed experts: there is no fused-MoE kernel to tune."""
 
 
-class UnsupportedShape(ValueError):
+class UnsupportedShape(Permanent, ValueError):
     """The target's experts do not run on the Triton fused-MoE kernel these files tune."""
 
 

@@ -33,6 +33,7 @@ from .children import (CONFIG_HASH_ANNOTATION, HF_HOME, MODEL_ROOT, RUNTIME_COMM
                        child_labels, child_meta, model_in_pod, names, selector_labels, token_env)
 from .guard import apply_guard, plan_guard
 from .tuning import TUNED_MOUNT, TUNED_SRC_MOUNT, TuningPlan, render_tuning, tuning_volumes
+from specdeploy.core.errors import Permanent
 
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 STARTUP_TIMEOUT_SECONDS = 3600  # loading a 600 GB checkpoint can take most of an hour
@@ -73,7 +74,7 @@ def cpu_kv_cache_gib(memory: str | None) -> int:
         return 1
 
 
-class RenderError(Exception):
+class RenderError(Permanent):
     """The pair or spec has errors; nothing may be rendered. Carries every finding."""
 
     def __init__(self, findings: list[Finding], accepted: list[Finding] | None = None):
