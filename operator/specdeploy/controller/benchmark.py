@@ -41,7 +41,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ..api import benchmark as B
@@ -68,12 +68,24 @@ log = logging.getLogger("specdeploy.benchmark")
 
 Key = tuple[str, str]
 RESULTS_KEY = "results.json"
-POLL_SECONDS = float(os.environ.get("SPECDEPLOY_BENCH_POLL_SECONDS", "3"))
-READY_DEADLINE = float(os.environ.get("SPECDEPLOY_BENCH_READY_SECONDS", "3600"))  # a variant's engine start
-CLIENT_DEADLINE = float(os.environ.get("SPECDEPLOY_BENCH_CLIENT_SECONDS", str(6 * 3600)))
+POLL_SECONDS = 3.0
+READY_DEADLINE = 3600.0  # a variant's engine start
+CLIENT_DEADLINE = 6 * 3600.0
 LOG_TAIL_LINES = 2000
-CRASH_RESTARTS = int(os.environ.get("SPECDEPLOY_BENCH_CRASH_RESTARTS", "3"))  # a variant container failing this often fails the benchmark
+CRASH_RESTARTS = 3  # a variant container failing this often fails the benchmark
 CONFIGMAP_BUDGET = 900 * 1024  # a ConfigMap holds ~1 MiB
+
+
+@dataclass(frozen=True)
+class BenchDeadlines:
+    """A running benchmark's poll period and deadlines (settings.OperatorSettings.bench)."""
+
+    poll_seconds: float = POLL_SECONDS
+    ready_seconds: float = READY_DEADLINE  # a variant's engine becoming Ready, from its Deployment's creation
+    client_seconds: float = CLIENT_DEADLINE  # the client Job, from its creation
+    crash_restarts: int = CRASH_RESTARTS  # a variant container restarting this often fails the benchmark
+
+
 CONDITIONS = (N.RUNNING, N.COMPLETE, N.FAILED)
 CHILD_KINDS = ("Job", "Deployment", "Service", "ConfigMap", "NetworkPolicy")  # what _cleanup looks for
 
@@ -102,8 +114,10 @@ class Waiting(Exception):
 
 class BenchmarkController:
     def __init__(self, kube: Kube, resolver: Resolver, *, deployments: dict | None = None, policy=None, event=None,
-                 workers: int = 2, network_policy: Sequence[str] | None = None):
+                 workers: int = 2, network_policy: Sequence[str] | None = None,
+                 deadlines: BenchDeadlines | None = None):
         self.kube, self.resolver = kube, resolver
+        self.deadlines = deadlines if deadlines is not None else BenchDeadlines()
         # the tenancy policy the reconciler applies (core/policy.py): the deployment as stored and every method drafter
         # pass it before anything is read or created (core/render/gate.py)
         self.policy: TenancyPolicy = policy if policy is not None else TenancyPolicy()
@@ -197,7 +211,7 @@ class BenchmarkController:
         if self.deployments_synced is not None and not self.deployments_synced.is_set():
             # an operator (re)start: a Running benchmark whose deployment the watch has not delivered yet would
             # be failed as DeploymentNotFound; judge nothing until the cache is complete
-            return POLL_SECONDS
+            return self.deadlines.poll_seconds
         try:
             return await self._step(key, body)
         except Waiting as w:
@@ -235,7 +249,7 @@ class BenchmarkController:
         if ahead is not None and (body.get("status") or {}).get("phase") != "Running":
             raise Waiting("AnotherBenchmarkRunning", f"SpeculativeBenchmark {ahead} measures SpeculativeDeployment "
                           f"{cr.spec.deployment_ref.name} first (one at a time: their engines would share the nodes)",
-                          delay=POLL_SECONDS * 5)
+                          delay=self.deadlines.poll_seconds * 5)
         dcr, target, drafter, plan = await self._plan(ns, cr)
         results = await self._claim("ConfigMap", ns, f"{name}-results", owner)
         data = (results or {}).get("data") or {}
@@ -283,7 +297,7 @@ class BenchmarkController:
                                running=("True", "Measuring", f"{current} ({progress} measured)"),
                                event=("Normal", "VariantStarting", f"variant {v.name} ({progress} measured): engine "
                                       f"Deployment {vo.name} starting"))
-            return POLL_SECONDS
+            return self.deadlines.poll_seconds
         ready = int(((dep.get("status") or {}).get("readyReplicas")) or 0) >= 1
         stage_age = _created_age(dep)  # the variant's own Deployment: a deadline nobody can move
         if not ready:
@@ -291,11 +305,11 @@ class BenchmarkController:
             if crash:
                 await self._delete_variant(ns, name, v.name)
                 raise BenchFailed("VariantCrashing", f"variant {v.name}: {crash}")
-            if stage_age > READY_DEADLINE:
+            if stage_age > self.deadlines.ready_seconds:
                 await self._delete_variant(ns, name, v.name)
                 raise BenchFailed("VariantNotReady", f"variant {v.name}: Deployment {vo.name} not Ready after "
-                                  f"{READY_DEADLINE:.0f}s; see kubectl describe deployment {vo.name} and its pods' logs")
-            return POLL_SECONDS
+                                  f"{self.deadlines.ready_seconds:.0f}s; see kubectl describe deployment {vo.name} and its pods' logs")
+            return self.deadlines.poll_seconds
         return await self._client(key, body, cr, owner, plan, v, progress, image=vo.image, base_url=vo.url(ns),
                                   model=vo.model, engine=vo.engine_config.engine,
                                   engine_version=vo.engine_config.engine_version, api_key=dcr.spec.engine.api_key)
@@ -322,7 +336,7 @@ class BenchmarkController:
             st = p.get("status") or {}
             for cs in (st.get("initContainerStatuses") or []) + (st.get("containerStatuses") or []):
                 last = ((cs.get("lastState") or {}).get("terminated") or {})
-                if (cs.get("restartCount") or 0) >= CRASH_RESTARTS and last:
+                if (cs.get("restartCount") or 0) >= self.deadlines.crash_restarts and last:
                     msg = " ".join(str(last.get("message") or "").split())[-600:]
                     return (f"container {cs.get('name')} of pod {p['metadata']['name']} restarted {cs['restartCount']} "
                             f"times (last exit code {last.get('exitCode')}, {last.get('reason') or 'no reason'})"
@@ -471,7 +485,7 @@ class BenchmarkController:
                                running=("True", "Measuring", f"{current} ({progress} measured)"),
                                event=("Normal", "ClientStarted", f"variant {v.name}: client Job {job_name} measuring "
                                       f"{len(plan.points_of(v.name))} point(s)"))
-            return POLL_SECONDS
+            return self.deadlines.poll_seconds
         js = job.get("status") or {}
         if js.get("succeeded"):
             text = await self._client_log(ns, job_name)
@@ -500,10 +514,10 @@ class BenchmarkController:
             await self._delete_variant(ns, name, v.name)
             raise BenchFailed("ClientFailed", f"variant {v.name}: the client Job {job_name} failed; its log ends: "
                               f"{tail or '(empty)'}")
-        if _created_age(job) > CLIENT_DEADLINE:  # the Job's own creation: a deadline nobody can move
+        if _created_age(job) > self.deadlines.client_seconds:  # the Job's own creation: a deadline nobody can move
             await self._delete_variant(ns, name, v.name)
-            raise BenchFailed("ClientTimedOut", f"variant {v.name}: the client Job {job_name} ran past {CLIENT_DEADLINE:.0f}s")
-        return POLL_SECONDS
+            raise BenchFailed("ClientTimedOut", f"variant {v.name}: the client Job {job_name} ran past {self.deadlines.client_seconds:.0f}s")
+        return self.deadlines.poll_seconds
 
     async def _client_log(self, ns: str, job_name: str) -> str:
         pods = await self.kube.list("Pod", ns, f"job-name={job_name}")

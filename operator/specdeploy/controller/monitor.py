@@ -273,17 +273,6 @@ def engine_series(body: bytes | bytearray | str) -> str:
     return b"\n".join(out).decode("utf-8", errors="replace")
 
 
-_parse_pool: ThreadPoolExecutor | None = None
-
-
-def parse_pool() -> ThreadPoolExecutor:
-    """The threads ``engine_series`` runs in (one pool per process, made on first use)."""
-    global _parse_pool
-    if _parse_pool is None:
-        _parse_pool = ThreadPoolExecutor(max_workers=PARSE_THREADS, thread_name_prefix="specdeploy-metrics")
-    return _parse_pool
-
-
 def pod_track(pod: dict) -> str:
     """"canary" for a pod of a canary Deployment (TRACK_LABEL), else "stable"."""
     labels = (pod.get("metadata") or {}).get("labels") or {}
@@ -464,6 +453,7 @@ class AcceptanceMonitor:
         self.clock, self.now = clock, now
         self._fetch = fetch
         self._session = None  # aiohttp.ClientSession, made on the first default fetch
+        self._parse_pool: ThreadPoolExecutor | None = None  # the threads engine_series runs in (first scrape)
         self.targets: dict[tuple[str, str], Target] = {}  # (namespace, pod) -> target: the watch-fed cache
         self._prev: dict[str, tuple[str, float]] = {}  # pod uid -> (last scrape text, clock)
         self._series: dict[Key, tuple[tuple[str, ...], int]] = {}  # key -> (labels, positions) exported
@@ -564,6 +554,9 @@ class AcceptanceMonitor:
         if self._session is not None:
             await self._session.close()
             self._session = None
+        if self._parse_pool is not None:
+            self._parse_pool.shutdown(wait=False)
+            self._parse_pool = None
 
     async def fetch(self, url: str, timeout: float) -> bytes | bytearray | str:
         """The body of ``url``, at most MAX_METRICS_BYTES (read_bounded); raises on any failure."""
@@ -579,11 +572,17 @@ class AcceptanceMonitor:
                 raise RuntimeError(f"HTTP {r.status}")
             return await read_bounded(r.content, r.content_length)
 
+    def parse_pool(self) -> ThreadPoolExecutor:
+        """The threads ``engine_series`` runs in (made on the first scrape, shut down by close)."""
+        if self._parse_pool is None:
+            self._parse_pool = ThreadPoolExecutor(max_workers=PARSE_THREADS, thread_name_prefix="specdeploy-metrics")
+        return self._parse_pool
+
     async def _scrape(self, t: Target) -> tuple[Target, str | None, str | None]:
         """(target, the engine's series as text, None) or (target, None, why the scrape failed)."""
         try:
             body = await self.fetch(t.url, self.timeout)
-            return t, await asyncio.get_running_loop().run_in_executor(parse_pool(), engine_series, body), None
+            return t, await asyncio.get_running_loop().run_in_executor(self.parse_pool(), engine_series, body), None
         except asyncio.CancelledError:
             raise
         except ScrapeRejected as e:
