@@ -649,6 +649,12 @@ class WebhookServer:
 class WebhookRuntime:
     """Runs in the operator: gets TLS ready, serves, keeps the certificate and caBundle current."""
 
+    def new_server(self, client_names: Any) -> "WebhookServer":
+        """The server this runtime serves: its settings' address and port, its TLS context, its policy."""
+        s = self.settings
+        return WebhookServer(lookup=self.lookup, ssl_context=self.ctx, addr=s.addr, port=s.port,
+                             client_names=client_names, policy=self.policy)
+
     BIND_RETRY = 10.0
     RETRY_MIN = 1.0  # caBundle patch / configuration watch retries: 1 s doubling to 30 s
     RETRY_MAX = 30.0
@@ -707,8 +713,7 @@ class WebhookRuntime:
                 log.error("webhook TLS: cannot load the client CA from %s (%s); not serving until it loads",
                           self._ca_source(), e)
                 await asyncio.sleep(self.BIND_RETRY)
-        self.server = WebhookServer(lookup=self.lookup, ssl_context=self.ctx, addr=s.addr, port=s.port,
-                                    client_names=names, policy=self.policy)
+        self.server = self.new_server(names)
         while True:
             try:
                 await self.server.start()
