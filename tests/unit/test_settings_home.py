@@ -66,7 +66,7 @@ def test_the_settings_module_reads_it():
 @pytest.mark.parametrize("root", [PRODUCT, RUNTIME], ids=["operator", "runtime"])
 def test_no_global_statement(root):
     found = {f"{rel}:{line}" for rel, tree in sources(root) for line in global_statements(tree)}
-    assert not found, f"module globals hold running parts: keep them on an object (kopf's memo) instead, {sorted(found)}"
+    assert not found, f"a global statement: keep the running parts on an object (kopf's memo) instead, {sorted(found)}"
     assert global_statements(ast.parse("def f():\n    global x\n    x = 1\n"))
 
 

@@ -3,6 +3,9 @@
 No handler here does any work itself: each one hands the event body to the Controller,
 whose workers run the one reconcile path. No finalizer is ever needed (children are
 owned and garbage-collected through ownerReferences), so none is added.
+
+What the operator runs with comes in kopf's memo (``memo.settings``, controller/settings.py); the running parts
+it builds at start-up live on ``memo.operator`` (:class:`Operator`), never in module globals.
 """
 
 from __future__ import annotations
@@ -152,7 +155,8 @@ async def start(op: Operator, kopf_settings: kopf.OperatorSettings) -> None:
                                                    network_policy=cfg.reconciler.engine_network_policy,
                                                    deadlines=cfg.bench)
     if cfg.acceptance_interval > 0:  # 0: no acceptance monitoring
-        ctl.attach_monitor(cfg.acceptance_interval, kube=base)  # base: reads the engine API key Secret for the canary probe
+        # base: reads the engine API key Secret for the canary probe
+        ctl.attach_monitor(cfg.acceptance_interval, kube=base)
     op.sync = CacheSync(base, cfg.watched, ctl.bodies)
     ctl.benchmark_controller.deployments_synced = op.sync.synced
     asyncio.get_running_loop().create_task(op.sync.run(), name="specdeploy-cache-sync")
@@ -211,7 +215,8 @@ async def _start_webhook(op: Operator, kube: Kube, resolver: Resolver) -> None:
 
     cfg = op.settings
     if cfg.webhook.port:
-        deployments = op._controller.bodies if op._controller is not None else None  # benchmarks: their deployment as stored
+        # benchmarks are admitted against their deployment as stored
+        deployments = op._controller.bodies if op._controller is not None else None
         op.webhook = WebhookRuntime(cfg.webhook, kube, OperatorConfigs(kube, resolver, watched=cfg.watched,
                                                                        deployments=deployments),
                                     policy=cfg.policy)
@@ -258,7 +263,8 @@ async def on_service(event, memo, **_) -> None:
 
 @kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=MANAGED)
 async def on_pdb(event, memo, **_) -> None:
-    await operator_of(memo).controller.observe_child(event.get("type"), {**event["object"], "kind": "PodDisruptionBudget"})
+    await operator_of(memo).controller.observe_child(event.get("type"),
+                                                     {**event["object"], "kind": "PodDisruptionBudget"})
 
 
 @kopf.on.event("networking.k8s.io", "v1", "networkpolicies", labels=MANAGED)
