@@ -241,12 +241,24 @@ def _replace_region(text: str, name: str, body: str) -> str:
     return pat.sub(lambda _: f"{b}\n{body}\n{e}", text)
 
 
+def _parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """``parser`` and every subcommand parser under it."""
+    out = [parser]
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for p in a.choices.values():
+                out += _parsers(p)
+    return out
+
+
 def render_cli_md(parser: argparse.ArgumentParser) -> str:
     """The CLI reference from the ``specdeploy`` parser (``specdeploy.cli.build_parser()``)."""
-    import os
+    import functools
 
-    old = os.environ.get("COLUMNS")
-    os.environ["COLUMNS"] = "100"  # argparse wraps to the terminal width: fix it
+    # argparse wraps to the terminal width ($COLUMNS less 2): fixed at 98 columns, whatever the terminal
+    saved = [(p, p.formatter_class) for p in _parsers(parser)]
+    for p, cls in saved:
+        p.formatter_class = functools.partial(cls, width=98)
     try:
         out = [GENERATED.format(src="operator/specdeploy/cli/"), "# CLI reference\n",
                "Exit status of every command: 0 success; 1 findings (the drafter/target check found errors, "
@@ -265,10 +277,8 @@ def render_cli_md(parser: argparse.ArgumentParser) -> str:
                 for nname, np in n.choices.items():
                     out += [f"\n## specdeploy {name} {nname}\n", "```text", np.format_help().rstrip(), "```"]
     finally:
-        if old is None:
-            os.environ.pop("COLUMNS", None)
-        else:
-            os.environ["COLUMNS"] = old
+        for p, cls in saved:
+            p.formatter_class = cls
     return "\n".join(out) + "\n"
 
 

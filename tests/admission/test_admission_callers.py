@@ -89,13 +89,27 @@ def test_client_names_narrow_the_ca(tmp_path, cas):
         s.stop()
 
 
-def test_settings_carry_the_client_ca_through_the_environment():
-    ws = WebhookSettings(port=9443, client_ca="/etc/ca/ca.crt", client_names=["a", "b"], client_optional=True)
-    again = WebhookSettings.from_env(ws.to_env())
-    assert (again.client_ca, again.client_names, again.client_optional) == ("/etc/ca/ca.crt", ["a", "b"], True)
-    cluster = WebhookSettings.from_env(WebhookSettings(port=9443, client_ca_from_cluster=True).to_env())
+def test_operator_flags_carry_the_client_ca_into_the_settings(tmp_path):
+    """``operator run``'s client CA flags reach the one settings object the operator runs with (no environment)."""
+    from specdeploy import cli
+    from specdeploy.cli.operator import operator_settings
+
+    ca = tmp_path / "ca.crt"
+    ca.write_text("pem")
+
+    from specdeploy_dev.harness import free_port
+
+    def settings(*argv):
+        args = cli.build_parser().parse_args(["operator", "run", "--webhook", "--webhook-port", str(free_port()),
+                                              "--metrics-port", "0", *argv])
+        return operator_settings(args, {}).webhook
+
+    ws = settings("--webhook-client-ca", str(ca), "--webhook-client-name", "a", "--webhook-client-name", "b",
+                  "--webhook-client-optional")
+    assert (ws.client_ca, ws.client_names, ws.client_optional) == (str(ca), ["a", "b"], True)
+    cluster = settings("--webhook-client-ca-from-cluster")
     assert cluster.client_ca_from_cluster and cluster.verifies_clients and not cluster.client_optional
-    assert not WebhookSettings.from_env(WebhookSettings(port=9443).to_env()).verifies_clients
+    assert not WebhookSettings(port=9443).verifies_clients
 
 
 # ----------------------------------------------------------------- answers from the submitted object alone

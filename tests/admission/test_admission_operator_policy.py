@@ -1,11 +1,12 @@
 """The tenancy policy at admission as the operator loads it, on CREATE and UPDATE (issue 43: fast twins of what
 only the dev-cluster and webhook-bench tests caught).
 
-The policy comes from ``specdeploy operator run``'s flags: cli/operator.py cmd_operator_run parses them
-(cli/common.py policy_args) and controller/main.run exports them as POLICY_ENV before kopf starts; the webhook
-server (built by handlers._start_webhook through webhooks.WebhookRuntime, which passes no policy) reads POLICY_ENV
-when it is constructed. Here the CLI runs for real with ``kopf.run`` stubbed, and the server is built from the
-environment it left, as WebhookRuntime builds it: nothing sets ``server.policy`` by hand.
+The policy comes from ``specdeploy operator run``'s flags: cli/operator.py operator_settings parses them
+(cli/common.py policy_args) into the one settings object (controller/settings.py OperatorSettings) that
+controller/main.run hands to kopf's memo; the start-up handler gives its policy to webhooks.WebhookRuntime, which
+builds the server (WebhookRuntime.new_server). Here the CLI runs for real with ``kopf.run`` stubbed, and the server
+is built by a WebhookRuntime made from the memo's settings as handlers._start_webhook makes it: nothing sets
+``server.policy`` by hand.
 
 The Kubernetes admission contract: a validating webhook registered for CREATE and UPDATE (the chart's
 ValidatingWebhookConfiguration) sees every write of the spec; an UPDATE that changes the spec gets the same
@@ -21,8 +22,9 @@ import pytest
 
 from admission_helpers import API_SERVER, QWEN, ServerThread, api_server_client_ca, example_configs, example_cr, configmap, review_request, with_spec
 from specdeploy.controller import certs
-from specdeploy.controller.webhooks import WebhookServer
-from specdeploy.core.policy import POLICY_ENV, TenancyPolicy
+from specdeploy.controller.webhooks import WebhookRuntime
+from specdeploy.core.policy import TenancyPolicy
+from specdeploy_dev.harness import free_port
 
 from test_admission_attacks import ATTACKS
 
@@ -31,38 +33,42 @@ OPERATOR_FLAGS = ["--allowed-image-prefix", "registry.example/runtime", "--allow
                   "--allowed-priority-class", "gpu-*"]  # narrows the default '*' (any class but system-*)
 
 
-def _operator_environment(monkeypatch) -> dict:
-    """The environment ``specdeploy operator run --webhook FLAGS`` leaves for the webhook server."""
+def _operator_settings(monkeypatch):
+    """The settings ``specdeploy operator run --webhook FLAGS`` hands to kopf (``memo.settings``)."""
     from specdeploy import cli
 
-    env = dict(os.environ)
-    env.pop(POLICY_ENV, None)
-    monkeypatch.setattr(os, "environ", env)  # main.run writes os.environ: a copy, restored after the test module
-    monkeypatch.setattr(kopf, "run", lambda **_: None)
-    assert cli.main(["operator", "run", "--webhook", *OPERATOR_FLAGS]) == 0
-    return env
+    seen: dict = {}
+    monkeypatch.setattr(kopf, "run", lambda **kw: seen.update(kw))
+    before = dict(os.environ)
+    assert cli.main(["operator", "run", "--webhook", "--webhook-port", str(free_port()), "--metrics-port", "0",
+                     *OPERATOR_FLAGS]) == 0
+    assert dict(os.environ) == before  # nothing goes through the environment
+    memo = seen["memo"]
+    assert memo.operator.settings is memo.settings
+    return memo.settings
 
 
 class OperatorServer(ServerThread):
-    """The admission helpers' HTTPS server, but built as WebhookRuntime builds it (no policy argument, none set
-    afterwards): its policy is whatever the operator's environment says."""
+    """The admission helpers' HTTPS server, but built by a WebhookRuntime made as the start-up handler makes it
+    (handlers._start_webhook: the settings' webhook part and policy); its policy is the operator's settings'."""
 
-    def __init__(self) -> None:
+    def __init__(self, settings) -> None:
         super().__init__()
-        ctx = certs.server_context(self.material)  # the API server's client certificate verified (chart default)
-        certs.require_client_certs(ctx, ca_pem=api_server_client_ca()[0].decode(), optional=True)
-        self.server = WebhookServer(lookup=self.lookup, ssl_context=ctx, addr="127.0.0.1", port=0,
-                                    client_names=[API_SERVER])
+        runtime = WebhookRuntime(settings.webhook, None, self.lookup, policy=settings.policy)
+        runtime.ctx = certs.server_context(self.material)  # the API server's client certificate verified (chart default)
+        certs.require_client_certs(runtime.ctx, ca_pem=api_server_client_ca()[0].decode(), optional=True)
+        self.server = runtime.new_server([API_SERVER])
+        self.server.port = 0
 
 
 @pytest.fixture(scope="module")
 def server():
     mp = pytest.MonkeyPatch()
     try:
-        _operator_environment(mp)
-        s = OperatorServer()
+        settings = _operator_settings(mp)
     finally:
         mp.undo()
+    s = OperatorServer(settings)
     s.start()
     t, d = example_configs(QWEN)
     dup = copy.deepcopy(d)
@@ -75,7 +81,6 @@ def server():
 
 def test_the_webhook_server_takes_the_operators_policy(server):
     """Not the default policy: the operator's flags widened the image prefixes and narrowed the priority classes."""
-    assert POLICY_ENV not in os.environ  # nothing leaked from the fixture
     assert server.server.policy != TenancyPolicy()
     assert "registry.example/runtime" in server.server.policy.image_prefixes
 

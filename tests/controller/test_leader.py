@@ -199,19 +199,19 @@ def test_settings_round_trip_and_cli_checks(monkeypatch):
     from specdeploy import cli
     from specdeploy.controller import main as opmain
 
-    s = LeaderElectionSettings(True, "ops", "x-leader", LeaseTiming(20, 12, 3))
-    assert LeaderElectionSettings.from_env(s.to_env()) == s
-    assert LeaderElectionSettings.from_env({}) == LeaderElectionSettings()
     monkeypatch.delenv("POD_NAMESPACE", raising=False)
     assert cli.main(["operator", "run", "--leader-elect"]) == 2  # no namespace for the Lease
     assert cli.main(["operator", "run", "--leader-elect", "--operator-namespace", "ops", "--lease-duration", "10"]) == 2
     assert cli.main(["operator", "run", "--health-port", "70000"]) == 2
     seen = {}
-    monkeypatch.setattr(opmain, "run", lambda *a, **kw: seen.update(kw) or 0)
-    assert cli.main(["operator", "run", "--leader-elect", "--operator-namespace", "ops", "--health-port", "8081"]) == 0
-    assert seen["election"] == LeaderElectionSettings(True, "ops", "specdeploy-operator", LeaseTiming(15, 10, 2))
-    assert seen["health_port"] == 8081
-    assert cli.main(["operator", "run"]) == 0 and not seen["election"].enabled  # off by default: one local process
+    monkeypatch.setattr(opmain, "run", lambda settings: seen.update(settings=settings) or 0)
+    assert cli.main(["operator", "run", "--leader-elect", "--operator-namespace", "ops", "--health-port", "8081",
+                     "--lease-duration", "20", "--renew-deadline", "12", "--retry-period", "3"]) == 0
+    assert seen["settings"].election == LeaderElectionSettings(True, "ops", "specdeploy-operator", LeaseTiming(20, 12, 3))
+    assert seen["settings"].health_port == 8081
+    assert cli.main(["operator", "run", "--leader-elect", "--operator-namespace", "ops"]) == 0
+    assert seen["settings"].election == LeaderElectionSettings(True, "ops", "specdeploy-operator", LeaseTiming(15, 10, 2))
+    assert cli.main(["operator", "run"]) == 0 and not seen["settings"].election.enabled  # off by default: one local process
     assert LEASES.format(ns="ops") == "/apis/coordination.k8s.io/v1/namespaces/ops/leases"
 
 

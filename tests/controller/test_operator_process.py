@@ -33,8 +33,9 @@ MISTAKE = ROOT / "examples" / "mistakes" / "qwen3.6-ids-plus-one.drafter.json"
 
 @pytest.fixture
 def captured(monkeypatch):
+    """The one settings object ``operator run`` hands to controller/main.run (kopf is not started)."""
     seen: dict = {}
-    monkeypatch.setattr(opmain, "run", lambda *a, **kw: seen.update(kw) or 0)
+    monkeypatch.setattr(opmain, "run", lambda settings: seen.update(settings=settings) or 0)
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.delenv("SPECDEPLOY_WEBHOOK_PORT", raising=False)
     return seen
@@ -42,22 +43,59 @@ def captured(monkeypatch):
 
 def test_defaults_outside_a_cluster_are_loopback_and_no_webhook(captured):
     assert cli.main(["operator", "run"]) == 0
-    assert captured["metrics_addr"] == captured["bind_addr"] == "127.0.0.1"
-    assert captured["webhook"].port == 0 and captured["webhook"].addr == "127.0.0.1"
+    s = captured["settings"]
+    assert s.metrics_addr == s.health_addr == "127.0.0.1" and s.metrics_port == 8080
+    assert s.webhook.port == 0 and s.webhook.addr == "127.0.0.1"
+    assert s.namespaces == ("default",) and not s.all_namespaces
 
 
 def test_inside_a_pod_the_default_is_every_interface(captured, monkeypatch):
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
     assert cli.main(["operator", "run", "--webhook"]) == 0
-    assert captured["metrics_addr"] == captured["bind_addr"] == "0.0.0.0"
-    assert (captured["webhook"].port, captured["webhook"].addr) == (9443, "0.0.0.0")
+    s = captured["settings"]
+    assert s.metrics_addr == s.health_addr == "0.0.0.0"
+    assert (s.webhook.port, s.webhook.addr) == (9443, "0.0.0.0")
 
 
 def test_bind_flags_and_webhook_flag(captured):
     assert cli.main(["operator", "run", "--webhook", "--webhook-port", "9555", "--bind-address", "::",
                      "--metrics-bind-address", "10.0.0.7"]) == 0
-    assert captured["metrics_addr"] == "10.0.0.7" and captured["bind_addr"] == "::"
-    assert (captured["webhook"].port, captured["webhook"].addr) == (9555, "::")
+    s = captured["settings"]
+    assert s.metrics_addr == "10.0.0.7" and s.health_addr == "::"
+    assert (s.webhook.port, s.webhook.addr) == (9555, "::")
+
+
+def test_flags_over_the_environment_defaults_make_one_settings_object(captured, monkeypatch):
+    """The documented environment defaults (controller/settings.py ENV; the chart sets some) fill what no flag
+    says; a flag wins; the process environment is left as it was (nothing is written into it)."""
+    env = {"SPECDEPLOY_ACCEPTANCE_INTERVAL": "7", "SPECDEPLOY_RESYNC_SECONDS": "11", "HF_ENDPOINT": "http://hub",
+           "SPECDEPLOY_POD_MONITOR_LABELS": '{"release": "kps"}', "SPECDEPLOY_BENCH_POLL_SECONDS": "1",
+           "SPECDEPLOY_INSPECT_SECONDS": "60", "SPECDEPLOY_WEBHOOK_RESYNC_SECONDS": "5", "POD_NAMESPACE": "ops",
+           "SPECDEPLOY_IDENTITY": "replica-a", "SPECDEPLOY_ENGINE_NETWORK_POLICY": "monitoring"}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    before = dict(os.environ)
+    assert cli.main(["operator", "run", "-A", "--kubeconfig", "/kc", "--allowed-pvc", "models"]) == 0
+    s = captured["settings"]
+    assert dict(os.environ) == before
+    assert (s.acceptance_interval, s.reconciler.resync_seconds, s.hub_endpoint, s.identity) == \
+        (7.0, 11.0, "http://hub", "replica-a")
+    assert s.reconciler.pod_monitor_labels == {"release": "kps"} and s.bench.poll_seconds == 1.0
+    assert s.inspect_deadline == 60.0 and s.webhook.resync_seconds == 5.0 and s.webhook.namespace == "ops"
+    assert s.reconciler.engine_network_policy == ("monitoring", "ops")
+    assert s.all_namespaces and s.watched is None and s.kubeconfig == "/kc"
+    assert s.policy is s.reconciler.policy and s.policy.pvcs == ("models",)
+    assert cli.main(["operator", "run", "--resync-seconds", "3", "--engine-network-policy",
+                     "--operator-namespace", "x"]) == 0
+    s = captured["settings"]
+    assert s.reconciler.resync_seconds == 3.0 and s.reconciler.engine_network_policy == ("x",)
+
+
+def test_an_unusable_environment_default_exits_2_naming_it(captured, capsys, monkeypatch):
+    monkeypatch.setenv("SPECDEPLOY_ACCEPTANCE_INTERVAL", "soon")
+    assert cli.main(["operator", "run"]) == 2
+    assert "SPECDEPLOY_ACCEPTANCE_INTERVAL='soon' is not a number" in capsys.readouterr().err
+    assert not captured
 
 
 @pytest.mark.parametrize("argv, message", [

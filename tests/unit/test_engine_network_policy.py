@@ -7,7 +7,7 @@ operator's and of --engine-ingress-namespace. Through the operator: tests/contro
 from __future__ import annotations
 
 from test_render import do_render, make_cr
-from specdeploy.controller.reconciler import engine_network_policy_from_env
+from specdeploy.controller.settings import from_env
 
 
 def policy_of(r) -> dict:
@@ -51,6 +51,9 @@ def test_multinode_policy_selects_leader_and_workers():
 
 
 def test_operator_setting_from_the_environment():
+    def engine_network_policy_from_env(env):
+        return from_env(env).reconciler.engine_network_policy
+
     assert engine_network_policy_from_env({}) is None
     assert engine_network_policy_from_env({"SPECDEPLOY_ENGINE_NETWORK_POLICY": ""}) == ()
     env = {"SPECDEPLOY_ENGINE_NETWORK_POLICY": "monitoring,obs", "POD_NAMESPACE": "specdeploy-system"}

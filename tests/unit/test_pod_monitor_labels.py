@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from specdeploy.controller.reconciler import POD_MONITOR_LABELS_ENV, pod_monitor_labels_from_env
+from specdeploy.controller.settings import POD_MONITOR_LABELS_ENV, SettingsError, from_env
 from test_render import do_render, make_cr
 
 
@@ -31,8 +31,11 @@ def test_extra_labels_never_replace_the_operators_own():
 
 
 def test_labels_from_the_environment():
+    def pod_monitor_labels_from_env(env):
+        return from_env(env).reconciler.pod_monitor_labels
+
     assert pod_monitor_labels_from_env({}) == {}
     assert pod_monitor_labels_from_env({POD_MONITOR_LABELS_ENV: '{"release": "kps"}'}) == {"release": "kps"}
     for bad in ('["release"]', '{"release": 1}', "release=kps"):
-        with pytest.raises(ValueError, match="podMonitor.labels"):
+        with pytest.raises(SettingsError, match="podMonitor.labels"):
             pod_monitor_labels_from_env({POD_MONITOR_LABELS_ENV: bad})

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import json
 import os
 import shutil
@@ -134,14 +135,19 @@ CLIENT_CA_ENV = "SPECDEPLOY_BENCH_CLIENT_CA"
 def serve(port_file: str, ca_file: str, floor: bool = False) -> None:
     from specdeploy.controller import certs
     from specdeploy.controller.webhooks import OperatorConfigs, WebhookServer, settle_gc
-    from specdeploy.core.policy import POLICY_ENV, TenancyPolicy
+    from specdeploy.core.policy import TenancyPolicy
 
     if floor:
         _fixed_answer()
 
     # the Kimi example trusts its target's remote code: allowed for that model, as its administrator would
-    # (operator flag --allow-trust-remote-code-model; revisions before the policy ignore the variable)
-    os.environ[POLICY_ENV] = TenancyPolicy(trust_remote_code_models=(_cr(KIMI)["spec"]["target"]["model"],)).to_env()
+    # (operator flag --allow-trust-remote-code-model). The server takes it as an argument; a tree measured from
+    # before the settings object (issue 39) read it from SPECDEPLOY_POLICY when the server was built, and one from
+    # before the policy ignores both.
+    policy = TenancyPolicy(trust_remote_code_models=(_cr(KIMI)["spec"]["target"]["model"],))
+    takes_policy = "policy" in inspect.signature(WebhookServer).parameters
+    if not takes_policy:
+        os.environ["SPECDEPLOY_POLICY"] = policy.to_env()
 
     cache = _Cache()
     for example in (QWEN, KIMI):
@@ -162,7 +168,8 @@ def serve(port_file: str, ca_file: str, floor: bool = False) -> None:
         certs.require_client_certs(ctx, os.environ[CLIENT_CA_ENV], optional=True)
 
     async def main() -> None:
-        server = WebhookServer(lookup=OperatorConfigs(None, cache), ssl_context=ctx, addr="127.0.0.1", port=0)
+        server = WebhookServer(lookup=OperatorConfigs(None, cache), ssl_context=ctx, addr="127.0.0.1", port=0,
+                               **({"policy": policy} if takes_policy else {}))
         await server.start()
         settle_gc()  # as the operator does after start-up
         Path(ca_file).write_bytes(m.ca_pem)

@@ -20,11 +20,11 @@ def default_bind_address(env=None) -> str:
     return "0.0.0.0" if env.get("KUBERNETES_SERVICE_HOST") else "127.0.0.1"
 
 
-def _bind_address(flag: str, value: str | None) -> str:
+def _bind_address(flag: str, value: str | None, env=None) -> str:
     import ipaddress
 
     if value is None:
-        return default_bind_address()
+        return default_bind_address(env)
     try:
         ipaddress.ip_address(value)
     except ValueError:
@@ -62,13 +62,27 @@ def _check_ports(ports: list[tuple[str, str, int]]) -> None:
 
 
 def cmd_operator_run(args: argparse.Namespace) -> int:
-    import os
-
     from ..controller.main import run
-    from ..controller.webhooks import DEFAULT_PORT, WebhookSettings
 
-    bind = _bind_address("--bind-address", args.bind_address)
-    metrics_bind = _bind_address("--metrics-bind-address", args.metrics_bind_address)
+    return run(operator_settings(args))
+
+
+def operator_settings(args: argparse.Namespace, env=None):
+    """The one settings object (controller/settings.py) from the flags over the environment defaults (``env``:
+    os.environ); a flag or an environment default that cannot be used is a UsageError naming it."""
+    import os
+    from dataclasses import replace
+
+    from ..controller import settings as S
+    from ..controller.webhooks import DEFAULT_PORT
+
+    env = os.environ if env is None else env
+    try:
+        base = S.from_env(env)
+    except S.SettingsError as e:
+        raise UsageError(str(e)) from None
+    bind = _bind_address("--bind-address", args.bind_address, env)
+    metrics_bind = _bind_address("--metrics-bind-address", args.metrics_bind_address, env)
     if not 0 <= args.metrics_port < 65536:
         raise UsageError(f"--metrics-port {args.metrics_port} is not a port (1-65535, or 0 to disable)")
     given = [f for f, v in (("--webhook-port", args.webhook_port), ("--webhook-cert-dir", args.webhook_cert_dir),
@@ -82,7 +96,7 @@ def cmd_operator_run(args: argparse.Namespace) -> int:
         raise UsageError(f"{', '.join(given)}: the admission webhook server is off; add --webhook to serve it")
     port = 0
     if args.webhook:
-        port = args.webhook_port if args.webhook_port is not None else _env_int("SPECDEPLOY_WEBHOOK_PORT", DEFAULT_PORT)
+        port = args.webhook_port if args.webhook_port is not None else S.webhook_port_default(env, DEFAULT_PORT)
         if not 0 < port < 65536:
             raise UsageError(f"--webhook-port {port} is not a port (1-65535)")
     if args.webhook_cert_dir and not os.path.isdir(args.webhook_cert_dir):
@@ -99,20 +113,27 @@ def cmd_operator_run(args: argparse.Namespace) -> int:
     for svc in args.webhook_service or []:
         if svc.count(".") != 1 or not all(svc.split(".")):
             raise UsageError(f"--webhook-service {svc!r}: expected NAME.NAMESPACE")
-    webhook = WebhookSettings(
-        port=port, addr=bind, cert_dir=args.webhook_cert_dir, services=args.webhook_service or [],
+    webhook = replace(
+        base.webhook, port=port, addr=bind, cert_dir=args.webhook_cert_dir, services=args.webhook_service or [],
         secret=args.webhook_secret, configuration=args.webhook_configuration,
         client_ca=args.webhook_client_ca, client_names=args.webhook_client_name or [],
         client_ca_from_cluster=args.webhook_client_ca_from_cluster, client_optional=args.webhook_client_optional,
-        namespace=args.operator_namespace or os.environ.get("POD_NAMESPACE") or None)
+        namespace=args.operator_namespace or base.webhook.namespace)
     election = _election_args(args, webhook.namespace)
     _check_ports([("--metrics-port", metrics_bind, args.metrics_port), ("--webhook-port", bind, port),
                   ("--health-port", bind, args.health_port or 0)])
-    return run(args.namespace or [], args.all_namespaces, kubeconfig=args.kubeconfig, metrics_port=args.metrics_port,
-               metrics_addr=metrics_bind, bind_addr=bind, liveness=args.liveness, resync_seconds=args.resync_seconds,
-               verbose=args.verbose, webhook=webhook, policy=_policy_args(args),
-               election=election, health_port=args.health_port,
-               engine_network_policy=_engine_network_policy(args))
+    listed = _engine_network_policy(args)
+    if listed is None:  # not on the command line: the environment default
+        listed = S.engine_ingress_from_env(env)
+    reconciler = replace(base.reconciler, policy=_policy_args(args),
+                         engine_network_policy=S.engine_network_policy(listed, webhook.namespace))
+    if args.resync_seconds is not None:
+        reconciler = replace(reconciler, resync_seconds=args.resync_seconds)
+    return replace(
+        base, namespaces=() if args.all_namespaces else tuple(args.namespace or ["default"]),
+        kubeconfig=args.kubeconfig or None, metrics_port=args.metrics_port, metrics_addr=metrics_bind,
+        health_port=args.health_port or 0, health_addr=bind, liveness=args.liveness, verbose=args.verbose,
+        reconciler=reconciler, webhook=webhook, election=election)
 
 
 def _engine_network_policy(args: argparse.Namespace) -> list[str] | None:
@@ -146,15 +167,6 @@ def _election_args(args: argparse.Namespace, operator_namespace: str | None):
         raise UsageError("--leader-elect needs the namespace of the Lease: set --leader-election-namespace, "
                          "--operator-namespace or $POD_NAMESPACE")
     return LeaderElectionSettings(enabled=True, namespace=ns, name=args.leader_election_id, timing=timing)
-
-
-def _env_int(name: str, default: int) -> int:
-    import os
-
-    try:
-        return int(os.environ.get(name) or default)
-    except ValueError:
-        return default
 
 
 def add_parsers(sub) -> None:

@@ -43,8 +43,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
+from dataclasses import dataclass
 from typing import Sequence
 
 from ..core import names as N
@@ -60,19 +60,32 @@ from .resolve import ResolutionError, Resolver
 log = logging.getLogger("specdeploy.benchmark")
 
 Key = tuple[str, str]
-POLL_SECONDS = float(os.environ.get("SPECDEPLOY_BENCH_POLL_SECONDS", "3"))
-READY_DEADLINE = float(os.environ.get("SPECDEPLOY_BENCH_READY_SECONDS", "3600"))  # a variant's engine start
-CLIENT_DEADLINE = float(os.environ.get("SPECDEPLOY_BENCH_CLIENT_SECONDS", str(6 * 3600)))
+POLL_SECONDS = 3.0
+READY_DEADLINE = 3600.0  # a variant's engine start
+CLIENT_DEADLINE = 6 * 3600.0
 LOG_TAIL_LINES = 2000
-CRASH_RESTARTS = int(os.environ.get("SPECDEPLOY_BENCH_CRASH_RESTARTS", "3"))  # a variant container failing this often fails the benchmark
+CRASH_RESTARTS = 3  # a variant container failing this often fails the benchmark
+
+
+@dataclass(frozen=True)
+class BenchDeadlines:
+    """A running benchmark's poll period and deadlines (settings.OperatorSettings.bench)."""
+
+    poll_seconds: float = POLL_SECONDS
+    ready_seconds: float = READY_DEADLINE  # a variant's engine becoming Ready, from its Deployment's creation
+    client_seconds: float = CLIENT_DEADLINE  # the client Job, from its creation
+    crash_restarts: int = CRASH_RESTARTS  # a variant container restarting this often fails the benchmark
+
 CHILD_KINDS = ("Job", "Deployment", "Service", "ConfigMap", "NetworkPolicy")  # what _cleanup looks for
 MAX_READS = 64  # observe -> plan rounds of one step (each answers one Need; a bound against a planner bug)
 
 
 class BenchmarkController:
     def __init__(self, kube: Kube, resolver: Resolver, *, deployments: dict | None = None, policy=None, event=None,
-                 workers: int = 2, network_policy: Sequence[str] | None = None):
+                 workers: int = 2, network_policy: Sequence[str] | None = None,
+                 deadlines: BenchDeadlines | None = None):
         self.kube, self.resolver = kube, resolver
+        self.deadlines = deadlines if deadlines is not None else BenchDeadlines()  # the settings' (OperatorSettings.bench)
         # the tenancy policy the reconciler applies (core/policy.py): the deployment as stored and every method drafter
         # pass it before anything is read or created (core/render/gate.py)
         self.policy: TenancyPolicy = policy if policy is not None else TenancyPolicy()
@@ -170,7 +183,8 @@ class BenchmarkController:
         other benchmarks (one at a time per deployment), the settings."""
         ref = ((body.get("spec") or {}).get("deploymentRef") or {}).get("name")
         return View(key, body, now=time.time(), policy=self.policy, network_policy=self.network_policy,
-                    limits=bs.Limits(POLL_SECONDS, READY_DEADLINE, CLIENT_DEADLINE, CRASH_RESTARTS),
+                    limits=bs.Limits(self.deadlines.poll_seconds, self.deadlines.ready_seconds,
+                                     self.deadlines.client_seconds, self.deadlines.crash_restarts),
                     synced=self.deployments_synced is None or self.deployments_synced.is_set(),
                     others=self.bodies, deployment=self.deployments.get((key[0], ref)) if ref else None)
 

@@ -3,53 +3,76 @@
 No handler here does any work itself: each one hands the event body to the Controller,
 whose workers run the one reconcile path. No finalizer is ever needed (children are
 owned and garbage-collected through ownerReferences), so none is added.
+
+What the operator runs with comes in kopf's memo (``memo.settings``, controller/settings.py); the running parts
+it builds at start-up live on ``memo.operator`` (:class:`Operator`), never in module globals.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 
 import kopf
 
 from ..api.crd import API_GROUP, API_VERSION
 from ..core import names as N
-from ..core.policy import POLICY_ENV, TenancyPolicy
 from .. import PLURAL
 from ..api.benchmark import BENCH_PLURAL
 from . import metrics
 from .errors import kopf_errors
 from .kube import Kube, load_api_client
-from .monitor import (DEFAULT_INTERVAL, ENGINE_POD_LABELS, ENGINE_POD_SELECTOR, INTERVAL_ENV, OWNER_SELECTORS,
-                      monitor_for)
-from .leader import LeaderElectionSettings
-from .reconciler import Controller, Settings, engine_network_policy_from_env, pod_monitor_labels_from_env
+from .monitor import ENGINE_POD_LABELS, ENGINE_POD_SELECTOR, OWNER_SELECTORS, monitor_for
+from .reconciler import Controller
 from .resolve import Resolver
+from .settings import OperatorSettings
 
 MANAGED = N.MANAGED_LABELS
-_controller: Controller | None = None
-_webhook = None  # webhooks.WebhookRuntime when --webhook-port is set
-_elector = None  # leader.LeaderElector when --leader-elect is on
-_sync = None  # health.CacheSync
-_health = None  # health.HealthServer when --health-port is set
 
 
-def controller() -> Controller:
-    assert _controller is not None, "operator not started"
-    return _controller
+class Operator:
+    """The running parts of one operator process, held on kopf's memo (``memo.operator``) with what they run with
+    (``memo.settings``, the same object as ``self.settings``): made by controller/main.run before kopf starts, filled
+    by the start-up handler, stopped by the clean-up handler. Every handler reaches them through its ``memo``."""
+
+    def __init__(self, settings: OperatorSettings):
+        self.settings = settings
+        self.identity: str = ""
+        self._controller: Controller | None = None
+        self.webhook = None  # webhooks.WebhookRuntime when the webhook server is on
+        self.elector = None  # leader.LeaderElector when --leader-elect is on
+        self.sync = None  # health.CacheSync
+        self.health = None  # health.HealthServer when --health-port is set
+
+    @property
+    def controller(self) -> Controller:
+        assert self._controller is not None, "operator not started"
+        return self._controller
+
+
+def operator_of(memo) -> Operator:
+    """The memo's Operator; one made from the environment defaults when kopf was started without one (``kopf run``
+    on this module: tests/apiserver, the dev tools)."""
+    op = getattr(memo, "operator", None)
+    if op is None:
+        from .settings import from_env
+
+        settings = getattr(memo, "settings", None) or from_env()
+        op = memo.operator = Operator(settings)
+        memo.settings = settings
+    return op
 
 
 @kopf.on.login()
-def on_login(settings: kopf.OperatorSettings, **kwargs):
+def on_login(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs):
     """Credentials for kopf's own watches: the --kubeconfig file when given, else kopf's default.
 
     kopf's client-based login reads the kubeconfig location the kubernetes library captured
     from KUBECONFIG at import time, so an explicit --kubeconfig would be ignored.
     """
-    path = os.environ.get("SPECDEPLOY_KUBECONFIG")
+    path = operator_of(memo).settings.kubeconfig
     if not path:
-        return kopf.login_via_client(settings=settings, **kwargs)
+        return kopf.login_via_client(settings=settings, memo=memo, **kwargs)
     from kubernetes import client as k8s_client
     from kubernetes import config as k8s_config
 
@@ -89,11 +112,11 @@ class EventsOnlyDiffBase(kopf.DiffBaseStorage):
 WORKER_IDLE_SECONDS = 0.5
 
 
-def configure(settings: kopf.OperatorSettings) -> None:
-    """The operator's kopf settings (start-up)."""
+def configure(settings: kopf.OperatorSettings, watch_timeout: int = 300) -> None:
+    """The operator's kopf settings (start-up); ``watch_timeout``: OperatorSettings.watch_timeout."""
     settings.posting.enabled = False  # the controller posts its own Events, on transitions only
     settings.persistence.diffbase_storage = EventsOnlyDiffBase()
-    settings.watching.server_timeout = int(os.environ.get("SPECDEPLOY_WATCH_TIMEOUT", "300"))
+    settings.watching.server_timeout = int(watch_timeout)
     settings.watching.client_timeout = settings.watching.server_timeout + 30
     settings.networking.request_timeout = 60
     settings.peering.standalone = True
@@ -107,233 +130,228 @@ def configure(settings: kopf.OperatorSettings) -> None:
 
 @kopf.on.startup()
 @kopf_errors
-async def on_startup(settings: kopf.OperatorSettings, **_) -> None:
-    global _controller, _elector, _sync
+async def on_startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
+    await start(operator_of(memo), settings)
+
+
+async def start(op: Operator, kopf_settings: kopf.OperatorSettings) -> None:
+    """Build and start the running parts from ``op.settings``."""
+    from .benchmark import BenchmarkController
     from .health import CacheSync
     from .leader import default_identity, new_elector
 
-    configure(settings)
-    api = load_api_client(os.environ.get("SPECDEPLOY_KUBECONFIG") or None)
-    identity = os.environ.get("SPECDEPLOY_IDENTITY") or default_identity()
+    cfg = op.settings
+    configure(kopf_settings, cfg.watch_timeout)
+    api = load_api_client(cfg.kubeconfig)
+    op.identity = identity = cfg.identity or default_identity(cfg.pod_name)
     api.user_agent = f"specdeploy-operator/{identity}"  # the API server's audit log (and the tests) tell replicas apart
     base = Kube(api, on_write=metrics.count_write)  # unfenced: Lease, webhook TLS upkeep, reads
-    election = LeaderElectionSettings.from_env()
     kube = base
-    if election.enabled:
-        _elector = new_elector(election, identity, user_agent=api.user_agent)
-        kube = base.fenced(_elector.fence())
-    resolver = Resolver(kube, hub_endpoint=os.environ.get("HF_ENDPOINT") or None)
-    _controller = Controller(kube, resolver, Settings(
-        resync_seconds=float(os.environ.get("SPECDEPLOY_RESYNC_SECONDS", "60")),
-        workers=int(os.environ.get("SPECDEPLOY_WORKERS", "4")),
-        capability_ttl=float(os.environ.get("SPECDEPLOY_CAPABILITY_TTL", "60")),
-        policy=TenancyPolicy.from_env(os.environ.get(POLICY_ENV)),
-        pod_monitor_labels=pod_monitor_labels_from_env(),
-        engine_network_policy=engine_network_policy_from_env(),
-    ))
-    from .benchmark import BenchmarkController
-
-    _controller.benchmark_controller = BenchmarkController(kube, resolver, deployments=_controller.bodies,
-                                                 policy=_controller.settings.policy,
-                                                 event=_controller.executor.event,
-                                                 network_policy=_controller.settings.engine_network_policy)
-    interval = float(os.environ.get(INTERVAL_ENV) or DEFAULT_INTERVAL)
-    if interval > 0:  # 0: no acceptance monitoring
-        monitor_for(_controller, interval, kube=base)  # base: reads the engine API key Secret for the canary probe
-    watched = [n for n in (os.environ.get("SPECDEPLOY_WATCH_NAMESPACES") or "").split(",") if n]
-    _sync = CacheSync(base, watched or None, _controller.bodies)
-    _controller.benchmark_controller.deployments_synced = _sync.synced
-    asyncio.get_running_loop().create_task(_sync.run(), name="specdeploy-cache-sync")
-    if _elector is not None:
-        _elector.on_started, _elector.on_stopped = _lead, _controller.follow
-        _elector.start()
+    if cfg.election.enabled:
+        op.elector = new_elector(cfg.election, identity, user_agent=api.user_agent, kubeconfig=cfg.kubeconfig)
+        kube = base.fenced(op.elector.fence())
+    resolver = Resolver(kube, hub_endpoint=cfg.hub_endpoint, inspect_deadline=cfg.inspect_deadline)
+    ctl = op._controller = Controller(kube, resolver, cfg.reconciler)
+    ctl.benchmark_controller = BenchmarkController(kube, resolver, deployments=ctl.bodies, policy=cfg.policy,
+                                                   event=ctl.executor.event,
+                                                   network_policy=cfg.reconciler.engine_network_policy,
+                                                   deadlines=cfg.bench)
+    if cfg.acceptance_interval > 0:  # 0: no acceptance monitoring
+        # base: reads the engine API key Secret for the canary probe
+        monitor_for(ctl, cfg.acceptance_interval, kube=base)
+    op.sync = CacheSync(base, cfg.watched, ctl.bodies)
+    ctl.benchmark_controller.deployments_synced = op.sync.synced
+    asyncio.get_running_loop().create_task(op.sync.run(), name="specdeploy-cache-sync")
+    if op.elector is not None:
+        op.elector.on_started, op.elector.on_stopped = lambda: _lead(op), ctl.follow
+        op.elector.start()
     else:  # a single operator: always the leader
         metrics.LEADER.set(1)
-        _controller.start()
-    await _start_webhook(base, resolver)
-    await _start_health(identity)
-    port = int(os.environ.get("SPECDEPLOY_METRICS_PORT", "0"))
-    if port:
+        ctl.start()
+    await _start_webhook(op, base, resolver)
+    await _start_health(op)
+    if cfg.metrics_port:
         from prometheus_client import start_http_server
 
-        addr = os.environ.get("SPECDEPLOY_METRICS_ADDR") or "127.0.0.1"
-        start_http_server(port, addr=addr, registry=metrics.REGISTRY)
-        logging.getLogger("specdeploy.operator").info("metrics on http://%s:%s/metrics", addr, port)
+        start_http_server(cfg.metrics_port, addr=cfg.metrics_addr, registry=metrics.REGISTRY)
+        logging.getLogger("specdeploy.operator").info("metrics on http://%s:%s/metrics", cfg.metrics_addr,
+                                                      cfg.metrics_port)
     from .webhooks import settle_gc
 
     settle_gc()  # everything start-up allocated is in place (webhooks.settle_gc)
 
 
-async def _lead() -> None:
+async def _lead(op: Operator) -> None:
     """Leadership acquired: reconcile once the caches have synced (a cold cache would re-create children)."""
-    if _sync is not None:
-        await _sync.synced.wait()
-    await controller().lead()
+    if op.sync is not None:
+        await op.sync.synced.wait()
+    await op.controller.lead()
 
 
-async def _start_health(identity: str) -> None:
-    global _health
-    port = os.environ.get("SPECDEPLOY_HEALTH_PORT")
-    if not port:
+async def _start_health(op: Operator) -> None:
+    cfg = op.settings
+    if not cfg.health_port:
         return
     from .health import HealthServer
 
     def checks() -> dict[str, bool]:
-        return {"cachesSynced": _sync is not None and _sync.synced.is_set(),
-                "webhookServing": _webhook is None or _webhook.ready.is_set(),
-                "webhookCaBundle": _webhook is None or not _webhook.ca_mismatches()}
+        return {"cachesSynced": op.sync is not None and op.sync.synced.is_set(),
+                "webhookServing": op.webhook is None or op.webhook.ready.is_set(),
+                "webhookCaBundle": op.webhook is None or not op.webhook.ca_mismatches()}
 
     def details() -> dict:
-        out = {"identity": identity, "leader": _elector.leader if _elector else identity,
-               "leading": _elector.leading if _elector else True}
-        mismatched = _webhook.ca_mismatches() if _webhook is not None else []
+        out = {"identity": op.identity, "leader": op.elector.leader if op.elector else op.identity,
+               "leading": op.elector.leading if op.elector else True}
+        mismatched = op.webhook.ca_mismatches() if op.webhook is not None else []
         if mismatched:  # the API server cannot verify this replica's certificate through these webhooks
             out["caBundleMismatch"] = mismatched
         return out
 
-    _health = HealthServer(int(port), checks, details, addr=os.environ.get("SPECDEPLOY_HEALTH_ADDR") or "127.0.0.1")
-    await _health.start()
+    op.health = HealthServer(cfg.health_port, checks, details, addr=cfg.health_addr)
+    await op.health.start()
 
 
-async def _start_webhook(kube: Kube, resolver: Resolver) -> None:
+async def _start_webhook(op: Operator, kube: Kube, resolver: Resolver) -> None:
     """The admission webhook server (admission.py / webhooks.py), when a port is configured."""
-    global _webhook
-    from .webhooks import OperatorConfigs, WebhookRuntime, WebhookSettings
+    from .webhooks import OperatorConfigs, WebhookRuntime
 
-    ws = WebhookSettings.from_env()
-    if ws.port:
-        watched = [n for n in (os.environ.get("SPECDEPLOY_WATCH_NAMESPACES") or "").split(",") if n]
-        deployments = _controller.bodies if _controller is not None else None  # benchmarks: their deployment as stored
-        _webhook = WebhookRuntime(ws, kube, OperatorConfigs(kube, resolver, watched=watched or None,
-                                                            deployments=deployments))
-        _webhook.start()
+    cfg = op.settings
+    if cfg.webhook.port:
+        # benchmarks are admitted against their deployment as stored
+        deployments = op._controller.bodies if op._controller is not None else None
+        op.webhook = WebhookRuntime(cfg.webhook, kube, OperatorConfigs(kube, resolver, watched=cfg.watched,
+                                                                       deployments=deployments),
+                                    policy=cfg.policy)
+        op.webhook.start()
 
 
 @kopf.on.cleanup()
 @kopf_errors
-async def on_cleanup(**_) -> None:
-    if _controller is not None:
-        await _controller.stop()
-    if _elector is not None:  # after the workers stopped: hand the Lease over at once (client-go ReleaseOnCancel)
-        await _elector.stop(release=True)
-    if _webhook is not None:
-        await _webhook.stop()
-    if _health is not None:
-        await _health.stop()
+async def on_cleanup(memo: kopf.Memo, **_) -> None:
+    op = operator_of(memo)
+    if op._controller is not None:
+        await op._controller.stop()
+    if op.elector is not None:  # after the workers stopped: hand the Lease over at once (client-go ReleaseOnCancel)
+        await op.elector.stop(release=True)
+    if op.webhook is not None:
+        await op.webhook.stop()
+    if op.health is not None:
+        await op.health.stop()
 
 
 @kopf.on.event(API_GROUP, API_VERSION, PLURAL)
 @kopf_errors
-async def on_speculativedeployment(event, **_) -> None:
-    await controller().observe_cr(event.get("type"), event["object"])
+async def on_speculativedeployment(event, memo, **_) -> None:
+    await operator_of(memo).controller.observe_cr(event.get("type"), event["object"])
 
 
 @kopf.on.event("configmaps")
 @kopf_errors
-async def on_configmap(event, **_) -> None:
-    await controller().observe_configmap(event.get("type"), event["object"])
+async def on_configmap(event, memo, **_) -> None:
+    await operator_of(memo).controller.observe_configmap(event.get("type"), event["object"])
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
 @kopf_errors
-async def on_deployment(event, **_) -> None:
-    await controller().observe_child(event.get("type"), {**event["object"], "kind": "Deployment"})
+async def on_deployment(event, memo, **_) -> None:
+    await operator_of(memo).controller.observe_child(event.get("type"), {**event["object"], "kind": "Deployment"})
 
 
 @kopf.on.event("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", labels=MANAGED)
 @kopf_errors
-async def on_leaderworkerset(event, **_) -> None:
-    await controller().observe_child(event.get("type"), {**event["object"], "kind": "LeaderWorkerSet"})
+async def on_leaderworkerset(event, memo, **_) -> None:
+    await operator_of(memo).controller.observe_child(event.get("type"), {**event["object"], "kind": "LeaderWorkerSet"})
 
 
 @kopf.on.event("v1", "services", labels=MANAGED)
 @kopf_errors
-async def on_service(event, **_) -> None:
-    await controller().observe_child(event.get("type"), {**event["object"], "kind": "Service"})
+async def on_service(event, memo, **_) -> None:
+    await operator_of(memo).controller.observe_child(event.get("type"), {**event["object"], "kind": "Service"})
 
 
 @kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=MANAGED)
 @kopf_errors
-async def on_pdb(event, **_) -> None:
-    await controller().observe_child(event.get("type"), {**event["object"], "kind": "PodDisruptionBudget"})
+async def on_pdb(event, memo, **_) -> None:
+    await operator_of(memo).controller.observe_child(event.get("type"),
+                                                     {**event["object"], "kind": "PodDisruptionBudget"})
 
 
 @kopf.on.event("networking.k8s.io", "v1", "networkpolicies", labels=MANAGED)
 @kopf_errors
-async def on_networkpolicy(event, **_) -> None:
-    await controller().observe_child(event.get("type"), {**event["object"], "kind": "NetworkPolicy"})
+async def on_networkpolicy(event, memo, **_) -> None:
+    await operator_of(memo).controller.observe_child(event.get("type"), {**event["object"], "kind": "NetworkPolicy"})
 
 
 @kopf.on.event("monitoring.coreos.com", "v1", "podmonitors", labels=MANAGED)
 @kopf_errors
-async def on_podmonitor(event, **_) -> None:
-    await controller().observe_child(event.get("type"), {**event["object"], "kind": "PodMonitor"})
+async def on_podmonitor(event, memo, **_) -> None:
+    await operator_of(memo).controller.observe_child(event.get("type"), {**event["object"], "kind": "PodMonitor"})
 
 
 @kopf.on.event("v1", "pods", labels=ENGINE_POD_LABELS)
 @kopf_errors
-async def on_engine_pod(event, **_) -> None:
+async def on_engine_pod(event, memo, **_) -> None:
     # the acceptance monitor's target cache (ready engine pods); never a reconcile by itself
-    monitor = controller().monitor
+    monitor = operator_of(memo).controller.monitor
     if monitor is not None:
         monitor.observe_pod(event.get("type"), event["object"])
 
 
 @kopf.on.event("apps", "v1", "replicasets", labels=ENGINE_POD_LABELS)
 @kopf_errors
-async def on_engine_replicaset(event, **_) -> None:
+async def on_engine_replicaset(event, memo, **_) -> None:
     # an engine pod's owner: the monitor trusts a pod through its ReplicaSet's uid, never its labels alone
-    on_engine_owner(event, "ReplicaSet")
+    on_engine_owner(event, "ReplicaSet", memo)
 
 
 @kopf.on.event("apps", "v1", "statefulsets", labels={N.LWS_NAME_LABEL: kopf.PRESENT})
 @kopf_errors
-async def on_lws_statefulset(event, **_) -> None:
+async def on_lws_statefulset(event, memo, **_) -> None:
     # a multi-node leader pod's owner (the LeaderWorkerSet controller's StatefulSet)
-    on_engine_owner(event, "StatefulSet")
+    on_engine_owner(event, "StatefulSet", memo)
 
 
-def on_engine_owner(event, kind: str) -> None:
-    monitor = controller().monitor
+def on_engine_owner(event, kind: str, memo) -> None:
+    monitor = operator_of(memo).controller.monitor
     if monitor is not None:
         monitor.observe_owner(event.get("type"), {**event["object"], "kind": kind})
 
 
 @kopf.on.event("batch", "v1", "jobs", labels={**MANAGED, N.LABEL_COMPONENT: N.COMPONENT_TUNING})
 @kopf_errors
-async def on_tuning_job(event, **_) -> None:
+async def on_tuning_job(event, memo, **_) -> None:
     # the tuning Job's progress (its result becomes the tuned-kernels ConfigMap)
-    await controller().observe_child(event.get("type"), {**event["object"], "kind": "Job"})
+    await operator_of(memo).controller.observe_child(event.get("type"), {**event["object"], "kind": "Job"})
 
 
 @kopf.on.event("batch", "v1", "jobs", labels={**MANAGED, N.LABEL_COMPONENT: N.COMPONENT_INSPECTOR})
 @kopf_errors
-async def on_inspector_job(event, **_) -> None:
+async def on_inspector_job(event, memo, **_) -> None:
     # an inspector finishing is a reason to reconcile its owner; it is not a managed child
     body = event["object"]
     meta = body.get("metadata") or {}
     for ref in meta.get("ownerReferences") or []:
         key = (meta.get("namespace") or "default", ref.get("name"))
-        if ref.get("kind") == "SpeculativeDeployment" and key in controller().bodies:
-            await controller().queue.add(key)
+        if ref.get("kind") == "SpeculativeDeployment" and key in operator_of(memo).controller.bodies:
+            await operator_of(memo).controller.queue.add(key)
 
 
 @kopf.on.event(API_GROUP, API_VERSION, BENCH_PLURAL)
 @kopf_errors
-async def on_speculativebenchmark(event, **_) -> None:
+async def on_speculativebenchmark(event, memo, **_) -> None:
     # one watch, two readers: spec.speculation.guard.fromBenchmark reads the benchmarks' recommendation
     # (watch-fed: an idle reconcile reads nothing), and the benchmark controller runs them
-    await controller().observe_benchmark(event.get("type"), event["object"])
-    benchmarks = controller().benchmark_controller
+    await operator_of(memo).controller.observe_benchmark(event.get("type"), event["object"])
+    benchmarks = operator_of(memo).controller.benchmark_controller
     if benchmarks is not None:
         await benchmarks.observe(event.get("type"), event["object"])
 
 
 @kopf.on.event("batch", "v1", "jobs", labels={**MANAGED, N.LABEL_COMPONENT: N.COMPONENT_BENCH_CLIENT})
 @kopf_errors
-async def on_bench_client_job(event, **_) -> None:
+async def on_bench_client_job(event, memo, **_) -> None:
     # a client Job finishing is the benchmark's next step
-    benchmarks = controller().benchmark_controller
+    benchmarks = operator_of(memo).controller.benchmark_controller
     if benchmarks is not None and event.get("type") != "DELETED":
         await benchmarks.observe_job(event["object"])
 

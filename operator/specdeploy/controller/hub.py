@@ -81,7 +81,11 @@ class HubResolutionError(SpecdeployError):
 
 def resolve_endpoint(endpoint: str | None = None) -> str:
     """The hub endpoint a fetch would use: ``endpoint``, else ``HF_ENDPOINT`` now, else huggingface.co."""
-    return (endpoint or os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+    if not endpoint:
+        from .settings import hub_endpoint_now  # the one reader of the environment
+
+        endpoint = hub_endpoint_now()
+    return (endpoint or DEFAULT_ENDPOINT).rstrip("/")
 
 
 ANONYMOUS = "anonymous"

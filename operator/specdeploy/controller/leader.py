@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import random
 import socket
 import threading
@@ -40,36 +39,18 @@ LEASE_LABELS = {N.LABEL_PART_OF: N.MANAGED_BY, N.LABEL_COMPONENT: N.COMPONENT_LE
 
 @dataclass(frozen=True)
 class LeaderElectionSettings:
-    """What ``operator run --leader-elect`` hands to the handlers (through the environment)."""
+    """``operator run --leader-elect`` and its Lease flags (settings.OperatorSettings.election)."""
 
     enabled: bool = False
     namespace: str = ""
     name: str = L.LEASE_NAME
     timing: L.LeaseTiming = L.DEFAULT_TIMING
 
-    ENV = "SPECDEPLOY_LEADER_ELECTION_"
 
-    def to_env(self) -> dict[str, str]:
-        e = self.ENV
-        return {f"{e}ENABLED": "1" if self.enabled else "", f"{e}NAMESPACE": self.namespace, f"{e}NAME": self.name,
-                f"{e}LEASE_DURATION": f"{self.timing.lease_duration:g}",
-                f"{e}RENEW_DEADLINE": f"{self.timing.renew_deadline:g}",
-                f"{e}RETRY_PERIOD": f"{self.timing.retry_period:g}"}
-
-    @classmethod
-    def from_env(cls, env=None) -> "LeaderElectionSettings":
-        env = os.environ if env is None else env
-        e, d = cls.ENV, L.DEFAULT_TIMING
-        return cls(enabled=bool(env.get(f"{e}ENABLED")), namespace=env.get(f"{e}NAMESPACE") or "",
-                   name=env.get(f"{e}NAME") or L.LEASE_NAME,
-                   timing=L.LeaseTiming(float(env.get(f"{e}LEASE_DURATION") or d.lease_duration),
-                                        float(env.get(f"{e}RENEW_DEADLINE") or d.renew_deadline),
-                                        float(env.get(f"{e}RETRY_PERIOD") or d.retry_period)))
-
-
-def default_identity() -> str:
-    """POD_NAME (the chart sets it from the downward API), else the host name; plus a unique suffix."""
-    base = os.environ.get("POD_NAME") or socket.gethostname() or "specdeploy"
+def default_identity(pod_name: str | None = None) -> str:
+    """POD_NAME (the chart sets it from the downward API; settings.OperatorSettings.pod_name), else the host name;
+    plus a unique suffix."""
+    base = pod_name or socket.gethostname() or "specdeploy"
     return f"{base}_{uuid.uuid4().hex[:8]}"
 
 
@@ -78,7 +59,7 @@ def new_elector(settings: LeaderElectionSettings, identity: str, *, user_agent: 
     """An elector on its own API client and threads: renewals never wait behind the reconciler's requests."""
     from concurrent.futures import ThreadPoolExecutor
 
-    api = load_api_client(kubeconfig or os.environ.get("SPECDEPLOY_KUBECONFIG") or None)
+    api = load_api_client(kubeconfig or None)
     api.user_agent = user_agent
     kube = Kube(api, executor=ThreadPoolExecutor(2, thread_name_prefix="specdeploy-lease"))
     return LeaderElector(kube, settings.namespace, identity, name=settings.name, timing=settings.timing)

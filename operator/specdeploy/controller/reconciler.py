@@ -13,12 +13,9 @@ the children, referenced ConfigMaps) so that an idle reconcile makes no reads ei
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import os
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..api.types import Resolved
 from ..api.validation import INVALID_SPEC, problems_message, validate
@@ -49,39 +46,6 @@ class Settings:
     pod_monitor_labels: dict[str, str] = field(default_factory=dict)  # extra labels on every PodMonitor
     # a NetworkPolicy per SpeculativeDeployment (None: none): the namespaces besides the CR's that reach its engines
     engine_network_policy: tuple[str, ...] | None = None
-
-
-POD_MONITOR_LABELS_ENV = "SPECDEPLOY_POD_MONITOR_LABELS"  # chart value podMonitor.labels, as a JSON object
-# chart value engineNetworkPolicy (operator flags --engine-network-policy, --engine-ingress-namespace): unset, no
-# NetworkPolicy; else a comma-separated list (maybe empty) of the namespaces besides the CR's own and the operator's
-ENGINE_NETWORK_POLICY_ENV = "SPECDEPLOY_ENGINE_NETWORK_POLICY"
-
-
-def engine_network_policy_from_env(env: Any = None) -> tuple[str, ...] | None:
-    """The namespaces whose pods may reach engine pods besides the CR's own, the operator's among them; None: the
-    operator renders no NetworkPolicy."""
-    env = os.environ if env is None else env
-    text = env.get(ENGINE_NETWORK_POLICY_ENV)
-    if text is None:
-        return None
-    own = env.get("SPECDEPLOY_OPERATOR_NAMESPACE") or env.get("POD_NAMESPACE")
-    listed = [n for n in text.split(",") if n]
-    return tuple(sorted(set(listed + ([own] if own else []))))
-
-
-def pod_monitor_labels_from_env(env: Any = None) -> dict[str, str]:
-    """The extra PodMonitor labels the chart hands over (a JSON object of strings); a bad value stops start-up."""
-    text = (os.environ if env is None else env).get(POD_MONITOR_LABELS_ENV) or ""
-    if not text:
-        return {}
-    try:
-        labels = json.loads(text)
-    except ValueError:
-        labels = None
-    if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
-        raise ValueError(f"{POD_MONITOR_LABELS_ENV} must be a JSON object of string labels (chart value "
-                         f"podMonitor.labels), got {text!r}")
-    return labels
 
 
 @dataclass

@@ -12,7 +12,6 @@ import base64
 import binascii
 import gzip
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from specdeploy.core.errors import SpecdeployError
 
 HUB_BRANCH_TTL = 900.0  # a branch or tag is re-resolved after this many seconds
 # an inspector Job not finished this long after its creation is deleted and the resolution says so
-INSPECT_DEADLINE = float(os.environ.get("SPECDEPLOY_INSPECT_SECONDS", "900"))
+INSPECT_DEADLINE = 900.0  # the PVC inspector Job (settings.OperatorSettings.inspect_deadline)
 INSPECT_RETRY = 300.0  # then a new inspector starts after this many seconds
 # the resolver's caches (docs/concepts/security.md "Bounded memory"): entries, and bytes the entries keep alive
 PARSED_ENTRIES, PARSED_BYTES = 256, 24 * memo.MiB
@@ -86,8 +85,10 @@ def _pinned(revision: str | None) -> bool:
 class Resolver:
     """Resolves configs for the reconciler; caches hub results by (repo, revision, credential)."""
 
-    def __init__(self, kube: Kube, hub_fetch=None, hub_endpoint: str | None = None, clock=time.monotonic):
+    def __init__(self, kube: Kube, hub_fetch=None, hub_endpoint: str | None = None, clock=time.monotonic,
+                 inspect_deadline: float = INSPECT_DEADLINE):
         self.kube = kube
+        self.inspect_deadline = inspect_deadline
         self.hub_fetch = hub_fetch
         self.hub_endpoint = hub_endpoint
         self.clock = clock
@@ -226,10 +227,10 @@ class Resolver:
         st = job.get("status") or {}
         if not st.get("succeeded") and not st.get("failed"):
             age = age_seconds((job.get("metadata") or {}).get("creationTimestamp"))
-            if age > INSPECT_DEADLINE:  # never scheduled, or stuck: a clear verdict, then a fresh Job later
+            if age > self.inspect_deadline:  # never scheduled, or stuck: a clear verdict, then a fresh Job later
                 await self.kube.delete("Job", ns, name)
                 raise ResolutionError("InspectionTimedOut", f"Job {ns}/{name} did not finish within "
-                                      f"{INSPECT_DEADLINE:.0f}s of its creation (PVC {src.pvc.claim_name} not "
+                                      f"{self.inspect_deadline:.0f}s of its creation (PVC {src.pvc.claim_name} not "
                                       "mountable, no node to run it?); it was deleted and a new one starts in "
                                       f"{INSPECT_RETRY:.0f}s; see kubectl get events", delay=INSPECT_RETRY)
             raise ResolutionError("InspectionPending", f"Job {ns}/{name} has not finished", delay=5)

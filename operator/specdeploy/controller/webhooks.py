@@ -26,7 +26,6 @@ import dataclasses
 import gc
 import json
 import logging
-import os
 import re
 import ssl
 from dataclasses import dataclass, field
@@ -90,42 +89,6 @@ class WebhookSettings:
     # callers without a verified certificate complete the handshake and are answered from their object alone
     # (the API server presents none unless configured to); False: they are refused at the handshake
     client_optional: bool = False
-
-    ENV = "SPECDEPLOY_WEBHOOK_"
-
-    def to_env(self) -> dict[str, str]:
-        """What ``operator run`` hands to the handlers (the two periods are tuning knobs read from the env only)."""
-        e = self.ENV
-        out = {f"{e}PORT": str(self.port), f"{e}ADDR": self.addr, f"{e}SECRET": self.secret,
-               f"{e}SERVICES": ",".join(self.services)}
-        out[f"{e}CERT_DIR"] = self.cert_dir or ""
-        out[f"{e}CONFIGURATION"] = self.configuration or ""
-        out["SPECDEPLOY_OPERATOR_NAMESPACE"] = self.namespace or ""
-        out[f"{e}CLIENT_CA"] = self.client_ca or ""
-        out[f"{e}CLIENT_NAMES"] = ",".join(self.client_names)
-        out[f"{e}CLIENT_CA_FROM_CLUSTER"] = "1" if self.client_ca_from_cluster else ""
-        out[f"{e}CLIENT_OPTIONAL"] = "1" if self.client_optional else ""
-        return out
-
-    @classmethod
-    def from_env(cls, env: Any = None) -> "WebhookSettings":
-        env = os.environ if env is None else env
-        e = cls.ENV
-        return cls(
-            port=int(env.get(f"{e}PORT") or 0),
-            addr=env.get(f"{e}ADDR") or "",
-            cert_dir=env.get(f"{e}CERT_DIR") or None,
-            services=[s for s in (env.get(f"{e}SERVICES") or "").split(",") if s],
-            secret=env.get(f"{e}SECRET") or DEFAULT_SECRET,
-            configuration=env.get(f"{e}CONFIGURATION") or None,
-            namespace=env.get("SPECDEPLOY_OPERATOR_NAMESPACE") or env.get("POD_NAMESPACE") or None,
-            resync_seconds=float(env.get(f"{e}RESYNC_SECONDS") or 300),
-            cert_check_seconds=float(env.get(f"{e}CERT_CHECK_SECONDS") or 60),
-            client_ca=env.get(f"{e}CLIENT_CA") or None,
-            client_names=[s for s in (env.get(f"{e}CLIENT_NAMES") or "").split(",") if s],
-            client_ca_from_cluster=bool(env.get(f"{e}CLIENT_CA_FROM_CLUSTER")),
-            client_optional=bool(env.get(f"{e}CLIENT_OPTIONAL")),
-        )
 
     @property
     def verifies_clients(self) -> bool:
@@ -524,14 +487,16 @@ class WebhookServer:
     """POST /validate and /mutate (AdmissionReview v1), GET /healthz; HTTPS with the given context."""
 
     def __init__(self, *, lookup: Any, ssl_context: ssl.SSLContext | None, addr: str = "", port: int = DEFAULT_PORT,
-                 max_body: int | None = None, limits: ServerLimits | None = None, client_names: Any = ()):
+                 max_body: int | None = None, limits: ServerLimits | None = None, client_names: Any = (),
+                 policy: Any = None):
         self.lookup = lookup
         # with a client CA on ssl_context (certs.require_client_certs): the names a caller's certificate must
         # carry (CN or DNS SAN); empty: any certificate the CA signed
         self.client_names = frozenset(client_names)
-        from ..core.policy import POLICY_ENV, TenancyPolicy
+        from ..core.policy import TenancyPolicy
 
-        self.policy = TenancyPolicy.from_env(os.environ.get(POLICY_ENV))
+        # the operator's tenancy policy (settings.OperatorSettings.policy; None: the defaults)
+        self.policy = policy if policy is not None else TenancyPolicy()
         self.ssl_context = ssl_context
         self.addr = addr
         self.port = port
@@ -684,13 +649,20 @@ class WebhookServer:
 class WebhookRuntime:
     """Runs in the operator: gets TLS ready, serves, keeps the certificate and caBundle current."""
 
+    def new_server(self, client_names: Any) -> "WebhookServer":
+        """The server this runtime serves: its settings' address and port, its TLS context, its policy."""
+        s = self.settings
+        return WebhookServer(lookup=self.lookup, ssl_context=self.ctx, addr=s.addr, port=s.port,
+                             client_names=client_names, policy=self.policy)
+
     BIND_RETRY = 10.0
     RETRY_MIN = 1.0  # caBundle patch / configuration watch retries: 1 s doubling to 30 s
     RETRY_MAX = 30.0
     WATCH_SECONDS = 300.0  # one watch request's timeoutSeconds
 
-    def __init__(self, settings: WebhookSettings, kube: Kube | None, lookup: Any):
+    def __init__(self, settings: WebhookSettings, kube: Kube | None, lookup: Any, policy: Any = None):
         self.settings = settings
+        self.policy = policy  # the tenancy policy its server admits with (None: the defaults)
         self.kube = kube
         self.lookup = lookup
         self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -741,8 +713,7 @@ class WebhookRuntime:
                 log.error("webhook TLS: cannot load the client CA from %s (%s); not serving until it loads",
                           self._ca_source(), e)
                 await asyncio.sleep(self.BIND_RETRY)
-        self.server = WebhookServer(lookup=self.lookup, ssl_context=self.ctx, addr=s.addr, port=s.port,
-                                    client_names=names)
+        self.server = self.new_server(names)
         while True:
             try:
                 await self.server.start()

@@ -3,7 +3,7 @@
 Whoever may create a SpeculativeDeployment gets the operator's ServiceAccount to create pods
 for them. Without a policy that would let them run any image, under any ServiceAccount of the
 namespace, with any Secret key as ``HF_TOKEN``, mounting any claim. The policy narrows each to
-what an administrator allowed (chart values -> operator flags -> ``SPECDEPLOY_POLICY``):
+what an administrator allowed (chart values -> operator flags -> ``OperatorSettings.policy``):
 
 | what | spec field | allowed by (chart value / operator flag) | default |
 |---|---|---|---|
@@ -49,7 +49,6 @@ from .engines import RUNTIME_IMAGE_REPO
 from .findings import Finding, Severity, Source
 from .memo import MiB, bounded
 
-POLICY_ENV = "SPECDEPLOY_POLICY"
 CONTROL_PLANE_KEYS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
 SYSTEM_PRIORITY_PREFIX = "system-"
 DEFAULT_TOKEN_SECRET_KEYS = ("token",)
