@@ -340,11 +340,12 @@ def test_unexpected_exceptions_are_mapped(fetch, monkeypatch):
 # ---- endpoint selection -------------------------------------------------------------------------------------
 
 
-def test_hf_endpoint_read_at_call_time(hub, tmp_path, monkeypatch):
-    import huggingface_hub  # noqa: F401 - imported before HF_ENDPOINT is set
+def test_hf_endpoint_comes_from_the_operators_settings(hub, tmp_path):
+    """HF_ENDPOINT is read once, by controller/settings.py (the chart's hub.endpoint), and handed to every fetch."""
+    from specdeploy.controller.settings import from_env
 
-    monkeypatch.setenv("HF_ENDPOINT", hub + "/")
-    got = fetch_config("org/model", cache_dir=str(tmp_path))
+    endpoint = from_env({"HF_ENDPOINT": hub + "/"}).hub_endpoint
+    got = fetch_config("org/model", cache_dir=str(tmp_path), endpoint=endpoint)
     assert got.commit == MAIN and hub.server.count("HEAD") == 2
 
 

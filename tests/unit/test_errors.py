@@ -47,6 +47,7 @@ TABLE: dict[str, tuple[bool, float | None] | str] = {
     "specdeploy.core.tuning.NotMoE": (False, None),
     "specdeploy.core.tuning.UnsupportedShape": (False, None),
     "specdeploy.core.safejson.JsonLimitError": (False, None),
+    "specdeploy.controller.settings.SettingsError": (False, None),  # an unusable environment default: exit 2
     # the pod runtime: the process exits non-zero with the message; the kubelet or the Job is what retries
     "specdeploy_runtime.benchruns.BenchError": (False, None),
     "specdeploy_runtime.hubfiles.HubFetchError": (False, None),

@@ -80,11 +80,13 @@ class HubResolutionError(SpecdeployError):
 
 
 def resolve_endpoint(endpoint: str | None = None) -> str:
-    """The hub endpoint a fetch would use: ``endpoint``, else ``HF_ENDPOINT`` now, else huggingface.co."""
+    """The hub endpoint a fetch uses: ``endpoint`` (the operator's: OperatorSettings.hub_endpoint, read from
+    HF_ENDPOINT once by controller/settings.py and handed to the Resolver), else huggingface_hub's own (its
+    HF_ENDPOINT as the library read it at import), else huggingface.co."""
     if not endpoint:
-        from .settings import hub_endpoint_now  # the one reader of the environment
+        from huggingface_hub import constants
 
-        endpoint = hub_endpoint_now()
+        endpoint = constants.ENDPOINT
     return (endpoint or DEFAULT_ENDPOINT).rstrip("/")
 
 

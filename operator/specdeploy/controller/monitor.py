@@ -96,7 +96,7 @@ Key = tuple[str, str]  # (namespace, SpeculativeDeployment name)
 INSTANCE = N.LABEL_INSTANCE
 ENGINE_POD_LABELS = {N.LABEL_MANAGED_BY: N.MANAGED_BY, N.LABEL_COMPONENT: N.COMPONENT_ENGINE}
 ENGINE_POD_SELECTOR = N.selector(ENGINE_POD_LABELS)
-DEFAULT_INTERVAL = 30.0
+DEFAULT_INTERVAL = acc.DEFAULT_MONITOR_INTERVAL
 INTERVAL_ENV = "SPECDEPLOY_ACCEPTANCE_INTERVAL"
 SCRAPE_FAILED_TICKS = 3  # ticks in a row without any answer before SpeculationHealthy is Unknown ScrapeFailed
 # A pod's controller kind -> the kind of that controller's controller, which must be one of the deployment's

@@ -16,9 +16,10 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Mapping
 
+from ..core.acceptance import DEFAULT_MONITOR_INTERVAL as DEFAULT_INTERVAL
+from ..core.errors import Permanent
 from .benchmark import BenchDeadlines
 from .leader import LeaderElectionSettings
-from .monitor import DEFAULT_INTERVAL
 from .reconciler import Settings
 from .resolve import INSPECT_DEADLINE
 from .webhooks import WebhookSettings
@@ -57,7 +58,7 @@ INTERVAL_ENV = "SPECDEPLOY_ACCEPTANCE_INTERVAL"
 WEBHOOK_PORT_ENV = "SPECDEPLOY_WEBHOOK_PORT"
 
 
-class SettingsError(ValueError):
+class SettingsError(Permanent, ValueError):
     """An environment default that cannot be used: the message names the variable and the fix."""
 
 
@@ -187,8 +188,3 @@ def webhook_port_default(env: Mapping[str, str] | None = None, default: int = 94
     except ValueError:
         return default
 
-
-def hub_endpoint_now() -> str | None:
-    """HF_ENDPOINT as the environment says now: the hub fetch's default when it is given no endpoint
-    (controller/hub.py resolve_endpoint; huggingface_hub reads it too)."""
-    return os.environ.get("HF_ENDPOINT") or None

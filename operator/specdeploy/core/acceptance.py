@@ -103,6 +103,7 @@ OP_REGRESSION_FRACTION = "specdeploy_acceptance_regression_fraction"
 OP_GUARD_MAX_CONCURRENCY = "specdeploy_guard_max_concurrency"
 
 # ----------------------------------------------------------------- health thresholds
+DEFAULT_MONITOR_INTERVAL = 30.0  # seconds between the acceptance monitor's rounds (chart acceptanceIntervalSeconds)
 DEFAULT_MIN_LENGTH = 1.5  # tau below this: AcceptanceCollapsed
 CLIFF_HIGH = 0.30  # a position at or above this is "healthy"
 CLIFF_LOW = 0.05  # a position below this is "near zero"
