@@ -34,7 +34,7 @@ def test_bash_sources_it_and_registers_the_completion():
 def test_it_completes_commands_options_and_choices():
     assert "rollout" in complete("") and "completion" in complete("")
     assert complete("rollout", "st") == ["status"]
-    assert complete("dev", "bench", "") == ["core", "operator"]
+    assert complete("dev", "bench", "") == ["core", "operator", "memory"]
     assert complete("check", "--engine", "") == ["sglang", "vllm"]
     assert set(complete("check", "--method", "")) >= {"dflash", "dflash2", "dspark", "eagle3", "mtp", "ngram"}
     assert complete("rollout", "status", "qwen3", "-o", "") == ["text", "json", "yaml"]

@@ -210,10 +210,11 @@ def test_status_resolved_carries_the_memory_figures():
     # round(75168.7 / 91552.7, 3) = 0.821; pool = 8 x 0.821 x 96e9 - weights (the estimates, bounded by hand in
     # test_weights.py: target 594,203,246,592 + drafter 6,958,350,336) = 29,366,403,072 bytes; one sequence
     # (concurrency 1) at 562176 (MLA) + 24576 (6 draft layers x 2 x 8 x 128 x 2) = 586752 B/token:
-    # floor(29,366,403,072 / 586752) = 50049 tokens, both the capacity and the largest context
+    # floor(29,366,403,072 / 586752) = 50049 tokens of capacity; the largest context is at most the served context
+    # (the example's maxModelLen 49152: a longer request is refused by the engine whatever the pool holds)
     assert want.target_weight_bytes == 594_203_246_592 and want.drafter_weight_bytes == 6_958_350_336
     assert got["kvPoolGiB"] == round(29_366_403_072 / GIB, 1)
-    assert got["largestContext"] == 50049 and got["capacityTokens"] == 50049
+    assert got["capacityTokens"] == 50049 and got["largestContext"] == 49152
 
 
 def test_absurd_contexts_get_no_figures_and_never_overflow():

@@ -58,10 +58,11 @@ def test_sglang_pool_of_a_real_config_by_hand():
 
 def test_vllm_pool_capacity_and_largest_context_by_hand():
     """vLLM: 0.92 x 80e9 - 2 GiB - weights = 52,974,510,080 B; 16 running sequences of C tokens fit while
-    16 x 167936 x C <= pool: C = 19715; one sequence: 315444 (the capacity at the served context, too)."""
+    16 x 167936 x C <= pool: C = 19715; one sequence: 315444 tokens fit (the capacity), but the largest context is
+    at most the served context, Qwen3-8B's max_position_embeddings 40960 (the engine refuses a longer request)."""
     _, m = _memory("vllm", concurrency=16)
     assert m.pool_bytes == 0.92 * 80e9 - 2 * 2**30 - WEIGHTS == 52_974_510_080
-    assert m.largest_context() == 19715 and m.largest_context(1) == 315444 == m.capacity_tokens
+    assert m.largest_context() == 19715 and m.capacity_tokens == 315444 and m.largest_context(1) == 40960
     assert m.to_dict()["largestContext"] == 19715
 
 
