@@ -63,7 +63,7 @@ def test_artifacthub_annotations_follow_the_crds_and_the_image():
     (image,) = yaml.safe_load(ann["artifacthub.io/images"])
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     assert image["image"] == f"{values['image']['repository']}:{CHART_YAML['appVersion']}"
-    assert ann["artifacthub.io/license"] == tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["license"]["text"]
+    assert ann["artifacthub.io/license"] == tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["license"]
     assert ann["artifacthub.io/operator"] == "true"
     for link in yaml.safe_load(ann["artifacthub.io/links"]):
         rel = link["url"].split("/blob/main/", 1)[1]

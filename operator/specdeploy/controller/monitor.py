@@ -87,7 +87,7 @@ from . import status as st
 from .canary import CanaryAnalysis, canary_name, of_revision
 from .pods import controller_of, http_port, is_ready, pod_revision, pod_track, slim
 from .reports import AcceptanceReport, Admission, CanaryReport, Reports
-from .scrape import SCRAPE_CONCURRENCY, ScrapeRejected, engine_series, parse_pool, read_bounded
+from .scrape import SCRAPE_CONCURRENCY, ScrapeRejected, engine_series, new_parse_pool, read_bounded
 from .status import now_rfc3339
 
 log = logging.getLogger("specdeploy.monitor")
@@ -285,6 +285,7 @@ class AcceptanceMonitor:
         self.clock, self.now = clock, now
         self._fetch = fetch
         self._session = None  # aiohttp.ClientSession, made on the first default fetch
+        self._parse_pool = None  # scrape.new_parse_pool(), made on the first scrape, shut down by close
         self.targets: dict[tuple[str, str], Target] = {}  # (namespace, pod) -> target: the watch-fed cache
         self._prev: dict[str, tuple[str, float]] = {}  # pod uid -> (last scrape text, clock)
         self._series: dict[Key, tuple[tuple[str, ...], int]] = {}  # key -> (labels, positions) exported
@@ -391,6 +392,14 @@ class AcceptanceMonitor:
         if self._session is not None:
             await self._session.close()
             self._session = None
+        if self._parse_pool is not None:
+            self._parse_pool.shutdown(wait=False)
+            self._parse_pool = None
+
+    def _pool(self):
+        if self._parse_pool is None:
+            self._parse_pool = new_parse_pool()
+        return self._parse_pool
 
     async def fetch(self, url: str, timeout: float) -> bytes | bytearray | str:
         """The body of ``url``, at most MAX_METRICS_BYTES (read_bounded); raises on any failure."""
@@ -410,7 +419,7 @@ class AcceptanceMonitor:
         """(target, the engine's series as text, None) or (target, None, why the scrape failed)."""
         try:
             body = await self.fetch(t.url, self.timeout)
-            return t, await asyncio.get_running_loop().run_in_executor(parse_pool(), engine_series, body), None
+            return t, await asyncio.get_running_loop().run_in_executor(self._pool(), engine_series, body), None
         except asyncio.CancelledError:
             raise
         except ScrapeRejected as e:

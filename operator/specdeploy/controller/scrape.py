@@ -1,14 +1,13 @@
 """Bounded scrapes: what the acceptance monitor reads of an engine's /metrics, and at what cost at most.
 
 A scrape reads at most ``MAX_METRICS_BYTES`` of a body (``read_bounded``; more is a failed scrape, read no
-further) and picks the engine's series out of it off the event loop (``engine_series`` in ``parse_pool``, a small
+further) and picks the engine's series out of it off the event loop (``engine_series`` in the monitor's ``new_parse_pool``, a small
 thread pool): the lines named ``vllm:*``, ``sglang:*`` and ``process_start_time_seconds``, at most
 ``MAX_ENGINE_SERIES``; only those are kept and parsed (core/acceptance, core/rollout).
 """
 
 from __future__ import annotations
 
-import functools
 import re
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -73,7 +72,7 @@ def engine_series(body: bytes | bytearray | str) -> str:
     return b"\n".join(out).decode("utf-8", errors="replace")
 
 
-@functools.cache
-def parse_pool() -> ThreadPoolExecutor:
-    """The threads ``engine_series`` runs in (one pool per process, made on first use)."""
+def new_parse_pool() -> ThreadPoolExecutor:
+    """The threads ``engine_series`` runs in: one pool per monitor (made on its first scrape, shut down by its
+    close), at most PARSE_THREADS bodies picked at once."""
     return ThreadPoolExecutor(max_workers=PARSE_THREADS, thread_name_prefix="specdeploy-metrics")
