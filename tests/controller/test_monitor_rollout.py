@@ -16,7 +16,7 @@ from specdeploy.controller import metrics
 from specdeploy.controller import monitor as mon
 from specdeploy.controller.monitor import ENGINE_POD_LABELS, canary_health, pod_target
 from specdeploy.controller.reconciler import Controller, Settings
-from specdeploy.core import rollout as ro
+from specdeploy.core.rollout import canary as ro
 from specdeploy.core.names import REVISION_ANNOTATION, TRACK_CANARY, TRACK_LABEL
 from specdeploy.core.policy import TenancyPolicy
 from specdeploy_dev.engine_standin import EngineStandin

@@ -32,7 +32,7 @@ MAX_CONCURRENCY = 1024
 MAX_POINTS = 64  # points over every variant: each is a client run on a live engine
 DRAFT_ATTENTION_BACKENDS = ("flashinfer", "fa3", "fa4", "triton", "trtllm_mha")
 BUNDLED_PROMPT_SETS = ("code", "chat")
-BUNDLED_REQUEST_SETS = ("tool-call", "structured-output")  # core/benchprompts.BUNDLED_REQUESTS
+BUNDLED_REQUEST_SETS = ("tool-call", "structured-output")  # core/bench/prompts.BUNDLED_REQUESTS
 
 SpecTokens = Annotated[StrictInt, Field(ge=1, le=MAX_BLOCK_SIZE - 1)]
 ContextLength = Annotated[StrictInt, Field(ge=1, le=MAX_CONTEXT)]

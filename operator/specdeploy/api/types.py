@@ -14,8 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, m
 from pydantic.alias_generators import to_camel
 
 from .. import KIND
-from ..core import baseline, engines, gpus, methods
-from ..core.rollout import DEFAULT_DEADLINE, DEFAULT_WINDOW
+from ..core import engines, gpus, methods
+from ..core.rollout import baseline
+from ..core.rollout.canary import DEFAULT_DEADLINE, DEFAULT_WINDOW
 from ..core.checker import MAX_BLOCK_SIZE, Options, model_reference_problem
 from ..core.names import GROUP_VERSION, ROLLOUT_ANNOTATION
 from .loose import loose
@@ -471,7 +472,7 @@ MIN_ANALYSIS_WINDOW_S = 10.0
 
 
 def _duration(v: str, field: str, at_least: float = 0.0) -> str:
-    from ..core.rollout import parse_duration
+    from ..core.rollout.canary import parse_duration
 
     try:
         seconds = parse_duration(v)
@@ -573,7 +574,7 @@ class Rollout(_Model):
 
     @model_validator(mode="after")
     def _deadline_after_window(self) -> "Rollout":
-        from ..core.rollout import parse_duration
+        from ..core.rollout.canary import parse_duration
 
         if parse_duration(self.deadline) <= parse_duration(self.analysis.window):
             raise ValueError(f"spec.rollout.deadline is {self.deadline}, not longer than spec.rollout.analysis.window "

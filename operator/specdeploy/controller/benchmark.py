@@ -2,12 +2,12 @@
 
 parse -> the tenancy policy on the deployment as stored and on each method drafter (core/render/gate.py:
 ``Failed``, reason ``PolicyRefused``, nothing read or created) -> resolve the deployment and its configs ->
-plan (core/benchobjects.plan_for, core/benchplan.py) -> for the first
-variant without a result: apply its Deployment/Service/ConfigMap (core/benchrender.py), wait
+plan (core/bench/objects.plan_for, core/bench/plan.py) -> for the first
+variant without a result: apply its Deployment/Service/ConfigMap (core/bench/render.py), wait
 until it is Ready, write the client plan ConfigMap and create the client Job, wait for it, read
-its pod's log and parse the last ``SPECDEPLOY_BENCH_RESULT`` line (core/benchresult.py), store the
+its pod's log and parse the last ``SPECDEPLOY_BENCH_RESULT`` line (core/bench/result.py), store the
 result in the ``<bench>-results`` ConfigMap, delete the variant -> when every variant has a result:
-greedy-output equality and the recommendation (core/benchreco.py), ``results.json``, status
+greedy-output equality and the recommendation (core/bench/reco.py), ``results.json``, status
 ``Complete``.
 
 What has been measured lives in the results ConfigMap (key ``variant-<name>.json`` per variant),
@@ -46,11 +46,11 @@ from typing import Any, Sequence
 
 from ..api import benchmark as B
 from ..api.validation import INVALID_SPEC, problems_message, validate as validate_deployment
-from ..core.benchprompts import PromptError, parse_requests_jsonl
-from ..core.benchobjects import BenchRefused, plan_for, serving_model
-from ..core.benchplan import BenchPlan, Variant, build_client_plan
-from ..core.benchreco import equal_to_baseline, recommend
-from ..core.benchrender import (BENCH_LABEL, BenchOwner, VariantObjects, build_client_configmap, build_client_job,
+from ..core.bench.prompts import PromptError, parse_requests_jsonl
+from ..core.bench.objects import BenchRefused, plan_for, serving_model
+from ..core.bench.plan import BenchPlan, Variant, build_client_plan
+from ..core.bench.reco import equal_to_baseline, recommend
+from ..core.bench.render import (BENCH_LABEL, BenchOwner, VariantObjects, build_client_configmap, build_client_job,
                                 build_variant_network_policy, render_variant, variant_object_name)
 from ..core import names as N
 from ..core.findings import errors as error_findings
@@ -353,7 +353,7 @@ class BenchmarkController:
             drafter = await self.resolver.resolve(admitted, "drafter")
         except ResolutionError as e:
             raise Waiting(e.reason, f"SpeculativeDeployment {ref}: {e.message}", e.delay or 15.0) from None
-        try:  # the pure planning (core/benchobjects.py; `specdeploy render` of a benchmark plans the same)
+        try:  # the pure planning (core/bench/objects.py; `specdeploy render` of a benchmark plans the same)
             plan = plan_for(cr.spec, dcr, target.doc, drafter.doc)
         except BenchRefused as e:
             raise BenchFailed(e.reason, e.message) from None
@@ -475,7 +475,7 @@ class BenchmarkController:
         js = job.get("status") or {}
         if js.get("succeeded"):
             text = await self._client_log(ns, job_name)
-            from ..core.benchresult import BenchResultError, parse_result_line
+            from ..core.bench.result import BenchResultError, parse_result_line
 
             try:
                 result = parse_result_line(text)

@@ -26,7 +26,7 @@ A loop of its own in the operator (started with the Controller; every
    pod's first scrape only primes it. SGLang gauges count from the first scrape.
 3. **Combines** the pods of each SpeculativeDeployment (``acceptance.combine``) and judges
    them with its ``spec.monitoring`` thresholds (``status.speculation_condition``): the floor
-   ``minAcceptanceLength`` and the learned baseline (``core/baseline.py``: per speculation
+   ``minAcceptanceLength`` and the learned baseline (``core/rollout/baseline.py``: per speculation
    revision, stored in ``status.acceptance.baseline``, carried over to a new revision until
    that one settles within ``regressionFraction`` of it; the annotation
    ``specdeploy.io/reset-acceptance-baseline`` asks for a new one). Windows are averaged into
@@ -50,7 +50,7 @@ A loop of its own in the operator (started with the Controller; every
 7. **Canary rollouts** (``spec.rollout`` Canary): pods labelled ``TRACK_LABEL=canary`` are the canary track of
    their deployment; every engine pod is kept (``pods``, ready or not). While a deployment has a canary (its
    canary Deployment in the controller's cache, or canary pods), every scrape of both tracks feeds a
-   per-deployment ``core.rollout.Accumulator`` (canary pods of another revision are not scraped); status.acceptance,
+   per-deployment ``core.rollout.canary.Accumulator`` (canary pods of another revision are not scraped); status.acceptance,
    the baseline and the guard read the stable pods only. The canary's ``Health`` comes from the pod cache, the
    ``Probe`` from controller/probe.py (once per revision when both tracks have a ready pod; again while a run had
    errors, ``PROBE_ATTEMPTS`` runs at most). Hand-over: ``speculation[key]["rollout"] = {"revision", "stable",
@@ -87,12 +87,12 @@ from pydantic import ValidationError
 
 from ..api.types import Acceptance, Condition, Resolved, SpeculativeDeploymentSpec
 from ..core import acceptance as acc
-from ..core import baseline as bl
-from ..core import guard as gd
+from ..core.rollout import baseline as bl
+from ..core.rollout import guard as gd
 from ..core.engines import ENGINES
 from ..core.render.children import names
 from ..core import names as N
-from ..core import rollout as ro
+from ..core.rollout import canary as ro
 from ..core.names import CONFIG_HASH_ANNOTATION, ENGINE_LABEL, REVISION_ANNOTATION, TRACK_CANARY, TRACK_LABEL
 from ..core.policy import TenancyPolicy, api_key_allowed
 from . import metrics
@@ -360,7 +360,7 @@ class Deployment:
     acceptance: dict[str, Any] | None  # status.acceptance as stored (parsed with the Acceptance model)
     conditions: dict[str, Condition]  # status.conditions by type
     annotations: Mapping[str, Any]
-    revision: str  # the speculation revision (core/baseline.py: a digest of the stored spec and status.resolved)
+    revision: str  # the speculation revision (core/rollout/baseline.py: a digest of the stored spec and status.resolved)
     params: bl.Params
 
     @property

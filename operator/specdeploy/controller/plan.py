@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from ..api.types import MemoryFigures, Resolved, RolloutStatus, SpeculativeDeploymentStatus
-from ..core import guard as gd
+from ..core.rollout import guard as gd
 from ..core.findings import Finding
 from ..core.findings import errors as error_findings
 from ..core.policy import TenancyPolicy
@@ -311,7 +311,7 @@ ANALYZING_REQUEUE_S = 10.0  # while a canary runs: deadlines fire without traffi
 
 @dataclass
 class RolloutPlan:
-    """What spec.rollout does to this reconcile (core/rollout.step on what was observed)."""
+    """What spec.rollout does to this reconcile (core/rollout/canary.step on what was observed)."""
 
     step: "ro.Step | None"  # None: RollingUpdate (nothing to decide)
     observed: "ro.Observed | None" = None
@@ -394,13 +394,13 @@ def _request(annotations: Any) -> str | None:
 
 def plan_rollout(cr, rendered: Rendered, children: Mapping[tuple[str, str], dict], status: Mapping | None,
                  monitor: Mapping | None, now: float) -> RolloutPlan:
-    """The rollout's part of a reconcile (pure): core.rollout.Observed from the typed spec, the cached children
+    """The rollout's part of a reconcile (pure): core.rollout.canary.Observed from the typed spec, the cached children
     (the live stable Deployment's revision, the canary Deployment and its creationTimestamp), the CR's
     ROLLOUT_ANNOTATION, status.rollout (refusedRevision, requestHandled) and the acceptance monitor's analysis
-    (``monitor``: cache.speculation[key]["rollout"]), then core.rollout.step, then what it means for the
+    (``monitor``: cache.speculation[key]["rollout"]), then core.rollout.canary.step, then what it means for the
     children and the status. Everything it needs after an operator restart is in the canary Deployment and
     the status."""
-    from ..core import rollout as ro
+    from ..core.rollout import canary as ro
 
     name = cr.metadata.name
     n = names(name)

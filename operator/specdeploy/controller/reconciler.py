@@ -22,7 +22,7 @@ from typing import Any
 
 from ..api.types import Resolved
 from ..api.validation import INVALID_SPEC, problems_message, validate
-from ..core import baseline as bl
+from ..core.rollout import baseline as bl
 from ..core.policy import TenancyPolicy, policy_needs_claims
 from ..core.render import PolicyRefused, admit
 from . import metrics, plan as pl, status as st

@@ -99,7 +99,7 @@ OP_RATE = "specdeploy_acceptance_rate"
 OP_PER_POSITION = "specdeploy_acceptance_per_position"  # + label position
 OP_BASELINE = "specdeploy_acceptance_baseline_length"
 OP_REGRESSION_FRACTION = "specdeploy_acceptance_regression_fraction"
-# spec.speculation.guard (core/guard.py) as resolved: running requests per engine from which speculation loses.
+# spec.speculation.guard (core/rollout/guard.py) as resolved: running requests per engine from which speculation loses.
 OP_GUARD_MAX_CONCURRENCY = "specdeploy_guard_max_concurrency"
 
 # ----------------------------------------------------------------- health thresholds
@@ -110,7 +110,7 @@ CLIFF_LOW = 0.05  # a position below this is "near zero"
 # Health reasons (also the `reason` of the SpeculationHealthy condition).
 HEALTHY = "Healthy"
 COLLAPSED = "AcceptanceCollapsed"
-REGRESSED = "AcceptanceRegressed"  # tau below the deployment's baseline (core/baseline.py)
+REGRESSED = "AcceptanceRegressed"  # tau below the deployment's baseline (core/rollout/baseline.py)
 CLIFF = "AcceptanceCliff"
 NO_METRICS = "NoMetrics"
 NO_TRAFFIC = "NoTraffic"

@@ -15,6 +15,8 @@ from typing import Any
 
 from .findings import Finding, Severity, Source
 
+HF_HOME = "/var/cache/huggingface"  # the engine pods' hub cache mount (the pods' HF_HOME)
+
 EMPTY_DIR, PVC, NODE_PATH = "emptyDir", "pvc", "nodePath"
 
 

@@ -44,7 +44,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
-from .cache import node_path_refusal
+from .cache import HF_HOME, node_path_refusal
 from .engines import RUNTIME_IMAGE_REPO
 from .findings import Finding, Severity, Source
 from .memo import MiB, bounded
@@ -352,8 +352,6 @@ def check_policy(spec, policy: TenancyPolicy, pvc_labels: Mapping[str, Mapping[s
         out.append(node_path_refusal(cache.node_path, policy, namespace))
     for role, src in spec.model_sources():
         if src.pvc is None and is_model_path(src.model) and not model_path_allowed(src.model, spec, policy, namespace):
-            from .render.children import HF_HOME
-
             refuse("PolicyModelPathNotAllowed", f"spec.{role}.model",
                    f"model {src.model!r} is a path of the engine pod, not a hub repository id (ORG/NAME): it would serve "
                    "whatever lies there (another "
@@ -394,7 +392,6 @@ def model_path_allowed(model: str, spec, policy: TenancyPolicy, namespace: str |
     when that cache is this namespace's own: a claim (the claim rule applies to it) or a node path bound to this
     namespace by name. Anything else is a path of the image or of a cache other namespaces write."""
     from .cache import NODE_PATH, PVC, CacheError, plan_cache
-    from .render.children import HF_HOME
 
     parts = model.split("/")
     if any(p in (".", "..") for p in parts) or not model.startswith(HF_HOME + "/"):

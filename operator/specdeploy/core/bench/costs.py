@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from typing import Iterable, NamedTuple
 
-from .acceptance import Sample, _series, parse_exposition
+from ..acceptance import Sample, _series, parse_exposition
 
 
 class Gauges(NamedTuple):
@@ -112,7 +112,7 @@ def prefix_cache(engine: str, before: str | None, after: str | None) -> PrefixCa
 
 
 def point_costs(engine: str, before: str | None, after: str | None, during: Iterable[Gauges] = ()) -> dict | None:
-    """The point's ``costs`` document (benchresult.PointCosts, camelCase), or None when nothing was exported."""
+    """The point's ``costs`` document (bench.result.PointCosts, camelCase), or None when nothing was exported."""
     g = [x for x in (gauges(engine, before), *during, gauges(engine, after))]
     usage = [x.kv_usage for x in g if x.kv_usage is not None]
     caps = [x.kv_capacity_tokens for x in g if x.kv_capacity_tokens is not None]

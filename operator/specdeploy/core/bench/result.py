@@ -25,7 +25,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 from pydantic.alias_generators import to_camel
 
-from .safejson import loads as safe_loads
+from ..safejson import loads as safe_loads
 
 RESULT_PREFIX = "SPECDEPLOY_BENCH_RESULT "
 # The line's size limit. A variant's points x prompts digests dominate: 64 points x 256 prompts
@@ -81,7 +81,7 @@ class PointAcceptance(_Model):
 
 
 class PointCosts(_Model):
-    """What the point cost beside its speed, from the engine's /metrics (core/benchcosts.py)."""
+    """What the point cost beside its speed, from the engine's /metrics (core/bench/costs.py)."""
 
     prefix_cache_queries: Count | None = None
     prefix_cache_hits: Count | None = None

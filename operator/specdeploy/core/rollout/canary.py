@@ -41,9 +41,9 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
-from . import acceptance as acc
-from .acceptance import Sample
-from .names import REVISION_ANNOTATION, TRACK_CANARY, TRACK_LABEL
+from .. import acceptance as acc
+from ..acceptance import Sample
+from ..names import REVISION_ANNOTATION, TRACK_CANARY, TRACK_LABEL
 
 # ----------------------------------------------------------------- durations
 
