@@ -219,8 +219,6 @@ def _run_checks(o: Options, out: _Out) -> tuple[eng.EngineInfo | None, eng.Engin
                 f"{info.display_name} {o.engine_version} does not serve method {o.method!r} (no such name in the "
                 f"release's code: {'; '.join(row.sources[:1])}); use one of: {methods.method_list(row.methods)}, "
                 "or another engine")
-    from .methodplan import check_method_settings
-
     check_method_settings(o, info, row, out)
     if o.ddtree_set and o.method != "ddtree":
         out.err("DDTreeFieldsWithoutDDTree", S, "spec.speculation.ddtree",
@@ -285,6 +283,32 @@ def _run_checks(o: Options, out: _Out) -> tuple[eng.EngineInfo | None, eng.Engin
                     f"{o.draft_attention_backend} kernels do not exist on {prof.display_name} ({prof.sm}); "
                     f"leave draftAttentionBackend unset to use {prof.sglang_draft_attention_backend}")
     return info, row, prof
+
+
+def check_method_settings(o: Options, info, row, out: _Out) -> None:
+    """Knobs the engine has no flag for (admission's fast path: no config files needed)."""
+    if info is None:
+        return
+    knob = "eagle" if o.method in methods.EAGLE_METHODS else "mtp" if o.method in methods.MTP_METHODS else None
+    if knob and info.name == "vllm":
+        if o.topk is not None and o.topk != 1:
+            out.err("MethodSettingUnsupported", S, f"spec.speculation.{knob}.topk",
+                    f"vLLM drafts one chain per step for {o.method} (config/speculative.py SpeculativeConfig has no "
+                    f"top-k); set topk: 1 or leave it unset, or use SGLang for tree drafting")
+        if o.draft_tokens is not None and o.steps is not None and o.draft_tokens != o.steps + 1:
+            out.err("MethodSettingUnsupported", S, f"spec.speculation.{knob}.draftTokens",
+                    f"vLLM verifies steps + 1 tokens per step (num_speculative_tokens = steps); set draftTokens: "
+                    f"{o.steps + 1} or leave it unset")
+    if knob and o.topk == 1 and o.steps is not None and o.draft_tokens is not None and o.draft_tokens != o.steps + 1:
+        out.err("MethodSettingUnsupported", S, f"spec.speculation.{knob}.draftTokens",
+                "with topk 1 SGLang forces draft tokens to steps + 1 (arg_groups/speculative_hook.py); set draftTokens: "
+                f"{o.steps + 1} or leave it unset")
+    if o.method in methods.NGRAM_METHODS and info.name == "sglang":
+        for name, val in (("lookupMin", o.ngram_min), ("lookupMax", o.ngram_max)):
+            if val is not None:
+                out.err("MethodSettingUnsupported", S, f"spec.speculation.ngram.{name}",
+                        "SGLang's NGRAM drafter has no prompt-lookup window (it matches a trie: server_args.py "
+                        "--speculative-ngram-*; no min/max window flag); remove it or use vLLM")
 
 
 def _check_extra_args(o: Options, info, row, out: _Out) -> None:
