@@ -416,14 +416,14 @@ def parse(obj: Any) -> SpeculativeBenchmark:
 
 def validate(obj: Any) -> tuple[SpeculativeBenchmark | None, list]:
     """(parsed, []) or (None, problems) in the spec message catalog's words (api/validation.py)."""
-    from .validation import SpecProblem, _path, schema_message
+    from .validation import SpecProblem, loc_path, schema_message
 
     try:
         cr = SpeculativeBenchmark.model_validate(obj)
     except pydantic.ValidationError as e:
         out: list[SpecProblem] = []
         for err in e.errors():
-            path = _path(tuple(err.get("loc", ())))
+            path = loc_path(tuple(err.get("loc", ())))
             if any(x.path == path for x in out):
                 continue
             msg, code = schema_message(err)

@@ -174,10 +174,10 @@ def _risky_dests(engine: str, version: str, snapshot: str) -> tuple[Any, dict[st
     """(the release's parser or None, destination -> (risky flag, kind)): read once per release (pure inputs: the
     recorded data files do not change while running)."""
     from . import codeflags
-    from .extraargs import _compiled
+    from .extraargs import compiled_resolver
 
     try:
-        r = _compiled(engine, version, snapshot)
+        r = compiled_resolver(engine, version, snapshot)
     except (LookupError, KeyError):
         return None, {}
     by_dest: dict[str, tuple[str, str]] = {}
@@ -193,7 +193,7 @@ def code_arg_uses(spec) -> list[tuple[int, str, str]]:
     opens files of the pod or connects out of it (core/codeflags.py), resolved with the release's parser where one is recorded
     (abbreviations and other spellings of the same destination included), else by name."""
     from . import codeflags, engines as eng
-    from .extraargs import _is_flag
+    from .extraargs import is_flag
 
     args = [str(a) for a in spec.engine.extra_args]
     if not args:
@@ -207,7 +207,7 @@ def code_arg_uses(spec) -> list[tuple[int, str, str]]:
     r, by_dest = _risky_dests(engine, spec.engine.version.lstrip("vV"), build.snapshot if build else engine)
     out = []
     for i, tok in enumerate(args):
-        if not _is_flag(tok):
+        if not is_flag(tok):
             continue
         name = tok.partition("=")[0]
         if r is not None:

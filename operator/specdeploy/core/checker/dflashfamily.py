@@ -11,7 +11,7 @@ from typing import Any
 from ..modelconfig import TargetConfig
 from .capture import CAPTURE_PATH, target_capture
 from .family import DISPLAY, Family
-from .results import D, S, _Out
+from .results import D, S, Out
 
 # vLLM: architectures whose DSpark model reads markov_rank from the top level (models/qwen3_dspark.py
 # Qwen3DSparkModel.__init__ reads config.markov_rank). DSparkDraftModel + model_type qwen3 is rewritten to
@@ -40,7 +40,7 @@ def _archs(doc: dict) -> list[str]:
     return [x for x in a if isinstance(x, str)] if isinstance(a, list) else []
 
 
-def check_dflash_capture(fam: Family, t: TargetConfig | None, o, out: _Out) -> dict:
+def check_dflash_capture(fam: Family, t: TargetConfig | None, o, out: Out) -> dict:
     """The target must hand its hidden states to the drafter at the taps (``capture.target_capture``): vLLM
     asks for them through the EAGLE-3 interface under dflash (DFlash2 included) and dspark, SGLang through
     set_dflash_layers_to_capture (DSPARK: set_dspark_layers_to_capture first). Domino on vLLM is refused apart
@@ -58,7 +58,7 @@ def check_dflash_capture(fam: Family, t: TargetConfig | None, o, out: _Out) -> d
     return derived
 
 
-def check_dflash_family(doc: dict, fam: Family, o, n_target: int | None, ids: list[int] | None, out: _Out) -> None:
+def check_dflash_family(doc: dict, fam: Family, o, n_target: int | None, ids: list[int] | None, out: Out) -> None:
     engine = o.engine
     dc = _dict(doc.get("dflash_config"))
     archs = _archs(doc)

@@ -31,9 +31,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..modelconfig import TargetConfig
-from .capture import CAPTURE_PATH, ENGINE_NAME, RECORDED, _older, capture_facts, target_capture, target_captures  # noqa: F401
+from .capture import CAPTURE_PATH, ENGINE_NAME, RECORDED, is_older, capture_facts, target_capture, target_captures  # noqa: F401
 from .family import Family
-from .results import D, S, _Out
+from .results import D, S, Out
 
 # vLLM model_executor/models/registry.py _SPECULATIVE_DECODING_MODELS (EAGLE-3 rows)
 VLLM_EAGLE3_ARCHS = frozenset({
@@ -137,7 +137,7 @@ def uses_aux_hidden_states(doc: dict) -> bool:
     return ec.get("use_aux_hidden_state", True) is not False
 
 
-def _check_target_capture(doc: dict, t: TargetConfig | None, o, out: _Out) -> dict:
+def _check_target_capture(doc: dict, t: TargetConfig | None, o, out: Out) -> dict:
     """The target must hand aux hidden states to the drafter: vLLM's model runners raise unless the target class
     is SupportsEagle3, SGLang's unless it has set_eagle3_layers_to_capture (recorded per release: facts key
     ``eagle3_capture``; the rule is ``capture.target_capture``, shared with the DFlash family)."""
@@ -151,7 +151,7 @@ def _check_target_capture(doc: dict, t: TargetConfig | None, o, out: _Out) -> di
     return derived
 
 
-def check_eagle3(doc: dict, fam: Family, t: TargetConfig | None, o, out: _Out) -> dict:
+def check_eagle3(doc: dict, fam: Family, t: TargetConfig | None, o, out: Out) -> dict:
     """Every EAGLE-3 rule for this drafter/target under ``o``; returns what the check derived."""
     engine = o.engine
     derived: dict = {"family": fam.to_dict()}
@@ -216,7 +216,7 @@ def check_eagle3(doc: dict, fam: Family, t: TargetConfig | None, o, out: _Out) -
     if "3.1" in fam.variants or fam.mla:
         what = ("EAGLE-3.1 (fc_norm/norm_output)" if "3.1" in fam.variants else "") + \
             (" and " if "3.1" in fam.variants and fam.mla else "") + ("an MLA draft layer" if fam.mla else "")
-        if engine in RECORDED and o.engine_version and _older(o.engine_version, RECORDED[engine]):
+        if engine in RECORDED and o.engine_version and is_older(o.engine_version, RECORDED[engine]):
             out.warn("Eagle3VariantUnverified", S, "spec.engine.version",
                      f"{what} is read by {engine} {RECORDED[engine]} (models/llama_eagle3.py fc_norm/norm_output; "
                      f"deepseek_eagle3.py / kimi_k25_eagle3.py for MLA); {engine} {o.engine_version} predates the "

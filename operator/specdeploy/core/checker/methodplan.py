@@ -10,7 +10,7 @@ from typing import Any
 from .. import methods
 from ..modelconfig import TargetConfig
 from .options import Options
-from .results import S, Derived, _Out
+from .results import S, Derived, Out
 
 # Target config fields that count MTP layers (vLLM config/speculative.py SpeculativeConfig.hf_config_override:
 # num_nextn_predict_layers for DeepSeek/GLM/Qwen3-Next/MiMo, mtp_num_hidden_layers for Qwen3.5).
@@ -45,7 +45,7 @@ def _block_from_doc(drafter_doc: Any) -> int | None:
     return None
 
 
-def derive_method(target_doc: Any, drafter_doc: Any, t: TargetConfig | None, o: Options, info, row, out: _Out) -> Derived:
+def derive_method(target_doc: Any, drafter_doc: Any, t: TargetConfig | None, o: Options, info, row, out: Out) -> Derived:
     """The Derived of a method outside the DFlash path. ``block_size`` keeps its meaning (tokens verified
     per step, bonus included) so status and the acceptance bound read the same for every method."""
     m = o.method
