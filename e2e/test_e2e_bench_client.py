@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from specdeploy.core import benchresult as br
+from specdeploy.core.bench import result as br
 from specdeploy_dev.harness import BIN, ROOT, free_port
 from specdeploy_dev.procs import stop_process
 from specdeploy_dev.realloop import FAST_BOOT_ENV

@@ -100,7 +100,7 @@ def test_benchmark_of_the_trained_pair_on_real_vllm(loop):
         assert pts[("baseline", n)]["outputTokensPerSecond"] > 0 and pts[("k3", n)]["outputTokensPerSecond"] > 0
     for p in full["points"]:
         assert p["completed"] == 4 and p["failed"] == 0 and len(p["outputDigests"]) == 4
-        # hidden costs from the engine's own series (core/benchcosts.py): KV capacity from vllm:cache_config_info,
+        # hidden costs from the engine's own series (core/bench/costs.py): KV capacity from vllm:cache_config_info,
         # the prefix-cache counters' increase over the point (prefix caching is on by default in the CPU build)
         costs = p["costs"]
         assert costs["kvCapacityTokens"] > 0 and 0 <= costs["kvUsagePeak"] <= 1, costs

@@ -51,7 +51,7 @@ import pytest
 
 from specdeploy_dev.harness import ROOT, wait_for
 from specdeploy_dev.realloop import ENGINE_VERSION, VLLM_CPU, Load, RealLoop, complete, cpu_cr
-from specdeploy.core.baseline import DEFAULT_REGRESSION_FRACTION
+from specdeploy.core.rollout.baseline import DEFAULT_REGRESSION_FRACTION
 from specdeploy.observability import rules as R
 
 pytestmark = [pytest.mark.vllm_cpu, pytest.mark.real_loop(trained=True)]
@@ -256,7 +256,7 @@ LANG_BOOT_TIMEOUT = 600  # the 6-layer pair boots in ~60 s alone; 5+ minutes whe
 # The collapse floor sits below the shifted drafter's tau (offline 1.46, engine 1.45; a drafter that reads nothing
 # from its context: ~1.07, the bonus token alone predicts the next word 1 time in 16), so that the
 # shifted ids read as what they are against the baseline, AcceptanceRegressed; at the default floor
-# (1.5) the stronger statement, AcceptanceCollapsed, wins (core/baseline.judge).
+# (1.5) the stronger statement, AcceptanceCollapsed, wins (core/rollout/baseline.judge).
 COLLAPSE_FLOOR = 1.15
 MONITORING = {"baselineSettleSeconds": 4, "baselineMinDrafts": 30, "minAcceptanceLength": COLLAPSE_FLOOR}
 REGRESSION_FRACTION = DEFAULT_REGRESSION_FRACTION  # the CR leaves spec.monitoring.regressionFraction at its default

@@ -5,7 +5,7 @@
 #   tools/mutation.sh [-g GROUP[,GROUP...]] [-b SECONDS] [-f FILE_GLOB] [WORKDIR]
 #
 #   -g  groups (default policy): policy (core/policy.py, controller/ownership.py), checker (core/checker/
-#       eagle3.py, mtp.py, fit.py), rollout (core/rollout.py, controller/plan.py), executor
+#       eagle3.py, mtp.py, fit.py), rollout (core/rollout/canary.py, controller/plan.py), executor
 #       (controller/executor.py), memory (core/memory.py), or all
 #   -f  only the group's files matching this glob (e.g. '*checker/mtp.py'): a smaller run
 #   -b  time budget in seconds (default 0: none); the run is interrupted then and the results so far are
@@ -37,7 +37,7 @@ SRC[policy]="core/policy.py controller/ownership.py"
 TESTS[policy]="unit/test_policy.py unit/test_policy_code.py controller/test_ownership.py controller/test_ownership_lost.py"
 SRC[checker]="core/checker/eagle3.py core/checker/mtp.py core/checker/fit.py"
 TESTS[checker]="unit/test_method_gates.py unit/test_gate_pins.py unit/test_memory.py unit/test_memory_pins.py unit/test_checker_rules.py"
-SRC[rollout]="core/rollout.py controller/plan.py"
+SRC[rollout]="core/rollout/canary.py controller/plan.py"
 TESTS[rollout]="unit/test_rollout.py controller/test_rollout_plan.py controller/test_plan.py"
 SRC[executor]="controller/executor.py"
 TESTS[executor]="controller/test_executor_ownership.py controller/test_controller_units.py"

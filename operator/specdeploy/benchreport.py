@@ -2,9 +2,9 @@
 
 Input: the results ConfigMap's ``results.json`` (or a local copy), in any of the shapes the
 operator and the client write (:func:`load_results`): the variants' result documents (Contract 3,
-``core/benchresult.py``), or points that each carry their ``variant``; the recommendation
+``core/bench/result.py``), or points that each carry their ``variant``; the recommendation
 (Contract 4) from the document or the benchmark's ``status.recommendation``, else computed here
-(``core/benchreco.recommend``) when that module is present.
+(``core/bench/reco.recommend``) when that module is present.
 
 Output (``--out DIR``):
 - ``tokens_per_s.png`` / ``.svg``: output tokens/s vs concurrency, one panel per context, one line
@@ -26,7 +26,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from .core import benchresult as br
+from .core.bench import result as br
 from specdeploy.core.errors import Permanent
 
 BASELINE = "baseline"
@@ -127,7 +127,7 @@ def recommendation(results: list[br.VariantResult], given: dict | None) -> dict 
     if given:
         return given
     try:
-        from .core import benchreco  # written with the operator side of the benchmark
+        from .core.bench import reco as benchreco  # written with the operator side of the benchmark
     except ImportError:
         return None
     points = [{**p.model_dump(by_alias=True, mode="json"), "variant": r.variant} for r in results for p in r.points]
@@ -162,7 +162,7 @@ COST_COLUMNS = ("VARIANT", "CONTEXT", "CONC", "PREFIX HIT", "KV CAPACITY", "KV P
 
 
 def cost_rows(rs: list[Row]) -> list[list[str]]:
-    """The hidden costs per point (core/benchcosts.py): empty when no point carries any."""
+    """The hidden costs per point (core/bench/costs.py): empty when no point carries any."""
     if not any(r.point.costs for r in rs):
         return []
     out = []
@@ -289,7 +289,7 @@ def _figure(rs: list[Row], metric: str, title: str):
 
 def _variant_costs(rs: list[Row]) -> list[tuple[str, float | None, int | None]]:
     """(variant, prefix-cache hit rate over its points, KV capacity) in plan order."""
-    from .core.benchreco import variant_costs
+    from .core.bench.reco import variant_costs
 
     out = []
     for v in dict.fromkeys(r.variant for r in rs):

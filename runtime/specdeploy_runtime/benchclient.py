@@ -1,10 +1,10 @@
 """``specdeploy-runtime bench-client --plan FILE``: one variant's points of a SpeculativeBenchmark.
 
 The operator runs this as the client Job of a variant (image: the variant's engine image, so the
-engine's own benchmark client is at hand). For each point of the plan (core/benchresult.py,
+engine's own benchmark client is at hand). For each point of the plan (core/bench/result.py,
 ``BenchPlan``):
 
-1. prompts: ``numPrompts`` prompts of exactly ``context`` tokens (core/benchprompts.py), counted by
+1. prompts: ``numPrompts`` prompts of exactly ``context`` tokens (core/bench/prompts.py), counted by
    the engine's own ``/tokenize`` endpoint (vLLM), else the tokenizer loaded locally;
 2. scrape the engine's ``/metrics``; run the client; scrape again; the acceptance is the
    counters' increase (``core.acceptance.acceptance_from_scrapes``, the operator's parser);
@@ -24,7 +24,7 @@ Clients (``client: auto`` picks the first that exists):
 - ``specdeploy``: our own streaming OpenAI ``/v1/completions`` client (standard library threads,
   one per concurrent request): TTFT = first streamed token, ITL = gaps between chunks.
 
-The last line of stdout is ``SPECDEPLOY_BENCH_RESULT {...}`` (core/benchresult.py); everything
+The last line of stdout is ``SPECDEPLOY_BENCH_RESULT {...}`` (core/bench/result.py); everything
 else (the engine client's own output) goes to stderr.
 """
 
@@ -43,10 +43,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from specdeploy.core import benchprompts
+from specdeploy.core.bench import prompts as benchprompts
 from specdeploy.core.acceptance import acceptance_from_scrapes
-from specdeploy.core.benchcosts import Gauges, gauges, point_costs
-from specdeploy.core.benchresult import (BenchPlan, BenchResultError, PlanPoint, PointResult, VariantResult,
+from specdeploy.core.bench.costs import Gauges, gauges, point_costs
+from specdeploy.core.bench.result import (BenchPlan, BenchResultError, PlanPoint, PointResult, VariantResult,
                                          digests, format_result_line, validate_plan)
 
 from .benchruns import PERCENTILES, BenchError, ClientRun, parse_sglang_result, parse_vllm_result, summary_ms

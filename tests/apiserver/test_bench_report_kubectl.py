@@ -12,7 +12,7 @@ from pathlib import Path
 from apiserver_helpers import server, kubeconfig, kubectl  # noqa: F401  (fixtures)
 from apiserver_helpers import KUBECTL
 
-from specdeploy.core import benchreco
+from specdeploy.core.bench import reco as benchreco
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD = ROOT / "crds" / "specdeploy.io_speculativebenchmarks.yaml"

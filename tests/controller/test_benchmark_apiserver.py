@@ -14,7 +14,7 @@ import pytest
 from specdeploy.controller.benchmark import BenchmarkController
 from specdeploy.controller.benchstep import results_configmap
 from specdeploy.controller.kube import Kube, load_api_client
-from specdeploy.core.benchrender import BenchOwner
+from specdeploy.core.bench.render import BenchOwner
 from specdeploy_dev.harness import Cluster
 from test_benchmark_controller import BENCH, DEP, Resolver
 

@@ -17,7 +17,7 @@ import yaml
 from testkit import EXAMPLES
 from specdeploy.controller.benchmark import BenchmarkController
 from specdeploy.controller.kube import KubeError
-from specdeploy.core.benchresult import format_result_line
+from specdeploy.core.bench.result import format_result_line
 from specdeploy_dev import tinymodels
 
 TINY = tinymodels.build_tiny_models()

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from specdeploy.controller import benchstep as bs
-from specdeploy.core.benchresult import format_result_line
+from specdeploy.core.bench.result import format_result_line
 from specdeploy.core.policy import TenancyPolicy
 from test_benchmark_controller import BENCH, DEP, NS, TINY, result
 
@@ -116,7 +116,7 @@ def results_cm(*variants: str) -> dict:
 def _plan():
     from specdeploy.api.types import SpeculativeDeployment
     from specdeploy.api import benchmark as B
-    from specdeploy.core.benchobjects import plan_for
+    from specdeploy.core.bench.objects import plan_for
 
     cr, _ = B.validate(bench())
     dcr = SpeculativeDeployment.model_validate(deployment())
@@ -414,7 +414,7 @@ def test_a_results_document_over_the_budget_drops_the_digests():
     for d in done.values():
         for p in d["points"]:
             p["outputDigests"] = ["f" * 64] * 4000
-    from specdeploy.core.benchrender import BenchOwner
+    from specdeploy.core.bench.render import BenchOwner
 
     step = bs.plan_finish(BenchOwner(NAME, NS, "bench-uid"), "tiny", _plan(), done, {"variant-k3.json": "x"}, NOW)
     full = json.loads(step.put[0]["data"][bs.RESULTS_KEY])

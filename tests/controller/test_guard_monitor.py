@@ -10,7 +10,7 @@ import pytest
 from specdeploy.controller import status as st
 from specdeploy.controller.monitor import body_guard_limit
 from specdeploy.core import acceptance as acc
-from specdeploy.core import guard as gd
+from specdeploy.core.rollout import guard as gd
 from specdeploy_dev.engine_standin import EngineStandin
 from test_monitor import KEY, NS, NAME, Rig, cr, pod, reports, run
 

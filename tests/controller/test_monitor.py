@@ -17,7 +17,7 @@ from specdeploy.controller import status as st
 from specdeploy.controller.monitor import AcceptanceMonitor, ENGINE_POD_LABELS, monitor_for, pod_target
 from specdeploy.controller.reconciler import Controller, Settings
 from specdeploy.core import acceptance as acc
-from specdeploy.core import baseline as bl
+from specdeploy.core.rollout import baseline as bl
 from specdeploy_dev.engine_standin import EngineStandin
 from owners import adopt, pod_owner_refs
 
@@ -400,7 +400,7 @@ def test_restart_resumes_from_the_stored_status_without_writing():
     run(scenario())
 
 
-# ----------------------------------------------------------------- baseline and regression (core/baseline.py)
+# ----------------------------------------------------------------- baseline and regression (core/rollout/baseline.py)
 
 FAST = {"baselineSettleSeconds": 60, "baselineMinDrafts": 200}  # 30s ticks, 100 drafts each: 3 windows
 RESOLVED = {"drafterConfigDigest": "sha256:ids-0-2", "targetConfigDigest": "sha256:t", "configHash": "h1"}

@@ -22,7 +22,7 @@ from specdeploy.controller.monitor import ENGINE_POD_LABELS, pod_target
 from specdeploy.controller.pods import pod_track
 from specdeploy.controller.reports import Admission
 from specdeploy.controller.reconciler import Controller, Settings
-from specdeploy.core import rollout as ro
+from specdeploy.core.rollout import canary as ro
 from specdeploy.core.names import REVISION_ANNOTATION, TRACK_CANARY, TRACK_LABEL
 from specdeploy.core.policy import TenancyPolicy
 from specdeploy_dev.engine_standin import EngineStandin

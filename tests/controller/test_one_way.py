@@ -19,7 +19,7 @@ import pytest
 import specdeploy
 from specdeploy.controller import reports as rp
 from specdeploy.controller.cache import Caches
-from specdeploy.core import rollout as ro
+from specdeploy.core.rollout import canary as ro
 
 PRODUCT = Path(specdeploy.__file__).parent
 WRITES = {"put", "drop", "pop", "clear", "update", "setdefault", "popitem", "__setitem__", "__delitem__"}

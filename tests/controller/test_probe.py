@@ -9,7 +9,7 @@ import pytest
 
 from specdeploy.controller import probe as pr
 from specdeploy.controller.pods import http_port
-from specdeploy.core.rollout import Probe
+from specdeploy.core.rollout.canary import Probe
 from specdeploy_dev.engine_standin import EngineStandin
 
 MODEL = "Qwen/Qwen3-8B"

@@ -26,7 +26,7 @@ from specdeploy.controller.monitor import ENGINE_POD_LABELS, monitor_for, pod_ta
 from specdeploy.controller.reconciler import Controller, Settings
 from specdeploy.controller.resolve import Resolver
 from specdeploy.core import names as N
-from specdeploy.core import rollout as ro
+from specdeploy.core.rollout import canary as ro
 from specdeploy_dev.engine_standin import EngineStandin
 from owners import controller_ref, pod_owner
 from ssa_support import Env

@@ -21,7 +21,7 @@ from specdeploy.controller import resolve
 from specdeploy.controller import status as st
 from specdeploy.controller.reports import AcceptanceReport, CanaryReport
 from specdeploy.core import names as N
-from specdeploy.core import rollout as ro
+from specdeploy.core.rollout import canary as ro
 from specdeploy.core.render import names, selector_labels
 
 ROOT = Path(__file__).resolve().parents[2]

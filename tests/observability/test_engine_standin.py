@@ -71,7 +71,7 @@ def test_modes_read_back_through_the_acceptance_math(engine, mode):
     s.advance(5)
     cur = s.metrics_text()
     a = acc.acceptance_from_scrapes(engine, prev, cur, 15.0)
-    # "regressed" is healthy on its own: only a baseline (core/baseline.py) tells it from healthy
+    # "regressed" is healthy on its own: only a baseline (core/rollout/baseline.py) tells it from healthy
     expected = {"healthy": "Healthy", "regressed": "Healthy", "collapsed": "AcceptanceCollapsed",
                 "cliff": "AcceptanceCliff" if engine == "vllm" else "Healthy", "none": "NoMetrics"}[mode]
     assert acc.health(a).reason == expected

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specdeploy.core import benchprompts as bp
-from specdeploy.core import benchresult as br
+from specdeploy.core.bench import prompts as bp
+from specdeploy.core.bench import result as br
 from specdeploy.core.acceptance import Acceptance
 from specdeploy_dev.engine_standin import EngineStandin
 from specdeploy_runtime import benchclient as bc

@@ -172,8 +172,8 @@ def test_bake_refuses_a_branch_and_a_wrong_digest(tmp_path):
 
 
 def _baseline(engine: str, version: str):
-    from specdeploy.core.benchplan import Variant
-    from specdeploy.core.benchrender import BenchOwner, render_variant
+    from specdeploy.core.bench.plan import Variant
+    from specdeploy.core.bench.render import BenchOwner, render_variant
 
     d, t = pair("qwen3.6-27b")
     vo = render_variant(make_cr(engine, version), t, d, BenchOwner("sweep", "default", "u"), Variant("baseline", False))

@@ -45,8 +45,8 @@ def scanned_objects() -> tuple[dict[str, list[dict]], list[str], list[str]]:
             files[f"{base}-{label}"] = objs
     # issue 37: a SpeculativeBenchmark's variant engines, with their NetworkPolicy (guarded) and without (another
     # benchmark's name: other labels)
-    from specdeploy.core.benchplan import Variant
-    from specdeploy.core.benchrender import BenchOwner, build_variant_network_policy, render_variant
+    from specdeploy.core.bench.plan import Variant
+    from specdeploy.core.bench.render import BenchOwner, build_variant_network_policy, render_variant
 
     path, doc, t, d = next(e for e in examples() if "qwen3.6-27b-b300-vllm" in e[0])
     for label, guard in (("guarded", True), ("unguarded", False)):

@@ -166,8 +166,8 @@ def rendered_pods() -> tuple[dict[str, dict], list[str], list[str]]:
         pods[f"inspector-{role}"] = {"apiVersion": "v1", "kind": "Pod",
                                      "metadata": {"name": "inspector", "namespace": "models"}, "spec": tmpl["spec"]}
     # a SpeculativeBenchmark's variant engines (speculation off and overridden) and its client Job
-    from specdeploy.core.benchplan import Variant
-    from specdeploy.core.benchrender import BenchOwner, build_client_job, render_variant
+    from specdeploy.core.bench.plan import Variant
+    from specdeploy.core.bench.render import BenchOwner, build_client_job, render_variant
 
     owner = BenchOwner("sweep", "models", "0b6c7a52-5d0e-4a55-9f57-3c3c1c7d0a12")
     for v in (Variant("baseline", False), Variant("k3", True, 3)):

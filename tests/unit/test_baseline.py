@@ -1,11 +1,11 @@
-"""The acceptance baseline and the regression verdict (core/baseline.py): tables, no I/O."""
+"""The acceptance baseline and the regression verdict (core/rollout/baseline.py): tables, no I/O."""
 
 from __future__ import annotations
 
 import pytest
 
 from specdeploy.core import acceptance as acc
-from specdeploy.core import baseline as bl
+from specdeploy.core.rollout import baseline as bl
 
 P = bl.Params(regression_fraction=0.25, settle_seconds=60, min_drafts=200)
 SPEC = {"engine": {"name": "vllm", "version": "0.33.0"}, "target": {"model": "Qwen/Qwen3-8B"},

@@ -12,7 +12,7 @@ import pytest
 
 from specdeploy import benchreport as rep
 from specdeploy.cli import main
-from specdeploy.core import benchresult as br
+from specdeploy.core.bench import result as br
 
 ROOT = Path(__file__).resolve().parents[2]
 # bench-client's real result lines for the trained tiny pair on vLLM's CPU build (speculation off and on)
@@ -25,7 +25,7 @@ def results_doc() -> dict:
 
 def operator_doc(omit_digests: bool = False) -> dict:
     """The results.json the operator writes (controller/benchmark.py ``_finish``) from these lines."""
-    from specdeploy.core.benchreco import equal_to_baseline, recommend
+    from specdeploy.core.bench.reco import equal_to_baseline, recommend
 
     doc = results_doc()
     order = [v["variant"] for v in doc["variants"]]
@@ -115,7 +115,7 @@ def test_report_from_file_writes_readable_png_svg_html(tmp_path, capsys):
     header = text.splitlines()[0].split()
     assert header[:3] == ["VARIANT", "CONTEXT", "CONC"] and "TAU" in header and "EQUAL" in header
     assert "recommendation:" in text and "tokens_per_s.png" in text
-    # computed by core/benchreco.py from the real figures: k3 (tau 1.15-1.5 on random prompts) loses everywhere
+    # computed by core/bench/reco.py from the real figures: k3 (tau 1.15-1.5 on random prompts) loses everywhere
     assert "context 64, concurrency 1: baseline (speculation off) 222.0 tok/s" in text
     assert "crossover at context 64: 1 " in text and "guard: maxConcurrency 1" in text
     for name in ("tokens_per_s", "tau"):
@@ -195,7 +195,7 @@ def test_hidden_costs_table_plot_and_recommendation(tmp_path, capsys):
 
     doc = results_doc()
     docs = doc if isinstance(doc, list) else doc.get("variants", [doc])
-    for v in docs:  # the engine's figures as the client records them (core/benchcosts.py)
+    for v in docs:  # the engine's figures as the client records them (core/bench/costs.py)
         k3 = v["variant"] != "baseline"
         for p in v["points"]:
             p["costs"] = {"prefixCacheQueries": 1000, "prefixCacheHits": 0 if k3 else 610,

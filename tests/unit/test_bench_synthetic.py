@@ -9,9 +9,9 @@ import pytest
 
 from specdeploy.api import benchmark as B
 from specdeploy.core import engines as eng
-from specdeploy.core.benchplan import PlanError, Variant, plan_benchmark, synthetic_name, synthetic_tau
-from specdeploy.core.benchreco import equal_to_baseline, recommend
-from specdeploy.core.benchrender import BenchOwner, force_synthetic_acceptance, render_variant
+from specdeploy.core.bench.plan import PlanError, Variant, plan_benchmark, synthetic_name, synthetic_tau
+from specdeploy.core.bench.reco import equal_to_baseline, recommend
+from specdeploy.core.bench.render import BenchOwner, force_synthetic_acceptance, render_variant
 from specdeploy_dev.apiserver import cel
 
 from testkit import pair

@@ -1,13 +1,13 @@
-"""Hidden costs of a benchmark point from the engines' own /metrics (core/benchcosts.py) and their place in the
-recommendation (core/benchreco.py): hand-written exposition texts in each engine's series names."""
+"""Hidden costs of a benchmark point from the engines' own /metrics (core/bench/costs.py) and their place in the
+recommendation (core/bench/reco.py): hand-written exposition texts in each engine's series names."""
 
 from __future__ import annotations
 
 import pytest
 
-from specdeploy.core import benchcosts as bc
-from specdeploy.core.benchreco import recommend, variant_costs
-from specdeploy.core.benchresult import PointResult
+from specdeploy.core.bench import costs as bc
+from specdeploy.core.bench.reco import recommend, variant_costs
+from specdeploy.core.bench.result import PointResult
 
 VLLM_BEFORE = """
 # TYPE vllm:prefix_cache_queries counter

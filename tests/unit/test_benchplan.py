@@ -7,7 +7,7 @@ import json
 import pytest
 
 from specdeploy.api import benchmark as B
-from specdeploy.core.benchplan import BASELINE, PlanError, build_client_plan, plan_benchmark, variant_name
+from specdeploy.core.bench.plan import BASELINE, PlanError, build_client_plan, plan_benchmark, variant_name
 
 
 def bench(matrix: dict | None = None, **spec) -> dict:

@@ -1,4 +1,4 @@
-"""core/benchprompts.py: bundled sets, ConfigMap JSON lines, seeded prompts cut to exact token counts."""
+"""core/bench/prompts.py: bundled sets, ConfigMap JSON lines, seeded prompts cut to exact token counts."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from specdeploy.core import benchprompts as bp
+from specdeploy.core.bench import prompts as bp
 
 
 @pytest.mark.parametrize("name", bp.BUNDLED)

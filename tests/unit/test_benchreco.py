@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specdeploy.core.benchreco import equal_to_baseline, recommend
+from specdeploy.core.bench.reco import equal_to_baseline, recommend
 
 SAME = ["a" * 64, "b" * 64]
 OTHER = ["a" * 64, "c" * 64]

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from testkit import pair
-from specdeploy.core.benchplan import Variant
-from specdeploy.core.benchrender import BenchOwner, build_client_configmap, build_client_job, render_variant
+from specdeploy.core.bench.plan import Variant
+from specdeploy.core.bench.render import BenchOwner, build_client_configmap, build_client_job, render_variant
 from specdeploy.core.render import RenderError, render, strip_speculation_args
 from test_render import make_cr
 

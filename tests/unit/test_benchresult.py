@@ -1,4 +1,4 @@
-"""core/benchresult.py: the client's result line, found, bounded and validated (tables)."""
+"""core/bench/result.py: the client's result line, found, bounded and validated (tables)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from specdeploy.core import benchresult as br
+from specdeploy.core.bench import result as br
 from testkit import DELETE, set_path
 
 D0, D1 = br.text_digest("hello"), br.text_digest("world")

@@ -19,7 +19,7 @@ from specdeploy.controller import admission, resolve
 from specdeploy.controller.webhooks import OperatorConfigs
 from specdeploy.core import codeflags, enginedata, extraargs, memo, policy  # noqa: F401 (their caches)
 from specdeploy.core.checker import Options, analyze
-from specdeploy.core.checker.results import _Out
+from specdeploy.core.checker.results import Out
 from specdeploy.core.checker.options import options_bytes
 from specdeploy.core.findings import PER_CODE_MAX, Finding, Severity, Source, findings_bytes, limit_findings
 from specdeploy.core.modelconfig import LIST_MAX, parse_drafter
@@ -244,7 +244,7 @@ def test_the_size_estimates_without_a_walk_are_not_below_the_walk():
 
 
 def test_the_checker_collector_counts_past_the_bound_without_keeping():
-    out = _Out()
+    out = Out()
     for i in range(10_000):
         out.err("TargetLayerOutOfRange", Source.DRAFTER, f"$.t[{i}]", "out of range")
     assert len(out.items) == PER_CODE_MAX and out.dropped == {"TargetLayerOutOfRange": 10_000 - PER_CODE_MAX}

@@ -119,7 +119,7 @@ def test_object_level_checks_equal_a_fresh_run_and_the_cache_is_bounded():
     checker_options._options_checked_exact.cache_clear()
     for i in range(300):
         o = Options(engine="vllm", engine_version="0.33.0", extra_args=(f"--max-num-seqs={i + 1}", "--no-such-flag"))
-        out = checker_options._Out()
+        out = checker_options.Out()
         checker_options._run_checks(o, out)
         assert check_options(o) == check_options(o) == sort_findings(out.items)
         assert [f.code for f in out.items] == ["ExtraArgUnknown"]

@@ -90,7 +90,7 @@ def test_the_secret_is_on_the_token_allow_list():
 
 
 def test_benchmark_client_sends_the_key_from_the_same_secret(monkeypatch):
-    from specdeploy.core.benchrender import BenchOwner, build_client_job
+    from specdeploy.core.bench.render import BenchOwner, build_client_job
     from specdeploy_runtime import benchclient
 
     owner = BenchOwner("sweep", "models", "0b6c7a52-5d0e-4a55-9f57-3c3c1c7d0a12")

@@ -140,7 +140,7 @@ def test_vllm_row_matches_recorded_facts(version):
                          ids=[f"{e}-{v}" for e, v in FACTS if eng.ENGINES[e].release_for(v) is not None])
 def test_guard_switch_matches_recorded_facts(engine, version):
     """spec.speculation.guard renders a switch exactly where the release's code has one that DFlash honours."""
-    from specdeploy.core import guard as gd
+    from specdeploy.core.rollout import guard as gd
 
     row = eng.ENGINES[engine].release_for(version)
     g = f(facts(engine, version), "speculation_guard")

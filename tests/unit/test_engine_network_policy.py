@@ -74,8 +74,8 @@ def _pod_labels(obj: dict) -> dict:
 
 def test_a_benchmark_variant_takes_connections_from_its_own_client_and_the_listed_namespaces_only():
     from test_benchrender import OWNER, variant
-    from specdeploy.core.benchplan import Variant
-    from specdeploy.core.benchrender import build_client_job, build_variant_network_policy
+    from specdeploy.core.bench.plan import Variant
+    from specdeploy.core.bench.render import build_client_job, build_variant_network_policy
 
     cr, vo = variant()
     _, other = variant(v=Variant("k4", True, 4))

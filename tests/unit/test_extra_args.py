@@ -91,7 +91,7 @@ def test_release_parser_read_once(monkeypatch):
     from specdeploy.core import extraargs
 
     args = ["--max-num-seqs", "8", "--tensor-parallel", "2", "--no-such-flag"]
-    extraargs._compiled.cache_clear()
+    extraargs.compiled_resolver.cache_clear()
     fresh = check_extra_args(*VLLM, args)
     reads = []
     real = extraargs.load_snapshot
@@ -99,6 +99,6 @@ def test_release_parser_read_once(monkeypatch):
     for _ in range(3):
         assert check_extra_args(*VLLM, args) == fresh
     assert reads == []
-    extraargs._compiled.cache_clear()
+    extraargs.compiled_resolver.cache_clear()
     assert check_extra_args(*VLLM, args) == fresh
     assert reads == [("vllm", "0.33.0")]

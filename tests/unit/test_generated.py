@@ -149,7 +149,7 @@ def _emitted_codes() -> set[str]:
             elif isinstance(fn, ast.Name) and fn.id in ("Finding", "ArgProblem") and len(n.args) > 1:
                 arg = n.args[1]
             if isinstance(arg, ast.Name) and arg.id == "code":
-                continue  # _Out.add: the plumbing every err/warn/info goes through
+                continue  # Out.add: the plumbing every err/warn/info goes through
             for a in ([arg.body, arg.orelse] if isinstance(arg, ast.IfExp) else [arg] if arg else []):
                 assert isinstance(a, ast.Constant), f"{f}:{n.lineno}: finding codes must be literals"
                 codes.add(a.value)

@@ -10,7 +10,7 @@ import pytest
 from specdeploy.core import flagdrift
 from specdeploy.api import validation
 from specdeploy.core import engines as eng
-from specdeploy.core import guard as gd
+from specdeploy.core.rollout import guard as gd
 from specdeploy.core.render import apply_guard, render
 from test_cpu_pool import DRAFTER, TARGET, cpu_cr, engine
 
@@ -210,8 +210,8 @@ def test_multi_node_leader_and_workers_get_the_same_switch():
 def test_benchmark_variants_measure_speculation_without_the_deployments_guard():
     """A guarded deployment's benchmark variants would otherwise draft nothing from the limit on: the benchmark
     could never see speculation lose above it."""
-    from specdeploy.core.benchplan import Variant
-    from specdeploy.core.benchrender import BenchOwner, render_variant
+    from specdeploy.core.bench.plan import Variant
+    from specdeploy.core.bench.render import BenchOwner, render_variant
 
     cr = cpu_cr(speculation={"guard": {"maxConcurrency": 2}})
     assert SCHEDULE_KEY in spec_config(render(cr, TARGET, DRAFTER))

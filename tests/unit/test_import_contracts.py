@@ -31,6 +31,16 @@ def lint_imports(cwd: Path, pythonpath: Path | None = None) -> subprocess.Comple
                           cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
+def copy_tree(tmp_path: Path) -> Path:
+    """The three source roots and pyproject.toml copied under ``tmp_path``; returns the copies' source root."""
+    src = tmp_path / "src"
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for rel, name in ROOTS.items():
+        shutil.copytree(ROOT / rel, src / name, ignore=ignore)
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    return src
+
+
 def test_the_tree_keeps_every_contract():
     p = lint_imports(ROOT)
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
@@ -60,13 +70,13 @@ def test_the_tree_keeps_every_contract():
     ("specdeploy/controller/plan.py", "from . import canary  # noqa: F401", "observers-one-way"),
     # two command groups import each other
     ("specdeploy/cli/check.py", "from . import operator  # noqa: F401", "cli-groups"),
+    # inside the core, a leaf reaches up into a wing (the tenancy policy read the pod paths from render)
+    ("specdeploy/core/policy.py", "from .render import children  # noqa: F401", "core-wings"),
+    # the renderer imports the benchmark wing above it (render/jobs.py took the client plan's key from it)
+    ("specdeploy/core/render/jobs.py", "from ..bench import plan  # noqa: F401", "core-wings"),
 ])
 def test_a_contract_broken_on_purpose_fails(tmp_path, module, line, contract):
-    src = tmp_path / "src"
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for rel, name in ROOTS.items():
-        shutil.copytree(ROOT / rel, src / name, ignore=ignore)
-    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    src = copy_tree(tmp_path)
     path = src / module
     path.write_text(path.read_text(encoding="utf-8") + f"\n{line}\n", encoding="utf-8")
     p = lint_imports(tmp_path, pythonpath=src)
@@ -76,3 +86,14 @@ def test_a_contract_broken_on_purpose_fails(tmp_path, module, line, contract):
     # the forbidden import is named in the report (the module and the line added)
     added = len(path.read_text(encoding="utf-8").splitlines())
     assert f"(l.{added})" in out, out[-3000:]
+
+
+def test_a_core_module_without_a_floor_fails(tmp_path):
+    """The core's contract is exhaustive: a new module of the core is placed on a floor (a wing or the leaves)."""
+    src = copy_tree(tmp_path)
+    (src / "specdeploy/core/unplaced.py").write_text('"""A new core module nobody placed."""\n', encoding="utf-8")
+    p = lint_imports(tmp_path, pythonpath=src)
+    out = " ".join(p.stdout.split())
+    assert p.returncode == 1, p.stdout[-4000:] + p.stderr[-2000:]
+    assert f"{CONTRACTS['core-wings']} BROKEN" in out, out[-3000:]
+    assert "specdeploy.core.unplaced" in out, out[-3000:]

@@ -7,8 +7,8 @@ import pytest
 
 from testkit import pair
 from specdeploy.api.benchmark import SpeculativeBenchmarkSpec
-from specdeploy.core.benchplan import Variant
-from specdeploy.core.benchrender import BenchOwner, render_variant
+from specdeploy.core.bench.plan import Variant
+from specdeploy.core.bench.render import BenchOwner, render_variant
 from specdeploy.core.policy import TenancyPolicy
 from specdeploy.core.render import (Admitted, PolicyRefused, admit, benchmark_claims, benchmark_refusals, render,
                                     with_drafter)

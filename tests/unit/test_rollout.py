@@ -1,4 +1,4 @@
-"""Canary rollouts (core/rollout.py): durations, the revision and what triggers it, the counters'
+"""Canary rollouts (core/rollout/canary.py): durations, the revision and what triggers it, the counters'
 accumulation per pod, the judgement and the state machine. Tables, no I/O."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import math
 import pytest
 
 from specdeploy.core import acceptance as acc
-from specdeploy.core import rollout as ro
+from specdeploy.core.rollout import canary as ro
 from specdeploy.core.names import REVISION_ANNOTATION, TRACK_LABEL
 
 # ----------------------------------------------------------------- durations

@@ -127,7 +127,7 @@ def test_the_analysis_counts_stay_integers_through_the_status_model():
     import json
 
     from specdeploy.cli import rollout as RC
-    from specdeploy.core import rollout as ro
+    from specdeploy.core.rollout import canary as ro
 
     rows = ro.analysis_table(ro.Totals(pods=2, drafts=1843.0, accepted_tokens=5000.0, requests=40.0, failed_requests=0.0),
                              ro.Totals(pods=1, drafts=210.0, accepted_tokens=300.0, requests=12.0, failed_requests=1.0))

@@ -158,7 +158,7 @@ exists, with the code that needs it (operator/specdeploy/controller/):
   resources: ["speculativebenchmarks/status"]
   verbs: ["patch"]
 # The variant Deployments/Services/ConfigMaps, client Jobs and the results ConfigMap carry ownerReferences
-# to the benchmark with blockOwnerDeletion=true (core/benchrender.py): update on its finalizers subresource.
+# to the benchmark with blockOwnerDeletion=true (core/bench/render.py): update on its finalizers subresource.
 - apiGroups: ["specdeploy.io"]
   resources: ["speculativebenchmarks/finalizers"]
   verbs: ["update"]
@@ -230,7 +230,7 @@ exists, with the code that needs it (operator/specdeploy/controller/):
   resources: ["pods"]
   verbs: ["list", "watch"]
 # Pod logs: the benchmark client Job's pod prints its result as the last log line
-# (BenchmarkController._client_log reads the log's tail; core/benchresult.py parses it, untrusted).
+# (BenchmarkController._client_log reads the log's tail; core/bench/result.py parses it, untrusted).
 - apiGroups: [""]
   resources: ["pods/log"]
   verbs: ["get"]

@@ -4,7 +4,7 @@
 does (Contract 2/3 in docs/concepts/benchmarks.md), simply: per point, scrape ``metricsUrl``, send
 ``numPrompts`` greedy completions (``concurrency`` at a time) of a prompt of ``context`` words,
 scrape again; the acceptance is the counters' increase (``core.acceptance``, the one parser), the
-output digests are those of the texts (``core.benchresult``); the result document is printed as
+output digests are those of the texts (``core.bench.result``); the result document is printed as
 the last line (``SPECDEPLOY_BENCH_RESULT {json}``). Latencies are whole-request times (no streaming).
 The real program is ``specdeploy-runtime bench-client``; this one lets the operator's loop be
 tested without it and without a tokenizer. Dev/test infrastructure only.
@@ -21,7 +21,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 from specdeploy.core.acceptance import acceptance_from_scrapes
-from specdeploy.core.benchresult import format_result_line, text_digest
+from specdeploy.core.bench.result import format_result_line, text_digest
 
 
 def _get(url: str) -> str:

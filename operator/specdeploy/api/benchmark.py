@@ -32,7 +32,7 @@ MAX_CONCURRENCY = 1024
 MAX_POINTS = 64  # points over every variant: each is a client run on a live engine
 DRAFT_ATTENTION_BACKENDS = ("flashinfer", "fa3", "fa4", "triton", "trtllm_mha")
 BUNDLED_PROMPT_SETS = ("code", "chat")
-BUNDLED_REQUEST_SETS = ("tool-call", "structured-output")  # core/benchprompts.BUNDLED_REQUESTS
+BUNDLED_REQUEST_SETS = ("tool-call", "structured-output")  # core/bench/prompts.BUNDLED_REQUESTS
 
 SpecTokens = Annotated[StrictInt, Field(ge=1, le=MAX_BLOCK_SIZE - 1)]
 ContextLength = Annotated[StrictInt, Field(ge=1, le=MAX_CONTEXT)]
@@ -416,14 +416,14 @@ def parse(obj: Any) -> SpeculativeBenchmark:
 
 def validate(obj: Any) -> tuple[SpeculativeBenchmark | None, list]:
     """(parsed, []) or (None, problems) in the spec message catalog's words (api/validation.py)."""
-    from .validation import SpecProblem, _path, schema_message
+    from .validation import SpecProblem, loc_path, schema_message
 
     try:
         cr = SpeculativeBenchmark.model_validate(obj)
     except pydantic.ValidationError as e:
         out: list[SpecProblem] = []
         for err in e.errors():
-            path = _path(tuple(err.get("loc", ())))
+            path = loc_path(tuple(err.get("loc", ())))
             if any(x.path == path for x in out):
                 continue
             msg, code = schema_message(err)

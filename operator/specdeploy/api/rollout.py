@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field, StrictInt, field_validator, model_validator
 
 from ..core.names import ROLLOUT_ANNOTATION
-from ..core.rollout import DEFAULT_DEADLINE, DEFAULT_WINDOW
+from ..core.rollout.canary import DEFAULT_DEADLINE, DEFAULT_WINDOW
 from .fields import _Model
 
 
@@ -19,7 +19,7 @@ MIN_ANALYSIS_WINDOW_S = 10.0
 
 
 def _duration(v: str, field: str, at_least: float = 0.0) -> str:
-    from ..core.rollout import parse_duration
+    from ..core.rollout.canary import parse_duration
 
     try:
         seconds = parse_duration(v)
@@ -121,7 +121,7 @@ class Rollout(_Model):
 
     @model_validator(mode="after")
     def _deadline_after_window(self) -> "Rollout":
-        from ..core.rollout import parse_duration
+        from ..core.rollout.canary import parse_duration
 
         if parse_duration(self.deadline) <= parse_duration(self.analysis.window):
             raise ValueError(f"spec.rollout.deadline is {self.deadline}, not longer than spec.rollout.analysis.window "

@@ -12,7 +12,7 @@ from typing import Literal, Optional
 from pydantic import ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from ..core import baseline
+from ..core.rollout import baseline
 from ..core.names import ROLLOUT_ANNOTATION
 from .fields import _Model
 

@@ -17,7 +17,8 @@ from typing import Annotated, Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .. import KIND
-from ..core import baseline, methods
+from ..core import methods
+from ..core.rollout import baseline
 from ..core.checker import Options
 from ..core.names import GROUP_VERSION
 from .fields import (  # noqa: F401  (re-exported: the API's one import path)

@@ -109,7 +109,8 @@ def _union_tag(p: str) -> bool:
                                                                   "str["))
 
 
-def _path(loc: tuple) -> str:
+def loc_path(loc: tuple) -> str:
+    """A pydantic error location as the field path a user writes (``spec.drafter[0].model``), union tags left out."""
     parts = [p for p in loc if not (isinstance(p, str) and _union_tag(p))]
     path = ""
     for p in parts:
@@ -154,7 +155,7 @@ def parse(obj: Any, limit: int | None = None) -> tuple[T.SpeculativeDeployment |
     for err in errors:
         if limit is not None and len(out) >= limit:
             return None, out
-        path = _path(tuple(err.get("loc", ())))
+        path = loc_path(tuple(err.get("loc", ())))
         named = _NAMED_FIELD.match(str((err.get("ctx") or {}).get("error") or "")) if err.get("type") == "value_error" \
             else None
         if named and (path in ("spec", "(object)") or named.group(1).startswith(path + ".")):

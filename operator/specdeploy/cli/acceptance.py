@@ -11,7 +11,7 @@ SCRAPE is a file holding a /metrics exposition, '-' for stdin, or an http(s) URL
 --interval with two scrapes is the seconds between them (for drafts per second).
 
 --baseline judges a regression as the operator does against status.acceptance.baseline
-(core/baseline.py): tau more than --regression-fraction (default 0.25) below it.
+(core/rollout/baseline.py): tau more than --regression-fraction (default 0.25) below it.
 
 Exit: 0 healthy (or no traffic to judge); 1 collapsed, regressed, cliff, or no speculative
 metrics; 2 unusable input (one line on stderr, never a traceback).
@@ -26,7 +26,7 @@ import sys
 import time
 
 from ..core import acceptance as acc
-from ..core import baseline as bl
+from ..core.rollout import baseline as bl
 from .common import OUTPUTS, UsageError, camel_keys, epilog, number_type, print_doc, seconds
 
 PROG = "specdeploy acceptance"

@@ -315,15 +315,15 @@ def _method_drafter_configs(items: list[str] | None) -> dict[str, Any]:
 def _render_benchmark(args: argparse.Namespace, policy, where: str, docs: list) -> int:
     """``specdeploy render`` of a SpeculativeBenchmark: the tenancy policy on its deployment (as in --deployment or
     the same file) and each method drafter first (exit 1 with the policy's codes), then every object the operator
-    would create for it, variant after variant (core/benchobjects.render_benchmark)."""
+    would create for it, variant after variant (core/bench/objects.render_benchmark)."""
     import json
 
     import yaml
 
     from ..api.benchmark import validate as validate_benchmark
     from ..api.validation import problems_message
-    from ..core.benchobjects import BenchRefused, render_benchmark
-    from ..core.benchplan import PlanError
+    from ..core.bench.objects import BenchRefused, render_benchmark
+    from ..core.bench.plan import PlanError
     from ..core.findings import Finding, Severity, Source
     from ..core.render import PolicyRefused, RenderError, with_drafter
     from .manifests import config_from_manifests, load_file
@@ -365,7 +365,7 @@ def _render_benchmark(args: argparse.Namespace, policy, where: str, docs: list) 
     given = _method_drafter_configs(args.method_drafter_config)
     method_drafters: dict[str, Any] = {}
     try:
-        from ..core.benchobjects import plan_for
+        from ..core.bench.objects import plan_for
 
         # the policy first: a refused benchmark reads no method drafter's config
         from ..core.render import benchmark_refusals

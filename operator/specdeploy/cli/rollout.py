@@ -30,7 +30,7 @@ from typing import Any
 
 from .common import OUTPUTS, UsageError, epilog, need_action, print_doc
 
-from ..core import rollout as ro
+from ..core.rollout import canary as ro
 
 ACTIONS = ro.REQUESTS  # promote, abort, retry
 CANARY = ro.CANARY

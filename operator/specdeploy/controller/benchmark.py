@@ -6,11 +6,11 @@ everything from a ``View`` of what was observed, and says what to read next (``N
 of what the benchmark controls, the client's log) and carries the step out through the reconciler's executor
 (controller/executor.py). What a step is: the tenancy policy on the deployment as stored and on each method
 drafter (``Failed``, reason ``PolicyRefused``, nothing read or created) -> resolve the deployment and its configs ->
-plan (core/benchobjects.plan_for, core/benchplan.py) -> for the first variant without a result: its
-Deployment/Service/ConfigMap (core/benchrender.py), wait until it is Ready, write the client plan ConfigMap and
+plan (core/bench/objects.plan_for, core/bench/plan.py) -> for the first variant without a result: its
+Deployment/Service/ConfigMap (core/bench/render.py), wait until it is Ready, write the client plan ConfigMap and
 create the client Job, wait for it, read its pod's log and parse the last ``SPECDEPLOY_BENCH_RESULT`` line
-(core/benchresult.py), store the result in the ``<bench>-results`` ConfigMap, delete the variant -> when every
-variant has a result: greedy-output equality and the recommendation (core/benchreco.py), ``results.json``, status
+(core/bench/result.py), store the result in the ``<bench>-results`` ConfigMap, delete the variant -> when every
+variant has a result: greedy-output equality and the recommendation (core/bench/reco.py), ``results.json``, status
 ``Complete``.
 
 What has been measured lives in the results ConfigMap (key ``variant-<name>.json`` per variant),
@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..core import names as N
-from ..core.benchrender import BENCH_LABEL
+from ..core.bench.render import BENCH_LABEL
 from ..core.policy import TenancyPolicy
 from . import benchstep as bs
 from .benchstep import RESULTS_KEY, Need, Step, StatusWrite, View

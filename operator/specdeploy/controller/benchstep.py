@@ -23,11 +23,11 @@ from typing import Any, Mapping, Sequence
 from ..api import benchmark as B
 from ..api.validation import INVALID_SPEC, problems_message, validate as validate_deployment
 from ..core import names as N
-from ..core.benchobjects import BenchRefused, plan_for, serving_model
-from ..core.benchplan import BenchPlan, Variant, build_client_plan
-from ..core.benchprompts import PromptError, parse_requests_jsonl
-from ..core.benchreco import equal_to_baseline, recommend
-from ..core.benchrender import (BENCH_LABEL, BenchOwner, build_client_configmap, build_client_job,
+from ..core.bench.objects import BenchRefused, plan_for, serving_model
+from ..core.bench.plan import BenchPlan, Variant, build_client_plan
+from ..core.bench.prompts import PromptError, parse_requests_jsonl
+from ..core.bench.reco import equal_to_baseline, recommend
+from ..core.bench.render import (BENCH_LABEL, BenchOwner, build_client_configmap, build_client_job,
                                 build_variant_network_policy, render_variant, variant_object_name)
 from ..core.findings import errors as error_findings
 from ..core.policy import TenancyPolicy, policy_needs_claims
@@ -253,7 +253,7 @@ class _Ctx:
 
 def _deployment(v: View, cr):
     """The deployment as stored, the tenancy policy on it and on every method drafter, its resolved configs and
-    the pure plan of variants (core/benchobjects.plan_for)."""
+    the pure plan of variants (core/bench/objects.plan_for)."""
     ns = v.key[0]
     ref = cr.spec.deployment_ref.name
     if v.deployment is None:
@@ -273,7 +273,7 @@ def _deployment(v: View, cr):
     admitted = admit(dcr, v.policy, claims, namespace=ns)
     target = _resolved(v, admitted, "target", "target", f"SpeculativeDeployment {ref}: ")
     drafter = _resolved(v, admitted, "drafter", "drafter", f"SpeculativeDeployment {ref}: ")
-    try:  # the pure planning (core/benchobjects.py; `specdeploy render` of a benchmark plans the same)
+    try:  # the pure planning (core/bench/objects.py; `specdeploy render` of a benchmark plans the same)
         plan = plan_for(cr.spec, dcr, target, drafter)
     except BenchRefused as e:
         raise _Stop(Failed(e.reason, e.message)) from None
@@ -460,7 +460,7 @@ def _log(v: View, job_name: str) -> str:
 
 def _measured(c: _Ctx, job_name: str) -> Step:
     """The client succeeded: its last result line recorded in the results ConfigMap, the variant deleted."""
-    from ..core.benchresult import BenchResultError, parse_result_line
+    from ..core.bench.result import BenchResultError, parse_result_line
 
     var = c.var
     try:

@@ -27,7 +27,7 @@ import dataclasses
 import logging
 from typing import Any, Awaitable, Callable, Mapping
 
-from ..core import rollout as ro
+from ..core.rollout import canary as ro
 from ..core.names import REVISION_ANNOTATION, TRACK_CANARY
 from ..core.policy import TenancyPolicy, api_key_allowed
 from ..core.render.children import names

@@ -6,7 +6,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from ..core import acceptance as acc
 from ..core import names as N
-from ..core import rollout as ro
+from ..core.rollout import canary as ro
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -41,7 +41,7 @@ ACCEPTANCE_RATE = Gauge(acc.OP_RATE, "Accepted / drafted tokens over the last wi
 ACCEPTANCE_PER_POSITION = Gauge(acc.OP_PER_POSITION,
                                 "Acceptance rate per draft position over the last window (vLLM).",
                                 ACCEPTANCE_LABELS + ("position",), registry=REGISTRY)
-# The baseline the monitor judges regressions against (core/baseline.py; status.acceptance.baseline)
+# The baseline the monitor judges regressions against (core/rollout/baseline.py; status.acceptance.baseline)
 # and the deployment's spec.monitoring.regressionFraction: the SpecdeployAcceptanceRegressed alert
 # compares specdeploy_acceptance_length with them. Exported beside the length, while a baseline exists.
 ACCEPTANCE_BASELINE = Gauge(acc.OP_BASELINE,
@@ -63,7 +63,7 @@ def count_write(verb: str, kind: str) -> None:
     API_WRITES.labels(verb=verb, kind=kind).inc()
 
 
-# Canary rollouts (spec.rollout Canary, core/rollout.py), per SpeculativeDeployment. The reconciler
+# Canary rollouts (spec.rollout Canary, core/rollout/canary.py), per SpeculativeDeployment. The reconciler
 # calls export_rollout with status.rollout on every status write (None: no rollout, or the CR is gone)
 # and count_rollout_decision once per decision it records.
 ROLLOUT_LABELS = ("namespace", "deployment")
@@ -72,7 +72,7 @@ ROLLOUT_TRACKS = (ro.TRACK_STABLE, ro.TRACK_CANARY)
 # figure label -> the status.rollout.analysis row key it comes from
 ROLLOUT_FIGURES = {"tau": "tau", "tokens_per_second_per_request": "tokensPerSecondPerRequest",
                    "error_rate": "errorRate", "drafts": "drafts"}
-# decision label -> the reasons core/rollout.py records with it: their series exist at 0 from the first
+# decision label -> the reasons core/rollout/canary.py records with it: their series exist at 0 from the first
 # export, so `increase()` (the SpecdeployRolloutFailed alert, the dashboard's annotations) sees the first
 # decision of each kind too (a counter series born at 1 shows no increase).
 ROLLOUT_REASONS = {ro.PROMOTE.lower(): (ro.PROMOTED,), ro.ROLLBACK.lower(): ro.ROLLBACK_REASONS}

@@ -26,7 +26,7 @@ A loop of its own in the operator (started with the Controller; every
    pod's first scrape only primes it. SGLang gauges count from the first scrape.
 3. **Combines** the pods of each SpeculativeDeployment (``acceptance.combine``) and judges
    them with its ``spec.monitoring`` thresholds (``status.speculation_condition``): the floor
-   ``minAcceptanceLength`` and the learned baseline (``core/baseline.py``: per speculation
+   ``minAcceptanceLength`` and the learned baseline (``core/rollout/baseline.py``: per speculation
    revision, stored in ``status.acceptance.baseline``, carried over to a new revision until
    that one settles within ``regressionFraction`` of it; the annotation
    ``specdeploy.io/reset-acceptance-baseline`` asks for a new one). Windows are averaged into
@@ -75,8 +75,8 @@ from pydantic import ValidationError
 
 from ..api.types import Acceptance, Condition, Resolved, SpeculativeDeploymentSpec
 from ..core import acceptance as acc
-from ..core import baseline as bl
-from ..core import guard as gd
+from ..core.rollout import baseline as bl
+from ..core.rollout import guard as gd
 from ..core.engines import ENGINES
 from ..core import names as N
 from ..core.names import CONFIG_HASH_ANNOTATION, ENGINE_LABEL, TRACK_CANARY
@@ -187,7 +187,7 @@ class Deployment:
     acceptance: dict[str, Any] | None  # status.acceptance as stored (parsed with the Acceptance model)
     conditions: dict[str, Condition]  # status.conditions by type
     annotations: Mapping[str, Any]
-    revision: str  # the speculation revision (core/baseline.py: a digest of the stored spec and status.resolved)
+    revision: str  # the speculation revision (core/rollout/baseline.py: a digest of the stored spec and status.resolved)
     params: bl.Params
 
     @property

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from ..api.types import MemoryFigures, Resolved, RolloutStatus, SpeculativeDeploymentStatus
-from ..core import baseline as bl
-from ..core import guard as gd
+from ..core.rollout import baseline as bl
+from ..core.rollout import guard as gd
 from ..core.findings import Finding
 from ..core.findings import errors as error_findings
 from ..core.policy import TenancyPolicy
@@ -328,7 +328,7 @@ ANALYZING_REQUEUE_S = 10.0  # while a canary runs: deadlines fire without traffi
 
 @dataclass
 class RolloutPlan:
-    """What spec.rollout does to this reconcile (core/rollout.step on what was observed)."""
+    """What spec.rollout does to this reconcile (core/rollout/canary.step on what was observed)."""
 
     step: "ro.Step | None"  # None: RollingUpdate (nothing to decide)
     observed: "ro.Observed | None" = None
@@ -417,7 +417,7 @@ def plan_rollout(cr, rendered: Rendered, children: Mapping[tuple[str, str], dict
     (``monitor``: cache.canaries, controller/canary.py), then core.rollout.step, then what it means for the
     children and the status. Everything it needs after an operator restart is in the canary Deployment and
     the status."""
-    from ..core import rollout as ro
+    from ..core.rollout import canary as ro
 
     name = cr.metadata.name
     n = names(name)

@@ -6,7 +6,7 @@ the canary, whatever drafter, speculation settings or engine build each runs, as
 model is the same. The probe sends a small fixed prompt set (``data/prompts/rollout-probe.json``)
 to one ready pod of each track, ``POST /v1/completions`` (the OpenAI completions API both engines
 serve) by pod IP and the ``http`` port, and counts the prompts whose completions are identical
-(``core.rollout.Probe``); the judgement (``core.rollout.judge``) fails a canary whose outputs differ.
+(``core.rollout.canary.Probe``); the judgement (``core.rollout.canary.judge``) fails a canary whose outputs differ.
 It runs once per canary revision (the acceptance monitor starts it, controller/monitor.py), so a
 deployment with little traffic is still judged on something.
 
@@ -27,7 +27,7 @@ from importlib import resources
 from typing import Any, Awaitable, Callable, Mapping
 
 from ..core import names as N
-from ..core.rollout import Probe
+from ..core.rollout.canary import Probe
 from specdeploy.core.errors import Retryable
 
 PROMPTS_FILE = "rollout-probe.json"

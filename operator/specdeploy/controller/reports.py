@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Generic, Iterator, Mapping, Protocol, TypeVar
 
-from ..core import rollout as ro
+from ..core.rollout import canary as ro
 
 Key = tuple[str, str]  # (namespace, SpeculativeDeployment name)
 

@@ -13,8 +13,8 @@ from typing import Any, Iterable
 
 from ..api.types import AcceptedFinding, Acceptance
 from ..core import acceptance as acc
-from ..core import baseline as bl
-from ..core import guard as gd
+from ..core.rollout import baseline as bl
+from ..core.rollout import guard as gd
 from ..core import names as N
 from ..core.findings import Finding, Severity
 
@@ -27,13 +27,13 @@ CONDITION_TYPES = (DRAFTER_COMPATIBLE, PROGRESSING, READY, DEGRADED)
 SPECULATION_HEALTHY = N.SPECULATION_HEALTHY
 NO_READY_PODS = "NoReadyPods"  # Unknown: no ready engine pod to scrape (any more)
 SCRAPE_FAILED = "ScrapeFailed"  # Unknown: no engine pod's /metrics answered
-# spec.speculation.guard (core/guard.py): SpeculationGuarded from the reconciler (what was rendered),
+# spec.speculation.guard (core/rollout/guard.py): SpeculationGuarded from the reconciler (what was rendered),
 # SpeculationProfitable from the acceptance monitor (live load against the guard). Written only while a guard
 # is set: a status write without one drops them.
 SPECULATION_GUARDED = N.SPECULATION_GUARDED
 SPECULATION_PROFITABLE = N.SPECULATION_PROFITABLE
 GUARD_TYPES = (SPECULATION_GUARDED, SPECULATION_PROFITABLE)
-# spec.rollout Canary (core/rollout.step through controller/plan.plan_rollout): the canary's analysis and decision
+# spec.rollout Canary (core/rollout/canary.step through controller/plan.plan_rollout): the canary's analysis and decision
 ROLLOUT = N.ROLLOUT
 MAX_MESSAGE = 4000
 
@@ -276,7 +276,7 @@ def speculation_condition(acceptance: "acc.Acceptance | None", min_length: float
 
     - True ``Healthy``; False ``AcceptanceCollapsed`` (tau below ``min_length`` over the window),
       ``AcceptanceRegressed`` (tau more than ``regression_fraction`` below ``baseline``: see
-      core/baseline.py) or ``AcceptanceCliff`` (per-position acceptance drops to near zero after
+      core/rollout/baseline.py) or ``AcceptanceCliff`` (per-position acceptance drops to near zero after
       healthy positions); Unknown ``NoMetrics`` (the engines export no speculative-decoding series).
     - No traffic (no drafts in the window) is no evidence either way: the previous verdict
       (Healthy, AcceptanceCollapsed, AcceptanceRegressed, AcceptanceCliff) stays as it is, so an
@@ -307,7 +307,7 @@ def acceptance_status(acceptance: "acc.Acceptance | None", pods_reporting: int, 
     """status.acceptance for a combined acceptance: figures rounded to 2 decimals (what counts
     as a change), ``sampledAt`` moved only when a figure (or the pods reporting, the window or
     the revision) changed, so unchanged figures cause no status write. Without figures (no
-    metrics, no traffic) the previous figures stay. ``baseline`` (core/baseline.py) is written
+    metrics, no traffic) the previous figures stay. ``baseline`` (core/rollout/baseline.py) is written
     as given: None drops it. None when there is nothing at all."""
     previous = previous if isinstance(previous, dict) else None
     base = {"baseline": baseline.to_status()} if baseline is not None else {}

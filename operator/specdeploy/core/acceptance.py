@@ -99,7 +99,7 @@ OP_RATE = "specdeploy_acceptance_rate"
 OP_PER_POSITION = "specdeploy_acceptance_per_position"  # + label position
 OP_BASELINE = "specdeploy_acceptance_baseline_length"
 OP_REGRESSION_FRACTION = "specdeploy_acceptance_regression_fraction"
-# spec.speculation.guard (core/guard.py) as resolved: running requests per engine from which speculation loses.
+# spec.speculation.guard (core/rollout/guard.py) as resolved: running requests per engine from which speculation loses.
 OP_GUARD_MAX_CONCURRENCY = "specdeploy_guard_max_concurrency"
 
 # ----------------------------------------------------------------- health thresholds
@@ -111,7 +111,7 @@ CLIFF_LOW = 0.05  # a position below this is "near zero"
 # Health reasons (also the `reason` of the SpeculationHealthy condition).
 HEALTHY = "Healthy"
 COLLAPSED = "AcceptanceCollapsed"
-REGRESSED = "AcceptanceRegressed"  # tau below the deployment's baseline (core/baseline.py)
+REGRESSED = "AcceptanceRegressed"  # tau below the deployment's baseline (core/rollout/baseline.py)
 CLIFF = "AcceptanceCliff"
 NO_METRICS = "NoMetrics"
 NO_TRAFFIC = "NoTraffic"
@@ -287,7 +287,7 @@ def parse_exposition(text: str) -> list[Sample]:
     return out
 
 
-def _series(samples: Iterable[Sample], name: str) -> dict[tuple, float]:
+def series_by_labels(samples: Iterable[Sample], name: str) -> dict[tuple, float]:
     """Series of one counter by label set. Accepts the name with or without `_total`
     (OpenMetrics family names and old text format); never the `_created` sample."""
     base = name[: -len("_total")] if name.endswith("_total") else name
@@ -338,7 +338,7 @@ class Acceptance:
         return d
 
 
-def _increase(prev: dict[tuple, float] | None, cur: dict[tuple, float]) -> tuple[dict[tuple, float], int]:
+def counter_increase(prev: dict[tuple, float] | None, cur: dict[tuple, float]) -> tuple[dict[tuple, float], int]:
     """Per-series increase (Prometheus semantics) and the number of resets seen."""
     out: dict[tuple, float] = {}
     resets = 0
@@ -361,7 +361,7 @@ def _increase(prev: dict[tuple, float] | None, cur: dict[tuple, float]) -> tuple
 
 def _vllm(prev_text: str | None, cur_text: str, interval_s: float | None) -> Acceptance | None:
     cur = parse_exposition(cur_text)
-    cur_drafts = _series(cur, VLLM_DRAFTS)
+    cur_drafts = series_by_labels(cur, VLLM_DRAFTS)
     if not cur_drafts:
         return None
     prev = parse_exposition(prev_text) if prev_text is not None else None
@@ -370,9 +370,9 @@ def _vllm(prev_text: str | None, cur_text: str, interval_s: float | None) -> Acc
     sums: dict[str, float | None] = {}
     per_pos: dict[int, float] = {}
     for name in VLLM_COUNTERS:
-        c = _series(cur, name)
-        p = _series(prev, name) if prev is not None else None
-        inc, resets = _increase(p, c)
+        c = series_by_labels(cur, name)
+        p = series_by_labels(prev, name) if prev is not None else None
+        inc, resets = counter_increase(p, c)
         total_resets = max(total_resets, resets)
         if name == VLLM_ACCEPTED_PER_POS:
             for labels, v in inc.items():
@@ -381,7 +381,7 @@ def _vllm(prev_text: str | None, cur_text: str, interval_s: float | None) -> Acc
                     per_pos[int(pos)] = per_pos.get(int(pos), 0.0) + v
         else:
             sums[name] = sum(inc.values()) if c else None
-    if prev is not None and not _series(prev, VLLM_DRAFTS):
+    if prev is not None and not series_by_labels(prev, VLLM_DRAFTS):
         notes.append("the first scrape has no speculative-decoding counters: values are since the engine started")
         window = "cumulative"
     else:
@@ -451,15 +451,15 @@ def _sglang_counters(prev_text: str | None, cur: list[Sample], interval_s: float
     """tau = Δ sglang:generation_tokens_total / Δ sglang:spec_verify_calls_total (both counted per finished
     request); None when the release exports no verify counter. Without a finished request in the window the
     length is None (the caller falls back to the gauge)."""
-    verify = _series(cur, SGLANG_VERIFY_CALLS)
+    verify = series_by_labels(cur, SGLANG_VERIFY_CALLS)
     if not verify:
         return None
     prev = parse_exposition(prev_text) if prev_text is not None else None
-    v_inc, v_resets = _increase(_series(prev, SGLANG_VERIFY_CALLS) if prev is not None else None, verify)
-    gen = _series(cur, SGLANG_GENERATION_TOKENS)
-    g_inc, g_resets = _increase(_series(prev, SGLANG_GENERATION_TOKENS) if prev is not None else None, gen)
+    v_inc, v_resets = counter_increase(series_by_labels(prev, SGLANG_VERIFY_CALLS) if prev is not None else None, verify)
+    gen = series_by_labels(cur, SGLANG_GENERATION_TOKENS)
+    g_inc, g_resets = counter_increase(series_by_labels(prev, SGLANG_GENERATION_TOKENS) if prev is not None else None, gen)
     calls, tokens = sum(v_inc.values()), sum(g_inc.values())
-    window = "interval" if prev is not None and _series(prev, SGLANG_VERIFY_CALLS) else "cumulative"
+    window = "interval" if prev is not None and series_by_labels(prev, SGLANG_VERIFY_CALLS) else "cumulative"
     notes = []
     if window == "cumulative":
         notes.append("one scrape (or the first with the counter): averages since the engine started")

@@ -16,6 +16,8 @@ from typing import Any
 from .findings import Finding, Severity, Source
 from specdeploy.core.errors import Permanent
 
+HF_HOME = "/var/cache/huggingface"  # the engine pods' hub cache mount (the pods' HF_HOME)
+
 EMPTY_DIR, PVC, NODE_PATH = "emptyDir", "pvc", "nodePath"
 
 

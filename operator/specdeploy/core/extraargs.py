@@ -55,12 +55,13 @@ class ArgProblem:
     severity: str = "error"
 
 
-def _is_flag(tok: str) -> bool:
+def is_flag(tok: str) -> bool:
+    """Whether an argv token is a flag (``-x``, ``--name``) rather than a value (a lone ``-`` or a negative number)."""
     return tok.startswith("-") and tok != "-" and not _NUMBER.match(tok)
 
 
 class _Resolver:
-    """One release's parser, compiled once (``_compiled``): shared between calls, never mutated."""
+    """One release's parser, compiled once (``compiled_resolver``): shared between calls, never mutated."""
 
     def __init__(self, engine: str, snapshot: Mapping[str, Any]):
         self.engine = engine
@@ -104,7 +105,7 @@ def check_extra_args(engine: str, version: str, args: Sequence[str], snapshot: s
     if info is None:
         return [], False
     try:
-        r = _compiled(engine, version, snapshot or engine)
+        r = compiled_resolver(engine, version, snapshot or engine)
     except LookupError:
         return [ArgProblem(i, "ExtraArgSetsOwnedFlag", _owned_message(flag, info))
                 for i, flag in eng.owned_flag_violations(info, list(args))], False
@@ -115,7 +116,7 @@ def check_extra_args(engine: str, version: str, args: Sequence[str], snapshot: s
         tok = str(args[i])
         idx = i
         i += 1
-        if not _is_flag(tok):
+        if not is_flag(tok):
             out.append(ArgProblem(idx, "ExtraArgUnexpectedValue",
                                   f"{tok!r} is not a flag and no flag before it takes a value; extraArgs hold flags "
                                   "and their values, e.g. [\"--max-num-seqs\", \"64\"]"))
@@ -134,7 +135,7 @@ def check_extra_args(engine: str, version: str, args: Sequence[str], snapshot: s
                 hint = f"; did you mean {' or '.join(close)}?" if close else ""
                 why = f"{name} is not a flag of {info.display_name} {version}{hint}"
             out.append(ArgProblem(idx, "ExtraArgUnknown", why + " (checked against the release's own argument parser)"))
-            if not eq and i < len(args) and not _is_flag(str(args[i])):
+            if not eq and i < len(args) and not is_flag(str(args[i])):
                 i += 1  # its value, most likely
             continue
         dest = entry.get("dest") or ""
@@ -147,19 +148,19 @@ def check_extra_args(engine: str, version: str, args: Sequence[str], snapshot: s
         elif eq:
             values = [inline]
         elif nargs in (None, 1):
-            if i < len(args) and not _is_flag(str(args[i])):
+            if i < len(args) and not is_flag(str(args[i])):
                 values = [str(args[i])]
                 i += 1
             else:
                 out.append(ArgProblem(idx, "ExtraArgValueMissing",
                                       f"{opt} needs a value; add it as the next extraArgs entry or write {opt}=VALUE"))
         elif nargs in ("*", "+") or isinstance(nargs, int):
-            while i < len(args) and not _is_flag(str(args[i])) and (not isinstance(nargs, int) or len(values) < nargs):
+            while i < len(args) and not is_flag(str(args[i])) and (not isinstance(nargs, int) or len(values) < nargs):
                 values.append(str(args[i]))
                 i += 1
             if (nargs == "+" and not values) or (isinstance(nargs, int) and len(values) < nargs):
                 out.append(ArgProblem(idx, "ExtraArgValueMissing", f"{opt} needs {nargs} value(s), found {len(values)}"))
-        elif nargs == "?" and i < len(args) and not _is_flag(str(args[i])):
+        elif nargs == "?" and i < len(args) and not is_flag(str(args[i])):
             values = [str(args[i])]
             i += 1
         if dest in CONFIG_CHANGING_DESTS.get(engine, ()):
@@ -185,7 +186,7 @@ def check_extra_args(engine: str, version: str, args: Sequence[str], snapshot: s
 
 
 @bounded("extraargs.compiled", 64, 8 * MiB)
-def _compiled(engine: str, version: str, snapshot: str) -> _Resolver:
+def compiled_resolver(engine: str, version: str, snapshot: str) -> _Resolver:
     """The parser snapshot of (snapshot key, version) read, decoded and indexed once, with the destinations the
     operator owns in ``engine`` ``version``; LookupError when no snapshot is recorded (not cached: cheap, and
     the listing behind it is cached). Pure inputs (the recorded data files do not change while running)."""

@@ -185,7 +185,8 @@ class _Reader:
         return Val(items, v.path) if ok else None
 
 
-def _not_object(source: Source, doc: Any) -> Finding:
+def not_object_finding(source: Source, doc: Any) -> Finding:
+    """The ConfigNotAnObject error for a config.json document that is not a JSON object."""
     return Finding(
         Severity.ERROR,
         "ConfigNotAnObject",
@@ -236,7 +237,7 @@ def _is_zero(v: "Val[Any] | None") -> bool:
 def parse_target(doc: Any) -> tuple[TargetConfig | None, list[Finding]]:
     r = _Reader(Source.TARGET)
     if not isinstance(doc, dict):
-        return None, [_not_object(Source.TARGET, doc)]
+        return None, [not_object_finding(Source.TARGET, doc)]
     text, root = doc, "$"
     for chain in TEXT_CONFIG_KEYS:
         obj, path = doc, "$"
@@ -460,7 +461,7 @@ def rope_type_of(doc: dict) -> str:
 def parse_drafter(doc: Any) -> tuple[DrafterConfig | None, list[Finding]]:
     r = _Reader(Source.DRAFTER)
     if not isinstance(doc, dict):
-        return None, [_not_object(Source.DRAFTER, doc)]
+        return None, [not_object_finding(Source.DRAFTER, doc)]
     dcv = r.as_dict(r.raw(doc, "dflash_config", "$"))
     dc = dcv.value if dcv else {}
     dc_path = "$.dflash_config"

@@ -1,7 +1,7 @@
 """The vocabulary (pure, no imports but the package's API identity): every name the operator
 writes on objects or reads back, every condition type, the operator's metric names, defined once.
 
-Builders (core/render, core/benchrender, controller/*) and readers (controller/monitor,
+Builders (core/render, core/bench/render, controller/*) and readers (controller/monitor,
 handlers, the dev kubelet, dashboards, rules, the engine stand-in) import these; a literal
 label key, annotation key, component name, field manager, condition type or metric name
 elsewhere in the source is a second home for a fact (tests/unit/test_vocabulary.py finds them).
@@ -75,9 +75,9 @@ PROGRESSING = "Progressing"
 READY = "Ready"  # also the Pod condition type the monitor and the dev kubelet read
 DEGRADED = "Degraded"
 SPECULATION_HEALTHY = "SpeculationHealthy"  # the acceptance monitor's
-SPECULATION_GUARDED = "SpeculationGuarded"  # spec.speculation.guard as rendered (core/guard.py)
+SPECULATION_GUARDED = "SpeculationGuarded"  # spec.speculation.guard as rendered (core/rollout/guard.py)
 SPECULATION_PROFITABLE = "SpeculationProfitable"  # live load against the guard (controller/monitor.py)
-ROLLOUT = "Rollout"  # spec.rollout Canary: the canary's analysis and decision (core/rollout.py)
+ROLLOUT = "Rollout"  # spec.rollout Canary: the canary's analysis and decision (core/rollout/canary.py)
 # SpeculativeBenchmark (and Job conditions, the same words)
 RUNNING = "Running"  # a benchmark's: True while it measures; False with the reason it waits, failed or finished
 COMPLETE = "Complete"

@@ -44,7 +44,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
-from .cache import node_path_refusal
+from .cache import HF_HOME, node_path_refusal
 from .engines import RUNTIME_IMAGE_REPO
 from .findings import Finding, Severity, Source
 from .memo import MiB, bounded
@@ -173,10 +173,10 @@ def _risky_dests(engine: str, version: str, snapshot: str) -> tuple[Any, dict[st
     """(the release's parser or None, destination -> (risky flag, kind)): read once per release (pure inputs: the
     recorded data files do not change while running)."""
     from . import codeflags
-    from .extraargs import _compiled
+    from .extraargs import compiled_resolver
 
     try:
-        r = _compiled(engine, version, snapshot)
+        r = compiled_resolver(engine, version, snapshot)
     except (LookupError, KeyError):
         return None, {}
     by_dest: dict[str, tuple[str, str]] = {}
@@ -192,7 +192,7 @@ def code_arg_uses(spec) -> list[tuple[int, str, str]]:
     opens files of the pod or connects out of it (core/codeflags.py), resolved with the release's parser where one is recorded
     (abbreviations and other spellings of the same destination included), else by name."""
     from . import codeflags, engines as eng
-    from .extraargs import _is_flag
+    from .extraargs import is_flag
 
     args = [str(a) for a in spec.engine.extra_args]
     if not args:
@@ -206,7 +206,7 @@ def code_arg_uses(spec) -> list[tuple[int, str, str]]:
     r, by_dest = _risky_dests(engine, spec.engine.version.lstrip("vV"), build.snapshot if build else engine)
     out = []
     for i, tok in enumerate(args):
-        if not _is_flag(tok):
+        if not is_flag(tok):
             continue
         name = tok.partition("=")[0]
         if r is not None:
@@ -237,22 +237,35 @@ def api_key_allowed(policy: TenancyPolicy, secret: str, key: str) -> bool:
     return secret in policy.token_secrets and key in policy.api_key_secret_keys
 
 
-def check_policy(spec, policy: TenancyPolicy, pvc_labels: Mapping[str, Mapping[str, str] | None] | None = None,
-                 namespace: str | None = None) -> list[Finding]:
-    """Policy refusals for a spec. ``pvc_labels``: claim name -> its labels (None: the claim does not exist);
-    without it a label rule cannot be decided here and is left to the reconciler. ``namespace``: the CR's
-    (the trustRemoteCode namespace rule; None: only the model prefix rule applies)."""
-    out: list[Finding] = []
+@dataclass
+class PolicyCheck:
+    """One spec judged against the tenancy policy: what every policy rule reads (see ``check_policy``) and the
+    refusals so far."""
 
-    def refuse(code: str, path: str, msg: str) -> None:
-        out.append(Finding(Severity.ERROR, code, Source.SPEC, path, msg))
+    spec: Any
+    policy: TenancyPolicy
+    pvc_labels: Mapping[str, Mapping[str, str] | None] | None
+    namespace: str | None
+    out: list[Finding] = field(default_factory=list)
 
+    def refuse(self, code: str, path: str, msg: str) -> None:
+        self.out.append(Finding(Severity.ERROR, code, Source.SPEC, path, msg))
+
+
+def check_image(c: PolicyCheck) -> None:
+    """The engine image is under an allowed repository."""
+    spec, policy, refuse = c.spec, c.policy, c.refuse
     if spec.engine.image and not image_allowed(spec.engine.image, policy.image_prefixes):
         allowed = ", ".join(policy.image_prefixes) or "none"
         refuse("PolicyImageNotAllowed", "spec.engine.image",
                f"image {spec.engine.image!r} is not under an allowed repository ({allowed}); leave spec.engine.image unset "
                "for the runtime image, or ask an administrator to add its repository to the chart value "
                "policy.allowedImagePrefixes (operator flag --allowed-image-prefix)")
+
+
+def check_service_account(c: PolicyCheck) -> None:
+    """The engine pods' ServiceAccount is the engine's own or an allowed one."""
+    spec, policy, refuse = c.spec, c.policy, c.refuse
     sa = spec.pod.service_account_name
     if sa and sa != policy.engine_service_account and sa not in policy.service_accounts:
         allowed = ", ".join(filter(None, (policy.engine_service_account, *policy.service_accounts))) or "none"
@@ -260,6 +273,11 @@ def check_policy(spec, policy: TenancyPolicy, pvc_labels: Mapping[str, Mapping[s
                f"engine pods may not run as ServiceAccount {sa!r} (allowed: {allowed}): its token would give the "
                "deployment's pods that account's rights. Remove the field, or ask an administrator to add it to the "
                "chart value policy.allowedServiceAccounts (operator flag --allowed-service-account)")
+
+
+def check_token_secrets(c: PolicyCheck) -> None:
+    """Each model's hub token comes from an allowed Secret and key."""
+    spec, policy, refuse = c.spec, c.policy, c.refuse
     for role, src in spec.model_sources():
         ref = src.token_secret_ref
         if ref is not None and ref.name not in policy.token_secrets:
@@ -275,6 +293,11 @@ def check_policy(spec, policy: TenancyPolicy, pvc_labels: Mapping[str, Mapping[s
                    "of an allowed Secret would be handed to the engine as HF_TOKEN too. Use an allowed key, or ask an "
                    "administrator to add it to the chart value hub.tokenSecretKeys (operator flag "
                    "--allowed-token-secret-key)")
+
+
+def check_trust_remote_code(c: PolicyCheck) -> None:
+    """trustRemoteCode only where the policy allows it (namespace or model prefix)."""
+    spec, policy, namespace, refuse = c.spec, c.policy, c.namespace, c.refuse
     if spec.target.trust_remote_code and not trust_remote_code_allowed(policy, namespace, spec.target.model):
         rules = [f"namespaces {', '.join(policy.trust_remote_code_namespaces)}"] if policy.trust_remote_code_namespaces else []
         if policy.trust_remote_code_models:
@@ -284,6 +307,11 @@ def check_policy(spec, policy: TenancyPolicy, pvc_labels: Mapping[str, Mapping[s
                f"{'; '.join(rules) or 'nowhere'}). Set it to false, or ask an administrator to allow this namespace "
                "or model in the chart value policy.allowTrustRemoteCode (namespaces, modelPrefixes; operator flags "
                "--allow-trust-remote-code-namespace, --allow-trust-remote-code-model)")
+
+
+def check_code_args(c: PolicyCheck) -> None:
+    """extraArgs that load code, open pod paths or connect out are allowed by name."""
+    spec, policy, refuse = c.spec, c.policy, c.refuse
     for i, flag, kind in code_arg_uses(spec):
         if kind == "egress":
             if flag not in policy.egress_args:
@@ -300,6 +328,11 @@ def check_policy(spec, policy: TenancyPolicy, pvc_labels: Mapping[str, Mapping[s
         refuse("PolicyCodeArgNotAllowed", f"spec.engine.extraArgs[{i}]",
                f"{flag} {what} (allowed such flags: {', '.join(policy.code_args) or 'none'}). Remove it, or ask an "
                "administrator to add it to the chart value policy.allowedCodeArgs (operator flag --allowed-code-arg)")
+
+
+def check_tolerations(c: PolicyCheck) -> None:
+    """Each toleration names an allowed taint key (control-plane keys only by name)."""
+    spec, policy, refuse = c.spec, c.policy, c.refuse
     pod = spec.pod
     for i, t in enumerate(pod.tolerations):
         path = f"spec.pod.tolerations[{i}]"
@@ -313,6 +346,12 @@ def check_policy(spec, policy: TenancyPolicy, pvc_labels: Mapping[str, Mapping[s
                    f"control-plane taints {', '.join(CONTROL_PLANE_KEYS)} only when listed by name). Remove it, or "
                    "ask an administrator to add it to the chart value policy.allowedTolerationKeys (operator flag "
                    "--allowed-toleration-key)")
+
+
+def check_node_selector(c: PolicyCheck) -> None:
+    """Each node selector key is allowed (control-plane roles only by name)."""
+    spec, policy, refuse = c.spec, c.policy, c.refuse
+    pod = spec.pod
     for key in pod.node_selector:
         if not name_allowed(key, policy.node_selector_keys, exact_only=key in CONTROL_PLANE_KEYS):
             refuse("PolicyNodeSelectorNotAllowed", f"spec.pod.nodeSelector[{key}]",
@@ -320,12 +359,23 @@ def check_policy(spec, policy: TenancyPolicy, pvc_labels: Mapping[str, Mapping[s
                    f"control-plane roles {', '.join(CONTROL_PLANE_KEYS)} only when listed by name). Remove it, or ask "
                    "an administrator to add it to the chart value policy.allowedNodeSelectorKeys (operator flag "
                    "--allowed-node-selector-key)")
+
+
+def check_priority_class(c: PolicyCheck) -> None:
+    """The priority class is allowed (system-* only by name)."""
+    spec, policy, refuse = c.spec, c.policy, c.refuse
+    pod = spec.pod
     pc = pod.priority_class_name
     if pc and not name_allowed(pc, policy.priority_classes, exact_only=pc.startswith(SYSTEM_PRIORITY_PREFIX)):
         refuse("PolicyPriorityClassNotAllowed", "spec.pod.priorityClassName",
                f"priority class {pc!r} is not allowed (allowed: {_shown(policy.priority_classes)}; system-* classes "
                "only when listed by name: they preempt cluster-critical pods). Remove it, or ask an administrator to "
                "add it to the chart value policy.allowedPriorityClasses (operator flag --allowed-priority-class)")
+
+
+def check_api_key(c: PolicyCheck) -> None:
+    """The engine API key comes from an allowed Secret and key."""
+    spec, policy, refuse = c.spec, c.policy, c.refuse
     key = getattr(spec.engine, "api_key", None)
     if key is not None and key.secret_key_ref.name not in policy.token_secrets:
         allowed = ", ".join(policy.token_secrets) or "none"
@@ -340,19 +390,21 @@ def check_policy(spec, policy: TenancyPolicy, pvc_labels: Mapping[str, Mapping[s
                f"(allowed: {allowed}): any other key of an allowed Secret would be put into the engine's environment "
                "and sent by the operator's canary probe. Use an allowed key, or ask an administrator to add it to the "
                "chart value policy.allowedApiKeySecretKeys (operator flag --allowed-api-key-secret-key)")
-    claims = [(f"spec.{r}.pvc.claimName", s.pvc.claim_name) for r, s in spec.model_sources()
-              if s.pvc is not None]
-    if spec.tuning.pvc is not None:
-        claims.append(("spec.tuning.pvc.claimName", spec.tuning.pvc.claim_name))
+
+
+def check_cache_node_path(c: PolicyCheck) -> None:
+    """A node-path hub cache is one an administrator bound to this namespace."""
+    spec, policy, namespace = c.spec, c.policy, c.namespace
     cache = getattr(spec, "cache", None)
-    if cache is not None and cache.pvc is not None:
-        claims.append(("spec.cache.pvc.claimName", cache.pvc.claim_name))
     if cache is not None and cache.node_path is not None and not policy.node_path_allowed(cache.node_path, namespace):
-        out.append(node_path_refusal(cache.node_path, policy, namespace))
+        c.out.append(node_path_refusal(cache.node_path, policy, namespace))
+
+
+def check_model_paths(c: PolicyCheck) -> None:
+    """A model named by a pod path is served only from a claim or a bound cache."""
+    spec, policy, namespace, refuse = c.spec, c.policy, c.namespace, c.refuse
     for role, src in spec.model_sources():
         if src.pvc is None and is_model_path(src.model) and not model_path_allowed(src.model, spec, policy, namespace):
-            from .render.children import HF_HOME
-
             refuse("PolicyModelPathNotAllowed", f"spec.{role}.model",
                    f"model {src.model!r} is a path of the engine pod, not a hub repository id (ORG/NAME): it would serve "
                    "whatever lies there (another "
@@ -361,6 +413,18 @@ def check_policy(spec, policy: TenancyPolicy, pvc_labels: Mapping[str, Mapping[s
                    f"cache ({HF_HOME}/) is served only from a claim cache or a node path an administrator bound to this "
                    "namespace by name (chart value cache.nodePaths.NAME.namespaces, operator flag "
                    "--cache-node-path-namespaces)")
+
+
+def check_claims(c: PolicyCheck) -> None:
+    """Every claim mounted (models, tuning, cache) is allowed by name or label."""
+    spec, policy, pvc_labels, refuse = c.spec, c.policy, c.pvc_labels, c.refuse
+    claims = [(f"spec.{r}.pvc.claimName", s.pvc.claim_name) for r, s in spec.model_sources()
+              if s.pvc is not None]
+    if spec.tuning.pvc is not None:
+        claims.append(("spec.tuning.pvc.claimName", spec.tuning.pvc.claim_name))
+    cache = getattr(spec, "cache", None)
+    if cache is not None and cache.pvc is not None:
+        claims.append(("spec.cache.pvc.claimName", cache.pvc.claim_name))
     for path, claim in claims:
         if claim in policy.pvcs:
             continue
@@ -379,7 +443,23 @@ def check_policy(spec, policy: TenancyPolicy, pvc_labels: Mapping[str, Mapping[s
                f"claim {claim!r} may not be mounted (allowed: {rule or 'none'}): it could hold another team's data. "
                f"{how.capitalize()}ask an administrator to add it to the chart value policy.allowedPVCs (operator flag "
                "--allowed-pvc) or to set policy.pvcLabel (--pvc-label)")
-    return out
+
+
+# The tenancy policy's rules, in the order their refusals are reported.
+POLICY_RULES = (check_image, check_service_account, check_token_secrets, check_trust_remote_code, check_code_args,
+                check_tolerations, check_node_selector, check_priority_class, check_api_key, check_cache_node_path,
+                check_model_paths, check_claims)
+
+
+def check_policy(spec, policy: TenancyPolicy, pvc_labels: Mapping[str, Mapping[str, str] | None] | None = None,
+                 namespace: str | None = None) -> list[Finding]:
+    """Policy refusals for a spec. ``pvc_labels``: claim name -> its labels (None: the claim does not exist);
+    without it a label rule cannot be decided here and is left to the reconciler. ``namespace``: the CR's
+    (the trustRemoteCode namespace rule; None: only the model prefix rule applies)."""
+    check = PolicyCheck(spec, policy, pvc_labels, namespace)
+    for rule in POLICY_RULES:
+        rule(check)
+    return check.out
 
 
 def is_model_path(model: str) -> bool:
@@ -393,7 +473,6 @@ def model_path_allowed(model: str, spec, policy: TenancyPolicy, namespace: str |
     when that cache is this namespace's own: a claim (the claim rule applies to it) or a node path bound to this
     namespace by name. Anything else is a path of the image or of a cache other namespaces write."""
     from .cache import NODE_PATH, PVC, CacheError, plan_cache
-    from .render.children import HF_HOME
 
     parts = model.split("/")
     if any(p in (".", "..") for p in parts) or not model.startswith(HF_HOME + "/"):

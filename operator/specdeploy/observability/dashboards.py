@@ -36,8 +36,8 @@ import json
 from typing import Any, Callable
 
 from ..core import acceptance as acc
-from ..core import baseline as bl
-from ..core import rollout as ro
+from ..core.rollout import baseline as bl
+from ..core.rollout import canary as ro
 from ..core.acceptance import (SGLANG_ITL, SGLANG_THROUGHPUT, SGLANG_TTFT, SGLANG_WAITING, VLLM_ITL, VLLM_TTFT,
                                VLLM_WAITING)
 from ..core.names import (OP_API_WRITES, OP_CHECK_FAILURES, OP_ERRORS, OP_LEADER,  # noqa: F401 (D.OP_* in tests)

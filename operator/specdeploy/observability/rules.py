@@ -22,7 +22,7 @@ vLLM: rates of the counters over 5m, summed over every label but the aggregation
 averaged over 5m, averaged over tensor/pipeline/expert ranks within one (pod, dp_rank),
 then averaged with equal weight over DP ranks and pods (gauges carry no draft counts).
 
-Regression against the learned baseline (core/baseline.py) reads the operator's own gauges,
+Regression against the learned baseline (core/rollout/baseline.py) reads the operator's own gauges,
 so Prometheus and ``status`` compare the same numbers (labels ``namespace, deployment,
 engine, drafter``, plus ``job="<namespace>/<deployment>"``, the PodMonitor's job, so the
 dashboards select them like the engines' series):
@@ -32,7 +32,7 @@ dashboards select them like the engines' series):
                                                         tau below it is ``AcceptanceRegressed``
 - ``specdeploy:acceptance_length_over_baseline:ratio``  tau / baseline (1 = as learned)
 
-The speculation guard (``spec.speculation.guard``, core/guard.py), per deployment:
+The speculation guard (``spec.speculation.guard``, core/rollout/guard.py), per deployment:
 
 - ``specdeploy:guard_max_concurrency:max``          the guard's limit (the operator's gauge, with ``job``)
 - ``specdeploy:engine_requests_running:max_avg5m``  the most loaded engine's running requests (labels
@@ -40,7 +40,7 @@ The speculation guard (``spec.speculation.guard``, core/guard.py), per deploymen
 - alert ``SpecdeployPastCrossover``: the second at or above the first: the deployment runs where its
   benchmark measured speculation losing (vLLM >= 0.24 then drafts nothing; SGLang keeps drafting).
 
-Canary rollouts (``spec.rollout``, core/rollout.py), from the operator's rollout series (labels ``namespace,
+Canary rollouts (``spec.rollout``, core/rollout/canary.py), from the operator's rollout series (labels ``namespace,
 deployment`` and ``job="<namespace>/<deployment>"``):
 
 - ``specdeploy:rollout_analysis:max``          the canary analysis per ``track`` (stable | canary) and ``figure``
@@ -65,7 +65,7 @@ from typing import Any
 import yaml
 
 from ..core import acceptance as acc
-from ..core import rollout as ro
+from ..core.rollout import canary as ro
 from ..core.names import OP_LEADER, OP_ROLLOUT_ANALYSIS, OP_ROLLOUT_DECISIONS, OP_ROLLOUT_PHASE, ROLLOUT_ANNOTATION
 
 RULES_FILE = "charts/specdeploy/files/prometheus-rules.yaml"
@@ -307,12 +307,12 @@ def rollout_stuck_expr(p: RuleParams) -> str:
 
 
 def crossover_expr(p: RuleParams) -> str:
-    """Running requests (5m average of the most loaded engine) at or above the guard: core/guard.past_crossover."""
+    """Running requests (5m average of the most loaded engine) at or above the guard: core/rollout/guard.past_crossover."""
     return f"{REQUESTS_RUNNING} >= on (namespace, job) group_left (deployment, engine, drafter) {GUARD}"
 
 
 def regression_expr(p: RuleParams) -> str:
-    """tau / baseline < 1 - regressionFraction: core/baseline.regressed, per deployment."""
+    """tau / baseline < 1 - regressionFraction: core/rollout/baseline.regressed, per deployment."""
     return f"{BASELINE_RATIO} < on ({OP_KEY}) group_left () (1 - {_op(acc.OP_REGRESSION_FRACTION)})"
 
 

@@ -5,7 +5,8 @@ path). ``analyze`` parses both config.json documents, runs every rule of
 dflash-engines.md s2 plus the engine and GPU rules, and derives what the renderer needs
 (block size, draft window, engine env). It never raises on any JSON input. One concern per module:
 
-- ``options``: ``Options`` and the object-level checks (engine, release, GPU, extraArgs, accept codes);
+- ``options``: ``Options`` and the object-level checks (engine, release, GPU, extraArgs, accept codes, the method
+  knobs the engine has no flag for);
 - ``results``: ``Analysis``, ``Derived`` and the findings collector the rules write to;
 - ``layers``: the target's fields, the drafter's geometry and layer ids, duplicates, layer types;
 - ``window``: block size, the draft window (compact cache or native) and the served context;
@@ -15,8 +16,7 @@ dflash-engines.md s2 plus the engine and GPU rules, and derives what the rendere
 - ``family``: ``detect_family`` (a drafter's family from its config.json) and ``serving_method``;
 - ``method``: ``check_method``, the gate of every method outside the DFlash path (family detection and the
   per-family rules; also run after the DFlash rules for ``dflash2``);
-- ``methodplan``: what the renderer needs for those methods (steps, top-k, draft tokens, n-gram window) and
-  the knob rules that depend on the engine;
+- ``methodplan``: what the renderer needs for those methods (steps, top-k, draft tokens, n-gram window);
 - ``derive``: ``analyze``, which runs them all and derives the renderer's settings;
 - ``parsed``: the parsed target/drafter views, one per read-only document (core/memo.py), so that what is
   computed from a document alone (weights, KV shape, family) is remembered across option sets.

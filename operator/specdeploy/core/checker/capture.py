@@ -41,7 +41,8 @@ SGLANG_HOOK = {"eagle3": "set_eagle3_layers_to_capture", "dflash": "set_dflash_l
                "dspark": "set_dspark_layers_to_capture or set_dflash_layers_to_capture"}
 
 
-def _older(version: str, than: str) -> bool:
+def is_older(version: str, than: str) -> bool:
+    """Whether engine version ``version`` is older than ``than`` (False when either does not parse)."""
     from ..versions import parse_version
 
     a, b = parse_version(version), parse_version(than)
@@ -166,14 +167,14 @@ def target_capture(kind: str, drafter: str, t: TargetConfig | None, o, *,
         ok_other, _, rv_other = target_captures(other, arch, None, kind)
         if ok_other:
             fixes.append(f"serve it on {ENGINE_NAME[other]} ({ENGINE_NAME[other]} {rv_other}'s {arch} captures them)")
-    from .mtp import SGLANG_MTP, _vllm_row, mtp_layers
+    from .mtp import SGLANG_MTP, vllm_mtp_row, mtp_layers
 
     n_mtp, _ = mtp_layers(t)
-    if n_mtp and (SGLANG_MTP.get(arch) if engine == "sglang" else _vllm_row(t)):
+    if n_mtp and (SGLANG_MTP.get(arch) if engine == "sglang" else vllm_mtp_row(t)):
         fixes.append(f"use method mtp (the target's own {n_mtp} MTP layer{'s' if n_mtp > 1 else ''})")
     fixes.append("use method ngram (no drafter)")
     fixes.append(f"or a target whose {name} class captures them")
-    newer = _older(rv, version)
+    newer = is_older(rv, version)
     msg = (f"the target {what} cannot hand hidden states to {drafter} on {name} {version}: {how}"
            + (f" (read from {name} {rv}; a newer release may have added it)" if newer else
               f" (read from {name} {rv})" if rv != version else "")

@@ -9,33 +9,33 @@ from typing import Any
 from .. import methods
 from ..findings import Finding, findings_bytes, sort_findings
 from ..memo import MiB, approx_size, by_identity, size_of
-from ..modelconfig import FULL, SLIDING, DrafterConfig, TargetConfig, _not_object
+from ..modelconfig import FULL, SLIDING, DrafterConfig, TargetConfig, not_object_finding
 from .accept import apply_accept, one_per_root_cause
-from .engine import _check_backend, _check_engine_release, _check_hidden_act
-from .fit import _check_fit, _check_memory, _check_tp
+from .engine import check_backend, check_engine_release, check_hidden_act
+from .fit import check_fit, check_memory, check_tp
 from .gates import family_mismatch, family_of
 from .method import check_method
 from .methodplan import derive_method
-from .layers import _check_drafter, _check_duplicates, _check_engine_layer_rules, _check_target, _layer_view
-from .options import Options, _check_options, options_bytes
+from .layers import check_drafter, check_duplicates, check_engine_layer_rules, check_target, layer_view
+from .options import Options, check_options_into, options_bytes
 from .parsed import drafter_of, target_of
-from .results import D, S, Analysis, Derived, _Out
-from .window import _block, _check_context, _plan_window
+from .results import D, S, Analysis, Derived, Out
+from .window import check_block_size, check_context, plan_window
 
 
-def _derive(d: DrafterConfig, t: TargetConfig | None, o: Options, info, row, prof, out: _Out) -> Derived:
-    _check_duplicates(d, t, info, out)
-    types, drafter_window = _layer_view(d, info, row, out)
-    block = _block(d, o, out)
-    _check_engine_layer_rules(d, t, o, info, row, out)
-    env = _check_engine_release(d, o, info, row, types, out)
-    _check_hidden_act(d, o, info, row, out)
-    served = _check_context(d, t, o, info, row, block, out)
-    window, native, backend = _plan_window(d, o, info, row, prof, types, drafter_window, block, served, out)
-    _check_backend(d, o, info, row, types, backend, out)
-    _check_tp(d, t, o, out)
-    tb, db = _check_fit(d, t, o, prof, out)
-    memory = _check_memory(d, t, o, prof, types, window, native, served, tb, db, out)
+def _derive(d: DrafterConfig, t: TargetConfig | None, o: Options, info, row, prof, out: Out) -> Derived:
+    check_duplicates(d, t, info, out)
+    types, drafter_window = layer_view(d, info, row, out)
+    block = check_block_size(d, o, out)
+    check_engine_layer_rules(d, t, o, info, row, out)
+    env = check_engine_release(d, o, info, row, types, out)
+    check_hidden_act(d, o, info, row, out)
+    served = check_context(d, t, o, info, row, block, out)
+    window, native, backend = plan_window(d, o, info, row, prof, types, drafter_window, block, served, out)
+    check_backend(d, o, info, row, types, backend, out)
+    check_tp(d, t, o, out)
+    tb, db = check_fit(d, t, o, prof, out)
+    memory = check_memory(d, t, o, prof, types, window, native, served, tb, db, out)
     if t is not None and t.has_auto_map and not o.trust_remote_code and info is not None:
         out.warn("RemoteCodeNotTrusted", S, "spec.target.trustRemoteCode",
                  "the target config has an auto_map (custom code); if the engine does not support the architecture "
@@ -85,12 +85,12 @@ def analyze(drafter_doc: Any, target_doc: Any, options: Options | None = None) -
 # findings lists (render appends to them)
 @by_identity(64, copy=_own_lists, max_bytes=16 * MiB, name="checker.analyze", sizeof=_analysis_bytes)
 def _remembered(drafter_doc: Any, target_doc: Any, o: Options) -> Analysis:
-    out = _Out()
-    info, row, prof = _check_options(o, out)
+    out = Out()
+    info, row, prof = check_options_into(o, out)
     t, tf = target_of(target_doc)
     out.items.extend(tf)
     if t is not None:
-        _check_target(t, out)
+        check_target(t, out)
     derived = None
     d = None
     family = family_of(drafter_doc) if methods.needs_drafter(o.method) else None
@@ -101,12 +101,12 @@ def _remembered(drafter_doc: Any, target_doc: Any, o: Options) -> Analysis:
         d, df = drafter_of(drafter_doc)
         out.items.extend(df)
         if d is not None:
-            _check_drafter(d, t, out)
+            check_drafter(d, t, out)
             derived = _derive(d, t, o, info, row, prof, out)
         # the family's own rules after the DFlash ones (DFlash2 pairs, Domino, causality, sample_from_anchor)
         out.items.extend(check_method(drafter_doc, target_doc, o, info, row))
     elif methods.needs_drafter(o.method) and not isinstance(drafter_doc, dict):
-        out.items.append(_not_object(D, drafter_doc))
+        out.items.append(not_object_finding(D, drafter_doc))
     else:  # the drafter document of a drafterless method (mtp, ngram, suffix) is not read
         out.items.extend(check_method(drafter_doc if methods.needs_drafter(o.method) else None, target_doc, o, info, row))
         derived = derive_method(target_doc, drafter_doc, t, o, info, row, out)

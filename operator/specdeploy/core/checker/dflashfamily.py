@@ -6,12 +6,13 @@ the vLLM 0.33.0 and SGLang 0.5.23 wheels (methods-engines.md s6-s9, s11).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ..modelconfig import TargetConfig
 from .capture import CAPTURE_PATH, target_capture
 from .family import DISPLAY, Family
-from .results import D, S, _Out
+from .results import D, S, Out
 
 # vLLM: architectures whose DSpark model reads markov_rank from the top level (models/qwen3_dspark.py
 # Qwen3DSparkModel.__init__ reads config.markov_rank). DSparkDraftModel + model_type qwen3 is rewritten to
@@ -40,7 +41,7 @@ def _archs(doc: dict) -> list[str]:
     return [x for x in a if isinstance(x, str)] if isinstance(a, list) else []
 
 
-def check_dflash_capture(fam: Family, t: TargetConfig | None, o, out: _Out) -> dict:
+def check_dflash_capture(fam: Family, t: TargetConfig | None, o, out: Out) -> dict:
     """The target must hand its hidden states to the drafter at the taps (``capture.target_capture``): vLLM
     asks for them through the EAGLE-3 interface under dflash (DFlash2 included) and dspark, SGLang through
     set_dflash_layers_to_capture (DSPARK: set_dspark_layers_to_capture first). Domino on vLLM is refused apart
@@ -58,11 +59,28 @@ def check_dflash_capture(fam: Family, t: TargetConfig | None, o, out: _Out) -> d
     return derived
 
 
-def check_dflash_family(doc: dict, fam: Family, o, n_target: int | None, ids: list[int] | None, out: _Out) -> None:
-    engine = o.engine
-    dc = _dict(doc.get("dflash_config"))
-    archs = _archs(doc)
+@dataclass(frozen=True)
+class DraftFamily:
+    """What every DFlash-family rule reads: the drafter's document, its family, the options, its target layer ids
+    and the findings collector, with the views the rules share (``dflash_config``, the architectures)."""
 
+    doc: dict
+    fam: Family
+    o: Any
+    n_target: int | None
+    ids: list[int] | None
+    out: Out
+    dc: dict
+    archs: list[str]
+
+    @property
+    def engine(self) -> str | None:
+        return self.o.engine
+
+
+def run_on_their_runner(c: DraftFamily) -> None:
+    """DFlash2, DSpark and the other V2-only families need a GPU (vLLM's V2 runner)."""
+    fam, o, out = c.fam, c.o, c.out
     # ---- runners and devices: DFlash2 and DSpark run on vLLM's V2 runner only (config/vllm.py
     # _get_v1_model_runner_unsupported_features), and the CPU build has V1 only; SGLang's DSPARK/DFLASH
     # reject CPU devices (arg_groups/speculative_hook.py _handle_dspark/_handle_dflash).
@@ -72,6 +90,10 @@ def check_dflash_family(doc: dict, fam: Family, o, n_target: int | None, ids: li
                 "_validate_v1_model_runner rejects them on V1), and the CPU build has no Triton, so V1 only. Use a "
                 "GPU type")
 
+
+def taps_increasing(c: DraftFamily) -> None:
+    """DFlash2 and DSpark taps are strictly increasing."""
+    fam, out, ids = c.fam, c.out, c.ids
     # ---- taps strictly increasing (fusion order; SGLang models/beam.py and qwen3_5_text.py raise)
     if fam.name in ("dflash2", "dspark") and ids and any(b <= a for a, b in zip(ids, ids[1:])):
         out.err("TargetLayerIdsNotIncreasing", D, "$.dflash_config.target_layer_ids",
@@ -80,6 +102,10 @@ def check_dflash_family(doc: dict, fam: Family, o, n_target: int | None, ids: li
                 "set_dflash_layers_to_capture) and the fusion layer's chunk order follows the list. Use the trained, "
                 "sorted list")
 
+
+def sample_from_anchor_on_vllm(c: DraftFamily) -> None:
+    """vLLM's DFlash speculator refuses sample_from_anchor."""
+    fam, out, engine, dc = c.fam, c.out, c.engine, c.dc
     # ---- sample_from_anchor: vLLM's DFlash speculator refuses true (DSpark defaults it to true)
     if engine == "vllm" and fam.name in ("dflash", "dflash2") and dc.get("sample_from_anchor") is True:
         out.err("SampleFromAnchorUnsupported", D, "$.dflash_config.sample_from_anchor",
@@ -87,6 +113,10 @@ def check_dflash_family(doc: dict, fam: Family, o, n_target: int | None, ids: li
                 "(v1/worker/gpu/spec_decode/dflash/speculator.py DFlashSpeculator.__init__): DFlash uses the 1+N query "
                 "layout with the anchor as bonus token. Remove it, or serve a DSpark drafter with method dspark")
 
+
+def dflash2_fields_paired(c: DraftFamily) -> None:
+    """DFlash2's paired fields come together."""
+    doc, fam, out, dc = c.doc, c.fam, c.out, c.dc
     # ---- DFlash2 fields come in pairs (SGLang speculative/dflash_utils.py parse_dflash_draft_config)
     if fam.name == "dflash2":
         for a, b in (("conv_kernel_size", "conv_group_size"), ("selector_rank", "selector_top_k")):
@@ -98,6 +128,10 @@ def check_dflash_family(doc: dict, fam: Family, o, n_target: int | None, ids: li
                         "parse_dflash_draft_config raises; vLLM's candidate head is sized from both). Copy both from the "
                         "drafter's training config")
 
+
+def dspark_config(c: DraftFamily) -> None:
+    """A DSpark drafter: architecture, block (gamma) and Markov head as each engine reads them."""
+    doc, fam, o, out, engine, dc, archs = c.doc, c.fam, c.o, c.out, c.engine, c.dc, c.archs
     # ---- DSpark
     if fam.name == "dspark":
         dsc = _dict(doc.get("dspark_config"))
@@ -150,6 +184,10 @@ def check_dflash_family(doc: dict, fam: Family, o, n_target: int | None, ids: li
                             f"markov_head_type {head!r} is not one of {', '.join(sorted(SGLANG_MARKOV_HEADS))} "
                             "(SGLang dspark_config.py)")
 
+
+def domino_config(c: DraftFamily) -> None:
+    """A Domino drafter: SGLang only, as DFlashDraftModel with its projector fields."""
+    doc, fam, out, engine, dc, archs = c.doc, c.fam, c.out, c.engine, c.dc, c.archs
     # ---- Domino: SGLang only, as DFlashDraftModel + projector_type domino
     if fam.name == "domino":
         if engine == "vllm":
@@ -186,6 +224,10 @@ def check_dflash_family(doc: dict, fam: Family, o, n_target: int | None, ids: li
                         f"Domino {key} {why} (SGLang speculative/dflash_utils.py parse_dflash_draft_config raises at "
                         "start-up)")
 
+
+def causality_read_alike(c: DraftFamily) -> None:
+    """Both engines read the drafter's causality alike."""
+    doc, out, engine, dc = c.doc, c.out, c.engine, c.dc
     # ---- causality: vLLM reads is_causal, then dflash_config.causal, then sliding layers
     # (models/qwen3_dflash.py _dflash_layer_causal); SGLang only text_config.is_causal, default sliding =
     # causal and full = non-causal (models/dflash.py _get_dflash_attention_type).
@@ -195,7 +237,7 @@ def check_dflash_family(doc: dict, fam: Family, o, n_target: int | None, ids: li
     types = doc.get("layer_types") if isinstance(doc.get("layer_types"), list) else None
     if engine == "sglang" and dc_causal is not None and top_causal is None and types:
         sglang_view = [t == "sliding_attention" for t in types]
-        if any(c != dc_causal for c in sglang_view):
+        if any(causal != dc_causal for causal in sglang_view):
             out.err("CausalityIgnoredByEngine", D, "$.dflash_config.causal",
                     f"dflash_config.causal is {str(dc_causal).lower()}, which vLLM reads, but SGLang reads only "
                     "text_config.is_causal (models/dflash.py _get_dflash_attention_type) and makes full layers "
@@ -206,3 +248,15 @@ def check_dflash_family(doc: dict, fam: Family, o, n_target: int | None, ids: li
                  "dflash_config.causal_head (JetSpec) is read by neither engine (vLLM reads is_causal / "
                  "dflash_config.causal, SGLang text_config.is_causal): the block would run non-causally. Add "
                  "is_causal matching the trained head")
+
+
+# The DFlash family's rules (DFlash2, DSpark, Domino and their kin), in the order their findings are reported.
+DFLASH_FAMILY_RULES = (run_on_their_runner, taps_increasing, sample_from_anchor_on_vllm, dflash2_fields_paired,
+                       dspark_config, domino_config, causality_read_alike)
+
+
+def check_dflash_family(doc: dict, fam: Family, o, n_target: int | None, ids: list[int] | None, out: Out) -> None:
+    """Every rule of ``DFLASH_FAMILY_RULES`` for this drafter under ``o``."""
+    draft = DraftFamily(doc, fam, o, n_target, ids, out, _dict(doc.get("dflash_config")), _archs(doc))
+    for rule in DFLASH_FAMILY_RULES:
+        rule(draft)

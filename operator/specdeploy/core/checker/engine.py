@@ -6,10 +6,10 @@ from __future__ import annotations
 from .. import engines as eng
 from ..modelconfig import FULL, SLIDING, DrafterConfig
 from .options import CPU, Options
-from .results import D, S, _Out
+from .results import D, S, Out
 
 
-def _check_engine_release(d: DrafterConfig, o: Options, info, row, types: tuple[str, ...], out: _Out) -> dict[str, str]:
+def check_engine_release(d: DrafterConfig, o: Options, info, row, types: tuple[str, ...], out: Out) -> dict[str, str]:
     """Engine releases that lose the speed-up or cannot load the drafter; the env the drafter needs."""
     env: dict[str, str] = {}
     if info is None or row is None:
@@ -51,7 +51,8 @@ def _check_engine_release(d: DrafterConfig, o: Options, info, row, types: tuple[
     return env
 
 
-def _check_hidden_act(d: DrafterConfig, o: Options, info, row, out: _Out) -> None:
+def check_hidden_act(d: DrafterConfig, o: Options, info, row, out: Out) -> None:
+    """The drafter's hidden_act is one the engine release's DFlash model implements."""
     acts = row.hidden_acts if row is not None else frozenset({"silu", "swigluoai"})
     if d.hidden_act is not None and d.hidden_act.value not in acts:
         who = f"{info.display_name} {o.engine_version}'" if row is not None else "the engines'"
@@ -60,7 +61,8 @@ def _check_hidden_act(d: DrafterConfig, o: Options, info, row, out: _Out) -> Non
                 f"hidden_act {' or '.join(sorted(acts))}")
 
 
-def _check_backend(d: DrafterConfig, o: Options, info, row, types: tuple[str, ...], backend: str | None, out: _Out) -> None:
+def check_backend(d: DrafterConfig, o: Options, info, row, types: tuple[str, ...], backend: str | None, out: Out) -> None:
+    """The draft attention backend (asked for or derived) is one the engine release serves for this drafter."""
     if info is None or row is None:
         return
     if o.draft_attention_backend and o.draft_attention_backend not in row.draft_attention_backends:

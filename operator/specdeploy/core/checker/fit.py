@@ -10,7 +10,7 @@ from ..memo import by_identity
 from ..modelconfig import DrafterConfig, TargetConfig
 from ..weights import estimate_drafter_bytes, estimate_target_bytes
 from .options import Options
-from .results import D, S, T, _Out
+from .results import D, S, T, Out
 
 # Fractions of total GPU memory the weights may take: above HEADROOM a warning (little room
 # for KV cache and activations), above FIT an error (the engine will not load).
@@ -18,7 +18,8 @@ HEADROOM_FRACTION = 0.80
 FIT_FRACTION = 0.95
 
 
-def _check_tp(d: DrafterConfig, t: TargetConfig | None, o: Options, out: _Out) -> None:
+def check_tp(d: DrafterConfig, t: TargetConfig | None, o: Options, out: Out) -> None:
+    """The attention and KV heads of drafter and target split evenly over ``spec.gpu.count`` (tensor parallel)."""
     tp = o.gpu_count
     if tp <= 1:
         return
@@ -36,7 +37,8 @@ def _check_tp(d: DrafterConfig, t: TargetConfig | None, o: Options, out: _Out) -
                     f"use a gpu.count that divides {kv.value}")
 
 
-def _check_fit(d: DrafterConfig, t: TargetConfig | None, o: Options, prof, out: _Out) -> tuple[float | None, float | None]:
+def check_fit(d: DrafterConfig, t: TargetConfig | None, o: Options, prof, out: Out) -> tuple[float | None, float | None]:
+    """The weights of target and drafter fit the GPUs' memory; returns the (target, drafter) weight estimates in bytes."""
     tb = _estimate(estimate_target_bytes, t) if t is not None else None
     db = _estimate(estimate_drafter_bytes, d)
     if prof is not None and prof.accelerator and tb is not None:
@@ -79,9 +81,9 @@ def _int_flag(args: tuple[str, ...], flag: str) -> int | None:
 _target_kv = by_identity(64, name="checker.target_kv")(mem.target_kv)
 
 
-def _check_memory(d: DrafterConfig, t: TargetConfig | None, o: Options, prof, types: tuple[str, ...],
+def check_memory(d: DrafterConfig, t: TargetConfig | None, o: Options, prof, types: tuple[str, ...],
                   draft_window: int | None, native_window: int | None, served: int | None,
-                  tb: float | None, db: float | None, out: _Out) -> "mem.MemoryPlan | None":
+                  tb: float | None, db: float | None, out: Out) -> "mem.MemoryPlan | None":
     """The KV pool after the weights (core/memory.py): one sequence of the served context must fit (vLLM refuses
     to start otherwise: vllm/v1/core/kv_cache_planning.py _check_enough_kv_cache_memory; SGLang starts and caps
     requests at the pool: sglang/srt/managers/tp_worker.py get_worker_info), and the drafter's share of the

@@ -14,7 +14,7 @@ from .eagle3 import check_eagle3
 from .family import Family, detect_family, method_family_problem
 from .mtp import check_mtp, steps_of
 from .parsed import drafter_of, target_of
-from .results import S, _Out
+from .results import S, Out
 
 
 @by_identity(64, name="checker.family")  # the same document object: the same family (core/memo.py)
@@ -28,7 +28,7 @@ def family_mismatch(drafter_doc: Any, method: str) -> Finding | None:
     problem = method_family_problem(method, fam) if fam is not None else None
     if problem is None:
         return None
-    out = _Out()
+    out = Out()
     out.err("MethodFamilyMismatch", S, "spec.speculation.method", problem)
     return out.items[0]
 
@@ -45,7 +45,7 @@ def run_gates(drafter_doc: Any, target_doc: Any, o, info=None, row=None, *, dfla
               ) -> tuple[list[Finding], Family | None, dict]:
     """(findings, the drafter's family, what the gate derived) for ``o.method``. ``dflash_rules_ran``: the
     DFlash rules (layers, window) already ran on this drafter, so they are not repeated for DSpark."""
-    out = _Out()
+    out = Out()
     t, _ = target_of(target_doc)  # its findings are the analysis's own
     fam = family_of(drafter_doc)
     derived: dict = {"family": fam.to_dict()} if fam is not None else {}
@@ -58,13 +58,13 @@ def run_gates(drafter_doc: Any, target_doc: Any, o, info=None, row=None, *, dfla
         derived.update(check_eagle3(drafter_doc, fam, t, o, out))
     elif fam is not None and fam.name in ("dflash", "dflash2", "dspark", "domino"):
         if fam.name == "dspark" and not dflash_rules_ran:
-            from .layers import _check_drafter
+            from .layers import check_drafter
 
             d, df = drafter_of(drafter_doc)
             out.items.extend(df)
             if d is not None:
-                sub = _Out()
-                _check_drafter(d, t, sub)
+                sub = Out()
+                check_drafter(d, t, sub)
                 # the family is DSpark, not "not a DFlash drafter" (DeepSeek's DSpark drafts have no dflash_config)
                 out.items.extend(f for f in sub.items if f.code != "NotADFlashDrafter")
         n = t.num_hidden_layers.value if (t is not None and t.num_hidden_layers) else None

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..modelconfig import HF_SLIDING_RULES, SLIDING, DRAFTER_LAYER_TYPES, DrafterConfig, TargetConfig, jpath
 from .options import DEFAULT_BLOCK_SIZE, MAX_BLOCK_SIZE, Options
-from .results import D, S, T, _Out
+from .results import D, S, T, Out
 
 
 def canonical_layer_ids(num_target_layers: int, count: int) -> list[int] | None:
@@ -27,14 +27,15 @@ def canonical_layer_ids(num_target_layers: int, count: int) -> list[int] | None:
     return [int(round(start + (i * span) / (count - 1))) for i in range(count)]
 
 
-def _check_target(t: TargetConfig, out: _Out) -> None:
+def check_target(t: TargetConfig, out: Out) -> None:
+    """The target fields every rule reads (layers, hidden size, vocabulary) are present."""
     for name in ("num_hidden_layers", "hidden_size", "vocab_size"):
         if getattr(t, name) is None:
             out.err("TargetFieldMissing", T, jpath(t.root, name),
                     f"the target config has no {name}; point spec.target at the language model's config.json")
 
 
-def _check_layer_ids(d: DrafterConfig, t: TargetConfig | None, out: _Out) -> None:
+def _check_layer_ids(d: DrafterConfig, t: TargetConfig | None, out: Out) -> None:
     """target_layer_ids: present, in range, and not an exact shift of the canonical layout."""
     dc = d.dflash_config_path
     ids = d.target_layer_ids
@@ -88,7 +89,8 @@ def _check_layer_ids(d: DrafterConfig, t: TargetConfig | None, out: _Out) -> Non
             return
 
 
-def _check_drafter(d: DrafterConfig, t: TargetConfig | None, out: _Out) -> None:
+def check_drafter(d: DrafterConfig, t: TargetConfig | None, out: Out) -> None:
+    """The drafter is a DFlash model whose geometry and target layer ids fit the target."""
     dc = d.dflash_config_path
     if not d.is_dflash:
         out.err("NotADFlashDrafter", D, "$.architectures",
@@ -174,7 +176,7 @@ def _same(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
-def _check_duplicates(d: DrafterConfig, t: TargetConfig | None, info, out: _Out) -> None:
+def check_duplicates(d: DrafterConfig, t: TargetConfig | None, info, out: Out) -> None:
     """A field given twice with different values: which copy each engine reads, and whether the checker agrees."""
     doc, dc = d.raw, d.raw.get("dflash_config")
     engine = info.name if info is not None else None
@@ -228,7 +230,7 @@ def _short(v: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _layer_view(d: DrafterConfig, info, row, out: _Out) -> tuple[tuple[str, ...], int | None]:
+def layer_view(d: DrafterConfig, info, row, out: Out) -> tuple[tuple[str, ...], int | None]:
     """(layer types, sliding window) as this engine resolves them, with the errors the engine raises."""
     engine = info.name if info is not None else None
     types_l, win = d.engine_layers(engine)
@@ -277,7 +279,7 @@ def _layer_view(d: DrafterConfig, info, row, out: _Out) -> tuple[tuple[str, ...]
     return types, window
 
 
-def _check_engine_layer_rules(d: DrafterConfig, t: TargetConfig | None, o: Options, info, row, out: _Out) -> None:
+def check_engine_layer_rules(d: DrafterConfig, t: TargetConfig | None, o: Options, info, row, out: Out) -> None:
     """What the chosen engine release does with the layer ids: the +1 (vLLM) and the target class's rules (SGLang)."""
     if info is None or row is None or d.target_layer_ids is None or not d.target_layer_ids.value:
         return

@@ -1,7 +1,7 @@
 """What the renderer needs for the methods outside the DFlash path (pure): draft tokens per step, steps,
 top-k and the n-gram window, from the spec's typed knobs, the target's config and specdeploy's defaults
-(core/methods.py); plus the knob rules that depend on the engine (a knob the release has no flag for is
-refused rather than silently dropped)."""
+(core/methods.py). The knob rules that depend on the engine (a knob the release has no flag for is refused
+rather than silently dropped) are object-level and live in ``options`` (``check_method_settings``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 from .. import methods
 from ..modelconfig import TargetConfig
 from .options import Options
-from .results import S, Derived, _Out
+from .results import S, Derived, Out
 
 # Target config fields that count MTP layers (vLLM config/speculative.py SpeculativeConfig.hf_config_override:
 # num_nextn_predict_layers for DeepSeek/GLM/Qwen3-Next/MiMo, mtp_num_hidden_layers for Qwen3.5).
@@ -45,33 +45,7 @@ def _block_from_doc(drafter_doc: Any) -> int | None:
     return None
 
 
-def check_method_settings(o: Options, info, row, out: _Out) -> None:
-    """Knobs the engine has no flag for (admission's fast path: no config files needed)."""
-    if info is None:
-        return
-    knob = "eagle" if o.method in methods.EAGLE_METHODS else "mtp" if o.method in methods.MTP_METHODS else None
-    if knob and info.name == "vllm":
-        if o.topk is not None and o.topk != 1:
-            out.err("MethodSettingUnsupported", S, f"spec.speculation.{knob}.topk",
-                    f"vLLM drafts one chain per step for {o.method} (config/speculative.py SpeculativeConfig has no "
-                    f"top-k); set topk: 1 or leave it unset, or use SGLang for tree drafting")
-        if o.draft_tokens is not None and o.steps is not None and o.draft_tokens != o.steps + 1:
-            out.err("MethodSettingUnsupported", S, f"spec.speculation.{knob}.draftTokens",
-                    f"vLLM verifies steps + 1 tokens per step (num_speculative_tokens = steps); set draftTokens: "
-                    f"{o.steps + 1} or leave it unset")
-    if knob and o.topk == 1 and o.steps is not None and o.draft_tokens is not None and o.draft_tokens != o.steps + 1:
-        out.err("MethodSettingUnsupported", S, f"spec.speculation.{knob}.draftTokens",
-                "with topk 1 SGLang forces draft tokens to steps + 1 (arg_groups/speculative_hook.py); set draftTokens: "
-                f"{o.steps + 1} or leave it unset")
-    if o.method in methods.NGRAM_METHODS and info.name == "sglang":
-        for name, val in (("lookupMin", o.ngram_min), ("lookupMax", o.ngram_max)):
-            if val is not None:
-                out.err("MethodSettingUnsupported", S, f"spec.speculation.ngram.{name}",
-                        "SGLang's NGRAM drafter has no prompt-lookup window (it matches a trie: server_args.py "
-                        "--speculative-ngram-*; no min/max window flag); remove it or use vLLM")
-
-
-def derive_method(target_doc: Any, drafter_doc: Any, t: TargetConfig | None, o: Options, info, row, out: _Out) -> Derived:
+def derive_method(target_doc: Any, drafter_doc: Any, t: TargetConfig | None, o: Options, info, row, out: Out) -> Derived:
     """The Derived of a method outside the DFlash path. ``block_size`` keeps its meaning (tokens verified
     per step, bonus included) so status and the acceptance bound read the same for every method."""
     m = o.method

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..modelconfig import TargetConfig, jpath
-from .results import S, T, _Out
+from .results import S, T, Out
 
 RECORDED = {"vllm": "0.33.0", "sglang": "0.5.23"}
 
@@ -113,7 +113,8 @@ def mtp_layers(t: TargetConfig, fields: tuple[str, ...] = MTP_FIELDS) -> tuple[i
     return None, None
 
 
-def _vllm_row(t: TargetConfig) -> tuple[str, tuple[str, tuple[str, ...]]] | None:
+def vllm_mtp_row(t: TargetConfig) -> tuple[str, tuple[str, tuple[str, ...]]] | None:
+    """vLLM's MTP row for this target (by model_type, then architecture): (key, row), or None when vLLM has none."""
     mt = t.model_type or ""
     arch = t.architectures[0] if t.architectures else ""
     for key in (mt, arch):
@@ -124,7 +125,7 @@ def _vllm_row(t: TargetConfig) -> tuple[str, tuple[str, tuple[str, ...]]] | None
     return None
 
 
-def check_mtp(t: TargetConfig | None, o, steps: int | None, out: _Out) -> dict:
+def check_mtp(t: TargetConfig | None, o, steps: int | None, out: Out) -> dict:
     derived: dict = {}
     if t is None:
         return derived
@@ -134,7 +135,7 @@ def check_mtp(t: TargetConfig | None, o, steps: int | None, out: _Out) -> dict:
     fields = MTP_FIELDS
     if engine == "vllm":
         refused = VLLM_MTP_REFUSED.get(t.model_type or "")
-        row = _vllm_row(t)
+        row = vllm_mtp_row(t)
         if refused:
             out.err("MtpUnsupportedByEngine", T, "$.model_type", f"vLLM {o.engine_version or RECORDED['vllm']}: {refused}")
             return derived

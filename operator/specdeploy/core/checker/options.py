@@ -13,7 +13,7 @@ from .. import gpus, methods
 from ..findings import Finding, Severity, findings_bytes, sort_findings
 from ..memo import MiB, approx_size, bounded
 from ..versions import parse_version
-from .results import S, _Out
+from .results import S, Out
 
 DEFAULT_BLOCK_SIZE = 16  # z-lab DFlash default (dflash-engines.md s1)
 MAX_BLOCK_SIZE = 64
@@ -97,7 +97,7 @@ def options_bytes(o: Any) -> int:
 _last_sized: tuple[Any, int] = (None, 0)  # the last Options sized (one entry)
 
 
-def _engine_release(o: Options, out: _Out) -> tuple[eng.EngineInfo | None, eng.EngineRelease | None]:
+def _engine_release(o: Options, out: Out) -> tuple[eng.EngineInfo | None, eng.EngineRelease | None]:
     if o.engine is None:
         return None, None
     if o.engine not in eng.ENGINES:
@@ -133,7 +133,7 @@ def _engine_release(o: Options, out: _Out) -> tuple[eng.EngineInfo | None, eng.E
     return info, row
 
 
-def _check_cpu_pool(o: Options, info, prof, out: _Out) -> None:
+def _check_cpu_pool(o: Options, info, prof, out: Out) -> None:
     """spec.gpu.type: cpu: only engines with a CPU build, one process per replica, the engine's own attention."""
     build = eng.cpu_build(info.name)
     if build is None:
@@ -166,7 +166,7 @@ def check_options(o: Options) -> list[Finding]:
     return sort_findings(list(_options_checked(o)[3]))
 
 
-def _check_options(o: Options, out: _Out) -> tuple[eng.EngineInfo | None, eng.EngineRelease | None, gpus.GpuProfile | None]:
+def check_options_into(o: Options, out: Out) -> tuple[eng.EngineInfo | None, eng.EngineRelease | None, gpus.GpuProfile | None]:
     """The object-level checks into ``out``; (engine, release row, GPU profile) as the other rules need them."""
     info, row, prof, items = _options_checked(o)
     out.items.extend(items)
@@ -193,12 +193,12 @@ def _options_checked_exact(o: Options, _types: tuple[type, ...]) -> _Checked:
 
 
 def _options_checked_now(o: Options) -> _Checked:
-    out = _Out()
+    out = Out()
     info, row, prof = _run_checks(o, out)
     return info, row, prof, tuple(out.limited())
 
 
-def _run_checks(o: Options, out: _Out) -> tuple[eng.EngineInfo | None, eng.EngineRelease | None, gpus.GpuProfile | None]:
+def _run_checks(o: Options, out: Out) -> tuple[eng.EngineInfo | None, eng.EngineRelease | None, gpus.GpuProfile | None]:
     info, row = _engine_release(o, out)
 
     for field_path, ref in (("spec.target.model", o.target_model), ("spec.drafter.model", o.drafter_model)):
@@ -219,8 +219,6 @@ def _run_checks(o: Options, out: _Out) -> tuple[eng.EngineInfo | None, eng.Engin
                 f"{info.display_name} {o.engine_version} does not serve method {o.method!r} (no such name in the "
                 f"release's code: {'; '.join(row.sources[:1])}); use one of: {methods.method_list(row.methods)}, "
                 "or another engine")
-    from .methodplan import check_method_settings
-
     check_method_settings(o, info, row, out)
     if o.ddtree_set and o.method != "ddtree":
         out.err("DDTreeFieldsWithoutDDTree", S, "spec.speculation.ddtree",
@@ -287,7 +285,33 @@ def _run_checks(o: Options, out: _Out) -> tuple[eng.EngineInfo | None, eng.Engin
     return info, row, prof
 
 
-def _check_extra_args(o: Options, info, row, out: _Out) -> None:
+def check_method_settings(o: Options, info, row, out: Out) -> None:
+    """Knobs the engine has no flag for (admission's fast path: no config files needed)."""
+    if info is None:
+        return
+    knob = "eagle" if o.method in methods.EAGLE_METHODS else "mtp" if o.method in methods.MTP_METHODS else None
+    if knob and info.name == "vllm":
+        if o.topk is not None and o.topk != 1:
+            out.err("MethodSettingUnsupported", S, f"spec.speculation.{knob}.topk",
+                    f"vLLM drafts one chain per step for {o.method} (config/speculative.py SpeculativeConfig has no "
+                    f"top-k); set topk: 1 or leave it unset, or use SGLang for tree drafting")
+        if o.draft_tokens is not None and o.steps is not None and o.draft_tokens != o.steps + 1:
+            out.err("MethodSettingUnsupported", S, f"spec.speculation.{knob}.draftTokens",
+                    f"vLLM verifies steps + 1 tokens per step (num_speculative_tokens = steps); set draftTokens: "
+                    f"{o.steps + 1} or leave it unset")
+    if knob and o.topk == 1 and o.steps is not None and o.draft_tokens is not None and o.draft_tokens != o.steps + 1:
+        out.err("MethodSettingUnsupported", S, f"spec.speculation.{knob}.draftTokens",
+                "with topk 1 SGLang forces draft tokens to steps + 1 (arg_groups/speculative_hook.py); set draftTokens: "
+                f"{o.steps + 1} or leave it unset")
+    if o.method in methods.NGRAM_METHODS and info.name == "sglang":
+        for name, val in (("lookupMin", o.ngram_min), ("lookupMax", o.ngram_max)):
+            if val is not None:
+                out.err("MethodSettingUnsupported", S, f"spec.speculation.ngram.{name}",
+                        "SGLang's NGRAM drafter has no prompt-lookup window (it matches a trie: server_args.py "
+                        "--speculative-ngram-*; no min/max window flag); remove it or use vLLM")
+
+
+def _check_extra_args(o: Options, info, row, out: Out) -> None:
     """extraArgs resolved with the release's own parser (core/extraargs.py): every problem names its index."""
     from ..extraargs import check_extra_args
 
@@ -313,7 +337,7 @@ def _check_extra_args(o: Options, info, row, out: _Out) -> None:
                  f"({', '.join(info.verified_versions()) or 'none recorded'})")
 
 
-def _check_accept(o: Options, out: _Out) -> None:
+def _check_accept(o: Options, out: Out) -> None:
     from ..catalog import CATALOG
 
     for i, code in enumerate(o.accept):

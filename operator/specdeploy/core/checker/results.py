@@ -81,7 +81,7 @@ class Analysis:
         return not has_errors(self.findings)
 
 
-class _Out:
+class Out:
     """Where the rules write their findings: past PER_CODE_MAX of one code only a count is kept (core/findings.py
     ``limit_findings`` reports it), so a document that repeats a mistake costs neither memory nor time per repeat."""
 

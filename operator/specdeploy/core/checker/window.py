@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from ..modelconfig import FULL, SLIDING, DrafterConfig, TargetConfig, context_limit
 from .options import DEFAULT_BLOCK_SIZE, WINDOW_OFF, Options
-from .results import D, S, _Out
+from .results import D, S, Out
 
 
-def _block(d: DrafterConfig, o: Options, out: _Out) -> int:
+def check_block_size(d: DrafterConfig, o: Options, out: Out) -> int:
+    """The block size served: ``spec.speculation.blockSize`` checked against the drafter's trained one, else the trained one."""
     trained = d.block_size.value if d.block_size else DEFAULT_BLOCK_SIZE
     if o.block_size is None:
         return trained
@@ -51,8 +52,8 @@ def _window_trade(d: DrafterConfig, window: int, context: int | None) -> str:
             f"KV heads, 16-bit)")
 
 
-def _plan_window(d: DrafterConfig, o: Options, info, row, prof, types: tuple[str, ...], drafter_window: int | None,
-                 block: int, context: int | None, out: _Out) -> tuple[int | None, int | None, str | None]:
+def plan_window(d: DrafterConfig, o: Options, info, row, prof, types: tuple[str, ...], drafter_window: int | None,
+                 block: int, context: int | None, out: Out) -> tuple[int | None, int | None, str | None]:
     """(compact-cache window to render, window the engine applies natively, draft attention backend)."""
     has_sliding = drafter_window is not None
     full = [i for i, x in enumerate(types) if x == FULL]
@@ -125,7 +126,7 @@ def _plan_window(d: DrafterConfig, o: Options, info, row, prof, types: tuple[str
     return drafter_window, None, backend
 
 
-def _check_context(d: DrafterConfig, t: TargetConfig | None, o: Options, info, row, block: int, out: _Out) -> int | None:
+def check_context(d: DrafterConfig, t: TargetConfig | None, o: Options, info, row, block: int, out: Out) -> int | None:
     """The served context (maxModelLen, else the target's limit), checked against target and drafter."""
     limit = context_limit(t) if t is not None else None
     if o.max_model_len is not None:

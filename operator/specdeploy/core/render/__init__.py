@@ -19,7 +19,8 @@ Import the entry points from this package, not from the modules: the layout insi
 """
 
 from .argv import ARG_BUILDERS, escape_kubelet_vars, expand_kubelet_vars, method_render_problem
-from .children import CONFIG_HASH_ANNOTATION, HF_HOME, RUNTIME_COMMAND, child_labels, names, selector_labels
+from ..cache import HF_HOME
+from .children import CONFIG_HASH_ANNOTATION, RUNTIME_COMMAND, child_labels, names, selector_labels
 from .guard import apply_guard, guard_limit, plan_guard
 from .gate import Admitted, PolicyRefused, admit, benchmark_claims, benchmark_refusals, refusal_text, with_drafter
 from .jobs import build_inspector_job, client_pod_spec, inspector_job_name

@@ -10,7 +10,6 @@ from .. import names as N
 from ..names import CONFIG_HASH_ANNOTATION  # noqa: F401 (render.CONFIG_HASH_ANNOTATION for its readers)
 
 MODEL_ROOT = "/models"
-HF_HOME = "/var/cache/huggingface"
 RUNTIME_COMMAND = "specdeploy-runtime"
 
 

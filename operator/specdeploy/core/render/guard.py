@@ -1,12 +1,12 @@
 """The speculation guard as rendered (pure): the limit from the spec (or the controller's resolution of
-``fromBenchmark``), its plan (``core/guard.py``), and its keys merged into the speculative-config argv."""
+``fromBenchmark``), its plan (``core/rollout/guard.py``), and its keys merged into the speculative-config argv."""
 
 from __future__ import annotations
 
 import json
 
 from .. import engines as eng
-from .. import guard as gd
+from ..rollout import guard as gd
 from ..checker import Derived
 
 

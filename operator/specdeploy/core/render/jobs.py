@@ -13,10 +13,14 @@ import hashlib
 from typing import Any
 
 from .. import names as N
-from ..benchplan import CLIENT_PLAN_KEY, CLIENT_PLAN_MOUNT
 from ..podsecurity import container_security_context, harden_pod
 from .children import RUNTIME_COMMAND
 from .gate import Admitted
+
+# The benchmark client's plan (core/bench/plan.build_client_plan): its key in the client's ConfigMap and where the
+# client pod mounts it.
+CLIENT_PLAN_KEY = "plan.json"
+CLIENT_PLAN_MOUNT = "/etc/specdeploy/bench"
 
 
 def inspector_job_name(cr_name: str, role: str) -> str:

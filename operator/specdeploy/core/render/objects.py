@@ -21,15 +21,15 @@ from .. import gpus
 from ..checker import Analysis, analyze
 from ..engineconfig import (CHECK_REPORT_KEY, ENGINE_CONFIG_KEY, ENGINE_CONFIG_MOUNT, EngineConfig, ModelRef,
                             SpeculationPlan, config_digest)
-from .. import guard as gd
+from ..rollout import guard as gd
 from .. import names as N
-from .. import rollout
+from ..rollout import canary as ro
 from .. import tuning as tn
-from ..cache import CacheError, CachePlan, plan_cache
+from ..cache import HF_HOME, CacheError, CachePlan, plan_cache
 from ..findings import Finding, Severity, Source, report
 from ..podsecurity import ENGINE_CACHE, container_security_context, engine_write_env, harden_pod
 from .argv import ARG_BUILDERS, method_render_problem
-from .children import (CONFIG_HASH_ANNOTATION, HF_HOME, MODEL_ROOT, RUNTIME_COMMAND, api_key_args, api_key_env,
+from .children import (CONFIG_HASH_ANNOTATION, MODEL_ROOT, RUNTIME_COMMAND, api_key_args, api_key_env,
                        child_labels, child_meta, model_in_pod, names, selector_labels, token_env)
 from .guard import apply_guard, plan_guard
 from .tuning import TUNED_MOUNT, TUNED_SRC_MOUNT, TuningPlan, render_tuning, tuning_volumes
@@ -101,7 +101,7 @@ class Rendered:
     baked_drafter: eng.BakedDrafterImage | None = None
     cache: CachePlan = field(default_factory=lambda: CachePlan("emptyDir"))
     guard: "gd.GuardPlan | None" = None  # spec.speculation.guard as rendered (None: no guard, or not yet resolved)
-    # spec.rollout Canary: the rollout revision (core/rollout.revision) written on the pod template as
+    # spec.rollout Canary: the rollout revision (core/rollout/canary.revision) written on the pod template as
     # REVISION_ANNOTATION; None under RollingUpdate (the template is then as it always was)
     revision: str | None = None
 
@@ -629,7 +629,7 @@ def render(cr, target_doc: Any, drafter_doc: Any, *, pod_monitor: bool = False,
         # exec, not lifecycle.preStop.sleep: that action needs Kubernetes 1.30+; the runtime images have sleep(1)
         tmpl["spec"]["containers"][0]["lifecycle"] = {
             "preStop": {"exec": {"command": ["sleep", str(PRESTOP_SLEEP_SECONDS)]}}}
-        revision = rollout.revision(rollout.template_digest(tmpl), *commits)
+        revision = ro.revision(ro.template_digest(tmpl), *commits)
         tmpl["metadata"]["annotations"][N.REVISION_ANNOTATION] = revision
     objects = [build_configmap(cr, ec, analysis, ec_json), workload, build_service(cr, ec), build_pdb(cr, ec)]
     if pod_monitor:

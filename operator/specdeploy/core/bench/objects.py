@@ -2,9 +2,9 @@
 
 ``plan_for`` is the benchmark controller's planning (controller/benchmark.py ``_plan``): the deployment's check
 against its resolved configs, the drafter's trained block that bounds the sweep, the matrix planned
-(core/benchplan.py), ``guarded`` and ``useServingDeployment``. ``render_benchmark`` is what ``specdeploy render``
+(core/bench/plan.py), ``guarded`` and ``useServingDeployment``. ``render_benchmark`` is what ``specdeploy render``
 prints for a benchmark: the tenancy policy first (core/render/gate.benchmark_refusals: the deployment and every
-method drafter), then each variant's ConfigMap, Deployment and Service (core/benchrender.render_variant) and its
+method drafter), then each variant's ConfigMap, Deployment and Service (core/bench/render.render_variant) and its
 client plan ConfigMap and client Job, in the order the controller measures them (it creates one variant at a time).
 """
 
@@ -13,14 +13,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
-from . import engines as eng
-from . import gpus
-from .benchplan import BenchPlan, PlanError, Point, Variant, build_client_plan, plan_benchmark
-from .benchrender import BenchOwner, build_client_configmap, build_client_job, render_variant
-from .checker import analyze
-from .findings import errors
-from .policy import TenancyPolicy
-from .render import PolicyRefused, benchmark_refusals, render
+from .. import engines as eng
+from .. import gpus
+from .plan import BenchPlan, PlanError, Point, Variant, build_client_plan, plan_benchmark
+from .render import BenchOwner, build_client_configmap, build_client_job, render_variant
+from ..checker import analyze
+from ..findings import errors
+from ..policy import TenancyPolicy
+from ..render import PolicyRefused, benchmark_refusals, render
 from specdeploy.core.errors import Permanent
 
 SERVING = "serving"

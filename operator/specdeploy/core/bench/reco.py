@@ -17,7 +17,7 @@ variants in plan order (``baseline`` first when measured). Output (Contract 4, c
   point (temperature 0: speculation must not change the text), and variants with no usable point.
 - ``best``: the variant winning the most bands; ``summary``: one sentence with the numbers.
 - ``costs``: per speculation variant, what it costs against the baseline over its points (KV capacity the
-  engine reports, prefix-cache hit rate, peak resident memory: core/benchcosts.py), and whether its prefix cache
+  engine reports, prefix-cache hit rate, peak resident memory: core/bench/costs.py), and whether its prefix cache
   hit nothing while the baseline's hit (named in the summary: a speed-up measured on prompts without shared
   prefixes can hide that loss).
 
@@ -29,8 +29,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Optional
 
-from .benchplan import synthetic_tau
-from .benchcosts import compare_to_baseline, prefix_cache_lost
+from .plan import synthetic_tau
+from .costs import compare_to_baseline, prefix_cache_lost
 
 BASELINE = "baseline"
 

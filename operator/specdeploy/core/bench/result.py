@@ -25,7 +25,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 from pydantic.alias_generators import to_camel
 
-from .safejson import loads as safe_loads
+from ..safejson import loads as safe_loads
 from specdeploy.core.errors import Permanent
 
 RESULT_PREFIX = "SPECDEPLOY_BENCH_RESULT "
@@ -82,7 +82,7 @@ class PointAcceptance(_Model):
 
 
 class PointCosts(_Model):
-    """What the point cost beside its speed, from the engine's /metrics (core/benchcosts.py)."""
+    """What the point cost beside its speed, from the engine's /metrics (core/bench/costs.py)."""
 
     prefix_cache_queries: Count | None = None
     prefix_cache_hits: Count | None = None

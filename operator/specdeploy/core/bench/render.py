@@ -24,14 +24,15 @@ import json
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from . import gpus
-from . import names as N
-from .benchplan import CLIENT_PLAN_KEY, PROMPTS_KEY, Variant
-from .engineconfig import EngineConfig
-from .render import (RenderError, build_configmap, build_deployment, build_service, client_pod_spec, render,
+from .. import gpus
+from .. import names as N
+from .plan import PROMPTS_KEY, Variant
+from ..engineconfig import EngineConfig
+from ..render import (RenderError, build_configmap, build_deployment, build_service, client_pod_spec, render,
                      strip_speculation_args)
-from .render.objects import NAMESPACE_NAME_LABEL
-from .names import BENCH_KIND, BENCH_LABEL, VARIANT_LABEL  # noqa: F401 (benchrender.BENCH_LABEL for its readers)
+from ..render.jobs import CLIENT_PLAN_KEY
+from ..render.objects import NAMESPACE_NAME_LABEL
+from ..names import BENCH_KIND, BENCH_LABEL, VARIANT_LABEL  # noqa: F401 (bench.render.BENCH_LABEL for its readers)
 
 COMPONENT = N.COMPONENT_BENCH_ENGINE
 CLIENT_COMPONENT = N.COMPONENT_BENCH_CLIENT
@@ -146,7 +147,7 @@ def force_synthetic_acceptance(ec: EngineConfig, tau: float) -> EngineConfig:
     SYNTHETIC_ACCEPTANCE): vLLM's --speculative-config gains rejection_sample_method 'synthetic' and
     synthetic_acceptance_length; SGLang gets SGLANG_SIMULATE_ACC_LEN. Raises ValueError where the release has none
     (the planner refuses those first)."""
-    from . import engines as eng
+    from .. import engines as eng
 
     how = eng.synthetic_acceptance(ec.engine, ec.engine_version)
     if how is None:

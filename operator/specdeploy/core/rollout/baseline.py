@@ -55,8 +55,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
-from . import acceptance as acc
-from .names import RESET_ANNOTATION  # noqa: F401 (bl.RESET_ANNOTATION for its readers)
+from .. import acceptance as acc
+from ..names import RESET_ANNOTATION  # noqa: F401 (bl.RESET_ANNOTATION for its readers)
 
 DEFAULT_REGRESSION_FRACTION = 0.25
 DEFAULT_SETTLE_SECONDS = 600

@@ -41,9 +41,9 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
-from . import acceptance as acc
-from .acceptance import Sample
-from .names import REVISION_ANNOTATION, TRACK_CANARY, TRACK_LABEL
+from .. import acceptance as acc
+from ..acceptance import Sample
+from ..names import REVISION_ANNOTATION, TRACK_CANARY, TRACK_LABEL
 
 # ----------------------------------------------------------------- durations
 
@@ -241,8 +241,8 @@ class Totals:
 def _inc(prev: list[Sample] | None, cur: list[Sample], name: str) -> dict[tuple, float]:
     """Per-series increase of one counter from ``prev`` to ``cur`` (core/acceptance's Prometheus semantics:
     a lower value is a reset and counts from zero; a series new in ``cur`` counts from zero)."""
-    c = acc._series(cur, name)
-    inc, _resets = acc._increase(acc._series(prev, name) if prev is not None else {}, c)
+    c = acc.series_by_labels(cur, name)
+    inc, _resets = acc.counter_increase(acc.series_by_labels(prev, name) if prev is not None else {}, c)
     return inc
 
 

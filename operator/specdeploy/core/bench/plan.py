@@ -16,15 +16,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
-from . import engines as eng
+from .. import engines as eng
 from specdeploy.core.errors import Permanent
 
 BASELINE = "baseline"
 GUARDED = "guarded"
 MAX_POINTS = 64
-CLIENT_PLAN_KEY = "plan.json"
 PROMPTS_KEY = "prompts.jsonl"
-CLIENT_PLAN_MOUNT = "/etc/specdeploy/bench"
 
 
 @dataclass(frozen=True)

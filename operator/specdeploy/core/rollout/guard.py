@@ -24,9 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from . import engines as eng
-from . import names as N
-from .findings import Finding, Severity, Source
+from .. import engines as eng
+from .. import names as N
+from ..findings import Finding, Severity, Source
 
 GUARD_PATH = "spec.speculation.guard"
 # Condition types and reasons (docs/concepts/status-conditions.md).

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from typing import Iterable, NamedTuple
 
-from .acceptance import Sample, _series, parse_exposition
+from ..acceptance import Sample, series_by_labels, parse_exposition
 
 
 class Gauges(NamedTuple):
@@ -71,7 +71,7 @@ def _increase(before: list[Sample] | None, after: list[Sample], name: str, **lab
     """Increase of a counter summed over its series (those with the given labels); None: not exported.
     A series that went down (engine restarted) counts from zero."""
     def pick(samples: list[Sample]) -> dict[tuple, float]:
-        return {k: v for k, v in _series(samples, name).items()
+        return {k: v for k, v in series_by_labels(samples, name).items()
                 if all(dict(k).get(lk) == lv for lk, lv in labels.items())}
     cur = pick(after)
     if not cur:
@@ -112,7 +112,7 @@ def prefix_cache(engine: str, before: str | None, after: str | None) -> PrefixCa
 
 
 def point_costs(engine: str, before: str | None, after: str | None, during: Iterable[Gauges] = ()) -> dict | None:
-    """The point's ``costs`` document (benchresult.PointCosts, camelCase), or None when nothing was exported."""
+    """The point's ``costs`` document (bench.result.PointCosts, camelCase), or None when nothing was exported."""
     g = [x for x in (gauges(engine, before), *during, gauges(engine, after))]
     usage = [x.kv_usage for x in g if x.kv_usage is not None]
     caps = [x.kv_capacity_tokens for x in g if x.kv_capacity_tokens is not None]
