@@ -169,7 +169,7 @@ def used(tokens: bool, self_managed_tls: bool, leader_election: bool = True) -> 
     sources += (CONTROLLER / "resolve.py").read_text()
     if re.search(r'"blockOwnerDeletion": True', sources):
         out.add(("specdeploy.io", "speculativedeployments/finalizers", "update", "watched"))
-    if re.search(r'"blockOwnerDeletion": True', (CONTROLLER.parent / "core" / "benchrender.py").read_text()):
+    if re.search(r'"blockOwnerDeletion": True', (CONTROLLER.parent / "core" / "bench" / "render.py").read_text()):
         out.add(("specdeploy.io", "speculativebenchmarks/finalizers", "update", "watched"))
     for needs in _calls().values():
         for g, r, v, scope in needs:

@@ -28,11 +28,11 @@ QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?([EPTGMK]i?|[mk])?$"
 QUANTITY_MAX = 24  # characters: bounded before any arithmetic (a 400-digit memory would overflow a float)
 
 
-class _Model(BaseModel):
+class SpecModel(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
 
-class ConfigMapKeyRef(_Model):
+class ConfigMapKeyRef(SpecModel):
     """A key of a ConfigMap in the SpeculativeDeployment's namespace."""
 
     name: str = Field(description="Name of the ConfigMap.", pattern=NAME_PATTERN, max_length=253)
@@ -40,14 +40,14 @@ class ConfigMapKeyRef(_Model):
                      pattern=r"^[-._a-zA-Z0-9]+$", max_length=253)
 
 
-class SecretKeyRef(_Model):
+class SecretKeyRef(SpecModel):
     """A key of a Secret in the SpeculativeDeployment's namespace."""
 
     name: str = Field(description="Name of the Secret.", pattern=NAME_PATTERN, max_length=253)
     key: str = Field(default="token", description="Key holding the value.", pattern=r"^[-._a-zA-Z0-9]+$", max_length=253)
 
 
-class ConfigSource(_Model):
+class ConfigSource(SpecModel):
     """Where the model's config.json comes from when not from the model source itself."""
 
     config_map_key_ref: Optional[ConfigMapKeyRef] = Field(
@@ -55,13 +55,13 @@ class ConfigSource(_Model):
     )
 
 
-class PvcSource(_Model):
+class PvcSource(SpecModel):
     """A PersistentVolumeClaim holding model files; `model` is then a path inside it."""
 
     claim_name: str = Field(description="Name of the PersistentVolumeClaim.", pattern=NAME_PATTERN, max_length=253)
 
 
-class ModelSource(_Model):
+class ModelSource(SpecModel):
     """A model: a hub repository id, or a path inside a PersistentVolumeClaim."""
 
     model: str = Field(
@@ -114,7 +114,7 @@ class TargetSource(ModelSource):
     )
 
 
-class ApiKeySource(_Model):
+class ApiKeySource(SpecModel):
     """Where the engine's API key comes from: a Secret key, handed to the engine through an environment
     variable (never written into the pod spec or from the spec into argv)."""
 

@@ -11,7 +11,7 @@ from pydantic import ConfigDict, Field, StrictInt, field_validator, model_valida
 
 from ..core.names import ROLLOUT_ANNOTATION
 from ..core.rollout.canary import DEFAULT_DEADLINE, DEFAULT_WINDOW
-from .fields import _Model
+from .fields import SpecModel
 
 
 DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"  # Go-style (CEL's duration()): 30s, 10m, 1h30m
@@ -30,7 +30,7 @@ def _duration(v: str, field: str, at_least: float = 0.0) -> str:
     return v
 
 
-class CanarySettings(_Model):
+class CanarySettings(SpecModel):
     """The canary of a rollout: pods of the new revision beside the stable ones, behind the same Service."""
 
     replicas: StrictInt = Field(
@@ -39,7 +39,7 @@ class CanarySettings(_Model):
         "canary pods by endpoint count: 1 canary beside 3 stable pods takes about a quarter of the traffic.")
 
 
-class RolloutProbe(_Model):
+class RolloutProbe(SpecModel):
     """The operator's own probe: a fixed prompt set at temperature 0 sent to one stable and one canary pod."""
 
     enabled: bool = Field(
@@ -50,11 +50,11 @@ class RolloutProbe(_Model):
     max_tokens: StrictInt = Field(default=32, ge=1, le=256, description="Tokens generated per probe prompt.")
 
 
-class RolloutAnalysis(_Model):
+class RolloutAnalysis(SpecModel):
     """What the canary must show before it is promoted: counted from the engines' own counters, per revision, as
     deltas since the canary started."""
 
-    model_config = ConfigDict(**_Model.model_config, json_schema_extra={"x-kubernetes-validations": [
+    model_config = ConfigDict(**SpecModel.model_config, json_schema_extra={"x-kubernetes-validations": [
         {"rule": "duration(self.window) >= duration('10s')", "message": "window must be at least 10s",
          "fieldPath": ".window"},
     ]})
@@ -85,11 +85,11 @@ class RolloutAnalysis(_Model):
         return _duration(v, "window", MIN_ANALYSIS_WINDOW_S)
 
 
-class Rollout(_Model):
+class Rollout(SpecModel):
     """How a change of the engine pod template (drafter, revisions, engine version or image, speculation
     settings, extraArgs, resources) reaches the pods; scale changes never start a rollout."""
 
-    model_config = ConfigDict(**_Model.model_config, json_schema_extra={"x-kubernetes-validations": [
+    model_config = ConfigDict(**SpecModel.model_config, json_schema_extra={"x-kubernetes-validations": [
         {"rule": f"(has(self.deadline) ? duration(self.deadline) : duration('{DEFAULT_DEADLINE}')) > "
                  "(has(self.analysis) && has(self.analysis.window) ? duration(self.analysis.window) : "
                  f"duration('{DEFAULT_WINDOW}'))",

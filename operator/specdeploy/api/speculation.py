@@ -11,10 +11,10 @@ from pydantic import ConfigDict, Field, StrictInt, model_validator
 
 from ..core import methods
 from ..core.checker import MAX_BLOCK_SIZE
-from .fields import IMAGE_PATTERN, NAME_PATTERN, VERSION_PATTERN, ApiKeySource, EngineName, Method, _Model
+from .fields import IMAGE_PATTERN, NAME_PATTERN, VERSION_PATTERN, ApiKeySource, EngineName, Method, SpecModel
 
 
-class Engine(_Model):
+class Engine(SpecModel):
     """The inference engine and its version; flags are derived from the version's capabilities."""
 
     name: EngineName = Field(description="Inference engine.")
@@ -51,18 +51,18 @@ class Engine(_Model):
         return self
 
 
-class DDTree(_Model):
+class DDTree(SpecModel):
     """DDTree tree drafting (method `ddtree`)."""
 
     budget: Optional[int] = Field(default=None, ge=1, le=1024, description="Maximum tree nodes; default block size - 1.")
     topk: Optional[int] = Field(default=None, ge=1, le=64, description="Candidates per depth; default: the engine's.")
 
 
-class DraftSteps(_Model):
+class DraftSteps(SpecModel):
     """Chain/tree drafting by steps (methods `eagle3`, `eagle`, `draft_model`; `mtp`). Unset: steps 3 (MTP: the
     target's MTP layer count), top-k 1, draft tokens steps + 1, rendered explicitly for both engines."""
 
-    model_config = ConfigDict(**_Model.model_config, json_schema_extra={"x-kubernetes-validations": [
+    model_config = ConfigDict(**SpecModel.model_config, json_schema_extra={"x-kubernetes-validations": [
         {"rule": "!has(self.draftTokens) || !has(self.steps) || !has(self.topk) || self.topk != 1 "
                  "|| self.draftTokens == self.steps + 1",
          "message": "with topk 1 draftTokens must be steps + 1 (SGLang forces it)", "fieldPath": ".draftTokens"},
@@ -81,10 +81,10 @@ class DraftSteps(_Model):
         "topk 1 it is steps + 1.")
 
 
-class NGram(_Model):
+class NGram(SpecModel):
     """Prompt-lookup (n-gram) drafting (method `ngram`): no drafter model."""
 
-    model_config = ConfigDict(**_Model.model_config, json_schema_extra={"x-kubernetes-validations": [
+    model_config = ConfigDict(**SpecModel.model_config, json_schema_extra={"x-kubernetes-validations": [
         {"rule": "!has(self.lookupMin) || !has(self.lookupMax) || self.lookupMin <= self.lookupMax",
          "message": "lookupMin must be <= lookupMax", "fieldPath": ".lookupMin"},
     ]})
@@ -109,11 +109,11 @@ class NGram(_Model):
         return self
 
 
-class SpeculationGuard(_Model):
+class SpeculationGuard(SpecModel):
     """Where speculation stops paying: from this many running requests per engine on, the engine drafts nothing
     (rendered into the engine's own switch where its code has one; see docs/how-to/tune-speculation.md)."""
 
-    model_config = ConfigDict(**_Model.model_config, json_schema_extra={"x-kubernetes-validations": [
+    model_config = ConfigDict(**SpecModel.model_config, json_schema_extra={"x-kubernetes-validations": [
         {"rule": "has(self.fromBenchmark) != has(self.maxConcurrency)",
          "message": "set exactly one of guard.fromBenchmark (a SpeculativeBenchmark's measured crossover) or "
                     "guard.maxConcurrency (running requests per engine from which speculation is off)"},
@@ -137,10 +137,10 @@ class SpeculationGuard(_Model):
         return self
 
 
-class Speculation(_Model):
+class Speculation(SpecModel):
     """Speculative decoding settings; unset fields are derived from the drafter config."""
 
-    model_config = ConfigDict(**_Model.model_config, json_schema_extra={"x-kubernetes-validations": [
+    model_config = ConfigDict(**SpecModel.model_config, json_schema_extra={"x-kubernetes-validations": [
         {"rule": "!has(self.ddtree) || self.method == 'ddtree'",
          "message": "ddtree settings apply only to method ddtree", "fieldPath": ".ddtree"},
         {"rule": "!has(self.eagle) || self.method in ['draft_model', 'eagle', 'eagle3']",

@@ -14,10 +14,10 @@ from pydantic.alias_generators import to_camel
 
 from ..core.rollout import baseline
 from ..core.names import ROLLOUT_ANNOTATION
-from .fields import _Model
+from .fields import SpecModel
 
 
-class Condition(_Model):
+class Condition(SpecModel):
     """A metav1.Condition."""
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
@@ -30,7 +30,7 @@ class Condition(_Model):
     observed_generation: Optional[int] = Field(default=None, ge=0, description="The .metadata.generation this condition was set for.")
 
 
-class MemoryFigures(_Model):
+class MemoryFigures(SpecModel):
     """The KV cache the GPUs hold after the weights, from the configs (core/memory.py; estimates for planning)."""
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
@@ -51,7 +51,7 @@ class MemoryFigures(_Model):
                                              "own limit).")
 
 
-class Resolved(_Model):
+class Resolved(SpecModel):
     """What the operator resolved and derived for the current generation."""
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
@@ -87,7 +87,7 @@ class Resolved(_Model):
         default=None, description="KV cache figures of the GPU profile: pool, bytes per token, capacity, largest context.")
 
 
-class AcceptanceBaseline(_Model):
+class AcceptanceBaseline(SpecModel):
     """The acceptance length a deployment settled at: what `AcceptanceRegressed` compares with."""
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
@@ -100,7 +100,7 @@ class AcceptanceBaseline(_Model):
         default=None, description=f"Value of the `{baseline.RESET_ANNOTATION}` annotation when it was learned.")
 
 
-class Acceptance(_Model):
+class Acceptance(SpecModel):
     """Speculative acceptance measured from the engines' metrics."""
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
@@ -126,7 +126,7 @@ class Acceptance(_Model):
         "`spec.monitoring.regressionFraction` of it or the reset annotation asks for a new one.")
 
 
-class AcceptedFinding(_Model):
+class AcceptedFinding(SpecModel):
     """A finding turned into info by spec.checks.accept, as it was before."""
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
@@ -138,7 +138,7 @@ class AcceptedFinding(_Model):
     message: str = Field(description="What the check found.")
 
 
-class _StatusModel(_Model):
+class _StatusModel(SpecModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
 
 
@@ -199,7 +199,7 @@ class RolloutStatus(_StatusModel):
         description=f"The last `{ROLLOUT_ANNOTATION}` annotation value acted on (each request is acted on once).")
 
 
-class SpeculativeDeploymentStatus(_Model):
+class SpeculativeDeploymentStatus(SpecModel):
     """Observed state."""
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")

@@ -24,7 +24,7 @@ from ..core.names import GROUP_VERSION
 from .fields import (  # noqa: F401  (re-exported: the API's one import path)
     IMAGE_PATTERN, MODEL_PATTERN, NAME_PATTERN, QUANTITY_MAX, QUANTITY_PATTERN, REVISION_PATTERN, VERSION_PATTERN,
     ApiKeySource, ConfigMapKeyRef, ConfigSource, EngineName, GpuType, Method, ModelSource, PvcSource, SecretKeyRef,
-    TargetSource, _Model,
+    TargetSource, SpecModel,
 )
 from .loose import loose
 from .rollout import (  # noqa: F401
@@ -37,7 +37,7 @@ from .status import (  # noqa: F401
 )
 
 
-class Gpu(_Model):
+class Gpu(SpecModel):
     """GPUs of one replica."""
 
     type: GpuType = Field(description="GPU profile: selects nodes by `nvidia.com/gpu.product`. `cpu`: no accelerator "
@@ -47,7 +47,7 @@ class Gpu(_Model):
                        "CPU pool.")
 
 
-class Toleration(_Model):
+class Toleration(SpecModel):
     """An extra pod toleration (the GPU taint is always tolerated)."""
 
     key: Optional[str] = Field(default=None, description="Taint key.", max_length=316)
@@ -56,7 +56,7 @@ class Toleration(_Model):
     effect: Optional[Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]] = Field(default=None, description="Taint effect.")
 
 
-class Pod(_Model):
+class Pod(SpecModel):
     """Pod-level settings of the engine workload."""
 
     shm_size: str = Field(default="16Gi", pattern=QUANTITY_PATTERN, max_length=QUANTITY_MAX,
@@ -73,7 +73,7 @@ class Pod(_Model):
                                   "engine container (CPU pool default: 4Gi; half of it is the KV cache there).")
 
 
-class Monitoring(_Model):
+class Monitoring(SpecModel):
     """Acceptance monitoring thresholds (docs/concepts/acceptance.md)."""
 
     min_acceptance_length: float = Field(
@@ -98,7 +98,7 @@ class Monitoring(_Model):
     )
 
 
-class Checks(_Model):
+class Checks(SpecModel):
     """How the drafter/target check treats this deployment."""
 
     accept: list[Annotated[str, Field(pattern=r"^[A-Z][A-Za-z0-9]{1,63}$")]] = Field(
@@ -110,10 +110,10 @@ class Checks(_Model):
     )
 
 
-class Tuning(_Model):
+class Tuning(SpecModel):
     """Tuned fused-MoE kernels for the target on this GPU product and engine version."""
 
-    model_config = ConfigDict(**_Model.model_config, json_schema_extra={"x-kubernetes-validations": [
+    model_config = ConfigDict(**SpecModel.model_config, json_schema_extra={"x-kubernetes-validations": [
         {"rule": "self.storage == 'pvc' ? has(self.pvc) : !has(self.pvc)",
          "message": "tuning.pvc is required with storage pvc and only allowed with it", "fieldPath": ".pvc"},
     ]})
@@ -138,10 +138,10 @@ class Tuning(_Model):
         return self
 
 
-class Cache(_Model):
+class Cache(SpecModel):
     """Where engine pods keep the hub cache (HF_HOME) that hub models' weights are downloaded into."""
 
-    model_config = ConfigDict(**_Model.model_config, json_schema_extra={"x-kubernetes-validations": [
+    model_config = ConfigDict(**SpecModel.model_config, json_schema_extra={"x-kubernetes-validations": [
         {"rule": "self.type == 'pvc' ? has(self.pvc) : !has(self.pvc)",
          "message": "cache.pvc is required with type pvc and only allowed with it", "fieldPath": ".pvc"},
         {"rule": "self.type == 'nodePath' ? has(self.nodePath) : !has(self.nodePath)",
@@ -174,11 +174,11 @@ CANARY_MULTINODE = ("spec.rollout.strategy: Canary needs spec.nodes: 1 (multi-no
                     "supported); use RollingUpdate")
 
 
-class SpeculativeDeploymentSpec(_Model):
+class SpeculativeDeploymentSpec(SpecModel):
     """Desired state: a target model served with speculative decoding (a drafter model, the target's own MTP
     layers or prompt lookup) on a GPU pool."""
 
-    model_config = ConfigDict(**_Model.model_config, json_schema_extra={"x-kubernetes-validations": [
+    model_config = ConfigDict(**SpecModel.model_config, json_schema_extra={"x-kubernetes-validations": [
         {"rule": "self.gpu.count % self.nodes == 0",
          "message": "gpu.count (GPUs per replica) must be a multiple of nodes", "fieldPath": ".gpu.count"},
         {"rule": "self.gpu.count / self.nodes <= 8",
