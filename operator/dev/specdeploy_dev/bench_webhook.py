@@ -335,6 +335,24 @@ async def _memory_run(port: int, ca_pem: bytes, pid: int, reviews: int, marks: t
     return out
 
 
+
+def _start_server(tree: Path, tmp: Path, floor: bool) -> tuple[subprocess.Popen, int | None, bytes, Any]:
+    """A server child of ``tree`` that verifies the API server's client certificate (only it gets the full check):
+    (process, port or None when it did not start, its CA, the client certificate the clients present)."""
+    port_file, ca_file = tmp / "port", tmp / "ca.pem"
+    cmd, where = _server_command(tree, port_file, ca_file, floor)
+    client = FrontProxy.generate()  # the API server's client certificate and its CA
+    (tmp / "client-ca.pem").write_bytes(client.ca_pem)
+    where = {**where, "env": {**(where.get("env") or os.environ), CLIENT_CA_ENV: str(tmp / "client-ca.pem")}}
+    proc = subprocess.Popen(cmd, **where)
+    deadline = time.monotonic() + 30
+    while not port_file.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            print("bench_webhook: the server did not start", file=sys.stderr)
+            return proc, None, b"", client
+        time.sleep(0.05)
+    return proc, int(port_file.read_text()), ca_file.read_bytes(), client
+
 def memory(reviews: int) -> int:
     """Server RSS after N distinct reviews against the 1 MiB drafter (``--memory``)."""
     marks = tuple(n for n in (100, 250, 500, 1000) if n < reviews) + (reviews,)
@@ -342,20 +360,10 @@ def memory(reviews: int) -> int:
     print(f"webhook memory: RSS of the server process after N distinct reviews against a 1 MiB drafter config "
           f"(chart limit {limit}; {os.cpu_count()} CPUs; {_load()})", flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="specdeploy-bench-webhook-"))
-    port_file, ca_file = tmp / "port", tmp / "ca.pem"
-    cmd, where = _server_command(ROOT, port_file, ca_file)
-    client = FrontProxy.generate()  # the API server's client certificate and its CA
-    (tmp / "client-ca.pem").write_bytes(client.ca_pem)
-    where = {**where, "env": {**(where.get("env") or os.environ), CLIENT_CA_ENV: str(tmp / "client-ca.pem")}}
-    proc = subprocess.Popen(cmd, **where)
+    proc, port, ca, client = _start_server(ROOT, tmp, False)
     try:
-        deadline = time.monotonic() + 30
-        while not port_file.exists():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                print("bench_webhook: the server did not start", file=sys.stderr)
-                return 1
-            time.sleep(0.05)
-        port, ca = int(port_file.read_text()), ca_file.read_bytes()
+        if port is None:
+            return 1
         for n, rss, took in asyncio.run(_memory_run(port, ca, proc.pid, reviews, marks, client)):
             print(f"  after {n:5d} reviews: RSS {rss:6.1f} MiB" + (f"  ({took:.1f} s)" if n else ""), flush=True)
     finally:
@@ -427,20 +435,10 @@ def _measure(tree: Path, floor: bool, clients: int, requests: int, workloads: tu
     """Start a server child of ``tree``, run each (label, CR, warning expected, every spec new) workload against it and
     print its figures; 1 when the server does not start."""
     tmp = Path(tempfile.mkdtemp(prefix="specdeploy-bench-webhook-"))
-    port_file, ca_file = tmp / "port", tmp / "ca.pem"
-    cmd, where = _server_command(tree, port_file, ca_file, floor)
-    client = FrontProxy.generate()  # the API server's client certificate and its CA
-    (tmp / "client-ca.pem").write_bytes(client.ca_pem)
-    where = {**where, "env": {**(where.get("env") or os.environ), CLIENT_CA_ENV: str(tmp / "client-ca.pem")}}
-    proc = subprocess.Popen(cmd, **where)
+    proc, port, ca, client = _start_server(tree, tmp, floor)
     try:
-        deadline = time.monotonic() + 30
-        while not port_file.exists():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                print("bench_webhook: the server did not start", file=sys.stderr)
-                return 1
-            time.sleep(0.05)
-        port, ca = int(port_file.read_text()), ca_file.read_bytes()
+        if port is None:
+            return 1
         for label, cr, warn, unique in workloads:
             cpu0 = _cpu_seconds(proc.pid)
             s = asyncio.run(_run(port, ca, cr, clients, requests, warn, unique, client))
