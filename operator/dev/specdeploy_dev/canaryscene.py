@@ -36,15 +36,17 @@ BOOT_TIMEOUT = 780  # a 6-layer pair boots in ~60 s alone, minutes while the oth
 # The analysis, sized for this loop rather than production (10m, 200 drafts): ~17 draft steps per 64-token request at
 # tau 3.7, two clients, half the requests on each track: 60 drafts per track take well under a minute; the window
 # counts from the canary Deployment's creation, so with a boot of a minute or more it has passed once the canary is
-# ready. minThroughputRatio 0.3 instead of 0.9: both engines share 2 cores with each other and with other suites, so
+# ready. minThroughputRatio 0.1 instead of 0.9: both engines share 2 cores with each other and with other suites, so
 # tokens/s per running request swings by a third between two pods of the same revision, and by more than half while
 # the other serial worker trains a drafter (a clean-clone CI on an empty cache: the good canary of (b) measured 515 vs
-# 1148, 0.45, and was rolled back at 0.5). The check stays on; acceptance is what these scenarios judge.
+# 1148, 0.45, and was rolled back at 0.5; on 2026-12-08, with a benchmark run beside the serial pass, 1069 vs 5088, 0.21,
+# rolled back at 0.3: tokens/s per running request over a few requests is noise here, issue 40's subject). 0.1 keeps
+# the check on; acceptance is what these scenarios judge.
 # minDrafts 300 and minAcceptanceRatio 0.8: the operator's probe sends its own prompts (not the tiny pair's language, on
 # which the drafter was trained: tau ~1.4 on other text) to both tracks, and at this traffic they are a large part of the
 # canary's drafts and a small part of the stable's; with 60 drafts the seed-1 drafter measured 3.12 against 3.68 (0.85)
 # while its load traffic alone drafted at 3.66 (rig run: 3.66 vs 3.71 for seed 0). The shifted ids stay far below (0.39).
-ANALYSIS = {"window": "30s", "minDrafts": 300, "minAcceptanceRatio": 0.8, "minThroughputRatio": 0.3,
+ANALYSIS = {"window": "30s", "minDrafts": 300, "minAcceptanceRatio": 0.8, "minThroughputRatio": 0.1,
             "maxErrorRate": 0.01, "probe": {"enabled": True, "maxTokens": 32}}
 DEADLINE_S = 1200  # past the longest boot the startup probe allows (12 minutes) and the analysis
 ROLLOUT_SPEC = {"strategy": "Canary", "canary": {"replicas": 1}, "analysis": ANALYSIS, "deadline": "20m",
